@@ -1,0 +1,27 @@
+#pragma once
+#include <string>
+#include <vector>
+
+namespace offsim::app {
+
+// Exit codes: 0 success, 2 bad input, 3 simulation error.
+inline constexpr int kExitBadInput = 2;
+inline constexpr int kExitSimulationError = 3;
+
+struct RunOptions {
+  std::string config;
+  std::vector<std::string> overrides;
+  std::string out_dir;  // empty: no files
+};
+
+struct GraphOptions {
+  std::string config;
+  std::vector<std::string> overrides;
+  bool dot = false;
+};
+
+int run_command(const RunOptions& options);
+int graph_command(const GraphOptions& options);
+int list_command();
+
+}  // namespace offsim::app

@@ -1,0 +1,54 @@
+// offsim: simulate offloaded and partitioned distributed training of transformer models.
+// main() is the only place that maps exceptions to exit codes: 2 = bad input, 3 = simulation error.
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+
+#include "apps/offsim/commands.hpp"
+#include "sim/config/config_reader.hpp"
+#include "sim/core/errors.hpp"
+#include "topologies/topology.hpp"
+
+int main(int argc, char** argv) {
+  using namespace offsim;
+  CLI::App app{"offsim: a discrete-event simulator of offloaded and partitioned distributed training of transformers"};
+  app.set_version_flag("--version", fmt::format("offsim {} ({})", OFFSIM_VERSION, OFFSIM_GIT_HASH));
+  app.require_subcommand(1);
+
+  app::RunOptions run;
+  auto* run_cmd = app.add_subcommand("run", "simulate one training iteration of an experiment and print the report");
+  run_cmd->add_option("config", run.config, "experiment YAML (e.g. configs/experiments/gpt3-1.3b-dp8-frontier.yaml)")
+      ->required();
+  run_cmd->add_option("--set", run.overrides, "override a value: --set key.path=value (repeatable)");
+  run_cmd->add_option("--out", run.out_dir, "write DIR/summary.json (atomically)");
+
+  app::GraphOptions graph;
+  auto* graph_cmd = app.add_subcommand("graph", "print the task graph of one iteration without running it");
+  graph_cmd->add_option("config", graph.config, "experiment YAML")->required();
+  graph_cmd->add_option("--set", graph.overrides, "override a value: --set key.path=value (repeatable)");
+  graph_cmd->add_flag("--dot", graph.dot, "Graphviz DOT instead of text");
+
+  auto* list_cmd = app.add_subcommand("list", "list the strategies offsim knows");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? 0 : app::kExitBadInput;
+  }
+
+  try {
+    if (*run_cmd) return app::run_command(run);
+    if (*graph_cmd) return app::graph_command(graph);
+    if (*list_cmd) return app::list_command();
+  } catch (const sim::config::ConfigError& e) {
+    fmt::print(stderr, "{}\n", e.what());
+    return app::kExitBadInput;
+  } catch (const sim::SimulationError& e) {
+    fmt::print(stderr, "simulation error: {}\n", e.what());
+    return app::kExitSimulationError;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    return app::kExitSimulationError;
+  }
+  return 0;
+}

@@ -1,0 +1,35 @@
+#include <fmt/format.h>
+#include <filesystem>
+
+#include "apps/offsim/commands.hpp"
+#include "models/experiment.hpp"
+#include "sim/report/atomic_file.hpp"
+
+namespace offsim::app {
+
+int run_command(const RunOptions& options) {
+  const models::ExperimentSpec spec = models::load_experiment(options.config, options.overrides);
+  const models::ExperimentResult result = models::run_experiment(spec);
+  fmt::print("{}", models::text_report(spec, result));
+  if (!options.out_dir.empty()) {
+    std::filesystem::create_directories(options.out_dir);
+    const std::filesystem::path summary = std::filesystem::path(options.out_dir) / "summary.json";
+    sim::report::write_file_atomically(summary, models::summary_json(spec, result, {OFFSIM_VERSION, OFFSIM_GIT_HASH}));
+    fmt::print("\nwrote {}\n", summary.string());
+  }
+  return 0;
+}
+
+int graph_command(const GraphOptions& options) {
+  const models::ExperimentSpec spec = models::load_experiment(options.config, options.overrides);
+  fmt::print("{}", models::dump_task_graph(spec, options.dot));
+  return 0;
+}
+
+int list_command() {
+  fmt::print("strategies:\n");
+  for (const auto& s : models::list_strategies()) fmt::print("  {:<16} {}\n", s.kind, s.description);
+  return 0;
+}
+
+}  // namespace offsim::app

@@ -1,0 +1,353 @@
+#include "models/experiment.hpp"
+
+#include <fmt/format.h>
+#include <algorithm>
+#include <map>
+
+#include "models/transformer/model_parser.hpp"
+#include "sim/report/json_writer.hpp"
+#include "sim/report/text_table.hpp"
+
+namespace offsim::models {
+
+using sim::config::Context;
+using sim::config::MapReader;
+using sim::config::Node;
+
+namespace {
+
+std::optional<TrainingSpec> parse_training(const Node& node) {
+  auto& ctx = node.context();
+  const std::size_t errors_before = ctx.error_count();
+  MapReader r(node);
+  TrainingSpec t;
+  const auto mb = r.required<std::int64_t>("micro_batch");
+  const auto ga = r.required<std::int64_t>("grad_accum");
+  if (mb.valid && mb.value < 1) ctx.error(mb.loc, node.child_path("micro_batch"), "expected a positive integer");
+  if (ga.valid && ga.value < 1) ctx.error(ga.loc, node.child_path("grad_accum"), "expected a positive integer");
+  t.micro_batch = mb.value;
+  t.grad_accum = ga.value;
+  (void)r.choice("precision", {"bf16"});
+  const std::string recompute = r.choice("recompute", {"none", "selective", "full"}).value;
+  t.recompute = recompute == "full"        ? Recompute::kFull
+                : recompute == "selective" ? Recompute::kSelective
+                                           : Recompute::kNone;
+  t.flash_attention = r.required<bool>("flash_attention").value;
+  if (ctx.error_count() != errors_before) return std::nullopt;
+  return t;
+}
+
+std::optional<StrategySpec> parse_strategy(const Node& node, const topo::Topology* topology) {
+  auto& ctx = node.context();
+  const std::size_t errors_before = ctx.error_count();
+  MapReader r(node);
+  std::vector<std::string> kinds;
+  for (const auto& s : list_strategies()) kinds.push_back(s.kind);
+  (void)r.choice("kind", kinds);
+  DataParallelSpec dp;
+  const auto stage = r.required<int>("zero_stage");
+  if (stage.valid && stage.value != 0) {
+    ctx.error(stage.loc, node.child_path("zero_stage"),
+              fmt::format("expected 0 (ZeRO stages 1-3 are not implemented yet), got {}", stage.value));
+  }
+  dp.zero_stage = stage.value;
+  const auto degree = r.required<int>("dp");
+  const auto bucket = r.required<std::int64_t>("reduce_bucket_elements");
+  if (bucket.valid && bucket.value < 1)
+    ctx.error(bucket.loc, node.child_path("reduce_bucket_elements"), "expected a positive integer");
+  dp.reduce_bucket_elements = bucket.value;
+  dp.overlap_comm = r.required<bool>("overlap_comm").value;
+  std::vector<std::size_t> gpus;
+  if (topology) gpus = topology->devices_of(topo::DeviceKind::kGpu);
+  if (auto devices = r.child("devices")) {
+    for (const auto& item : devices->items()) {
+      auto name = item.as<std::string>();
+      if (!name) continue;
+      if (topology) {
+        const auto d = topology->find_device(*name);
+        if (!d || topology->device(*d).kind != topo::DeviceKind::kGpu) {
+          std::vector<std::string> gpu_names;
+          for (const auto g : gpus) gpu_names.push_back(topology->device(g).name);
+          ctx.error(item.location(), item.path(),
+                    fmt::format("expected a GPU of the machine ({}), got \"{}\"", fmt::join(gpu_names, ", "), *name));
+        } else if (std::find(dp.devices.begin(), dp.devices.end(), *name) != dp.devices.end()) {
+          ctx.error(item.location(), item.path(), fmt::format("device \"{}\" is listed twice", *name));
+        }
+      }
+      dp.devices.push_back(*name);
+    }
+    if (degree.valid && static_cast<int>(dp.devices.size()) != degree.value) {
+      ctx.error(devices->location(), devices->path(),
+                fmt::format("lists {} devices but dp is {}", dp.devices.size(), degree.value));
+    }
+  } else if (topology && degree.valid) {
+    // Documented default: ranks take the machine's GPUs in declaration order.
+    if (degree.value < 1 || static_cast<std::size_t>(degree.value) > gpus.size()) {
+      ctx.error(degree.loc, node.child_path("dp"),
+                fmt::format("expected 1 to {} (the machine's GPUs), got {}", gpus.size(), degree.value));
+    } else {
+      for (int i = 0; i < degree.value; ++i) dp.devices.push_back(topology->device(gpus[i]).name);
+    }
+  }
+  if (ctx.error_count() != errors_before) return std::nullopt;
+  return StrategySpec{dp};
+}
+
+}  // namespace
+
+ExperimentSpec load_experiment(const std::filesystem::path& file, const std::vector<std::string>& overrides) {
+  Context ctx(overrides);
+  const Node root = ctx.load_root(file);
+  ExperimentSpec spec;
+  spec.file = file.string();
+  {
+    MapReader r(root);
+    spec.name = r.required<std::string>("name").value;
+    std::optional<topo::NodeTopology> hw;
+    if (auto n = r.required_child("hardware", "a machine description (usually !include ../hardware/x.yaml)")) {
+      hw = topo::parse_node_topology(*n);
+    }
+    if (auto n = r.required_child("calibration", "a mapping with device and collectives")) {
+      MapReader c(*n);
+      if (auto d = c.required_child("device", "a device cost table")) {
+        if (auto costs = parse_device_costs(*d)) {
+          spec.device = *costs;
+          if (hw) {
+            for (const auto g : hw->topology.devices_of(topo::DeviceKind::kGpu)) {
+              const auto& dev = hw->topology.device(g);
+              if (dev.device_kind != costs->device_kind) {
+                ctx.error(d->location(), d->child_path("device_kind"),
+                          fmt::format("the table is for '{}' but GPU '{}' of the machine is a '{}'", costs->device_kind,
+                                      dev.name, dev.device_kind));
+                break;
+              }
+            }
+          }
+        }
+      }
+      if (auto coll = c.required_child("collectives", "a collective cost table")) {
+        if (auto costs = parse_collective_costs(*coll)) spec.collectives = *costs;
+      }
+    }
+    if (auto n = r.required_child("model", "a model (usually !include ../models/x.yaml)")) {
+      if (auto m = parse_model(*n)) spec.model = *m;
+    }
+    if (auto n = r.required_child("training", "a mapping with micro_batch, grad_accum, ...")) {
+      if (auto t = parse_training(*n)) spec.training = *t;
+    }
+    if (auto n = r.required_child("strategy", "a strategy mapping with kind")) {
+      if (auto s = parse_strategy(*n, hw ? &hw->topology : nullptr)) spec.strategy = *s;
+    }
+    if (hw) spec.hardware = std::move(*hw);
+  }
+  ctx.finish();
+  spec.effective = ctx.effective();
+  spec.warnings = ctx.warnings();
+  return spec;
+}
+
+namespace {
+
+IterationInputs inputs_of(const ExperimentSpec& spec, const CostModel& costs) {
+  return IterationInputs{spec.model, spec.training, spec.hardware.topology, costs, spec.collectives};
+}
+
+}  // namespace
+
+std::string dump_task_graph(const ExperimentSpec& spec, bool dot) {
+  const CostModel costs(spec.device);
+  const BuiltIteration built = build_iteration(inputs_of(spec, costs), spec.strategy);
+  return dot ? built.graph.to_dot(built.machine.platform) : built.graph.to_text(built.machine.platform);
+}
+
+ExperimentResult run_experiment(const ExperimentSpec& spec) {
+  const CostModel costs(spec.device);
+  const BuiltIteration built = build_iteration(inputs_of(spec, costs), spec.strategy);
+  const sim::RunResult run = sim::execute(built.machine.platform, built.graph);
+
+  ExperimentResult r;
+  r.iteration_time = run.makespan;
+  r.ranks = built.devices.size();
+  r.tasks = built.graph.size();
+  r.events = run.events_processed;
+  r.approximations = built.approximations;
+
+  for (const auto& span : built.spans) {
+    const auto& first = run.tasks[span.first.index];
+    const sim::TimePs begin = span.from_end ? first.end : first.start;
+    const sim::TimePs length = run.tasks[span.last.index].end - begin;
+    auto it = std::find_if(r.phases.begin(), r.phases.end(), [&](const PhaseTime& p) { return p.phase == span.phase; });
+    if (it == r.phases.end()) {
+      r.phases.push_back({span.phase, length});
+    } else {
+      it->time += length;
+    }
+  }
+
+  const double seconds = run.makespan.seconds();
+  if (seconds > 0.0) {
+    r.tflops_per_device = built.model_flops_per_device.count / seconds / 1e12;
+    r.hardware_tflops_per_device = built.hardware_flops_per_device.count / seconds / 1e12;
+    r.mfu = built.model_flops_per_device.count / seconds / spec.device.peak_matrix_bf16.flops_per_s;
+  }
+
+  // Memory: per pool kind, the fullest pool; any overflow makes the configuration infeasible.
+  for (const auto& pool : run.pools) {
+    auto it = std::find_if(r.memory.begin(), r.memory.end(), [&](const auto& m) { return m.kind == pool.kind; });
+    if (it == r.memory.end()) {
+      r.memory.push_back({pool.kind, pool.name, pool.peak, pool.capacity});
+    } else if (pool.peak > it->peak) {
+      *it = {pool.kind, pool.name, pool.peak, pool.capacity};
+    }
+    if (pool.overflow) {
+      std::vector<std::string> tenants;
+      for (const auto& t : pool.overflow->top_tenants)
+        tenants.push_back(fmt::format("{} {}", t.tenant, sim::format_bytes(t.bytes)));
+      r.feasible = false;
+      r.infeasible_reasons.push_back(
+          fmt::format("{} needs {} of {} (over by {}) at t={}: {}", pool.name, sim::format_bytes(pool.overflow->used),
+                      sim::format_bytes(pool.capacity), sim::format_bytes(pool.overflow->excess),
+                      sim::format_time(pool.overflow->time), fmt::join(tenants, ", ")));
+    }
+  }
+  // Links: per class, total bytes and the busiest link.
+  for (const auto& c : run.constraints) {
+    auto it = std::find_if(r.links.begin(), r.links.end(), [&](const auto& l) { return l.link_class == c.link_class; });
+    if (it == r.links.end()) {
+      r.links.push_back({c.link_class, 0.0, sim::TimePs{0}, c.name, 0.0});
+      it = r.links.end() - 1;
+    }
+    it->bytes += c.stats.bytes_carried;
+    if (c.stats.busy_time > it->busiest_link_busy) {
+      it->busiest_link_busy = c.stats.busy_time;
+      it->busiest_link = c.name;
+      it->peak_bytes_per_s = c.stats.peak_bytes_per_s;
+    }
+  }
+  return r;
+}
+
+namespace {
+
+std::string phase_key(const std::string& phase) {
+  return phase + "_s";
+}
+
+double phase_seconds(const ExperimentResult& r, std::string_view phase) {
+  for (const auto& p : r.phases) {
+    if (p.phase == phase) return p.time.seconds();
+  }
+  return 0.0;
+}
+
+}  // namespace
+
+std::string summary_json(const ExperimentSpec& spec, const ExperimentResult& r, const Provenance& p) {
+  sim::report::JsonWriter j;
+  j.begin_object();
+  j.key("offsim").begin_object().field("version", p.version).field("git", p.git_hash).end_object();
+  j.field("experiment", spec.name);
+  j.field("config_file", spec.file);
+  j.field("feasible", r.feasible);
+  j.key("infeasible_reasons").begin_array();
+  for (const auto& reason : r.infeasible_reasons) j.value(reason);
+  j.end_array();
+  j.field("iteration_time_s", r.iteration_time.seconds());
+  j.field("tflops_per_device", r.tflops_per_device);
+  j.field("hardware_tflops_per_device", r.hardware_tflops_per_device);
+  j.field("mfu", r.mfu);
+  j.key("phases").begin_object();
+  // The three headline phases are always present, then any others the strategy reports.
+  for (const std::string_view key : {"forward", "backward", "optimizer"})
+    j.field(phase_key(std::string(key)), phase_seconds(r, key));
+  for (const auto& ph : r.phases) {
+    if (ph.phase != "forward" && ph.phase != "backward" && ph.phase != "optimizer")
+      j.field(phase_key(ph.phase), ph.time.seconds());
+  }
+  j.end_object();
+  j.key("memory").begin_object();
+  for (const auto& m : r.memory) {
+    j.key(m.kind).begin_object();
+    j.field("peak_bytes", m.peak.count).field("capacity_bytes", m.capacity.count).field("pool", m.fullest_pool);
+    j.end_object();
+  }
+  j.end_object();
+  j.key("links").begin_object();
+  for (const auto& l : r.links) {
+    j.key(l.link_class).begin_object();
+    j.field("bytes", l.bytes)
+        .field("busiest_link", l.busiest_link)
+        .field("busiest_link_busy_s", l.busiest_link_busy.seconds());
+    j.field("busiest_link_peak_bytes_per_s", l.peak_bytes_per_s);
+    j.end_object();
+  }
+  j.end_object();
+  j.key("simulation").begin_object();
+  j.field("ranks_simulated", static_cast<std::uint64_t>(r.ranks)).field("tasks", static_cast<std::uint64_t>(r.tasks));
+  j.field("events", r.events);
+  j.end_object();
+  j.key("approximations").begin_array();
+  for (const auto& a : r.approximations) j.value(a);
+  j.end_array();
+  j.key("warnings").begin_array();
+  for (const auto& w : spec.warnings) j.value(w.str());
+  j.end_array();
+  j.key("config").begin_object();
+  for (const auto& [key, value] : spec.effective) j.field(key, value);
+  j.end_object();
+  j.end_object();
+  return j.str();
+}
+
+std::string text_report(const ExperimentSpec& spec, const ExperimentResult& r) {
+  std::string out;
+  const ParameterCounts params = count_parameters(spec.model);
+  out += fmt::format("offsim: {}  ({} with {:.3f} B parameters, {} ranks on {})\n\n", spec.name, spec.model.name,
+                     static_cast<double>(params.total) / 1e9, r.ranks, spec.hardware.name);
+  out += fmt::format("feasible             {}\n", r.feasible ? "yes" : "NO");
+  for (const auto& reason : r.infeasible_reasons) out += fmt::format("  {}\n", reason);
+  out += fmt::format("iteration time       {}\n", sim::format_time(r.iteration_time));
+  out += fmt::format("TFLOPS per device    {:.1f} model, {:.1f} hardware (with recomputation)\n", r.tflops_per_device,
+                     r.hardware_tflops_per_device);
+  out += fmt::format("MFU                  {:.1f}% of {}\n\n", 100.0 * r.mfu,
+                     sim::format_flop_rate(spec.device.peak_matrix_bf16));
+
+  sim::report::TextTable phases({"phase (rank 0)", "time", "share"});
+  const double total = r.iteration_time.seconds();
+  const PhaseTime* largest = nullptr;
+  for (const auto& p : r.phases) {
+    phases.add_row({p.phase, sim::format_time(p.time),
+                    fmt::format("{:.1f}%", total > 0 ? 100.0 * p.time.seconds() / total : 0.0)});
+    if (!largest || p.time > largest->time) largest = &p;
+  }
+  out += phases.str() + "\n";
+
+  sim::report::TextTable memory({"memory", "fullest pool", "peak", "capacity", "use"});
+  for (const auto& m : r.memory) {
+    memory.add_row(
+        {m.kind, m.fullest_pool, sim::format_bytes(m.peak), sim::format_bytes(m.capacity),
+         fmt::format("{:.1f}%", m.capacity.count > 0 ? 100.0 * m.peak.as_double() / m.capacity.as_double() : 0.0)});
+  }
+  out += memory.str() + "\n";
+
+  sim::report::TextTable links({"link class", "bytes moved", "busiest link", "busy", "peak rate"});
+  for (const auto& l : r.links) {
+    links.add_row({l.link_class, sim::format_bytes(sim::Bytes{static_cast<std::int64_t>(l.bytes)}), l.busiest_link,
+                   fmt::format("{:.1f}%", total > 0 ? 100.0 * l.busiest_link_busy.seconds() / total : 0.0),
+                   sim::format_bandwidth(sim::Bandwidth{l.peak_bytes_per_s})});
+  }
+  out += links.str() + "\n";
+
+  if (largest && total > 0) {
+    out += fmt::format("bottleneck: {} takes {:.0f}% of the iteration", largest->phase,
+                       100.0 * largest->time.seconds() / total);
+    const double exposed = phase_seconds(r, "exposed_communication");
+    out += fmt::format("; communication left exposed after backward is {:.1f}%.\n", 100.0 * exposed / total);
+  }
+  out += "\napproximations in this model:\n";
+  for (const auto& a : r.approximations) out += fmt::format("  - {}\n", a);
+  for (const auto& w : spec.warnings) out += fmt::format("warning: {}\n", w.str());
+  return out;
+}
+
+}  // namespace offsim::models

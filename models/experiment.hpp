@@ -1,0 +1,85 @@
+#pragma once
+// An experiment: a machine, its calibration, a model, training settings and a strategy, read
+// from one YAML file (with !include), run as one simulated training iteration, and reported.
+#include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "models/cost/cost_model.hpp"
+#include "models/strategies/strategy.hpp"
+#include "models/transformer/transformer.hpp"
+#include "sim/config/config_reader.hpp"
+#include "sim/exec/executor.hpp"
+#include "topologies/topology_parser.hpp"
+
+namespace offsim::models {
+
+struct ExperimentSpec {
+  std::string name;
+  std::string file;
+  topo::NodeTopology hardware;
+  DeviceCosts device;
+  CollectiveCosts collectives;
+  ModelSpec model;
+  TrainingSpec training;
+  StrategySpec strategy;
+  std::vector<std::pair<std::string, std::string>> effective;  // key path -> value, after overrides
+  std::vector<sim::config::Diagnostic> warnings;
+};
+
+/// Reads and validates an experiment. Throws sim::config::ConfigError listing every problem.
+[[nodiscard]] ExperimentSpec load_experiment(const std::filesystem::path& file,
+                                             const std::vector<std::string>& overrides);
+
+struct MemoryKindSummary {
+  std::string kind;  // "hbm", "dram", ...
+  std::string fullest_pool;
+  sim::Bytes peak{0};
+  sim::Bytes capacity{0};
+};
+
+struct LinkClassSummary {
+  std::string link_class;
+  double bytes = 0.0;
+  sim::TimePs busiest_link_busy{0};
+  std::string busiest_link;
+  double peak_bytes_per_s = 0.0;  // of the busiest single link
+};
+
+struct PhaseTime {
+  std::string phase;
+  sim::TimePs time{0};
+};
+
+struct ExperimentResult {
+  bool feasible = true;
+  std::vector<std::string> infeasible_reasons;
+  sim::TimePs iteration_time{0};
+  std::vector<PhaseTime> phases;  // forward, backward, exposed_communication, optimizer
+  double tflops_per_device = 0.0;
+  double hardware_tflops_per_device = 0.0;
+  double mfu = 0.0;
+  std::vector<MemoryKindSummary> memory;
+  std::vector<LinkClassSummary> links;
+  std::size_t ranks = 0;
+  std::size_t tasks = 0;
+  std::uint64_t events = 0;
+  std::vector<std::string> approximations;
+};
+
+/// Builds and simulates one iteration.
+[[nodiscard]] ExperimentResult run_experiment(const ExperimentSpec& spec);
+
+/// The task graph of one iteration without running it: text or Graphviz DOT.
+[[nodiscard]] std::string dump_task_graph(const ExperimentSpec& spec, bool dot);
+
+struct Provenance {
+  std::string version;
+  std::string git_hash;
+};
+
+[[nodiscard]] std::string summary_json(const ExperimentSpec& spec, const ExperimentResult& result, const Provenance& p);
+[[nodiscard]] std::string text_report(const ExperimentSpec& spec, const ExperimentResult& result);
+
+}  // namespace offsim::models

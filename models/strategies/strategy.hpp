@@ -1,0 +1,93 @@
+#pragma once
+// Training strategies turn (model, machine, costs, strategy) into the task graph of one training
+// iteration. The set of strategies is closed: StrategySpec is a std::variant and
+// build_iteration() visits it; `offsim list` prints the alternatives.
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "models/cost/cost_model.hpp"
+#include "models/transformer/transformer.hpp"
+#include "sim/exec/task_graph.hpp"
+#include "topologies/topology.hpp"
+
+namespace offsim::models {
+
+struct TrainingSpec {
+  std::int64_t micro_batch = 1;
+  std::int64_t grad_accum = 1;
+  Recompute recompute = Recompute::kNone;
+  bool flash_attention = false;
+};
+
+/// Data parallelism with replicated parameters, gradients and optimizer states (ZeRO stage 0):
+/// every rank runs forward and backward on its micro-batches; gradients are all-reduced in
+/// buckets (overlapping backward when overlap_comm), then every rank runs Adam on all parameters.
+struct DataParallelSpec {
+  int zero_stage = 0;
+  std::vector<std::string> devices;  // rank r runs on devices[r]; the ring follows this order
+  std::int64_t reduce_bucket_elements = 0;
+  bool overlap_comm = true;
+};
+
+using StrategySpec = std::variant<DataParallelSpec>;
+
+struct StrategyInfo {
+  std::string kind;
+  std::string description;
+};
+/// One line per strategy kind, for `offsim list`.
+[[nodiscard]] std::vector<StrategyInfo> list_strategies();
+
+/// The machine as engine resources: one compute unit per GPU (its stream) and per CPU (its
+/// cores), one memory pool per device memory, one constraint per directed link and per memory
+/// whose bandwidth transfers share.
+struct MachineResources {
+  sim::Platform platform;
+  std::vector<std::optional<std::uint32_t>> unit_of_device;
+  std::vector<std::optional<std::uint32_t>> pool_of_device;
+  std::vector<std::optional<sim::ConstraintId>> memory_constraint_of_device;
+  std::vector<sim::ConstraintId> constraint_of_link;
+
+  /// Constraints a transfer from `src` to `dst` crosses: the source memory (if shared), the
+  /// route's links, the destination memory (if shared).
+  [[nodiscard]] std::vector<sim::ConstraintId> transfer_route(const topo::Topology& t, std::size_t src,
+                                                              std::size_t dst) const;
+};
+[[nodiscard]] MachineResources make_machine_resources(const topo::Topology& topology);
+
+/// A time interval of the representative rank reported as `phase`: from the start of `first`
+/// (or its end, when from_end) to the end of `last`. Spans of one phase add up.
+struct PhaseSpan {
+  std::string phase;
+  sim::TaskId first;
+  sim::TaskId last;
+  bool from_end = false;
+};
+
+struct BuiltIteration {
+  MachineResources machine;
+  sim::TaskGraph graph;
+  std::vector<PhaseSpan> spans;      // rank 0, in time order
+  std::vector<std::size_t> devices;  // device index of each rank
+  sim::Flops model_flops_per_device{};
+  sim::Flops hardware_flops_per_device{};
+  std::vector<std::string> approximations;
+};
+
+struct IterationInputs {
+  const ModelSpec& model;
+  const TrainingSpec& training;
+  const topo::Topology& topology;
+  const CostModel& costs;
+  const CollectiveCosts& collectives;
+};
+
+/// Builds the task graph of one iteration. Throws std::invalid_argument for a strategy the
+/// machine cannot host (e.g. more ranks than GPUs); the parser reports those first with locations.
+[[nodiscard]] BuiltIteration build_iteration(const IterationInputs& in, const StrategySpec& strategy);
+
+[[nodiscard]] BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallelSpec& spec);
+
+}  // namespace offsim::models

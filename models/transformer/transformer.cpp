@@ -1,0 +1,85 @@
+#include "models/transformer/transformer.hpp"
+
+namespace offsim::models {
+
+ParameterCounts count_parameters(const ModelSpec& m) {
+  const std::int64_t h = m.hidden;
+  const std::int64_t kv = m.kv_width();
+  const std::int64_t bias = m.linear_bias ? 1 : 0;
+  const std::int64_t norm_params = m.norm == NormKind::kLayerNorm ? 2 * h : h;  // weight (+ bias)
+  // Attention: Q and O are h x h, K and V are h x kv (grouped-query attention shares K/V heads).
+  const std::int64_t attention = 2 * h * h + 2 * h * kv + bias * (h + 2 * kv + h);
+  // MLP: GeLU has up (h x f) and down (f x h); SwiGLU has gate and up (h x f each) and down.
+  const std::int64_t mlp =
+      m.ffn_kind == FfnKind::kGelu ? 2 * h * m.ffn + bias * (m.ffn + h) : 3 * h * m.ffn + bias * (2 * m.ffn + h);
+  ParameterCounts c;
+  c.per_layer = attention + mlp + 2 * norm_params;
+  c.layers = c.per_layer * m.layers;
+  c.embedding = m.vocab * h;
+  c.position = m.position == PositionKind::kLearned ? m.seq * h : 0;
+  c.final_norm = norm_params;
+  c.output_head = m.tied_embeddings ? 0 : m.vocab * h;
+  c.total = c.layers + c.embedding + c.position + c.final_norm + c.output_head;
+  return c;
+}
+
+LayerWork layer_forward(const ModelSpec& m, std::int64_t micro_batch, bool flash_attention) {
+  const double t = static_cast<double>(micro_batch * m.seq);  // tokens
+  const double h = static_cast<double>(m.hidden);
+  const double kv = static_cast<double>(m.kv_width());
+  const double f = static_cast<double>(m.ffn);
+  const double s = static_cast<double>(m.seq);
+  const double b = static_cast<double>(micro_batch);
+  LayerWork w;
+  const double qkv = 2.0 * t * h * (h + 2.0 * kv);
+  const double out_proj = 2.0 * t * h * h;
+  const double mlp = m.ffn_kind == FfnKind::kGelu ? 2.0 * t * 2.0 * h * f : 2.0 * t * 3.0 * h * f;
+  w.gemm = sim::Flops{qkv + out_proj + mlp};
+  w.attention = sim::Flops{4.0 * b * s * s * h};
+  w.activations = stored_activation_bytes(m, micro_batch, Recompute::kNone, flash_attention);
+  return w;
+}
+
+sim::Flops head_forward_flops(const ModelSpec& m, std::int64_t micro_batch) {
+  return sim::Flops{2.0 * static_cast<double>(micro_batch * m.seq) * static_cast<double>(m.hidden) *
+                    static_cast<double>(m.vocab)};
+}
+
+sim::Bytes stored_activation_bytes(const ModelSpec& m, std::int64_t micro_batch, Recompute policy,
+                                   bool flash_attention) {
+  // Korthikanti et al. count, per layer, for 16-bit values and 1-byte dropout masks:
+  //   attention block 11sbh + 5as^2b,  MLP 19sbh,  two norms 4sbh   ->  sbh(34 + 5as/h).
+  // Term by term (s = seq, b = micro-batch, h = hidden, a = heads, kv = K/V width, f = ffn):
+  //   attention: input 2sbh, Q 2sbh, K 2sb*kv, V 2sb*kv, output-projection input 2sbh,
+  //              dropout mask sbh; scores 2as^2b, softmax 2as^2b, its dropout mask as^2b
+  //              (with kv = h this is 11sbh + 5as^2b);
+  //   MLP (GeLU): input 2sbh, GeLU input 2sbf, down-projection input 2sbf, dropout mask sbh
+  //              (with f = 4h this is 19sbh); SwiGLU keeps gate and up outputs and their product:
+  //              input 2sbh, 3 x 2sbf, dropout mask sbh;
+  //   norms: 2 x 2sbh.
+  // Flash attention recomputes the s x s terms in backward, so they are not stored; selective
+  // recomputation (Korthikanti) drops them too. Full recomputation keeps only the layer input.
+  const double s = static_cast<double>(m.seq);
+  const double b = static_cast<double>(micro_batch);
+  const double h = static_cast<double>(m.hidden);
+  const double a = static_cast<double>(m.heads);
+  const double kv = static_cast<double>(m.kv_width());
+  const double f = static_cast<double>(m.ffn);
+  if (policy == Recompute::kFull) return sim::Bytes{static_cast<std::int64_t>(2.0 * s * b * h)};
+  const double attention_linear = s * b * (2.0 * h + 2.0 * h + 4.0 * kv + 2.0 * h + h);
+  const double attention_quadratic = 5.0 * a * s * s * b;
+  const double mlp = m.ffn_kind == FfnKind::kGelu ? s * b * (2.0 * h + 4.0 * f + h) : s * b * (2.0 * h + 6.0 * f + h);
+  const double norms = 4.0 * s * b * h;
+  double total = attention_linear + mlp + norms;
+  if (!flash_attention && policy == Recompute::kNone) total += attention_quadratic;
+  return sim::Bytes{static_cast<std::int64_t>(total)};
+}
+
+sim::Flops model_flops_per_sequence(const ModelSpec& m) {
+  const LayerWork w = layer_forward(m, 1, false);
+  const double forward =
+      static_cast<double>(m.layers) * (w.gemm.count + w.attention.count) + head_forward_flops(m, 1).count;
+  return sim::Flops{3.0 * forward};
+}
+
+}  // namespace offsim::models

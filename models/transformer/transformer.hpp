@@ -1,0 +1,71 @@
+#pragma once
+// Decoder-only transformer shapes, exact parameter counts, and per-layer work.
+//
+// FLOPs count a multiply-add as 2. Attention core FLOPs count the full s x s score matrix (no
+// causal halving), as Megatron-LM's reported TFLOPs do, so figures compare with published ones.
+#include <cstdint>
+#include <string>
+
+#include "sim/core/units.hpp"
+
+namespace offsim::models {
+
+enum class FfnKind { kGelu, kSwiglu };
+enum class NormKind { kLayerNorm, kRmsNorm };
+enum class PositionKind { kLearned, kRope };
+enum class Recompute { kNone, kSelective, kFull };
+
+struct ModelSpec {
+  std::string name;
+  std::int64_t layers = 0;
+  std::int64_t hidden = 0;
+  std::int64_t heads = 0;
+  std::int64_t kv_heads = 0;  // = heads without grouped-query attention
+  std::int64_t ffn = 0;       // intermediate size (per branch for SwiGLU)
+  std::int64_t vocab = 0;     // padded vocabulary
+  std::int64_t seq = 0;
+  FfnKind ffn_kind = FfnKind::kGelu;
+  NormKind norm = NormKind::kLayerNorm;
+  PositionKind position = PositionKind::kLearned;
+  bool tied_embeddings = false;
+  bool linear_bias = true;
+
+  [[nodiscard]] std::int64_t head_dim() const { return hidden / heads; }
+  [[nodiscard]] std::int64_t kv_width() const { return kv_heads * head_dim(); }
+};
+
+struct ParameterCounts {
+  std::int64_t per_layer = 0;
+  std::int64_t layers = 0;  // per_layer x layers
+  std::int64_t embedding = 0;
+  std::int64_t position = 0;
+  std::int64_t final_norm = 0;
+  std::int64_t output_head = 0;  // 0 when tied to the embedding
+  std::int64_t total = 0;
+};
+
+[[nodiscard]] ParameterCounts count_parameters(const ModelSpec& m);
+
+/// Forward work of one transformer layer on `micro_batch` sequences of m.seq tokens.
+struct LayerWork {
+  sim::Flops gemm{};          // QKV, attention output, MLP projections
+  sim::Flops attention{};     // QK^T and attention-times-V
+  sim::Bytes activations{0};  // bytes the layer keeps for backward without recomputation
+};
+
+[[nodiscard]] LayerWork layer_forward(const ModelSpec& m, std::int64_t micro_batch, bool flash_attention);
+
+/// Forward FLOPs of the output projection to the vocabulary (logits).
+[[nodiscard]] sim::Flops head_forward_flops(const ModelSpec& m, std::int64_t micro_batch);
+
+/// Bytes kept per layer between forward and backward, by recomputation policy, for 16-bit
+/// activations. From Korthikanti et al., "Reducing Activation Recomputation in Large Transformer
+/// Models" (MLSys 2023), section 4, generalised term by term to GQA and any FFN width (see .cpp).
+[[nodiscard]] sim::Bytes stored_activation_bytes(const ModelSpec& m, std::int64_t micro_batch, Recompute policy,
+                                                 bool flash_attention);
+
+/// Model FLOPs of one training step on `tokens` tokens: forward + backward (= 2 x forward), no
+/// recomputation. This is the numerator of TFLOPS per device and MFU.
+[[nodiscard]] sim::Flops model_flops_per_sequence(const ModelSpec& m);
+
+}  // namespace offsim::models

@@ -1,0 +1,323 @@
+#include "sim/config/config_reader.hpp"
+
+#include <fmt/format.h>
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+
+#include "sim/config/did_you_mean.hpp"
+
+namespace offsim::sim::config {
+
+namespace {
+
+// Includes nest at most this deep; deeper is reported as a probable include cycle.
+constexpr int kMaxIncludeDepth = 16;
+constexpr std::string_view kIncludeTag = "!include";
+// Keys that document a value and are accepted in every mapping.
+const std::vector<std::string> kDocumentationKeys{"source", "notes"};
+
+Location mark_location(const YAML::Node& node, const std::string& file, const Location& fallback) {
+  try {
+    const YAML::Mark m = node.Mark();
+    if (m.line < 0) return fallback;
+    return Location{file, m.line + 1, m.column + 1};
+  } catch (const std::exception&) {
+    return fallback;  // yaml-cpp throws for marks of missing nodes: report at the parent
+  }
+}
+
+std::string describe_found(const YAML::Node& n) {
+  if (!n.IsDefined() || n.IsNull()) return "nothing (null)";
+  if (n.IsMap()) return "a mapping";
+  if (n.IsSequence()) return "a list";
+  return fmt::format("\"{}\"", n.Scalar());
+}
+
+}  // namespace
+
+std::string Location::str() const {
+  if (line == 0) return file;
+  return fmt::format("{}:{}:{}", file, line, column);
+}
+
+std::string Diagnostic::str() const {
+  if (key_path.empty()) return fmt::format("{}: {}", loc.str(), message);
+  return fmt::format("{}: {}: {}", loc.str(), key_path, message);
+}
+
+namespace {
+std::string join_diagnostics(const std::vector<Diagnostic>& diagnostics) {
+  std::string out;
+  for (const auto& d : diagnostics) {
+    if (!out.empty()) out += '\n';
+    out += d.str();
+  }
+  return out;
+}
+}  // namespace
+
+ConfigError::ConfigError(std::vector<Diagnostic> diagnostics)
+    : std::runtime_error(join_diagnostics(diagnostics)), diagnostics_(std::move(diagnostics)) {}
+
+Context::Context(const std::vector<std::string>& overrides) {
+  for (const auto& raw : overrides) {
+    const Location loc{fmt::format("--set {}", raw), 0, 0};
+    const auto eq = raw.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      error(loc, "", "expected key.path=value");
+      continue;
+    }
+    const std::string key = raw.substr(0, eq);
+    try {
+      overrides_[key] = Override{raw, YAML::Load(raw.substr(eq + 1)), false};
+    } catch (const YAML::Exception& e) {
+      error(loc, key, fmt::format("the value is not valid YAML: {}", e.msg));
+    }
+  }
+}
+
+Node Context::load_root(const std::filesystem::path& file) {
+  const std::string name = file.string();
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(name);
+  } catch (const YAML::BadFile&) {
+    throw ConfigError({Diagnostic{Location{name, 0, 0}, "", "cannot open the file"}});
+  } catch (const YAML::ParserException& e) {
+    throw ConfigError(
+        {Diagnostic{Location{name, e.mark.line + 1, e.mark.column + 1}, "", fmt::format("invalid YAML: {}", e.msg)}});
+  }
+  return Node(*this, root, name, "", Location{name, 1, 1}, 0);
+}
+
+void Context::error(const Location& loc, std::string_view key_path, std::string message) {
+  errors_.push_back(Diagnostic{loc, std::string(key_path), std::move(message)});
+}
+
+void Context::warning(const Location& loc, std::string_view key_path, std::string message) {
+  warnings_.push_back(Diagnostic{loc, std::string(key_path), std::move(message)});
+}
+
+void Context::finish() {
+  for (auto& [key, o] : overrides_) {
+    if (o.used) continue;
+    std::vector<std::string> known(known_paths_.begin(), known_paths_.end());
+    const auto hint = did_you_mean(key, known);
+    error(Location{fmt::format("--set {}", o.raw), 0, 0}, key,
+          hint ? fmt::format("no such key (did you mean '{}'?)", *hint) : std::string("no such key"));
+  }
+  if (!errors_.empty()) {
+    auto all = std::move(errors_);
+    errors_.clear();
+    throw ConfigError(std::move(all));
+  }
+}
+
+void Context::record(const std::string& path, const std::string& value) {
+  effective_.emplace_back(path, value);
+}
+
+Node Context::include_file(const Node& parent, const std::string& child_path, const YAML::Node& tagged,
+                           const Location& at) {
+  const std::filesystem::path target =
+      std::filesystem::path(parent.file()).parent_path() / std::filesystem::path(tagged.Scalar());
+  const std::string name = target.lexically_normal().string();
+  if (parent.include_depth() >= kMaxIncludeDepth) {
+    error(at, child_path, fmt::format("includes nest deeper than {} (an include cycle?)", kMaxIncludeDepth));
+    return Node(*this, YAML::Node(), parent.file(), child_path, at, parent.include_depth());
+  }
+  try {
+    YAML::Node loaded = YAML::LoadFile(name);
+    return Node(*this, loaded, name, child_path, Location{name, 1, 1}, parent.include_depth() + 1);
+  } catch (const YAML::BadFile&) {
+    error(at, child_path, fmt::format("!include: cannot open '{}'", name));
+  } catch (const YAML::ParserException& e) {
+    error(Location{name, e.mark.line + 1, e.mark.column + 1}, child_path, fmt::format("invalid YAML: {}", e.msg));
+  }
+  return Node(*this, YAML::Node(), parent.file(), child_path, at, parent.include_depth());
+}
+
+std::optional<Node> Context::resolve(const Node& parent, std::string_view key, const YAML::Node* found) {
+  const std::string path = parent.child_path(key);
+  known_paths_.insert(path);
+  if (auto it = overrides_.find(path); it != overrides_.end()) {
+    it->second.used = true;
+    return Node(*this, it->second.value, parent.file(), path, Location{fmt::format("--set {}", it->second.raw), 0, 0},
+                parent.include_depth());
+  }
+  if (found != nullptr) {
+    const Location at = mark_location(*found, parent.file(), parent.location());
+    if (found->Tag() == kIncludeTag) {
+      if (!found->IsScalar()) {
+        error(at, path, "!include expects a file path");
+        return std::nullopt;
+      }
+      return include_file(parent, path, *found, at);
+    }
+    return Node(*this, *found, parent.file(), path, at, parent.include_depth());
+  }
+  // Absent from the file, but an override sets something beneath it: an empty mapping stands in.
+  const std::string prefix = path + ".";
+  for (const auto& [key_path, o] : overrides_) {
+    if (key_path.starts_with(prefix)) {
+      return Node(*this, YAML::Node(YAML::NodeType::Map), parent.file(), path, parent.location(),
+                  parent.include_depth());
+    }
+  }
+  return std::nullopt;
+}
+
+Node::Node(Context& ctx, YAML::Node yaml, std::string file, std::string path, Location loc, int include_depth)
+    : ctx_(&ctx),
+      yaml_(std::move(yaml)),
+      file_(std::move(file)),
+      path_(std::move(path)),
+      loc_(std::move(loc)),
+      include_depth_(include_depth) {}
+
+std::string Node::child_path(std::string_view key) const {
+  return path_.empty() ? std::string(key) : fmt::format("{}.{}", path_, key);
+}
+
+std::vector<Node> Node::items() const {
+  std::vector<Node> out;
+  if (!yaml_.IsSequence()) {
+    ctx_->error(loc_, path_, fmt::format("expected a list, got {}", describe_found(yaml_)));
+    return out;
+  }
+  for (std::size_t i = 0; i < yaml_.size(); ++i) {
+    const YAML::Node item = yaml_[i];
+    if (auto n = ctx_->resolve(*this, std::to_string(i), &item)) out.push_back(*n);
+  }
+  return out;
+}
+
+namespace {
+
+template <class T>
+std::optional<T> parse_integral(const std::string& s) {
+  T value{};
+  const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
+  if (ec != std::errc{} || ptr != s.data() + s.size()) return std::nullopt;
+  return value;
+}
+
+}  // namespace
+
+template <class T>
+std::optional<T> Node::as() const {
+  constexpr std::string_view expected = MapReader::type_name<T>();
+  if (!yaml_.IsScalar()) {
+    ctx_->error(loc_, path_, fmt::format("expected {}, got {}", expected, describe_found(yaml_)));
+    return std::nullopt;
+  }
+  const std::string& s = yaml_.Scalar();
+  ctx_->record(path_, s);
+  std::optional<T> out;
+  std::string why;
+  if constexpr (std::is_same_v<T, std::string>) {
+    out = s;
+  } else if constexpr (std::is_same_v<T, std::int64_t> || std::is_same_v<T, int>) {
+    out = parse_integral<T>(s);
+  } else if constexpr (std::is_same_v<T, double>) {
+    double v = 0.0;
+    const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (ec == std::errc{} && ptr == s.data() + s.size() && std::isfinite(v)) out = v;
+  } else if constexpr (std::is_same_v<T, bool>) {
+    if (s == "true") out = true;
+    if (s == "false") out = false;
+  } else {
+    try {
+      if constexpr (std::is_same_v<T, Bytes>) out = parse_bytes(s);
+      if constexpr (std::is_same_v<T, TimePs>) out = parse_time(s);
+      if constexpr (std::is_same_v<T, Bandwidth>) out = parse_bandwidth(s);
+      if constexpr (std::is_same_v<T, Flops>) out = parse_flops(s);
+      if constexpr (std::is_same_v<T, FlopRate>) out = parse_flop_rate(s);
+    } catch (const UnitError& e) {
+      why = e.what();
+    }
+  }
+  if (!out) {
+    ctx_->error(loc_, path_, why.empty() ? fmt::format("expected {}, got \"{}\"", expected, s) : why);
+  }
+  return out;
+}
+
+template std::optional<std::string> Node::as<std::string>() const;
+template std::optional<std::int64_t> Node::as<std::int64_t>() const;
+template std::optional<int> Node::as<int>() const;
+template std::optional<double> Node::as<double>() const;
+template std::optional<bool> Node::as<bool>() const;
+template std::optional<Bytes> Node::as<Bytes>() const;
+template std::optional<TimePs> Node::as<TimePs>() const;
+template std::optional<Bandwidth> Node::as<Bandwidth>() const;
+template std::optional<Flops> Node::as<Flops>() const;
+template std::optional<FlopRate> Node::as<FlopRate>() const;
+
+MapReader::MapReader(const Node& node) : node_(node) {
+  if (!node_.yaml().IsMap()) {
+    valid_ = false;
+    node_.context().error(node_.location(), node_.path(),
+                          fmt::format("expected a mapping, got {}", describe_found(node_.yaml())));
+  }
+}
+
+MapReader::~MapReader() {
+  if (!valid_) return;
+  std::vector<std::string> known = asked_;
+  known.insert(known.end(), kDocumentationKeys.begin(), kDocumentationKeys.end());
+  for (const auto& kv : node_.yaml()) {
+    const std::string key = kv.first.Scalar();
+    if (std::find(known.begin(), known.end(), key) != known.end()) continue;
+    const auto hint = did_you_mean(key, asked_);
+    const Location at = mark_location(kv.first, node_.file(), node_.location());
+    node_.context().error(at, node_.child_path(key),
+                          hint ? fmt::format("unknown key (did you mean '{}'?)", *hint) : std::string("unknown key"));
+  }
+}
+
+bool MapReader::has(std::string_view key) {
+  if (std::find(asked_.begin(), asked_.end(), key) == asked_.end()) asked_.emplace_back(key);
+  return valid_ && node_.yaml()[std::string(key)].IsDefined();
+}
+
+std::optional<Node> MapReader::child(std::string_view key) {
+  if (std::find(asked_.begin(), asked_.end(), key) == asked_.end()) asked_.emplace_back(key);
+  if (!valid_) return std::nullopt;
+  const YAML::Node& map = node_.yaml();
+  const YAML::Node found = map[std::string(key)];
+  return node_.context().resolve(node_, key, found.IsDefined() ? &found : nullptr);
+}
+
+std::optional<Node> MapReader::required_child(std::string_view key, std::string_view expected) {
+  auto c = child(key);
+  if (!c && valid_) {
+    node_.context().error(node_.location(), node_.child_path(key),
+                          fmt::format("missing required key (expected {})", expected));
+  }
+  return c;
+}
+
+Located<std::string> MapReader::choice(std::string_view key, const std::vector<std::string>& choices,
+                                       std::optional<std::string> fallback) {
+  Located<std::string> out{fallback.value_or(""), node_.location()};
+  const std::string expected = fmt::format("one of {{{}}}", fmt::join(choices, ", "));
+  auto c = fallback ? child(key) : required_child(key, expected);
+  if (!c) return out;
+  out.loc = c->location();
+  auto v = c->as<std::string>();
+  if (!v) return out;
+  if (std::find(choices.begin(), choices.end(), *v) == choices.end()) {
+    const auto hint = did_you_mean(*v, choices);
+    node_.context().error(c->location(), c->path(),
+                          fmt::format("expected {}, got \"{}\"{}", expected, *v,
+                                      hint ? fmt::format(" (did you mean '{}'?)", *hint) : std::string()));
+    return out;
+  }
+  out.value = *v;
+  out.valid = true;
+  return out;
+}
+
+}  // namespace offsim::sim::config

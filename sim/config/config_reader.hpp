@@ -1,0 +1,218 @@
+#pragma once
+// Reading YAML configuration into plain spec structs.
+//
+// - Every value keeps its location (file:line:col, 1-based) and its key path ("model.layers").
+// - Errors do not stop the reading: they are collected in the Context, and Context::finish()
+//   throws one ConfigError listing them all. Each reads
+//       file:line:col: key.path: what was expected, what was found
+// - A MapReader reports the keys it was not asked for as unknown, with a did-you-mean.
+//   `source` and `notes` keys are allowed everywhere: they document where a number comes from.
+// - `key: !include relative/path.yaml` splices another file in; its values are located in it.
+// - `--set key.path=value` overrides replace the value at that path (the value is read as YAML,
+//   so `--set strategy.devices=[0,1]` works). An override that matches no key is an error.
+//
+// YAML::Node never leaves this layer and the parse_* functions that use Node / MapReader.
+#include <yaml-cpp/yaml.h>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "sim/core/units.hpp"
+
+namespace offsim::sim::config {
+
+struct Location {
+  std::string file;
+  int line = 0;  // 1-based; 0 when the value did not come from a file (a --set override)
+  int column = 0;
+  [[nodiscard]] std::string str() const;
+};
+
+template <class T>
+struct Located {
+  T value{};
+  Location loc;
+  bool valid = false;  // false when the value was missing or could not be read (an error is recorded)
+};
+
+struct Diagnostic {
+  Location loc;
+  std::string key_path;
+  std::string message;
+  [[nodiscard]] std::string str() const;
+};
+
+/// Bad input. Carries every problem found; what() is one line per diagnostic.
+class ConfigError : public std::runtime_error {
+ public:
+  explicit ConfigError(std::vector<Diagnostic> diagnostics);
+  [[nodiscard]] const std::vector<Diagnostic>& diagnostics() const { return diagnostics_; }
+
+ private:
+  std::vector<Diagnostic> diagnostics_;
+};
+
+class Node;
+
+class Context {
+ public:
+  /// `overrides` are the raw "key.path=value" strings of --set.
+  explicit Context(const std::vector<std::string>& overrides = {});
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  /// Loads a YAML file as the root of a configuration. A file that cannot be read or parsed is
+  /// fatal (ConfigError at once): nothing else could be checked.
+  [[nodiscard]] Node load_root(const std::filesystem::path& file);
+
+  void error(const Location& loc, std::string_view key_path, std::string message);
+  void warning(const Location& loc, std::string_view key_path, std::string message);
+
+  /// Reports overrides that matched no key, then throws ConfigError if any error was recorded.
+  void finish();
+
+  [[nodiscard]] bool has_errors() const { return !errors_.empty(); }
+  [[nodiscard]] std::size_t error_count() const { return errors_.size(); }
+  [[nodiscard]] const std::vector<Diagnostic>& warnings() const { return warnings_; }
+  /// Every scalar read, in reading order: (key path, value as written, after overrides).
+  [[nodiscard]] const std::vector<std::pair<std::string, std::string>>& effective() const { return effective_; }
+
+  // Used by Node / MapReader.
+  [[nodiscard]] std::optional<Node> resolve(const Node& parent, std::string_view key, const YAML::Node* found);
+  void record(const std::string& path, const std::string& value);
+  void note_known_path(const std::string& path) { known_paths_.insert(path); }
+
+ private:
+  struct Override {
+    std::string raw;
+    YAML::Node value;
+    bool used = false;
+  };
+  [[nodiscard]] Node include_file(const Node& parent, const std::string& child_path, const YAML::Node& tagged,
+                                  const Location& at);
+  std::map<std::string, Override> overrides_;
+  std::vector<Diagnostic> errors_;
+  std::vector<Diagnostic> warnings_;
+  std::vector<std::pair<std::string, std::string>> effective_;
+  std::set<std::string> known_paths_;
+};
+
+/// A located view of one YAML value.
+class Node {
+ public:
+  Node(Context& ctx, YAML::Node yaml, std::string file, std::string path, Location loc, int include_depth);
+
+  [[nodiscard]] const std::string& path() const { return path_; }
+  [[nodiscard]] const Location& location() const { return loc_; }
+  [[nodiscard]] const std::string& file() const { return file_; }
+  [[nodiscard]] Context& context() const { return *ctx_; }
+  [[nodiscard]] int include_depth() const { return include_depth_; }
+  [[nodiscard]] bool is_map() const { return yaml_.IsMap(); }
+  [[nodiscard]] bool is_sequence() const { return yaml_.IsSequence(); }
+  [[nodiscard]] bool is_scalar() const { return yaml_.IsScalar(); }
+  [[nodiscard]] bool is_null() const { return !yaml_.IsDefined() || yaml_.IsNull(); }
+  [[nodiscard]] const YAML::Node& yaml() const { return yaml_; }
+
+  /// Converts a scalar to T; on failure records an error (naming `expected`) and returns nullopt.
+  template <class T>
+  [[nodiscard]] std::optional<T> as() const;
+  /// The items of a sequence (error and empty if this is not one).
+  [[nodiscard]] std::vector<Node> items() const;
+  [[nodiscard]] std::string child_path(std::string_view key) const;
+
+ private:
+  Context* ctx_;
+  YAML::Node yaml_;
+  std::string file_;
+  std::string path_;
+  Location loc_;
+  int include_depth_;
+};
+
+/// Reads the keys of one mapping. Keys never asked for are reported as unknown when the reader
+/// goes out of scope (with the closest asked-for key as a suggestion).
+class MapReader {
+ public:
+  explicit MapReader(const Node& node);
+  MapReader(const MapReader&) = delete;
+  MapReader& operator=(const MapReader&) = delete;
+  ~MapReader();
+
+  [[nodiscard]] const Node& node() const { return node_; }
+  [[nodiscard]] bool has(std::string_view key);
+  /// The child at `key`, or nullopt when absent (no error).
+  [[nodiscard]] std::optional<Node> child(std::string_view key);
+  /// The child at `key`; records "missing required key" when absent.
+  [[nodiscard]] std::optional<Node> required_child(std::string_view key, std::string_view expected);
+
+  template <class T>
+  Located<T> required(std::string_view key) {
+    Located<T> out;
+    out.loc = node_.location();
+    if (auto c = required_child(key, type_name<T>())) {
+      out.loc = c->location();
+      if (auto v = c->template as<T>()) {
+        out.value = *v;
+        out.valid = true;
+      }
+    }
+    return out;
+  }
+  /// Optional with a documented default: the default is recorded in the effective configuration.
+  template <class T>
+  Located<T> optional(std::string_view key, T fallback) {
+    Located<T> out{fallback, node_.location(), true};
+    if (auto c = child(key)) {
+      out.loc = c->location();
+      auto v = c->template as<T>();
+      out.valid = v.has_value();
+      if (v) out.value = *v;
+    }
+    return out;
+  }
+  /// A string that must be one of `choices`.
+  Located<std::string> choice(std::string_view key, const std::vector<std::string>& choices,
+                              std::optional<std::string> fallback = std::nullopt);
+
+  template <class T>
+  static constexpr std::string_view type_name();
+
+ private:
+  Node node_;
+  std::vector<std::string> asked_;
+  bool valid_ = true;
+};
+
+// --- type names used in "expected ..." messages ---
+template <class T>
+constexpr std::string_view MapReader::type_name() {
+  if constexpr (std::is_same_v<T, std::int64_t> || std::is_same_v<T, int>)
+    return "an integer";
+  else if constexpr (std::is_same_v<T, double>)
+    return "a number";
+  else if constexpr (std::is_same_v<T, bool>)
+    return "true or false";
+  else if constexpr (std::is_same_v<T, std::string>)
+    return "a string";
+  else if constexpr (std::is_same_v<T, Bytes>)
+    return "a size such as \"64 GiB\"";
+  else if constexpr (std::is_same_v<T, TimePs>)
+    return "a duration such as \"1.5 us\"";
+  else if constexpr (std::is_same_v<T, Bandwidth>)
+    return "a bandwidth such as \"36 GB/s\"";
+  else if constexpr (std::is_same_v<T, Flops>)
+    return "a FLOP count such as \"3 TFLOP\"";
+  else if constexpr (std::is_same_v<T, FlopRate>)
+    return "a FLOP rate such as \"191.5 TFLOP/s\"";
+  else
+    return "a value";
+}
+
+}  // namespace offsim::sim::config

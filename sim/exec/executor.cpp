@@ -1,0 +1,160 @@
+#include "sim/exec/executor.hpp"
+
+#include <fmt/format.h>
+#include <set>
+
+#include "sim/core/errors.hpp"
+#include "sim/core/simulator.hpp"
+#include "sim/resources/compute_unit.hpp"
+
+namespace offsim::sim {
+
+namespace {
+
+constexpr std::size_t kDeadlockTasksShown = 10;
+
+class Run {
+ public:
+  Run(const Platform& platform, const TaskGraph& graph, const ExecOptions& options)
+      : platform_(platform), graph_(graph), network_(sim_, options.record_link_timelines) {
+    units_.reserve(platform.units.size());
+    for (const auto& u : platform.units) units_.emplace_back(sim_, u.name, u.lanes);
+    for (const auto& c : platform.constraints) network_.add_constraint(c.name, c.capacity);
+    for (const auto& p : platform.pools) pools_.emplace_back(p.name, p.kind, p.capacity);
+    const std::size_t n = graph.size();
+    records_.resize(n);
+    waiting_on_.resize(n);
+    dependents_.resize(n);
+    done_.assign(n, false);
+    for (const auto& t : graph.tasks()) {
+      waiting_on_[t.id.index] = static_cast<std::uint32_t>(t.deps.size());
+      for (const auto d : t.deps) dependents_[d.index].push_back(t.id.index);
+    }
+  }
+
+  RunResult go() {
+    for (const auto& t : graph_.tasks()) {
+      if (waiting_on_[t.id.index] == 0) ready_.insert({t.priority, t.id.index});
+    }
+    drain();
+    sim_.run();
+    if (finished_ != graph_.size()) report_deadlock();
+    network_.sync_stats();
+    return collect();
+  }
+
+ private:
+  void drain() {
+    while (!ready_.empty()) {
+      const auto [priority, id] = *ready_.begin();
+      ready_.erase(ready_.begin());
+      start(id);
+    }
+  }
+
+  void start(std::uint32_t id) {
+    const Task& task = graph_.tasks()[id];
+    records_[id].ready = sim_.now();
+    records_[id].start = sim_.now();
+    struct Starter {
+      Run& run;
+      std::uint32_t id;
+      const Task& task;
+      void operator()(const ComputeTask& c) const {
+        run.units_[c.unit].submit(
+            c.duration, task.priority, id, [r = &run, i = id](TimePs at) { r->records_[i].start = at; },
+            [r = &run, i = id] { r->finish(i); });
+      }
+      void operator()(const TransferTask& x) const {
+        run.network_.start_flow(FlowSpec{x.route, x.bytes, x.latency, x.rate_bound},
+                                [r = &run, i = id] { r->finish(i); });
+      }
+      void operator()(const AllocTask& a) const {
+        run.pools_[a.pool].reserve(run.sim_.now(), a.tenant, a.bytes);
+        run.finish_now(id);
+      }
+      void operator()(const FreeTask& f) const {
+        run.pools_[f.pool].release(run.sim_.now(), f.tenant, f.bytes);
+        run.finish_now(id);
+      }
+      void operator()(const BarrierTask&) const { run.finish_now(id); }
+    };
+    std::visit(Starter{*this, id, task}, task.body);
+  }
+
+  // Instant tasks finish inside drain(); their dependents join the ready set and start in order.
+  void finish_now(std::uint32_t id) { mark_done(id); }
+
+  // Tasks that finish from an event start their ready dependents at once.
+  void finish(std::uint32_t id) {
+    mark_done(id);
+    drain();
+  }
+
+  void mark_done(std::uint32_t id) {
+    records_[id].end = sim_.now();
+    done_[id] = true;
+    ++finished_;
+    for (const auto dep : dependents_[id]) {
+      if (--waiting_on_[dep] == 0) ready_.insert({graph_.tasks()[dep].priority, dep});
+    }
+  }
+
+  [[noreturn]] void report_deadlock() const {
+    std::vector<std::string> lines;
+    std::size_t stuck = 0;
+    for (const auto& t : graph_.tasks()) {
+      if (done_[t.id.index]) continue;
+      ++stuck;
+      if (lines.size() >= kDeadlockTasksShown) continue;
+      std::vector<std::string> waits;
+      for (const auto d : t.deps) {
+        if (!done_[d.index]) waits.push_back(graph_.task(d).name);
+      }
+      lines.push_back(waits.empty() ? fmt::format("'{}' started but never finished", t.name)
+                                    : fmt::format("'{}' waits for {}", t.name, fmt::join(waits, ", ")));
+    }
+    throw SimulationError(fmt::format("deadlock at t={} ps: {} of {} tasks never finished:\n  {}", sim_.now().ps, stuck,
+                                      graph_.size(), fmt::join(lines, "\n  ")));
+  }
+
+  RunResult collect() {
+    RunResult r;
+    r.makespan = sim_.now();
+    r.events_processed = sim_.events_processed();
+    r.tasks = std::move(records_);
+    for (const auto& u : units_) r.units.push_back({u.name(), u.lanes(), u.busy_time(), u.tasks_run()});
+    for (std::size_t i = 0; i < platform_.constraints.size(); ++i) {
+      const ConstraintId c{static_cast<std::uint32_t>(i)};
+      r.constraints.push_back({platform_.constraints[i].name, platform_.constraints[i].link_class, network_.capacity(c),
+                               network_.stats(c)});
+    }
+    for (const auto& p : pools_) {
+      r.pools.push_back({p.name(), p.kind(), p.capacity(), p.peak(), p.peak_time(), p.timeline(), p.overflow()});
+    }
+    return r;
+  }
+
+  const Platform& platform_;
+  const TaskGraph& graph_;
+  Simulator sim_;
+  FlowNetwork network_;
+  std::vector<ComputeUnit> units_;
+  std::vector<MemoryPool> pools_;
+  std::vector<TaskRecord> records_;
+  std::vector<std::uint32_t> waiting_on_;
+  std::vector<std::vector<std::uint32_t>> dependents_;
+  std::vector<bool> done_;
+  std::size_t finished_ = 0;
+  std::set<std::pair<std::int64_t, std::uint32_t>> ready_;
+};
+
+}  // namespace
+
+RunResult execute(const Platform& platform, const TaskGraph& graph, const ExecOptions& options) {
+  graph.validate(platform);
+  Run run(platform, graph, options);
+  return run.go();
+}
+
+}  // namespace offsim::sim

@@ -1,0 +1,145 @@
+#include "sim/exec/task_graph.hpp"
+
+#include <fmt/format.h>
+#include <stdexcept>
+
+namespace offsim::sim {
+
+std::uint32_t Platform::add_unit(UnitSpec u) {
+  units.push_back(std::move(u));
+  return static_cast<std::uint32_t>(units.size() - 1);
+}
+ConstraintId Platform::add_constraint(ConstraintSpec c) {
+  constraints.push_back(std::move(c));
+  return ConstraintId{static_cast<std::uint32_t>(constraints.size() - 1)};
+}
+std::uint32_t Platform::add_pool(PoolSpec p) {
+  pools.push_back(std::move(p));
+  return static_cast<std::uint32_t>(pools.size() - 1);
+}
+
+TaskId TaskGraph::add(std::string name, std::string phase, TaskBody body, std::vector<TaskId> deps,
+                      std::int64_t priority) {
+  const TaskId id{static_cast<std::uint32_t>(tasks_.size())};
+  for (const auto d : deps) {
+    if (d.index >= id.index) throw std::invalid_argument(fmt::format("task '{}' depends on an unknown task", name));
+  }
+  tasks_.push_back(Task{id, std::move(name), std::move(phase), std::move(body), std::move(deps), priority});
+  return id;
+}
+
+void TaskGraph::add_dependency(TaskId task, TaskId depends_on) {
+  if (task.index >= tasks_.size() || depends_on.index >= tasks_.size()) {
+    throw std::invalid_argument("add_dependency: unknown task");
+  }
+  tasks_[task.index].deps.push_back(depends_on);
+}
+
+std::string_view task_kind(const TaskBody& body) {
+  struct Visitor {
+    std::string_view operator()(const ComputeTask&) const { return "compute"; }
+    std::string_view operator()(const TransferTask&) const { return "transfer"; }
+    std::string_view operator()(const AllocTask&) const { return "alloc"; }
+    std::string_view operator()(const FreeTask&) const { return "free"; }
+    std::string_view operator()(const BarrierTask&) const { return "barrier"; }
+  };
+  return std::visit(Visitor{}, body);
+}
+
+void TaskGraph::validate(const Platform& platform) const {
+  std::vector<std::string> problems;
+  for (const auto& t : tasks_) {
+    if (const auto* c = std::get_if<ComputeTask>(&t.body); c && c->unit >= platform.units.size()) {
+      problems.push_back(fmt::format("task {} '{}': unknown compute unit {}", t.id.index, t.name, c->unit));
+    }
+    if (const auto* x = std::get_if<TransferTask>(&t.body)) {
+      for (const auto c : x->route) {
+        if (c.index >= platform.constraints.size()) {
+          problems.push_back(fmt::format("task {} '{}': unknown constraint {}", t.id.index, t.name, c.index));
+        }
+      }
+      if (x->route.empty() && x->bytes.count > 0 && !x->rate_bound) {
+        problems.push_back(fmt::format("task {} '{}': a transfer with bytes needs a route", t.id.index, t.name));
+      }
+    }
+    const auto check_pool = [&](std::uint32_t pool) {
+      if (pool >= platform.pools.size()) {
+        problems.push_back(fmt::format("task {} '{}': unknown memory pool {}", t.id.index, t.name, pool));
+      }
+    };
+    if (const auto* a = std::get_if<AllocTask>(&t.body)) check_pool(a->pool);
+    if (const auto* f = std::get_if<FreeTask>(&t.body)) check_pool(f->pool);
+    for (const auto d : t.deps) {
+      if (d.index >= tasks_.size())
+        problems.push_back(fmt::format("task {} '{}': unknown dependency", t.id.index, t.name));
+    }
+  }
+  if (!problems.empty())
+    throw std::invalid_argument(fmt::format("invalid task graph:\n  {}", fmt::join(problems, "\n  ")));
+}
+
+namespace {
+
+std::string describe(const TaskBody& body, const Platform& p) {
+  struct Visitor {
+    const Platform& p;
+    std::string operator()(const ComputeTask& c) const {
+      return fmt::format("compute unit={} kernel={} duration_ps={} flops={:.6g} bytes={}", p.units.at(c.unit).name,
+                         c.kernel, c.duration.ps, c.flops.count, c.bytes.count);
+    }
+    std::string operator()(const TransferTask& x) const {
+      std::vector<std::string> names;
+      for (const auto c : x.route) names.push_back(p.constraints.at(c.index).name);
+      return fmt::format("transfer bytes={} latency_ps={} route=[{}]{}", x.bytes.count, x.latency.ps,
+                         fmt::join(names, ", "),
+                         x.rate_bound ? fmt::format(" bound={:.6g}B/s", x.rate_bound->bytes_per_s) : "");
+    }
+    std::string operator()(const AllocTask& a) const {
+      return fmt::format("alloc pool={} tenant={} bytes={}", p.pools.at(a.pool).name, a.tenant, a.bytes.count);
+    }
+    std::string operator()(const FreeTask& f) const {
+      return fmt::format("free pool={} tenant={} bytes={}", p.pools.at(f.pool).name, f.tenant, f.bytes.count);
+    }
+    std::string operator()(const BarrierTask&) const { return "barrier"; }
+  };
+  return std::visit(Visitor{p}, body);
+}
+
+std::string dot_escape(std::string_view s) {
+  std::string out;
+  for (const char ch : s) {
+    if (ch == '"' || ch == '\\') out.push_back('\\');
+    out.push_back(ch);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string TaskGraph::to_text(const Platform& platform) const {
+  std::string out;
+  for (const auto& t : tasks_) {
+    std::vector<std::uint32_t> deps;
+    for (const auto d : t.deps) deps.push_back(d.index);
+    out += fmt::format("{} {} [{}] prio={} deps=[{}] {}\n", t.id.index, t.name, t.phase, t.priority,
+                       fmt::join(deps, ","), describe(t.body, platform));
+  }
+  return out;
+}
+
+std::string TaskGraph::to_dot(const Platform& platform) const {
+  std::string out = "digraph tasks {\n  rankdir=LR;\n  node [shape=box, fontsize=10];\n";
+  for (const auto& t : tasks_) {
+    const std::string_view kind = task_kind(t.body);
+    const char* shape = kind == "compute" ? "box" : kind == "transfer" ? "cds" : kind == "barrier" ? "diamond" : "note";
+    out += fmt::format("  t{} [label=\"{}\\n{}\", shape={}, tooltip=\"{}\"];\n", t.id.index, dot_escape(t.name),
+                       t.phase, shape, dot_escape(describe(t.body, platform)));
+  }
+  for (const auto& t : tasks_) {
+    for (const auto d : t.deps) out += fmt::format("  t{} -> t{};\n", d.index, t.id.index);
+  }
+  out += "}\n";
+  return out;
+}
+
+}  // namespace offsim::sim

@@ -1,0 +1,108 @@
+#pragma once
+// The task-graph IR between a training strategy and the engine.
+//
+// A Platform names the resources a graph runs on (compute units, flow-network constraints,
+// memory pools); tasks refer to them by index. A TaskGraph is plain data: it can be built, dumped
+// as text or Graphviz DOT, compared in golden tests, and run by the executor, which knows nothing
+// of what the tasks mean.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "sim/core/units.hpp"
+#include "sim/resources/flow_network.hpp"
+
+namespace offsim::sim {
+
+struct UnitSpec {
+  std::string name;
+  int lanes = 1;
+};
+struct ConstraintSpec {
+  std::string name;
+  Bandwidth capacity;
+  std::string link_class;  // e.g. "cpu-gpu", "gpu-gpu", "memory"; groups activity in reports
+};
+struct PoolSpec {
+  std::string name;
+  std::string kind;  // e.g. "hbm", "dram", "nvme"; groups memory figures in reports
+  Bytes capacity;
+};
+
+struct Platform {
+  std::vector<UnitSpec> units;
+  std::vector<ConstraintSpec> constraints;
+  std::vector<PoolSpec> pools;
+
+  std::uint32_t add_unit(UnitSpec u);
+  ConstraintId add_constraint(ConstraintSpec c);
+  std::uint32_t add_pool(PoolSpec p);
+};
+
+struct TaskId {
+  std::uint32_t index = 0;
+  auto operator<=>(const TaskId&) const = default;
+};
+
+struct ComputeTask {
+  std::uint32_t unit = 0;
+  TimePs duration{0};
+  Flops flops{};       // for reports only; the duration was decided by the cost model
+  Bytes bytes{0};      // memory traffic, for reports only
+  std::string kernel;  // cost-model kernel class, e.g. "gemm", "adam"
+};
+struct TransferTask {
+  std::vector<ConstraintId> route;
+  Bytes bytes{0};
+  TimePs latency{0};
+  std::optional<Bandwidth> rate_bound;
+};
+struct AllocTask {
+  std::uint32_t pool = 0;
+  std::string tenant;
+  Bytes bytes{0};
+};
+struct FreeTask {
+  std::uint32_t pool = 0;
+  std::string tenant;
+  Bytes bytes{0};
+};
+struct BarrierTask {};
+
+using TaskBody = std::variant<ComputeTask, TransferTask, AllocTask, FreeTask, BarrierTask>;
+
+struct Task {
+  TaskId id;
+  std::string name;
+  std::string phase;  // reporting group, e.g. "forward"
+  TaskBody body;
+  std::vector<TaskId> deps;
+  std::int64_t priority = 0;  // lower runs first among ready tasks competing for a unit
+};
+
+class TaskGraph {
+ public:
+  TaskId add(std::string name, std::string phase, TaskBody body, std::vector<TaskId> deps = {},
+             std::int64_t priority = 0);
+  /// Adds an edge after the fact (e.g. to chain the last task of one stage to the next).
+  void add_dependency(TaskId task, TaskId depends_on);
+
+  [[nodiscard]] const std::vector<Task>& tasks() const { return tasks_; }
+  [[nodiscard]] const Task& task(TaskId id) const { return tasks_[id.index]; }
+  [[nodiscard]] std::size_t size() const { return tasks_.size(); }
+
+  /// Checks every reference against the platform; throws std::invalid_argument listing them all.
+  void validate(const Platform& platform) const;
+
+  [[nodiscard]] std::string to_text(const Platform& platform) const;
+  [[nodiscard]] std::string to_dot(const Platform& platform) const;
+
+ private:
+  std::vector<Task> tasks_;
+};
+
+[[nodiscard]] std::string_view task_kind(const TaskBody& body);
+
+}  // namespace offsim::sim

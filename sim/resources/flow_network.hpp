@@ -1,0 +1,123 @@
+#pragma once
+// Flow-level network model: bandwidth shared max-min fairly among the flows that cross each
+// constraint, computed by progressive filling (as SimGrid's LMM solver does for its default
+// model).
+//
+// The model. A constraint l has capacity C_l (bytes/s). It stands for one direction of a link
+// (a full-duplex link is two constraints), or for any shared bandwidth resource that traffic
+// crosses, such as a host's DDR: a host-to-device copy then crosses [ddr, cpu->gpu link].
+// A flow f crosses the constraints of its route and may carry its own bound B_f (e.g. a copy
+// engine's limit). The rates r_f are the max-min fair allocation:
+//     for all l:  sum_{f crosses l} r_f <= C_l,      for all f:  r_f <= B_f,
+// and no r_f can grow without lowering an r_g <= r_f. Progressive filling computes it: raise
+// every unfixed flow's rate together; when a constraint saturates (its remaining capacity over
+// its unfixed flows is the smallest "fair share"), or a flow reaches its bound, fix those flows;
+// repeat until every flow is fixed.
+//
+// A flow first waits its latency (no bytes move), then joins the sharing. Rates are recomputed
+// whenever a flow joins or leaves; between such events every rate is constant, so the next
+// completion time is exact up to the 1 ps rounding rule of units.hpp.
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sim/core/simulator.hpp"
+#include "sim/core/units.hpp"
+
+namespace offsim::sim {
+
+struct ConstraintId {
+  std::uint32_t index = 0;
+  auto operator<=>(const ConstraintId&) const = default;
+};
+struct FlowId {
+  std::uint32_t index = 0;
+  auto operator<=>(const FlowId&) const = default;
+};
+
+struct FlowSpec {
+  std::vector<ConstraintId> route;  // constraints crossed, in order
+  Bytes bytes{0};
+  TimePs latency{0};                    // before the first byte moves
+  std::optional<Bandwidth> rate_bound;  // per-flow cap, e.g. a copy engine
+};
+
+/// One (time, aggregate rate) point of a constraint's activity; the rate holds until the next.
+struct RateSample {
+  TimePs time;
+  double bytes_per_s;
+};
+
+struct ConstraintStats {
+  double bytes_carried = 0.0;
+  TimePs busy_time{0};               // time with at least one flow moving bytes across it
+  double peak_bytes_per_s = 0.0;     // highest aggregate rate held for a non-zero time
+  std::vector<RateSample> timeline;  // only when recording is on
+};
+
+class FlowNetwork {
+ public:
+  using Completion = std::function<void()>;
+
+  explicit FlowNetwork(Simulator& simulator, bool record_timelines = false)
+      : sim_(simulator), record_timelines_(record_timelines) {}
+  FlowNetwork(const FlowNetwork&) = delete;
+  FlowNetwork& operator=(const FlowNetwork&) = delete;
+
+  /// Adds a constraint of positive capacity; throws std::invalid_argument otherwise.
+  ConstraintId add_constraint(std::string name, Bandwidth capacity);
+
+  /// Starts a flow now. `on_complete` runs from an event when its last byte has arrived.
+  FlowId start_flow(FlowSpec spec, Completion on_complete);
+
+  [[nodiscard]] std::size_t constraint_count() const { return constraints_.size(); }
+  [[nodiscard]] const std::string& name(ConstraintId c) const { return constraints_[c.index].name; }
+  [[nodiscard]] Bandwidth capacity(ConstraintId c) const { return Bandwidth{constraints_[c.index].capacity}; }
+  [[nodiscard]] const ConstraintStats& stats(ConstraintId c) const { return constraints_[c.index].stats; }
+  /// Current rate of a flow (0 while in its latency phase or after it finished).
+  [[nodiscard]] double rate(FlowId f) const { return flows_[f.index].rate; }
+  [[nodiscard]] std::size_t active_flow_count() const { return active_.size(); }
+  /// Brings the byte and busy-time counters up to now(); call before reading stats at the end.
+  void sync_stats() { advance_to(sim_.now()); }
+
+  /// Recomputes the max-min fair rates of the active flows. Public so that benchmarks can time
+  /// one reshare; the simulation calls it itself.
+  void reshare();
+
+ private:
+  struct Constraint {
+    std::string name;
+    double capacity;
+    ConstraintStats stats;
+    // scratch space of reshare()
+    double remaining = 0.0;
+    std::uint32_t unfixed = 0;
+    double current_rate = 0.0;
+  };
+  struct Flow {
+    FlowSpec spec;
+    Completion on_complete;
+    double remaining_bytes = 0.0;
+    double rate = 0.0;
+    TimePs finish{0};
+    bool fixed = false;
+  };
+
+  void activate(FlowId f);
+  void advance_to(TimePs now);
+  void schedule_next_completion();
+  void on_completion_event(std::uint64_t generation);
+
+  Simulator& sim_;
+  bool record_timelines_;
+  std::vector<Constraint> constraints_;
+  std::vector<Flow> flows_;
+  std::vector<std::uint32_t> active_;       // ids of flows moving bytes, ascending
+  std::vector<std::uint32_t> newly_fixed_;  // scratch space of reshare()
+  TimePs last_update_{0};
+  std::uint64_t generation_ = 0;  // invalidates completion events scheduled before a reshare
+};
+
+}  // namespace offsim::sim

@@ -1,0 +1,187 @@
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+#include <unistd.h>
+#include <filesystem>
+#include <fstream>
+
+#include "sim/config/config_reader.hpp"
+#include "sim/config/did_you_mean.hpp"
+
+namespace offsim::sim::config {
+namespace {
+
+namespace fs = std::filesystem;
+
+class ConfigReaderTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ =
+        fs::temp_directory_path() /
+        fmt::format("offsim-config-{}-{}", ::testing::UnitTest::GetInstance()->current_test_info()->name(), ::getpid());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string write(const std::string& name, const std::string& text) {
+    const fs::path p = dir_ / name;
+    fs::create_directories(p.parent_path());
+    std::ofstream(p) << text;
+    return p.string();
+  }
+  fs::path dir_;
+};
+
+struct Spec {
+  std::int64_t layers = 0;
+  Bandwidth link;
+  std::string kind;
+};
+
+Spec read_spec(const Node& n) {
+  MapReader r(n);
+  Spec s;
+  s.layers = r.required<std::int64_t>("layers").value;
+  s.link = r.required<Bandwidth>("link").value;
+  s.kind = r.choice("kind", {"gpu", "cpu"}, std::string("gpu")).value;
+  return s;
+}
+
+TEST_F(ConfigReaderTest, ErrorsAreLocatedAndAllCollected) {
+  const std::string f = write("a.yaml",
+                              "layers: twelve\n"
+                              "kind: gpv\n"
+                              "laeyrs_extra: 1\n"
+                              "linkk: \"36 GB/s\"\n");
+  Context ctx;
+  const Node root = ctx.load_root(f);
+  (void)read_spec(root);
+  try {
+    ctx.finish();
+    FAIL() << "expected a ConfigError";
+  } catch (const ConfigError& e) {
+    ASSERT_EQ(e.diagnostics().size(), 5u);
+    EXPECT_EQ(e.diagnostics()[0].str(), f + ":1:9: layers: expected an integer, got \"twelve\"");
+    EXPECT_EQ(e.diagnostics()[1].str(),
+              f + ":1:1: link: missing required key (expected a bandwidth such as \"36 GB/s\")");
+    EXPECT_EQ(e.diagnostics()[2].str(),
+              f + ":2:7: kind: expected one of {gpu, cpu}, got \"gpv\" (did you mean 'gpu'?)");
+    EXPECT_EQ(e.diagnostics()[3].str(), f + ":3:1: laeyrs_extra: unknown key");
+    EXPECT_EQ(e.diagnostics()[4].str(), f + ":4:1: linkk: unknown key (did you mean 'link'?)");
+  }
+}
+
+TEST_F(ConfigReaderTest, ABareNumberForABandwidthShowsAnExample) {
+  const std::string f = write("a.yaml", "layers: 2\nlink: 36\n");
+  Context ctx;
+  (void)read_spec(ctx.load_root(f));
+  try {
+    ctx.finish();
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_STREQ(
+        e.what(),
+        (f + ":2:7: link: expected a bandwidth such as \"36 GB/s\", got the bare number \"36\" (a unit is required)")
+            .c_str());
+  }
+}
+
+TEST_F(ConfigReaderTest, IncludedValuesAreLocatedInTheirOwnFile) {
+  const std::string main = write("main.yaml", "machine: !include hw/node.yaml\n");
+  const std::string hw = write("hw/node.yaml", "layers: 3\nlink: \"fast\"\n");
+  Context ctx;
+  const Node root = ctx.load_root(main);
+  MapReader r(root);
+  auto machine = r.child("machine");
+  ASSERT_TRUE(machine.has_value());
+  (void)read_spec(*machine);
+  try {
+    ctx.finish();
+    FAIL();
+  } catch (const ConfigError& e) {
+    ASSERT_EQ(e.diagnostics().size(), 1u);
+    EXPECT_EQ(e.diagnostics()[0].loc.file, (dir_ / "hw/node.yaml").lexically_normal().string());
+    EXPECT_EQ(e.diagnostics()[0].loc.line, 2);
+    EXPECT_EQ(e.diagnostics()[0].key_path, "machine.link");
+  }
+}
+
+TEST_F(ConfigReaderTest, AMissingIncludeIsReportedWhereItIsNamed) {
+  const std::string main = write("main.yaml", "name: x\nmachine: !include nowhere.yaml\n");
+  Context ctx;
+  const Node root = ctx.load_root(main);
+  MapReader r(root);
+  (void)r.required<std::string>("name");
+  (void)r.child("machine");
+  try {
+    ctx.finish();
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.diagnostics()[0].str(),
+              main + ":2:10: machine: !include: cannot open '" + (dir_ / "nowhere.yaml").string() + "'");
+  }
+}
+
+TEST_F(ConfigReaderTest, OverridesReplaceValuesEvenInsideIncludes) {
+  const std::string main = write("main.yaml", "machine: !include node.yaml\n");
+  write("node.yaml", "layers: 3\nlink: \"36 GB/s\"\n");
+  Context ctx({"machine.link=72 GB/s", "machine.kind=cpu"});
+  const Node root = ctx.load_root(main);
+  MapReader r(root);
+  const Spec s = read_spec(*r.child("machine"));
+  ctx.finish();
+  EXPECT_DOUBLE_EQ(s.link.bytes_per_s, 72e9);
+  EXPECT_EQ(s.kind, "cpu");
+  EXPECT_EQ(s.layers, 3);
+  // The effective configuration records the overridden value.
+  bool seen = false;
+  for (const auto& [k, v] : ctx.effective()) {
+    if (k == "machine.link") {
+      EXPECT_EQ(v, "72 GB/s");
+      seen = true;
+    }
+  }
+  EXPECT_TRUE(seen);
+}
+
+TEST_F(ConfigReaderTest, AnOverrideOfAnUnknownKeyIsAnError) {
+  const std::string f = write("a.yaml", "layers: 3\nlink: \"36 GB/s\"\n");
+  Context ctx({"lyers=4", "layers"});
+  (void)read_spec(ctx.load_root(f));
+  try {
+    ctx.finish();
+    FAIL();
+  } catch (const ConfigError& e) {
+    ASSERT_EQ(e.diagnostics().size(), 2u);
+    EXPECT_EQ(e.diagnostics()[0].str(), "--set layers: expected key.path=value");
+    EXPECT_EQ(e.diagnostics()[1].str(), "--set lyers=4: lyers: no such key (did you mean 'layers'?)");
+  }
+}
+
+TEST_F(ConfigReaderTest, InvalidYamlIsFatalWithItsLocation) {
+  const std::string f = write("bad.yaml", "layers: [1, 2\nlink: x\n");
+  Context ctx;
+  try {
+    (void)ctx.load_root(f);
+    FAIL();
+  } catch (const ConfigError& e) {
+    ASSERT_EQ(e.diagnostics().size(), 1u);
+    EXPECT_EQ(e.diagnostics()[0].loc.file, f);
+    EXPECT_GE(e.diagnostics()[0].loc.line, 1);
+    EXPECT_NE(e.diagnostics()[0].message.find("invalid YAML"), std::string::npos);
+  }
+}
+
+TEST_F(ConfigReaderTest, AMissingFileIsReported) {
+  Context ctx;
+  EXPECT_THROW((void)ctx.load_root(dir_ / "absent.yaml"), ConfigError);
+}
+
+TEST(DidYouMean, SuggestsOnlyCloseCandidates) {
+  EXPECT_EQ(did_you_mean("bandwith", {"bandwidth", "latency"}).value_or(""), "bandwidth");
+  EXPECT_EQ(did_you_mean("laytency", {"bandwidth", "latency"}).value_or(""), "latency");
+  EXPECT_FALSE(did_you_mean("colour", {"bandwidth", "latency"}).has_value());
+  EXPECT_EQ(edit_distance("ab", "ba"), 1u);  // a transposition is one edit
+}
+
+}  // namespace
+}  // namespace offsim::sim::config

@@ -1,0 +1,112 @@
+// Closed-form checks of the data-parallel iteration on a synthetic two-GPU machine
+// (tests/data/tiny-dp2.yaml): tiny GPT (L=2, h=64, a=4, f=256, V=128, s=32, b=1, untied, biases),
+// GEMMs at 10 TFLOP/s x 0.5, memory-bound kernels at 100 GB/s, one 1 GB/s full-duplex link,
+// ring steps: reduce-scatter 10 us at 0.5 x link, all-gather 20 us at 0.25 x link.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <map>
+
+#include "models/experiment.hpp"
+
+namespace offsim::models {
+namespace {
+
+using sim::duration_of;
+
+const std::string kTiny = std::string(OFFSIM_SOURCE_DIR) + "/tests/data/tiny-dp2.yaml";
+
+constexpr double s = 32, h = 64, a = 4, V = 128, L = 2;
+constexpr double P = L * (12 * h * h + 13 * h) + V * h + s * h + 2 * h + V * h;  // 118,528
+constexpr double kGemmRate = 10e12 * 0.5;
+constexpr double kMemRate = 100e9;
+
+std::int64_t ps(double amount, double rate) {
+  return duration_of(amount, rate).ps;
+}
+
+// Per-rank compute, one stream, no gaps:
+//   layer forward  = (24 s h^2 + 4 s^2 h) / gemm + 2 x s h (34 + 5 a s / h) / mem
+//   layer backward = 2 x layer GEMMs / gemm + 2 x (the same elementwise bytes) / mem
+//   head           = 2 s h V (x2 backward) / gemm + s V x 6 B (bf16 logits + fp32 softmax) / mem
+//   embedding      = s h x 2 B (x2 backward) / mem;   Adam = 28 B x P / mem
+std::int64_t compute_ps() {
+  const double layer_flops = 24 * s * h * h + 4 * s * s * h;
+  const double elementwise = 2 * s * h * (34 + 5 * a * s / h);
+  const double logits = s * V * 6;
+  const std::int64_t fwd = ps(s * h * 2, kMemRate) + 2 * (ps(layer_flops, kGemmRate) + ps(elementwise, kMemRate)) +
+                           ps(2 * s * h * V, kGemmRate) + ps(logits, kMemRate);
+  const std::int64_t bwd = ps(4 * s * h * V, kGemmRate) + ps(logits, kMemRate) +
+                           2 * (ps(2 * layer_flops, kGemmRate) + ps(2 * elementwise, kMemRate)) +
+                           ps(s * h * 4, kMemRate);
+  return fwd + bwd;
+}
+
+TEST(DataParallel, TwoRankIterationMatchesTheClosedForm) {
+  // All-reduce of one bucket of 2P bytes over 2 ranks: each ring direction carries half the
+  // bucket in 2 chunks of 2P / 4 bytes, one reduce-scatter step then one all-gather step; the two
+  // directions use opposite halves of the duplex link, so they do not contend:
+  //   t_ar = (10 us + (2P/4) / (0.5 x 1 GB/s)) + (20 us + (2P/4) / (0.25 x 1 GB/s))
+  // overlap_comm is off: iteration = compute + t_ar + Adam.
+  const ExperimentSpec spec = load_experiment(kTiny, {});
+  const ExperimentResult r = run_experiment(spec);
+  const double chunk = 2 * P / 4;
+  const std::int64_t allreduce =
+      sim::parse_time("10 us").ps + ps(chunk, 0.5e9) + sim::parse_time("20 us").ps + ps(chunk, 0.25e9);
+  const std::int64_t adam = ps(28 * P, kMemRate);
+  EXPECT_EQ(P, 118528);
+  EXPECT_LE(std::llabs(r.iteration_time.ps - (compute_ps() + allreduce + adam)), 4);
+  std::map<std::string, std::int64_t> phase;
+  for (const auto& p : r.phases) phase[p.phase] = p.time.ps;
+  EXPECT_LE(std::llabs(phase["exposed_communication"] - allreduce), 4);
+  EXPECT_EQ(phase["optimizer"], adam);
+  EXPECT_TRUE(r.feasible);
+  EXPECT_EQ(r.ranks, 2u);
+}
+
+TEST(DataParallel, PeakMemoryIsStatesPlusAllActivations) {
+  // Peak HBM = 16 B x P (bf16 params + bf16 grads + fp32 master, m, v)
+  //          + L x s h (34 + 5 a s / h) (activations) + s V x 6 B (logits), right after the head.
+  const ExperimentResult r = run_experiment(load_experiment(kTiny, {}));
+  ASSERT_EQ(r.memory.size(), 1u);
+  EXPECT_EQ(r.memory[0].kind, "hbm");
+  EXPECT_EQ(r.memory[0].peak.count, static_cast<std::int64_t>(16 * P + L * s * h * (34 + 5 * a * s / h) + s * V * 6));
+}
+
+TEST(DataParallel, OverlapHelpsOnlyWithMoreThanOneBucket) {
+  // With one bucket the all-reduce can only start after the embedding's gradient, the last of
+  // backward: overlap_comm changes nothing. With two buckets the first (head and layer 1) is
+  // reduced while layer 0's backward runs. A fast link and no step latency make the compute
+  // (about 10 us of backward) comparable to the communication, so the overlap shows.
+  const std::vector<std::string> fast{"hardware.links.0.bandwidth=100 GB/s",
+                                      "calibration.collectives.reduce_scatter.step_latency=0 s",
+                                      "calibration.collectives.all_gather.step_latency=0 s"};
+  const auto time_with = [&](std::vector<std::string> sets) {
+    sets.insert(sets.end(), fast.begin(), fast.end());
+    return run_experiment(load_experiment(kTiny, sets)).iteration_time;
+  };
+  const auto serial = time_with({});
+  EXPECT_EQ(time_with({"strategy.overlap_comm=true"}), serial);
+  const auto two_buckets_serial = time_with({"strategy.reduce_bucket_elements=50000"});
+  const auto two_buckets_overlapped =
+      time_with({"strategy.overlap_comm=true", "strategy.reduce_bucket_elements=50000"});
+  EXPECT_LT(two_buckets_overlapped, two_buckets_serial);
+}
+
+TEST(DataParallel, InfeasibleWhenTheStatesDoNotFit) {
+  // 16 B x P = 1.9 MB; an HBM of 1 MB cannot hold them: a result, not an error.
+  const ExperimentResult r = run_experiment(load_experiment(kTiny, {"hardware.devices.0.memory.capacity=1 MB"}));
+  EXPECT_FALSE(r.feasible);
+  ASSERT_EQ(r.infeasible_reasons.size(), 2u);
+  EXPECT_NE(r.infeasible_reasons[0].find("gpu0.hbm needs"), std::string::npos);
+  EXPECT_NE(r.infeasible_reasons[0].find("optimizer states (fp32 master, m, v)"), std::string::npos);
+}
+
+TEST(DataParallel, SameInputGivesByteIdenticalSummaries) {
+  const ExperimentSpec spec = load_experiment(kTiny, {});
+  const Provenance p{"test", "test"};
+  EXPECT_EQ(summary_json(spec, run_experiment(spec), p), summary_json(spec, run_experiment(spec), p));
+}
+
+}  // namespace
+}  // namespace offsim::models

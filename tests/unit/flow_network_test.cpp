@@ -1,0 +1,188 @@
+// Max-min fair sharing, in the style of SimGrid's maxmin tests: each test states the equations
+// of the expected allocation first, then asserts them.
+//
+// Completion times carry the 1 ps round-up of units.hpp and floating-point rates, so times are
+// compared within kTick (a few picoseconds), far below any modelled effect.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <vector>
+
+#include "sim/resources/flow_network.hpp"
+
+namespace offsim::sim {
+namespace {
+
+constexpr std::int64_t kTick = 4;  // ps
+constexpr double GB = 1e9;
+
+TimePs seconds(double s) {
+  return seconds_to_time(s);
+}
+
+// |actual - expected| <= kTick picoseconds.
+void expect_time(TimePs actual, TimePs expected) {
+  EXPECT_LE(std::llabs(actual.ps - expected.ps), kTick)
+      << "actual " << actual.ps << " ps, expected " << expected.ps << " ps";
+}
+
+struct Finish {
+  std::vector<TimePs> at;
+};
+
+FlowId start(FlowNetwork& net, Simulator& sim, Finish& finish, std::size_t slot, FlowSpec spec) {
+  if (finish.at.size() <= slot) finish.at.resize(slot + 1);
+  return net.start_flow(std::move(spec), [&sim, &finish, slot] { finish.at[slot] = sim.now(); });
+}
+
+TEST(FlowNetwork, OneFlowTakesLatencyPlusBytesOverBandwidth) {
+  // t = L + B / C = 1 us + 1e9 B / 1e9 B/s = 1.000001 s
+  Simulator sim;
+  FlowNetwork net(sim);
+  const auto link = net.add_constraint("link", Bandwidth{1 * GB});
+  Finish f;
+  start(net, sim, f, 0, {{link}, Bytes{1'000'000'000}, parse_time("1 us"), {}});
+  sim.run();
+  expect_time(f.at[0], seconds(1.000001));
+}
+
+TEST(FlowNetwork, EqualFlowsOnOneLinkGetAnEqualShare) {
+  // N = 4 flows of 10 GB on C = 40 GB/s: r_i = C / N = 10 GB/s, all end at 10 GB / 10 GB/s = 1 s.
+  Simulator sim;
+  FlowNetwork net(sim);
+  const auto link = net.add_constraint("link", Bandwidth{40 * GB});
+  Finish f;
+  std::vector<FlowId> ids;
+  for (std::size_t i = 0; i < 4; ++i)
+    ids.push_back(start(net, sim, f, i, {{link}, Bytes{10'000'000'000}, TimePs{0}, {}}));
+  for (const auto id : ids) EXPECT_DOUBLE_EQ(net.rate(id), 10 * GB);
+  sim.run();
+  for (std::size_t i = 0; i < 4; ++i) expect_time(f.at[i], seconds(1.0));
+}
+
+TEST(FlowNetwork, ABottleneckElsewhereFreesCapacity) {
+  // Flow A crosses L1 (10 GB/s) and L2 (4 GB/s); flow B crosses L1 only.
+  // Fair shares: L1 10/2 = 5, L2 4/1 = 4 -> L2 saturates first: r_A = 4.
+  // L1 keeps 10 - 4 = 6 for B alone: r_B = 6.
+  Simulator sim;
+  FlowNetwork net(sim);
+  const auto l1 = net.add_constraint("l1", Bandwidth{10 * GB});
+  const auto l2 = net.add_constraint("l2", Bandwidth{4 * GB});
+  Finish f;
+  const auto a = start(net, sim, f, 0, {{l1, l2}, Bytes{4'000'000'000}, TimePs{0}, {}});
+  const auto b = start(net, sim, f, 1, {{l1}, Bytes{6'000'000'000}, TimePs{0}, {}});
+  EXPECT_DOUBLE_EQ(net.rate(a), 4 * GB);
+  EXPECT_DOUBLE_EQ(net.rate(b), 6 * GB);
+  sim.run();
+  // Both move their bytes in exactly 1 s at those rates.
+  expect_time(f.at[0], seconds(1.0));
+  expect_time(f.at[1], seconds(1.0));
+}
+
+TEST(FlowNetwork, ABoundedFlowLeavesTheRestToOthers) {
+  // Two flows on C = 10 GB/s, one bounded at B = 2 GB/s: r_bounded = 2, r_other = 10 - 2 = 8.
+  Simulator sim;
+  FlowNetwork net(sim);
+  const auto link = net.add_constraint("link", Bandwidth{10 * GB});
+  Finish f;
+  const auto bounded = start(net, sim, f, 0, {{link}, Bytes{2'000'000'000}, TimePs{0}, Bandwidth{2 * GB}});
+  const auto other = start(net, sim, f, 1, {{link}, Bytes{8'000'000'000}, TimePs{0}, {}});
+  EXPECT_DOUBLE_EQ(net.rate(bounded), 2 * GB);
+  EXPECT_DOUBLE_EQ(net.rate(other), 8 * GB);
+  sim.run();
+  expect_time(f.at[0], seconds(1.0));
+  expect_time(f.at[1], seconds(1.0));
+}
+
+TEST(FlowNetwork, FlowsCrossingSharedDdrAndTheirOwnLink) {
+  // 8 host-to-device copies, each crossing DDR (205 GB/s, shared) and its own 36 GB/s link.
+  // DDR share 205 / 8 = 25.625 < 36, so every copy runs at 25.625 GB/s: DDR, not the link, binds.
+  // A ninth flow on a link that does not cross DDR keeps its full 36 GB/s.
+  Simulator sim;
+  FlowNetwork net(sim);
+  const auto ddr = net.add_constraint("ddr", Bandwidth{205 * GB});
+  Finish f;
+  std::vector<FlowId> copies;
+  for (std::size_t i = 0; i < 8; ++i) {
+    const auto link = net.add_constraint("cpu->gpu", Bandwidth{36 * GB});
+    copies.push_back(start(net, sim, f, i, {{ddr, link}, Bytes{25'625'000'000}, TimePs{0}, {}}));
+  }
+  const auto peer = net.add_constraint("gpu->gpu", Bandwidth{36 * GB});
+  const auto alone = start(net, sim, f, 8, {{peer}, Bytes{36'000'000'000}, TimePs{0}, {}});
+  for (const auto id : copies) EXPECT_DOUBLE_EQ(net.rate(id), 205 * GB / 8);
+  EXPECT_DOUBLE_EQ(net.rate(alone), 36 * GB);
+  sim.run();
+  for (std::size_t i = 0; i < 9; ++i) expect_time(f.at[i], seconds(1.0));
+}
+
+TEST(FlowNetwork, AFinishingFlowReleasesItsShare) {
+  // A (10 GB) and B (20 GB) share C = 10 GB/s: 5 GB/s each until A ends at 10 / 5 = 2 s.
+  // B then has 20 - 10 = 10 GB left at the full 10 GB/s: t_B = 2 + 1 = 3 s.
+  Simulator sim;
+  FlowNetwork net(sim);
+  const auto link = net.add_constraint("link", Bandwidth{10 * GB});
+  Finish f;
+  start(net, sim, f, 0, {{link}, Bytes{10'000'000'000}, TimePs{0}, {}});
+  start(net, sim, f, 1, {{link}, Bytes{20'000'000'000}, TimePs{0}, {}});
+  sim.run();
+  expect_time(f.at[0], seconds(2.0));
+  expect_time(f.at[1], seconds(3.0));
+}
+
+TEST(FlowNetwork, NoBandwidthIsUsedDuringTheLatencyPhase) {
+  // A: 15 GB, no latency. B: 10 GB, latency 1 s. C = 10 GB/s.
+  // [0, 1]: A alone at 10 -> 10 GB moved, 5 left.  [1, 2]: 5 GB/s each -> A done at 2 s, B has 5 left.
+  // [2, 2.5]: B alone at 10 -> done at 2.5 s.
+  Simulator sim;
+  FlowNetwork net(sim);
+  const auto link = net.add_constraint("link", Bandwidth{10 * GB});
+  Finish f;
+  start(net, sim, f, 0, {{link}, Bytes{15'000'000'000}, TimePs{0}, {}});
+  start(net, sim, f, 1, {{link}, Bytes{10'000'000'000}, parse_time("1 s"), {}});
+  sim.run();
+  expect_time(f.at[0], seconds(2.0));
+  expect_time(f.at[1], seconds(2.5));
+  // The link carried all 25 GB and was busy for the whole 2.5 s.
+  net.sync_stats();
+  EXPECT_NEAR(net.stats(link).bytes_carried, 25e9, 1.0);
+  expect_time(net.stats(link).busy_time, seconds(2.5));
+  EXPECT_DOUBLE_EQ(net.stats(link).peak_bytes_per_s, 10 * GB);
+}
+
+TEST(FlowNetwork, AnEmptyFlowCompletesAfterItsLatency) {
+  Simulator sim;
+  FlowNetwork net(sim);
+  const auto link = net.add_constraint("link", Bandwidth{1 * GB});
+  Finish f;
+  start(net, sim, f, 0, {{link}, Bytes{0}, parse_time("3 us"), {}});
+  sim.run();
+  EXPECT_EQ(f.at[0].ps, parse_time("3 us").ps);
+}
+
+TEST(FlowNetwork, RecordsTheRateTimelineOfEachConstraint) {
+  // Same scenario as AFinishingFlowReleasesItsShare: the link runs at 10 GB/s from 0 to 3 s.
+  Simulator sim;
+  FlowNetwork net(sim, /*record_timelines=*/true);
+  const auto link = net.add_constraint("link", Bandwidth{10 * GB});
+  const auto idle = net.add_constraint("idle", Bandwidth{10 * GB});
+  Finish f;
+  start(net, sim, f, 0, {{link}, Bytes{10'000'000'000}, TimePs{0}, {}});
+  start(net, sim, f, 1, {{link}, Bytes{20'000'000'000}, TimePs{0}, {}});
+  sim.run();
+  const auto& tl = net.stats(link).timeline;
+  ASSERT_EQ(tl.size(), 2u);
+  EXPECT_EQ(tl[0].time.ps, 0);
+  EXPECT_DOUBLE_EQ(tl[0].bytes_per_s, 10 * GB);
+  expect_time(tl[1].time, seconds(3.0));
+  EXPECT_DOUBLE_EQ(tl[1].bytes_per_s, 0.0);
+  EXPECT_TRUE(net.stats(idle).timeline.size() <= 1);
+}
+
+TEST(FlowNetwork, RejectsZeroCapacity) {
+  Simulator sim;
+  FlowNetwork net(sim);
+  EXPECT_THROW(net.add_constraint("dead", Bandwidth{0.0}), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace offsim::sim

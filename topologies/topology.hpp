@@ -1,0 +1,101 @@
+#pragma once
+// A machine as a graph: devices (GPUs, CPUs, NICs, NVMe, switches) are vertices, directed links
+// are edges (a full-duplex link is two edges, one per direction). Built, validated, then sealed;
+// a sealed Topology is immutable and answers routing queries deterministically.
+//
+// Routing: the fewest-hops path. Among equal-hop paths the one found first by a breadth-first
+// search that visits neighbours in link declaration order wins, so the same file always gives the
+// same routes. Routes are cached.
+//
+// A device's memory may have a bandwidth (host DDR): every route that starts or ends at that
+// device also crosses the memory's constraint, which is how host-to-device copies of all GPUs
+// contend for one DDR.
+// GCC 12 reports a false -Wmaybe-uninitialized inside Boost.Graph's edge iterator (its
+// boost::optional member) when an adjacency_list is copied; the warning is in Boost, not here.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <boost/graph/adjacency_list.hpp>
+#pragma GCC diagnostic pop
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sim/core/units.hpp"
+
+namespace offsim::topo {
+
+enum class DeviceKind { kGpu, kCpu, kNic, kNvme, kSwitch };
+[[nodiscard]] std::string_view to_string(DeviceKind k);
+
+struct MemorySpec {
+  std::string kind;  // "hbm", "dram", "nvme"
+  sim::Bytes capacity;
+  std::optional<sim::Bandwidth> bandwidth;  // when set, traffic to/from the device crosses it
+};
+
+struct Device {
+  std::string name;
+  DeviceKind kind = DeviceKind::kGpu;
+  std::string device_kind;  // cost-table key, e.g. "mi250x-gcd" (GPUs and CPUs)
+  int cores = 0;            // CPUs: worker threads available to the job
+  std::optional<MemorySpec> memory;
+};
+
+struct Link {
+  std::string src;
+  std::string dst;
+  sim::Bandwidth bandwidth;
+  sim::TimePs latency;
+  std::string link_class;  // "gpu-gpu", "cpu-gpu", "nic", ...
+};
+
+struct Route {
+  std::vector<std::size_t> links;  // indices into Topology::links(), in order
+  [[nodiscard]] sim::Bandwidth bottleneck(const class Topology& t) const;
+};
+
+class TopologyError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class Topology {
+ public:
+  Topology() = default;
+
+  std::size_t add_device(Device d);
+  /// Adds one directed link. Throws TopologyError for unknown endpoints or non-positive bandwidth.
+  std::size_t add_link(Link l);
+  /// Checks the graph and freezes it. Throws TopologyError listing every problem.
+  void seal();
+
+  [[nodiscard]] bool sealed() const { return sealed_; }
+  [[nodiscard]] const std::vector<Device>& devices() const { return devices_; }
+  [[nodiscard]] const std::vector<Link>& links() const { return links_; }
+  [[nodiscard]] std::optional<std::size_t> find_device(std::string_view name) const;
+  [[nodiscard]] const Device& device(std::size_t i) const { return devices_.at(i); }
+  /// Devices of one kind, in declaration order.
+  [[nodiscard]] std::vector<std::size_t> devices_of(DeviceKind kind) const;
+
+  /// The route from `src` to `dst` (device indices). Throws TopologyError when unreachable.
+  [[nodiscard]] const Route& route(std::size_t src, std::size_t dst) const;
+
+ private:
+  struct VertexProps {
+    std::size_t device = 0;
+  };
+  struct EdgeProps {
+    std::size_t link = 0;
+  };
+  using Graph = boost::adjacency_list<boost::vecS, boost::vecS, boost::directedS, VertexProps, EdgeProps>;
+
+  std::vector<Device> devices_;
+  std::vector<Link> links_;
+  std::map<std::string, std::size_t, std::less<>> by_name_;
+  Graph graph_;
+  bool sealed_ = false;
+  mutable std::map<std::pair<std::size_t, std::size_t>, Route> route_cache_;
+};
+
+}  // namespace offsim::topo
