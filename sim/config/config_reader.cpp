@@ -1,6 +1,7 @@
 #include "sim/config/config_reader.hpp"
 
 #include <fmt/format.h>
+#include <tuple>
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -110,6 +111,15 @@ void Context::finish() {
   if (!errors_.empty()) {
     auto all = std::move(errors_);
     errors_.clear();
+    std::vector<std::string> file_order;
+    for (const auto& d : all) {
+      if (std::find(file_order.begin(), file_order.end(), d.loc.file) == file_order.end()) file_order.push_back(d.loc.file);
+    }
+    const auto rank = [&](const Diagnostic& d) {
+      return std::make_tuple(std::find(file_order.begin(), file_order.end(), d.loc.file) - file_order.begin(), d.loc.line,
+                             d.loc.column);
+    };
+    std::stable_sort(all.begin(), all.end(), [&](const Diagnostic& a, const Diagnostic& b) { return rank(a) < rank(b); });
     throw ConfigError(std::move(all));
   }
 }
@@ -125,7 +135,7 @@ Node Context::include_file(const Node& parent, const std::string& child_path, co
   const std::string name = target.lexically_normal().string();
   if (parent.include_depth() >= kMaxIncludeDepth) {
     error(at, child_path, fmt::format("includes nest deeper than {} (an include cycle?)", kMaxIncludeDepth));
-    return Node(*this, YAML::Node(), parent.file(), child_path, at, parent.include_depth());
+    return Node(*this, YAML::Node(), parent.file(), child_path, at, parent.include_depth()).as_broken();
   }
   try {
     YAML::Node loaded = YAML::LoadFile(name);
@@ -135,7 +145,7 @@ Node Context::include_file(const Node& parent, const std::string& child_path, co
   } catch (const YAML::ParserException& e) {
     error(Location{name, e.mark.line + 1, e.mark.column + 1}, child_path, fmt::format("invalid YAML: {}", e.msg));
   }
-  return Node(*this, YAML::Node(), parent.file(), child_path, at, parent.include_depth());
+  return Node(*this, YAML::Node(), parent.file(), child_path, at, parent.include_depth()).as_broken();
 }
 
 std::optional<Node> Context::resolve(const Node& parent, std::string_view key, const YAML::Node* found) {
@@ -182,13 +192,14 @@ std::string Node::child_path(std::string_view key) const {
 
 std::vector<Node> Node::items() const {
   std::vector<Node> out;
+  if (broken_) return out;
   if (!yaml_.IsSequence()) {
     ctx_->error(loc_, path_, fmt::format("expected a list, got {}", describe_found(yaml_)));
     return out;
   }
   for (std::size_t i = 0; i < yaml_.size(); ++i) {
     const YAML::Node item = yaml_[i];
-    if (auto n = ctx_->resolve(*this, std::to_string(i), &item)) out.push_back(*n);
+    if (auto n = ctx_->resolve(*this, std::to_string(i), &item); n && !n->broken()) out.push_back(*n);
   }
   return out;
 }
@@ -208,6 +219,7 @@ std::optional<T> parse_integral(const std::string& s) {
 template <class T>
 std::optional<T> Node::as() const {
   constexpr std::string_view expected = MapReader::type_name<T>();
+  if (broken_) return std::nullopt;
   if (!yaml_.IsScalar()) {
     ctx_->error(loc_, path_, fmt::format("expected {}, got {}", expected, describe_found(yaml_)));
     return std::nullopt;
@@ -256,7 +268,9 @@ template std::optional<Flops> Node::as<Flops>() const;
 template std::optional<FlopRate> Node::as<FlopRate>() const;
 
 MapReader::MapReader(const Node& node) : node_(node) {
-  if (!node_.yaml().IsMap()) {
+  if (node_.broken()) {
+    valid_ = false;
+  } else if (!node_.yaml().IsMap()) {
     valid_ = false;
     node_.context().error(node_.location(), node_.path(),
                           fmt::format("expected a mapping, got {}", describe_found(node_.yaml())));
@@ -282,7 +296,7 @@ bool MapReader::has(std::string_view key) {
   return valid_ && node_.yaml()[std::string(key)].IsDefined();
 }
 
-std::optional<Node> MapReader::child(std::string_view key) {
+std::optional<Node> MapReader::lookup(std::string_view key) {
   if (std::find(asked_.begin(), asked_.end(), key) == asked_.end()) asked_.emplace_back(key);
   if (!valid_) return std::nullopt;
   const YAML::Node& map = node_.yaml();
@@ -290,12 +304,19 @@ std::optional<Node> MapReader::child(std::string_view key) {
   return node_.context().resolve(node_, key, found.IsDefined() ? &found : nullptr);
 }
 
+std::optional<Node> MapReader::child(std::string_view key) {
+  auto c = lookup(key);
+  if (c && c->broken()) return std::nullopt;  // a failed !include: already reported
+  return c;
+}
+
 std::optional<Node> MapReader::required_child(std::string_view key, std::string_view expected) {
-  auto c = child(key);
+  auto c = lookup(key);
   if (!c && valid_) {
     node_.context().error(node_.location(), node_.child_path(key),
                           fmt::format("missing required key (expected {})", expected));
   }
+  if (c && c->broken()) return std::nullopt;
   return c;
 }
 

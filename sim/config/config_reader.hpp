@@ -76,6 +76,7 @@ class Context {
   void warning(const Location& loc, std::string_view key_path, std::string message);
 
   /// Reports overrides that matched no key, then throws ConfigError if any error was recorded.
+  /// Errors are listed file by file (in the order files were first named), by line and column.
   void finish();
 
   [[nodiscard]] bool has_errors() const { return !errors_.empty(); }
@@ -119,6 +120,14 @@ class Node {
   [[nodiscard]] bool is_scalar() const { return yaml_.IsScalar(); }
   [[nodiscard]] bool is_null() const { return !yaml_.IsDefined() || yaml_.IsNull(); }
   [[nodiscard]] const YAML::Node& yaml() const { return yaml_; }
+  /// A node that stands for an include that failed: its error is already reported, so reading it
+  /// reports nothing more.
+  [[nodiscard]] bool broken() const { return broken_; }
+  [[nodiscard]] Node as_broken() const {
+    Node n = *this;
+    n.broken_ = true;
+    return n;
+  }
 
   /// Converts a scalar to T; on failure records an error (naming `expected`) and returns nullopt.
   template <class T>
@@ -134,6 +143,7 @@ class Node {
   std::string path_;
   Location loc_;
   int include_depth_;
+  bool broken_ = false;
 };
 
 /// Reads the keys of one mapping. Keys never asked for are reported as unknown when the reader
@@ -185,6 +195,8 @@ class MapReader {
   static constexpr std::string_view type_name();
 
  private:
+  [[nodiscard]] std::optional<Node> lookup(std::string_view key);
+
   Node node_;
   std::vector<std::string> asked_;
   bool valid_ = true;

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <stdexcept>
 
@@ -20,7 +21,10 @@ ConstraintId FlowNetwork::add_constraint(std::string name, Bandwidth capacity) {
     throw std::invalid_argument(
         fmt::format("constraint '{}' needs a positive capacity, got {} B/s", name, capacity.bytes_per_s));
   }
-  constraints_.push_back(Constraint{std::move(name), capacity.bytes_per_s, {}});
+  Constraint c;
+  c.name = std::move(name);
+  c.capacity = capacity.bytes_per_s;
+  constraints_.push_back(std::move(c));
   return ConstraintId{static_cast<std::uint32_t>(constraints_.size() - 1)};
 }
 
@@ -58,11 +62,29 @@ FlowId FlowNetwork::start_flow(FlowSpec spec, Completion on_complete) {
 
 void FlowNetwork::activate(FlowId f) {
   advance_to(sim_.now());
-  active_.push_back(f.index);
-  // Ids grow monotonically but latency phases differ, so keep the active list sorted by id.
-  std::sort(active_.begin(), active_.end());
-  reshare();
+  active_.insert(std::upper_bound(active_.begin(), active_.end(), f.index), f.index);
+  invalidate();
+}
+
+void FlowNetwork::invalidate() {
+  // Rates are recomputed once per instant, however many flows join or leave at it: the first
+  // change schedules a flush at the current time, later ones at the same instant ride along.
+  ++generation_;  // completion events computed from the old rates are void
+  rates_stale_ = true;
+  if (flush_pending_) return;
+  flush_pending_ = true;
+  sim_.schedule_at(sim_.now(), EventPhase::kCompletion, [this] { flush(); });
+}
+
+void FlowNetwork::flush() {
+  flush_pending_ = false;
+  if (rates_stale_) reshare();
   schedule_next_completion();
+}
+
+double FlowNetwork::rate(FlowId f) {
+  if (rates_stale_) reshare();
+  return flows_[f.index].rate;
 }
 
 void FlowNetwork::advance_to(TimePs now) {
@@ -88,53 +110,84 @@ void FlowNetwork::advance_to(TimePs now) {
 }
 
 void FlowNetwork::reshare() {
+  rates_stale_ = false;
+  // Progressive filling driven by a min-heap of constraint fair shares (remaining / unfixed) and
+  // the bounded flows sorted by bound: each step saturates the constraint with the smallest share,
+  // or fixes the flow with the smallest bound, whichever level is lower. Cost
+  // O(sum of route lengths x log constraints) instead of one pass over all flows per level.
   for (auto& c : constraints_) {
     c.remaining = c.capacity;
     c.unfixed = 0;
+    c.version = 0;
+    c.flows.clear();
   }
+  bounded_.clear();
   for (const auto id : active_) {
     Flow& flow = flows_[id];
     flow.fixed = false;
     flow.rate = 0.0;
-    for (const auto c : flow.spec.route) ++constraints_[c.index].unfixed;
+    for (const auto c : flow.spec.route) {
+      ++constraints_[c.index].unfixed;
+      constraints_[c.index].flows.push_back(id);
+    }
+    if (flow.spec.rate_bound) bounded_.push_back(id);
   }
+  std::stable_sort(bounded_.begin(), bounded_.end(), [this](std::uint32_t a, std::uint32_t b) {
+    return flows_[a].spec.rate_bound->bytes_per_s < flows_[b].spec.rate_bound->bytes_per_s;
+  });
+  share_heap_.clear();
+  const auto push_share = [this](std::uint32_t c) {
+    Constraint& con = constraints_[c];
+    ++con.version;
+    if (con.unfixed == 0) return;
+    share_heap_.push_back(ShareEntry{con.remaining / con.unfixed, c, con.version});
+    std::push_heap(share_heap_.begin(), share_heap_.end(), ShareEntry::Later{});
+  };
+  for (std::uint32_t c = 0; c < constraints_.size(); ++c) push_share(c);
+
+  const auto fix = [this, &push_share](std::uint32_t id, double rate) {
+    Flow& flow = flows_[id];
+    flow.fixed = true;
+    flow.rate = rate;
+    for (const auto c : flow.spec.route) {
+      Constraint& con = constraints_[c.index];
+      con.remaining = std::max(0.0, con.remaining - rate);
+      --con.unfixed;
+      push_share(c.index);
+    }
+  };
+
   std::size_t unfixed_flows = active_.size();
+  std::size_t next_bounded = 0;
   while (unfixed_flows > 0) {
-    // The next level at which something saturates: a constraint's fair share or a flow's bound.
-    double level = std::numeric_limits<double>::infinity();
-    for (const auto& c : constraints_) {
-      if (c.unfixed > 0) level = std::min(level, c.remaining / c.unfixed);
+    // Drop heap entries made stale by later updates of their constraint.
+    while (!share_heap_.empty() && share_heap_.front().version != constraints_[share_heap_.front().constraint].version) {
+      std::pop_heap(share_heap_.begin(), share_heap_.end(), ShareEntry::Later{});
+      share_heap_.pop_back();
     }
-    for (const auto id : active_) {
-      const Flow& flow = flows_[id];
-      if (!flow.fixed && flow.spec.rate_bound) level = std::min(level, flow.spec.rate_bound->bytes_per_s);
+    while (next_bounded < bounded_.size() && flows_[bounded_[next_bounded]].fixed) ++next_bounded;
+    const double constraint_level =
+        share_heap_.empty() ? std::numeric_limits<double>::infinity() : share_heap_.front().share;
+    const double bound_level = next_bounded < bounded_.size()
+                                   ? flows_[bounded_[next_bounded]].spec.rate_bound->bytes_per_s
+                                   : std::numeric_limits<double>::infinity();
+    if (!std::isfinite(constraint_level) && !std::isfinite(bound_level)) {
+      throw SimulationError("progressive filling made no progress (a flow with neither route nor bound)");
     }
-    const double threshold = level * (1.0 + kShareTieTolerance);
-    // Fix every flow that crosses a saturated constraint or has reached its bound. The scan reads
-    // one state; the fixed flows are charged to their constraints afterwards.
-    newly_fixed_.clear();
-    for (const auto id : active_) {
-      Flow& flow = flows_[id];
-      if (flow.fixed) continue;
-      bool saturated = flow.spec.rate_bound && flow.spec.rate_bound->bytes_per_s <= threshold;
-      for (const auto c : flow.spec.route) {
-        const Constraint& con = constraints_[c.index];
-        if (con.remaining / con.unfixed <= threshold) saturated = true;
-      }
-      if (saturated) newly_fixed_.push_back(id);
+    if (bound_level <= constraint_level * (1.0 + kShareTieTolerance)) {
+      fix(bounded_[next_bounded++], bound_level);
+      --unfixed_flows;
+      continue;
     }
-    if (newly_fixed_.empty()) throw SimulationError("progressive filling made no progress (non-finite share)");
-    for (const auto id : newly_fixed_) {
-      Flow& flow = flows_[id];
-      flow.fixed = true;
-      flow.rate = level;
-      for (const auto c : flow.spec.route) {
-        Constraint& con = constraints_[c.index];
-        con.remaining = std::max(0.0, con.remaining - level);
-        --con.unfixed;
-      }
+    const std::uint32_t saturated = share_heap_.front().constraint;
+    std::pop_heap(share_heap_.begin(), share_heap_.end(), ShareEntry::Later{});
+    share_heap_.pop_back();
+    // Every unfixed flow crossing the saturated constraint gets the level (ids ascending).
+    for (const auto id : constraints_[saturated].flows) {
+      if (flows_[id].fixed) continue;
+      fix(id, constraint_level);
+      --unfixed_flows;
     }
-    unfixed_flows -= newly_fixed_.size();
   }
   // Aggregate rates per constraint, for statistics and timelines.
   for (auto& c : constraints_) c.remaining = 0.0;
@@ -155,7 +208,6 @@ void FlowNetwork::reshare() {
 }
 
 void FlowNetwork::schedule_next_completion() {
-  ++generation_;
   if (active_.empty()) return;
   TimePs next = TimePs::max();
   for (const auto id : active_) {
@@ -172,7 +224,7 @@ void FlowNetwork::schedule_next_completion() {
 }
 
 void FlowNetwork::on_completion_event(std::uint64_t generation) {
-  if (generation != generation_) return;  // superseded by a later reshare
+  if (generation != generation_) return;  // superseded by a later change
   advance_to(sim_.now());
   std::vector<std::uint32_t> finished;
   std::erase_if(active_, [&](std::uint32_t id) {
@@ -182,8 +234,7 @@ void FlowNetwork::on_completion_event(std::uint64_t generation) {
     finished.push_back(id);
     return true;
   });
-  reshare();
-  schedule_next_completion();
+  invalidate();
   for (const auto id : finished) {
     auto done = std::move(flows_[id].on_complete);
     if (done) done();

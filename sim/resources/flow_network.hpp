@@ -15,8 +15,8 @@
 // repeat until every flow is fixed.
 //
 // A flow first waits its latency (no bytes move), then joins the sharing. Rates are recomputed
-// whenever a flow joins or leaves; between such events every rate is constant, so the next
-// completion time is exact up to the 1 ps rounding rule of units.hpp.
+// once per instant at which flows join or leave; between such instants every rate is constant,
+// so the next completion time is exact up to the 1 ps rounding rule of units.hpp.
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -77,7 +77,7 @@ class FlowNetwork {
   [[nodiscard]] Bandwidth capacity(ConstraintId c) const { return Bandwidth{constraints_[c.index].capacity}; }
   [[nodiscard]] const ConstraintStats& stats(ConstraintId c) const { return constraints_[c.index].stats; }
   /// Current rate of a flow (0 while in its latency phase or after it finished).
-  [[nodiscard]] double rate(FlowId f) const { return flows_[f.index].rate; }
+  [[nodiscard]] double rate(FlowId f);
   [[nodiscard]] std::size_t active_flow_count() const { return active_.size(); }
   /// Brings the byte and busy-time counters up to now(); call before reading stats at the end.
   void sync_stats() { advance_to(sim_.now()); }
@@ -91,10 +91,23 @@ class FlowNetwork {
     std::string name;
     double capacity;
     ConstraintStats stats;
+    double current_rate = 0.0;  // aggregate rate since the last reshare
     // scratch space of reshare()
     double remaining = 0.0;
     std::uint32_t unfixed = 0;
-    double current_rate = 0.0;
+    std::uint32_t version = 0;
+    std::vector<std::uint32_t> flows;  // active flows crossing it, ascending ids
+  };
+  struct ShareEntry {
+    double share;
+    std::uint32_t constraint;
+    std::uint32_t version;
+    // Min-heap order: smallest share first, ties by constraint id (deterministic).
+    struct Later {
+      bool operator()(const ShareEntry& a, const ShareEntry& b) const {
+        return a.share != b.share ? a.share > b.share : a.constraint > b.constraint;
+      }
+    };
   };
   struct Flow {
     FlowSpec spec;
@@ -106,6 +119,8 @@ class FlowNetwork {
   };
 
   void activate(FlowId f);
+  void invalidate();
+  void flush();
   void advance_to(TimePs now);
   void schedule_next_completion();
   void on_completion_event(std::uint64_t generation);
@@ -115,9 +130,12 @@ class FlowNetwork {
   std::vector<Constraint> constraints_;
   std::vector<Flow> flows_;
   std::vector<std::uint32_t> active_;       // ids of flows moving bytes, ascending
-  std::vector<std::uint32_t> newly_fixed_;  // scratch space of reshare()
+  std::vector<std::uint32_t> bounded_;       // scratch space of reshare()
+  std::vector<ShareEntry> share_heap_;        // scratch space of reshare()
   TimePs last_update_{0};
-  std::uint64_t generation_ = 0;  // invalidates completion events scheduled before a reshare
+  std::uint64_t generation_ = 0;  // invalidates completion events scheduled before a change
+  bool rates_stale_ = false;      // flows joined or left since the last reshare
+  bool flush_pending_ = false;    // a flush event is scheduled at the current instant
 };
 
 }  // namespace offsim::sim

@@ -60,9 +60,10 @@ TEST_F(ConfigReaderTest, ErrorsAreLocatedAndAllCollected) {
     FAIL() << "expected a ConfigError";
   } catch (const ConfigError& e) {
     ASSERT_EQ(e.diagnostics().size(), 5u);
-    EXPECT_EQ(e.diagnostics()[0].str(), f + ":1:9: layers: expected an integer, got \"twelve\"");
-    EXPECT_EQ(e.diagnostics()[1].str(),
+    // Listed by location, whatever the order in which they were found.
+    EXPECT_EQ(e.diagnostics()[0].str(),
               f + ":1:1: link: missing required key (expected a bandwidth such as \"36 GB/s\")");
+    EXPECT_EQ(e.diagnostics()[1].str(), f + ":1:9: layers: expected an integer, got \"twelve\"");
     EXPECT_EQ(e.diagnostics()[2].str(),
               f + ":2:7: kind: expected one of {gpu, cpu}, got \"gpv\" (did you mean 'gpu'?)");
     EXPECT_EQ(e.diagnostics()[3].str(), f + ":3:1: laeyrs_extra: unknown key");

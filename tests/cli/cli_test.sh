@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# CLI behaviour a user relies on: exit codes (0 ok, 2 bad input), outputs, determinism.
+# Usage: cli_test.sh OFFSIM_BINARY SOURCE_DIR
+set -u
+offsim=$1
+cd "$2" || exit 1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+passed=0
+failed=0
+check() {  # check NAME EXPECTED_CODE ACTUAL_CODE
+  if [ "$2" -eq "$3" ]; then passed=$((passed + 1)); else echo "FAIL: $1: exit $3, expected $2"; failed=$((failed + 1)); fi
+}
+contains() {  # contains NAME FILE TEXT
+  if grep -qF -- "$3" "$2"; then passed=$((passed + 1)); else echo "FAIL: $1: '$3' not in output:"; cat "$2"; failed=$((failed + 1)); fi
+}
+
+demo=configs/experiments/gpt3-1.3b-dp8-frontier.yaml
+"$offsim" run "$demo" --out "$tmp/a" >"$tmp/out.txt" 2>&1; check "run demo" 0 $?
+contains "report has iteration time" "$tmp/out.txt" "iteration time"
+contains "report names the bottleneck" "$tmp/out.txt" "bottleneck:"
+for key in '"feasible"' '"iteration_time_s"' '"tflops_per_device"' '"forward_s"' '"backward_s"' '"optimizer_s"' '"peak_bytes"' '"capacity_bytes"' '"config"'; do
+  contains "summary.json has $key" "$tmp/a/summary.json" "$key"
+done
+"$offsim" run "$demo" --out "$tmp/b" >/dev/null 2>&1; check "run demo again" 0 $?
+cmp -s "$tmp/a/summary.json" "$tmp/b/summary.json"; check "summary.json is byte-identical across runs" 0 $?
+ls "$tmp/a" | grep -q tmp; check "no temporary file left behind" 1 $?
+
+"$offsim" run "$demo" --set training.micro_batch=64 --out "$tmp/c" >"$tmp/c.txt" 2>&1; check "infeasible is a result" 0 $?
+contains "infeasible summary" "$tmp/c/summary.json" '"feasible": false'
+
+"$offsim" run tests/config_errors/bad-values.yaml >"$tmp/bad.txt" 2>&1; check "bad input exits 2" 2 $?
+contains "bad input is located" "$tmp/bad.txt" "tests/config_errors/bad-values.yaml:10:15: strategy.zero_stage:"
+"$offsim" run no/such/file.yaml >"$tmp/nofile.txt" 2>&1; check "missing file exits 2" 2 $?
+contains "missing file is named" "$tmp/nofile.txt" "no/such/file.yaml: cannot open the file"
+"$offsim" run "$demo" --set training.micro_bach=2 >"$tmp/set.txt" 2>&1; check "unknown --set exits 2" 2 $?
+contains "unknown --set suggests" "$tmp/set.txt" "did you mean 'training.micro_batch'?"
+"$offsim" frobnicate >/dev/null 2>&1; check "unknown subcommand exits 2" 2 $?
+
+"$offsim" graph tests/data/tiny-dp2.yaml --dot >"$tmp/g.dot" 2>&1; check "graph --dot" 0 $?
+contains "graph is DOT" "$tmp/g.dot" "digraph tasks {"
+"$offsim" --help >"$tmp/help.txt" 2>&1; check "--help" 0 $?
+contains "help lists run" "$tmp/help.txt" "run"
+"$offsim" list >"$tmp/list.txt" 2>&1; check "list" 0 $?
+contains "list names data_parallel" "$tmp/list.txt" "data_parallel"
+
+echo "cli: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
