@@ -1,7 +1,9 @@
 #include "topologies/topology.hpp"
 
 #include <fmt/format.h>
+#include <algorithm>
 #include <deque>
+#include <limits>
 
 namespace offsim::topo {
 
@@ -68,60 +70,128 @@ std::vector<std::size_t> Topology::devices_of(DeviceKind kind) const {
 }
 
 void Topology::seal() {
+  // Every GPU must reach, and be reached from, every GPU and CPU: one that cannot could never take
+  // part in a collective or an offload copy. Checked with one forward and one backward search
+  // from the first GPU, so sealing a 9,408-node machine stays linear in its size.
+  const auto gpus = devices_of(DeviceKind::kGpu);
   std::vector<std::string> problems;
-  // Every GPU must reach, and be reached from, every other GPU and CPU: a disconnected GPU could
-  // never take part in a collective or an offload copy.
-  std::vector<std::size_t> endpoints = devices_of(DeviceKind::kGpu);
-  for (const auto c : devices_of(DeviceKind::kCpu)) endpoints.push_back(c);
-  sealed_ = true;
-  for (const auto g : devices_of(DeviceKind::kGpu)) {
-    for (const auto other : endpoints) {
-      if (other == g) continue;
-      try {
-        (void)route(g, other);
-        (void)route(other, g);
-      } catch (const TopologyError&) {
-        problems.push_back(fmt::format("GPU '{}' is not connected to '{}'", devices_[g].name, devices_[other].name));
-        break;
+  if (!gpus.empty()) {
+    std::vector<std::vector<std::size_t>> reverse(devices_.size());
+    for (const auto& l : links_) reverse[*find_device(l.dst)].push_back(*find_device(l.src));
+    const auto reach = [&](bool forward) {
+      std::vector<bool> seen(devices_.size(), false);
+      std::deque<std::size_t> todo{gpus.front()};
+      seen[gpus.front()] = true;
+      while (!todo.empty()) {
+        const std::size_t v = todo.front();
+        todo.pop_front();
+        const auto visit = [&](std::size_t w) {
+          if (!seen[w]) {
+            seen[w] = true;
+            todo.push_back(w);
+          }
+        };
+        if (forward) {
+          for (auto [e, end] = boost::out_edges(v, graph_); e != end; ++e) visit(boost::target(*e, graph_));
+        } else {
+          for (const auto w : reverse[v]) visit(w);
+        }
       }
+      return seen;
+    };
+    const auto from_first = reach(true);
+    const auto to_first = reach(false);
+    const std::string& first = devices_[gpus.front()].name;
+    for (std::size_t i = 0; i < devices_.size(); ++i) {
+      const auto kind = devices_[i].kind;
+      if (kind != DeviceKind::kGpu && kind != DeviceKind::kCpu) continue;
+      if (!from_first[i])
+        problems.push_back(fmt::format("'{}' cannot be reached from GPU '{}'", devices_[i].name, first));
+      if (!to_first[i]) problems.push_back(fmt::format("'{}' cannot reach GPU '{}'", devices_[i].name, first));
     }
   }
-  if (!problems.empty()) {
-    sealed_ = false;
-    route_cache_.clear();
-    throw TopologyError(fmt::format("{}", fmt::join(problems, "; ")));
+  if (!problems.empty()) throw TopologyError(fmt::format("{}", fmt::join(problems, "; ")));
+  sealed_ = true;
+}
+
+std::optional<std::size_t> Topology::direct_link(std::size_t src, std::size_t dst) const {
+  for (auto [e, end] = boost::out_edges(src, graph_); e != end; ++e) {
+    if (boost::target(*e, graph_) == dst) return graph_[*e].link;
   }
+  return std::nullopt;
+}
+
+void Topology::add_route_override(const std::string& src, const std::string& dst,
+                                  const std::vector<std::string>& hops) {
+  if (sealed_) throw TopologyError("topology is sealed");
+  std::vector<std::string> path{src};
+  path.insert(path.end(), hops.begin(), hops.end());
+  path.push_back(dst);
+  Route r;
+  for (std::size_t i = 0; i + 1 < path.size(); ++i) {
+    const auto a = find_device(path[i]);
+    const auto b = find_device(path[i + 1]);
+    if (!a) throw TopologyError(fmt::format("route {} -> {}: unknown device '{}'", src, dst, path[i]));
+    if (!b) throw TopologyError(fmt::format("route {} -> {}: unknown device '{}'", src, dst, path[i + 1]));
+    const auto l = direct_link(*a, *b);
+    if (!l)
+      throw TopologyError(fmt::format("route {} -> {}: no link from '{}' to '{}'", src, dst, path[i], path[i + 1]));
+    r.links.push_back(*l);
+  }
+  overrides_[{*find_device(src), *find_device(dst)}] = std::move(r);
 }
 
 const Route& Topology::route(std::size_t src, std::size_t dst) const {
   if (!sealed_) throw TopologyError("routes are only available on a sealed topology");
   const auto key = std::make_pair(src, dst);
   if (auto it = route_cache_.find(key); it != route_cache_.end()) return it->second;
-  // Breadth-first search over out-edges in declaration order (vecS keeps insertion order).
-  std::vector<std::optional<std::size_t>> via_link(devices_.size());
-  std::vector<bool> seen(devices_.size(), false);
+  if (auto it = overrides_.find(key); it != overrides_.end())
+    return route_cache_.emplace(key, it->second).first->second;
+  const int src_node = devices_[src].node;
+  const int dst_node = devices_[dst].node;
+  const auto allowed = [&](std::size_t v) {
+    const int n = devices_[v].node;
+    return n == -1 || n == src_node || n == dst_node;
+  };
+  // Breadth-first by levels; within a level a vertex keeps the widest path reaching it. A vertex's
+  // width is final when it is dequeued, because every vertex of the previous level came first.
+  constexpr int kUnseen = -1;
+  std::vector<int> hops(devices_.size(), kUnseen);
+  std::vector<double> width(devices_.size(), 0.0);
+  std::vector<std::size_t> via_link(devices_.size(), 0);
   std::deque<std::size_t> frontier{src};
-  seen[src] = true;
-  while (!frontier.empty() && !seen[dst]) {
+  hops[src] = 0;
+  width[src] = std::numeric_limits<double>::infinity();
+  while (!frontier.empty()) {
     const std::size_t v = frontier.front();
     frontier.pop_front();
+    if (hops[dst] != kUnseen && hops[v] >= hops[dst]) break;
     for (auto [e, end] = boost::out_edges(v, graph_); e != end; ++e) {
       const std::size_t w = boost::target(*e, graph_);
-      if (seen[w]) continue;
-      seen[w] = true;
-      via_link[w] = graph_[*e].link;
-      frontier.push_back(w);
+      if (!allowed(w)) continue;
+      const std::size_t l = graph_[*e].link;
+      const double through = std::min(width[v], links_[l].bandwidth.bytes_per_s);
+      if (hops[w] == kUnseen) {
+        hops[w] = hops[v] + 1;
+        width[w] = through;
+        via_link[w] = l;
+        frontier.push_back(w);
+      } else if (hops[w] == hops[v] + 1 && through > width[w]) {
+        width[w] = through;
+        via_link[w] = l;
+      }
     }
   }
-  if (!seen[dst]) {
+  if (hops[dst] == kUnseen) {
     throw TopologyError(fmt::format("no route from '{}' to '{}'", devices_[src].name, devices_[dst].name));
   }
   Route r;
   for (std::size_t v = dst; v != src;) {
-    const std::size_t l = *via_link[v];
-    r.links.insert(r.links.begin(), l);
+    const std::size_t l = via_link[v];
+    r.links.push_back(l);
     v = *find_device(links_[l].src);
   }
+  std::reverse(r.links.begin(), r.links.end());
   return route_cache_.emplace(key, std::move(r)).first->second;
 }
 

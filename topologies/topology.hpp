@@ -3,9 +3,11 @@
 // are edges (a full-duplex link is two edges, one per direction). Built, validated, then sealed;
 // a sealed Topology is immutable and answers routing queries deterministically.
 //
-// Routing: the fewest-hops path. Among equal-hop paths the one found first by a breadth-first
-// search that visits neighbours in link declaration order wins, so the same file always gives the
-// same routes. Routes are cached.
+// Routing, deterministic: an explicit route override when the YAML gives one; otherwise the
+// fewest-hops path, and among those the widest (largest bottleneck bandwidth); remaining ties go
+// to the path found first by a breadth-first search that visits links in declaration order. A
+// route between devices of two nodes may only pass through those two nodes and the network, never
+// through a third node. Routes are cached.
 //
 // A device's memory may have a bandwidth (host DDR): every route that starts or ends at that
 // device also crosses the memory's constraint, which is how host-to-device copies of all GPUs
@@ -36,6 +38,7 @@ struct MemorySpec {
 
 struct Device {
   std::string name;
+  int node = 0;  // index of the node it belongs to; -1 for network devices (switches of the fabric)
   DeviceKind kind = DeviceKind::kGpu;
   std::string device_kind;  // cost-table key, e.g. "mi250x-gcd" (GPUs and CPUs)
   int cores = 0;            // CPUs: worker threads available to the job
@@ -67,6 +70,9 @@ class Topology {
   std::size_t add_device(Device d);
   /// Adds one directed link. Throws TopologyError for unknown endpoints or non-positive bandwidth.
   std::size_t add_link(Link l);
+  /// Forces the route from `src` to `dst` through the listed devices (`hops` excludes both ends).
+  /// Throws TopologyError when consecutive devices have no direct link.
+  void add_route_override(const std::string& src, const std::string& dst, const std::vector<std::string>& hops);
   /// Checks the graph and freezes it. Throws TopologyError listing every problem.
   void seal();
 
@@ -80,6 +86,8 @@ class Topology {
 
   /// The route from `src` to `dst` (device indices). Throws TopologyError when unreachable.
   [[nodiscard]] const Route& route(std::size_t src, std::size_t dst) const;
+  /// The direct link from `src` to `dst`, if any (the first declared).
+  [[nodiscard]] std::optional<std::size_t> direct_link(std::size_t src, std::size_t dst) const;
 
  private:
   struct VertexProps {
@@ -93,6 +101,7 @@ class Topology {
   std::vector<Device> devices_;
   std::vector<Link> links_;
   std::map<std::string, std::size_t, std::less<>> by_name_;
+  std::map<std::pair<std::size_t, std::size_t>, Route> overrides_;
   Graph graph_;
   bool sealed_ = false;
   mutable std::map<std::pair<std::size_t, std::size_t>, Route> route_cache_;

@@ -21,6 +21,21 @@ DeviceKind device_kind_of(const std::string& s) {
   return DeviceKind::kGpu;
 }
 
+struct RouteSpec {
+  std::string from;
+  std::string to;
+  std::vector<std::string> via;
+  sim::config::Location loc;
+  std::string path;
+};
+
+struct NodeSpec {
+  std::string name;
+  std::vector<Device> devices;
+  std::vector<Link> links;
+  std::vector<RouteSpec> routes;
+};
+
 std::optional<MemorySpec> parse_memory(const Node& n) {
   MapReader m(n);
   MemorySpec mem;
@@ -35,16 +50,28 @@ std::optional<MemorySpec> parse_memory(const Node& n) {
   return mem;
 }
 
-}  // namespace
+struct LinkParams {
+  sim::Bandwidth bandwidth;
+  sim::TimePs latency;
+};
 
-std::optional<NodeTopology> parse_node_topology(const Node& node) {
+// bandwidth (positive) and latency of a link-like mapping.
+LinkParams parse_link_params(MapReader& r, const Node& n) {
+  const auto bandwidth = r.required<sim::Bandwidth>("bandwidth");
+  const auto latency = r.required<sim::TimePs>("latency");
+  if (bandwidth.valid && bandwidth.value.bytes_per_s <= 0.0) {
+    n.context().error(bandwidth.loc, n.child_path("bandwidth"), "expected a positive bandwidth, got 0");
+  }
+  return {bandwidth.value, latency.value};
+}
+
+std::optional<NodeSpec> parse_node_spec(const Node& node) {
   auto& ctx = node.context();
   const std::size_t errors_before = ctx.error_count();
-  NodeTopology out;
+  NodeSpec out;
   MapReader top(node);
   out.name = top.required<std::string>("name").value;
 
-  std::vector<Device> devices;
   if (auto list = top.required_child("devices", "a list of devices")) {
     for (const auto& item : list->items()) {
       MapReader d(item);
@@ -58,40 +85,39 @@ std::optional<NodeTopology> parse_node_topology(const Node& node) {
       }
       if (dev.kind == DeviceKind::kCpu) dev.cores = d.required<int>("cores").value;
       if (auto mem = d.child("memory")) dev.memory = parse_memory(*mem);
-      if (dev.kind == DeviceKind::kGpu && !dev.memory) {
+      if (dev.kind == DeviceKind::kGpu && !dev.memory && d.node().yaml().IsMap()) {
         ctx.error(item.location(), item.child_path("memory"), "missing required key (a GPU needs its memory)");
       }
       if (count.value < 1) ctx.error(count.loc, item.child_path("count"), "expected a positive integer");
-      if (count.value == 1 && !d.has("count")) {
+      if (!d.has("count")) {
         dev.name = name.value;
-        devices.push_back(dev);
+        out.devices.push_back(dev);
       } else {
         for (int i = 0; i < count.value; ++i) {
           Device copy = dev;
           copy.name = fmt::format("{}{}", name.value, i);
-          devices.push_back(std::move(copy));
+          out.devices.push_back(std::move(copy));
         }
       }
     }
   }
-
   std::set<std::string> names;
-  for (const auto& d : devices) {
+  for (const auto& d : out.devices) {
     if (!names.insert(d.name).second) {
       ctx.error(node.location(), node.child_path("devices"), fmt::format("device '{}' is declared twice", d.name));
     }
   }
+  const auto known = [&](const Located<std::string>& name, const std::string& path) {
+    if (names.contains(name.value)) return true;
+    ctx.error(name.loc, path, fmt::format("unknown device '{}'", name.value));
+    return false;
+  };
 
-  std::vector<Link> links;
   if (auto list = top.required_child("links", "a list of links")) {
     for (const auto& item : list->items()) {
       MapReader l(item);
-      const auto bandwidth = l.required<sim::Bandwidth>("bandwidth");
-      const auto latency = l.required<sim::TimePs>("latency");
+      const LinkParams params = parse_link_params(l, item);
       const auto link_class = l.required<std::string>("class");
-      if (bandwidth.valid && bandwidth.value.bytes_per_s <= 0.0) {
-        ctx.error(bandwidth.loc, item.child_path("bandwidth"), "expected a positive bandwidth, got 0");
-      }
       const bool duplex = l.has("between");
       std::vector<Located<std::string>> ends;
       std::vector<std::string> end_paths;
@@ -99,45 +125,204 @@ std::optional<NodeTopology> parse_node_topology(const Node& node) {
         if (auto between = l.child("between")) {
           for (const auto& e : between->items()) {
             if (auto s = e.as<std::string>()) {
-              ends.push_back({*s, e.location()});
+              ends.push_back({*s, e.location(), true});
               end_paths.push_back(e.path());
             }
           }
           if (ends.size() != 2) ctx.error(between->location(), between->path(), "expected a list of two device names");
         }
       } else {
-        const auto from = l.required<std::string>("from");
-        const auto to = l.required<std::string>("to");
-        ends = {from, to};
+        ends = {l.required<std::string>("from"), l.required<std::string>("to")};
         end_paths = {item.child_path("from"), item.child_path("to")};
       }
       if (ends.size() != 2) continue;
-      bool ends_ok = true;
-      for (std::size_t i = 0; i < 2; ++i) {
-        if (!names.contains(ends[i].value)) {
-          ctx.error(ends[i].loc, end_paths[i], fmt::format("unknown device '{}'", ends[i].value));
-          ends_ok = false;
-        }
-      }
-      if (ends_ok && ends[0].value == ends[1].value) {
+      const bool a_ok = known(ends[0], end_paths[0]);
+      const bool b_ok = known(ends[1], end_paths[1]);
+      if (!a_ok || !b_ok) continue;
+      if (ends[0].value == ends[1].value) {
         ctx.error(ends[0].loc, end_paths[0], "a link must connect two different devices");
-        ends_ok = false;
+        continue;
       }
-      if (!ends_ok) continue;
-      links.push_back({ends[0].value, ends[1].value, bandwidth.value, latency.value, link_class.value});
-      if (duplex) links.push_back({ends[1].value, ends[0].value, bandwidth.value, latency.value, link_class.value});
+      out.links.push_back({ends[0].value, ends[1].value, params.bandwidth, params.latency, link_class.value});
+      if (duplex)
+        out.links.push_back({ends[1].value, ends[0].value, params.bandwidth, params.latency, link_class.value});
     }
   }
 
+  if (auto list = top.child("routes")) {
+    for (const auto& item : list->items()) {
+      MapReader r(item);
+      const auto from = r.required<std::string>("from");
+      const auto to = r.required<std::string>("to");
+      RouteSpec route{from.value, to.value, {}, item.location(), item.path()};
+      bool ok = known(from, item.child_path("from")) & known(to, item.child_path("to"));
+      if (auto via = r.required_child("via", "a list of intermediate devices")) {
+        for (const auto& hop : via->items()) {
+          if (auto name = hop.as<std::string>()) {
+            ok = known({*name, hop.location(), true}, hop.path()) && ok;
+            route.via.push_back(*name);
+          }
+        }
+      }
+      if (ok) out.routes.push_back(std::move(route));
+    }
+  }
   if (ctx.error_count() != errors_before) return std::nullopt;
-  for (auto& d : devices) out.topology.add_device(std::move(d));
-  for (auto& l : links) out.topology.add_link(std::move(l));
+  return out;
+}
+
+// Adds one node's devices, links and routes, with names prefixed by `prefix`.
+void instantiate(Topology& t, const NodeSpec& spec, const std::string& prefix, int node_index) {
+  for (Device d : spec.devices) {
+    d.name = prefix + d.name;
+    d.node = node_index;
+    t.add_device(std::move(d));
+  }
+  for (Link l : spec.links) {
+    l.src = prefix + l.src;
+    l.dst = prefix + l.dst;
+    t.add_link(std::move(l));
+  }
+}
+
+void add_routes(Topology& t, const NodeSpec& spec, const std::string& prefix, sim::config::Context& ctx) {
+  for (const auto& r : spec.routes) {
+    std::vector<std::string> via;
+    for (const auto& hop : r.via) via.push_back(prefix + hop);
+    try {
+      t.add_route_override(prefix + r.from, prefix + r.to, via);
+    } catch (const TopologyError& e) {
+      ctx.error(r.loc, r.path, e.what());
+    }
+  }
+}
+
+struct NetworkSpec {
+  std::string kind;
+  LinkParams nic_link;
+  int group_size = 0;
+  int global_links_per_group_pair = 0;
+  LinkParams global_link;
+};
+
+std::optional<NetworkSpec> parse_network(const Node& node) {
+  auto& ctx = node.context();
+  const std::size_t errors_before = ctx.error_count();
+  MapReader r(node);
+  NetworkSpec n;
+  n.kind = r.choice("kind", {"switch", "dragonfly"}).value;
+  if (auto nic = r.required_child("nic_link", "a mapping with bandwidth and latency")) {
+    MapReader l(*nic);
+    n.nic_link = parse_link_params(l, *nic);
+  }
+  if (n.kind == "dragonfly") {
+    const auto group = r.required<int>("group_size");
+    const auto globals = r.required<int>("global_links_per_group_pair");
+    if (group.valid && group.value < 1)
+      ctx.error(group.loc, node.child_path("group_size"), "expected a positive integer");
+    if (globals.valid && globals.value < 1) {
+      ctx.error(globals.loc, node.child_path("global_links_per_group_pair"), "expected a positive integer");
+    }
+    n.group_size = group.value;
+    n.global_links_per_group_pair = globals.value;
+    if (auto g = r.required_child("global_link", "a mapping with bandwidth and latency")) {
+      MapReader l(*g);
+      n.global_link = parse_link_params(l, *g);
+    }
+  }
+  if (ctx.error_count() != errors_before) return std::nullopt;
+  return n;
+}
+
+// Joins the NICs of every node to the network. A dragonfly group is one switch vertex: Slingshot
+// groups are all-to-all with adaptive routing, modelled as non-blocking inside a group. The
+// global links between two groups are one constraint per direction carrying their total
+// bandwidth (adaptive routing spreads traffic over them). Only minimal routes are modelled.
+void add_network(Topology& t, const NetworkSpec& net, int nodes, const std::vector<std::vector<std::string>>& nics) {
+  const int groups = net.kind == "dragonfly" ? (nodes + net.group_size - 1) / net.group_size : 1;
+  const auto switch_name = [&](int g) {
+    return net.kind == "dragonfly" ? fmt::format("group{}", g) : std::string("switch");
+  };
+  for (int g = 0; g < groups; ++g) {
+    Device sw;
+    sw.name = switch_name(g);
+    sw.kind = DeviceKind::kSwitch;
+    sw.node = -1;
+    t.add_device(std::move(sw));
+  }
+  for (int n = 0; n < nodes; ++n) {
+    const std::string sw = switch_name(net.kind == "dragonfly" ? n / net.group_size : 0);
+    for (const auto& nic : nics[n]) {
+      t.add_link({nic, sw, net.nic_link.bandwidth, net.nic_link.latency, "network"});
+      t.add_link({sw, nic, net.nic_link.bandwidth, net.nic_link.latency, "network"});
+    }
+  }
+  const sim::Bandwidth global = net.global_link.bandwidth * static_cast<double>(net.global_links_per_group_pair);
+  for (int a = 0; a < groups; ++a) {
+    for (int b = 0; b < groups; ++b) {
+      if (a != b) t.add_link({switch_name(a), switch_name(b), global, net.global_link.latency, "global"});
+    }
+  }
+}
+
+}  // namespace
+
+std::optional<NodeTopology> parse_machine(const Node& node) {
+  auto& ctx = node.context();
+  const std::size_t errors_before = ctx.error_count();
+  NodeTopology out;
+  std::optional<NodeSpec> spec;
+  std::optional<NetworkSpec> network;
+  sim::config::Location nodes_loc = node.location();
+  const YAML::Node& yaml = node.yaml();
+  const bool system = yaml.IsMap() && yaml["node"].IsDefined();
+  if (system) {
+    MapReader probe(node);
+    {
+      out.name = probe.required<std::string>("name").value;
+      if (auto n = probe.required_child("node", "a node description (usually !include x-node.yaml)"))
+        spec = parse_node_spec(*n);
+      const auto nodes = probe.required<int>("nodes");
+      nodes_loc = nodes.loc;
+      if (nodes.valid && nodes.value < 1) ctx.error(nodes.loc, node.child_path("nodes"), "expected a positive integer");
+      out.nodes = nodes.value;
+      if (auto n = probe.required_child("network", "a network mapping with kind")) network = parse_network(*n);
+    }
+  }
+  if (!system) {
+    spec = parse_node_spec(node);
+    if (spec) out.name = spec->name;
+  }
+  if (ctx.error_count() != errors_before || !spec) return std::nullopt;
+
+  out.network_kind = network ? network->kind : "none";
+  const bool prefixed = out.nodes > 1;
+  std::vector<std::vector<std::string>> nics(out.nodes);
+  for (int n = 0; n < out.nodes; ++n) {
+    const std::string prefix = prefixed ? fmt::format("n{}.", n) : std::string();
+    instantiate(out.topology, *spec, prefix, n);
+    add_routes(out.topology, *spec, prefix, ctx);
+    for (const auto& d : spec->devices) {
+      if (d.kind == DeviceKind::kNic) nics[n].push_back(prefix + d.name);
+    }
+  }
+  if (network) {
+    if (nics.front().empty()) {
+      ctx.error(node.location(), node.child_path("network"), "the node has no NIC to attach to the network");
+      return std::nullopt;
+    }
+    add_network(out.topology, *network, out.nodes, nics);
+  } else if (out.nodes > 1) {
+    ctx.error(nodes_loc, node.child_path("nodes"), "several nodes need a network");
+    return std::nullopt;
+  }
   try {
     out.topology.seal();
   } catch (const TopologyError& e) {
     ctx.error(node.location(), node.child_path("links"), e.what());
     return std::nullopt;
   }
+  if (ctx.error_count() != errors_before) return std::nullopt;
   return out;
 }
 

@@ -20,7 +20,17 @@ struct GraphOptions {
   bool dot = false;
 };
 
+struct TopoOptions {
+  std::string file;
+  std::vector<std::string> overrides;
+  int nodes = 0;  // 0: as in the file
+  bool json = false;
+  std::string dot_file;
+  std::vector<std::string> route;  // two device names, or empty
+};
+
 int run_command(const RunOptions& options);
+int topo_command(const TopoOptions& options);
 int graph_command(const GraphOptions& options);
 int list_command();
 

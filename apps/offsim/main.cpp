@@ -27,6 +27,17 @@ int main(int argc, char** argv) {
   graph_cmd->add_option("--set", graph.overrides, "override a value: --set key.path=value (repeatable)");
   graph_cmd->add_flag("--dot", graph.dot, "Graphviz DOT instead of text");
 
+  app::TopoOptions topo_opts;
+  auto* topo_cmd = app.add_subcommand("topo", "describe a machine: summary, JSON, Graphviz, routes");
+  topo_cmd->add_option("file", topo_opts.file, "machine YAML (configs/hardware/*.yaml: a node or a system)")
+      ->required();
+  topo_cmd->add_option("--nodes", topo_opts.nodes, "build N nodes of a system file (default: as in the file)")
+      ->check(CLI::PositiveNumber);
+  topo_cmd->add_flag("--json", topo_opts.json, "devices and directed links as JSON");
+  topo_cmd->add_option("--dot", topo_opts.dot_file, "write a Graphviz drawing of the machine to FILE");
+  topo_cmd->add_option("--route", topo_opts.route, "show the links a transfer from A to B crosses")->expected(2);
+  topo_cmd->add_option("--set", topo_opts.overrides, "override a value: --set key.path=value (repeatable)");
+
   auto* list_cmd = app.add_subcommand("list", "list the strategies offsim knows");
 
   try {
@@ -39,9 +50,13 @@ int main(int argc, char** argv) {
   try {
     if (*run_cmd) return app::run_command(run);
     if (*graph_cmd) return app::graph_command(graph);
+    if (*topo_cmd) return app::topo_command(topo_opts);
     if (*list_cmd) return app::list_command();
   } catch (const sim::config::ConfigError& e) {
     fmt::print(stderr, "{}\n", e.what());
+    return app::kExitBadInput;
+  } catch (const topo::TopologyError& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
     return app::kExitBadInput;
   } catch (const sim::SimulationError& e) {
     fmt::print(stderr, "simulation error: {}\n", e.what());

@@ -4,6 +4,7 @@
 #include "apps/offsim/commands.hpp"
 #include "models/experiment.hpp"
 #include "sim/report/atomic_file.hpp"
+#include "topologies/topology_report.hpp"
 
 namespace offsim::app {
 
@@ -23,6 +24,26 @@ int run_command(const RunOptions& options) {
 int graph_command(const GraphOptions& options) {
   const models::ExperimentSpec spec = models::load_experiment(options.config, options.overrides);
   fmt::print("{}", models::dump_task_graph(spec, options.dot));
+  return 0;
+}
+
+int topo_command(const TopoOptions& options) {
+  std::vector<std::string> overrides = options.overrides;
+  if (options.nodes > 0) overrides.push_back(fmt::format("nodes={}", options.nodes));
+  sim::config::Context ctx(overrides);
+  auto machine = topo::parse_machine(ctx.load_root(options.file));
+  ctx.finish();
+  if (!machine) throw sim::config::ConfigError({});  // unreachable: finish() threw for the errors
+  if (!options.dot_file.empty()) {
+    sim::report::write_file_atomically(options.dot_file, topo::topology_dot(*machine));
+  }
+  if (!options.route.empty()) {
+    fmt::print("{}", topo::describe_route(machine->topology, options.route[0], options.route[1]));
+  } else if (options.json) {
+    fmt::print("{}", topo::topology_json(*machine));
+  } else {
+    fmt::print("{}", topo::topology_summary(*machine));
+  }
   return 0;
 }
 

@@ -83,6 +83,23 @@ void BM_MaxMinReshare(benchmark::State& state) {
 }
 BENCHMARK(BM_MaxMinReshare)->Arg(10)->Arg(100)->Arg(1'000)->Arg(10'000)->Unit(benchmark::kMicrosecond);
 
+// One reshare of 16 flows on a machine of 600,000 idle constraints (a 9,408-node Frontier has
+// about 550,000 directed links): the cost must follow the active flows, not the machine size.
+void BM_ReshareOnLargeIdleNetwork(benchmark::State& state) {
+  constexpr std::size_t kConstraints = 600'000;
+  Simulator sim;
+  FlowNetwork net(sim);
+  std::vector<ConstraintId> ids;
+  for (std::size_t l = 0; l < kConstraints; ++l) ids.push_back(net.add_constraint("l", Bandwidth{25e9}));
+  Lcg rng{5};
+  for (int f = 0; f < 16; ++f) {
+    net.start_flow(
+        {{ids[rng.next() % kConstraints], ids[rng.next() % kConstraints]}, Bytes{1'000'000'000}, TimePs{0}, {}}, {});
+  }
+  for (auto _ : state) net.reshare();
+}
+BENCHMARK(BM_ReshareOnLargeIdleNetwork)->Unit(benchmark::kMicrosecond);
+
 // A whole simulation: F flows of different sizes start at once on a shared 8-link fabric and run
 // to completion (F completions, each followed by a reshare).
 void BM_FlowSimulation(benchmark::State& state) {

@@ -1,10 +1,10 @@
 #include "sim/config/config_reader.hpp"
 
 #include <fmt/format.h>
-#include <tuple>
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <tuple>
 
 #include "sim/config/did_you_mean.hpp"
 
@@ -113,13 +113,15 @@ void Context::finish() {
     errors_.clear();
     std::vector<std::string> file_order;
     for (const auto& d : all) {
-      if (std::find(file_order.begin(), file_order.end(), d.loc.file) == file_order.end()) file_order.push_back(d.loc.file);
+      if (std::find(file_order.begin(), file_order.end(), d.loc.file) == file_order.end())
+        file_order.push_back(d.loc.file);
     }
     const auto rank = [&](const Diagnostic& d) {
-      return std::make_tuple(std::find(file_order.begin(), file_order.end(), d.loc.file) - file_order.begin(), d.loc.line,
-                             d.loc.column);
+      return std::make_tuple(std::find(file_order.begin(), file_order.end(), d.loc.file) - file_order.begin(),
+                             d.loc.line, d.loc.column);
     };
-    std::stable_sort(all.begin(), all.end(), [&](const Diagnostic& a, const Diagnostic& b) { return rank(a) < rank(b); });
+    std::stable_sort(all.begin(), all.end(),
+                     [&](const Diagnostic& a, const Diagnostic& b) { return rank(a) < rank(b); });
     throw ConfigError(std::move(all));
   }
 }

@@ -25,6 +25,7 @@ ConstraintId FlowNetwork::add_constraint(std::string name, Bandwidth capacity) {
   c.name = std::move(name);
   c.capacity = capacity.bytes_per_s;
   constraints_.push_back(std::move(c));
+  touched_mark_.push_back(0);
   return ConstraintId{static_cast<std::uint32_t>(constraints_.size() - 1)};
 }
 
@@ -99,11 +100,10 @@ void FlowNetwork::advance_to(TimePs now) {
     }
     // Statistics count the rates that held over [last_update_, now): transient rates seen while
     // several flows join at one instant last no time and are not peaks.
-    for (auto& c : constraints_) {
-      if (c.current_rate > 0.0) {
-        c.stats.busy_time += dt;
-        c.stats.peak_bytes_per_s = std::max(c.stats.peak_bytes_per_s, c.current_rate);
-      }
+    for (const auto index : in_use_) {
+      Constraint& c = constraints_[index];
+      c.stats.busy_time += dt;
+      c.stats.peak_bytes_per_s = std::max(c.stats.peak_bytes_per_s, c.current_rate);
     }
   }
   last_update_ = now;
@@ -115,7 +115,22 @@ void FlowNetwork::reshare() {
   // the bounded flows sorted by bound: each step saturates the constraint with the smallest share,
   // or fixes the flow with the smallest bound, whichever level is lower. Cost
   // O(sum of route lengths x log constraints) instead of one pass over all flows per level.
-  for (auto& c : constraints_) {
+  // Only constraints that carried traffic or are crossed by an active flow are touched, so the
+  // cost does not grow with the size of an idle machine.
+  touched_.clear();
+  const auto touch = [this](std::uint32_t index) {
+    if (touched_mark_[index]) return;
+    touched_mark_[index] = 1;
+    touched_.push_back(index);
+  };
+  for (const auto index : in_use_) touch(index);
+  for (const auto id : active_) {
+    for (const auto c : flows_[id].spec.route) touch(c.index);
+  }
+  std::sort(touched_.begin(), touched_.end());
+  for (const auto index : touched_) {
+    Constraint& c = constraints_[index];
+    touched_mark_[index] = 0;
     c.remaining = c.capacity;
     c.unfixed = 0;
     c.version = 0;
@@ -143,7 +158,7 @@ void FlowNetwork::reshare() {
     share_heap_.push_back(ShareEntry{con.remaining / con.unfixed, c, con.version});
     std::push_heap(share_heap_.begin(), share_heap_.end(), ShareEntry::Later{});
   };
-  for (std::uint32_t c = 0; c < constraints_.size(); ++c) push_share(c);
+  for (const auto index : touched_) push_share(index);
 
   const auto fix = [this, &push_share](std::uint32_t id, double rate) {
     Flow& flow = flows_[id];
@@ -161,7 +176,8 @@ void FlowNetwork::reshare() {
   std::size_t next_bounded = 0;
   while (unfixed_flows > 0) {
     // Drop heap entries made stale by later updates of their constraint.
-    while (!share_heap_.empty() && share_heap_.front().version != constraints_[share_heap_.front().constraint].version) {
+    while (!share_heap_.empty() &&
+           share_heap_.front().version != constraints_[share_heap_.front().constraint].version) {
       std::pop_heap(share_heap_.begin(), share_heap_.end(), ShareEntry::Later{});
       share_heap_.pop_back();
     }
@@ -190,12 +206,15 @@ void FlowNetwork::reshare() {
     }
   }
   // Aggregate rates per constraint, for statistics and timelines.
-  for (auto& c : constraints_) c.remaining = 0.0;
+  for (const auto index : touched_) constraints_[index].remaining = 0.0;
   for (const auto id : active_) {
     for (const auto c : flows_[id].spec.route) constraints_[c.index].remaining += flows_[id].rate;
   }
-  for (auto& c : constraints_) {
+  in_use_.clear();
+  for (const auto index : touched_) {
+    Constraint& c = constraints_[index];
     const double rate = c.remaining;
+    if (rate > 0.0) in_use_.push_back(index);
     if (record_timelines_ && (c.stats.timeline.empty() || c.stats.timeline.back().bytes_per_s != rate)) {
       if (!c.stats.timeline.empty() && c.stats.timeline.back().time == sim_.now()) {
         c.stats.timeline.back().bytes_per_s = rate;

@@ -54,7 +54,7 @@ struct ConstraintStats {
   double bytes_carried = 0.0;
   TimePs busy_time{0};               // time with at least one flow moving bytes across it
   double peak_bytes_per_s = 0.0;     // highest aggregate rate held for a non-zero time
-  std::vector<RateSample> timeline;  // only when recording is on
+  std::vector<RateSample> timeline;  // only when recording is on; 0 B/s before the first sample
 };
 
 class FlowNetwork {
@@ -129,9 +129,12 @@ class FlowNetwork {
   bool record_timelines_;
   std::vector<Constraint> constraints_;
   std::vector<Flow> flows_;
-  std::vector<std::uint32_t> active_;       // ids of flows moving bytes, ascending
-  std::vector<std::uint32_t> bounded_;       // scratch space of reshare()
-  std::vector<ShareEntry> share_heap_;        // scratch space of reshare()
+  std::vector<std::uint32_t> active_;   // ids of flows moving bytes, ascending
+  std::vector<std::uint32_t> in_use_;   // constraints with a non-zero rate, ascending
+  std::vector<std::uint32_t> touched_;  // scratch space of reshare()
+  std::vector<char> touched_mark_;      // scratch space of reshare(), one per constraint
+  std::vector<std::uint32_t> bounded_;  // scratch space of reshare()
+  std::vector<ShareEntry> share_heap_;  // scratch space of reshare()
   TimePs last_update_{0};
   std::uint64_t generation_ = 0;  // invalidates completion events scheduled before a change
   bool rates_stale_ = false;      // flows joined or left since the last reshare

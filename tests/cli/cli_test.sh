@@ -44,5 +44,18 @@ contains "help lists run" "$tmp/help.txt" "run"
 "$offsim" list >"$tmp/list.txt" 2>&1; check "list" 0 $?
 contains "list names data_parallel" "$tmp/list.txt" "data_parallel"
 
+"$offsim" topo configs/hardware/frontier-node.yaml >"$tmp/topo.txt" 2>&1; check "topo summary" 0 $?
+contains "topo summary has the bisection" "$tmp/topo.txt" "worst 300.0 GB/s"
+"$offsim" topo configs/hardware/frontier-node.yaml --json >"$tmp/topo.json" 2>&1; check "topo --json" 0 $?
+contains "topo json has directed links" "$tmp/topo.json" '"src": "gcd0",'
+contains "topo json has bandwidths" "$tmp/topo.json" '"bandwidth_bytes_per_s": 200000000000,'
+"$offsim" topo configs/hardware/frontier.yaml --nodes 2 --route n0.gcd0 n1.gcd4 >"$tmp/route.txt" 2>&1; check "topo --route" 0 $?
+contains "route leaves through hsn0" "$tmp/route.txt" "n0.gcd1 -> n0.hsn0"
+contains "route bottleneck" "$tmp/route.txt" "bottleneck: 25.0 GB/s"
+"$offsim" topo configs/hardware/dgx-a100.yaml --nodes 1 --dot "$tmp/dgx.dot" >/dev/null 2>&1; check "topo --dot" 0 $?
+contains "dot file" "$tmp/dgx.dot" '"gpu0" -- "nvswitch"'
+"$offsim" topo configs/hardware/frontier-node.yaml --route gcd0 gcd9 >"$tmp/badroute.txt" 2>&1; check "unknown route device exits 2" 2 $?
+contains "unknown route device named" "$tmp/badroute.txt" "unknown device 'gcd9'"
+
 echo "cli: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

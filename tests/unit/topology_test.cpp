@@ -8,15 +8,17 @@
 #include "models/strategies/strategy.hpp"
 #include "sim/exec/executor.hpp"
 #include "topologies/topology_parser.hpp"
+#include "topologies/topology_report.hpp"
 
 namespace offsim::topo {
 namespace {
 
 const std::string kFrontier = std::string(OFFSIM_SOURCE_DIR) + "/configs/hardware/frontier-node.yaml";
+const std::string kFrontierSystem = std::string(OFFSIM_SOURCE_DIR) + "/configs/hardware/frontier.yaml";
 
-Topology load(const std::string& file) {
-  sim::config::Context ctx;
-  auto parsed = parse_node_topology(ctx.load_root(file));
+Topology load(const std::string& file, std::vector<std::string> overrides = {}) {
+  sim::config::Context ctx(overrides);
+  auto parsed = parse_machine(ctx.load_root(file));
   ctx.finish();
   return std::move(parsed->topology);
 }
@@ -79,6 +81,100 @@ TEST(FrontierNode, EightConcurrentHostCopiesShareTheDdr) {
   }
 }
 
+TEST(FrontierSystem, AMultiNodeRouteLeavesThroughTheNicOfTheRightGcd) {
+  // Each NIC hangs off an odd GCD (hsn0..3 on gcd1, 3, 5, 7). An even GCD reaches the network
+  // through its MI250X partner's NIC over the 200 GB/s in-package link:
+  //   n0.gcd0 -> n0.gcd1 -> n0.hsn0 -> group0 -> n1.hsn2 -> n1.gcd5 -> n1.gcd4.
+  const Topology t = load(kFrontierSystem, {"nodes=2"});
+  const auto& r = t.route(dev(t, "n0.gcd0"), dev(t, "n1.gcd4"));
+  std::vector<std::string> path;
+  for (const auto l : r.links) path.push_back(t.links()[l].dst);
+  EXPECT_EQ(path, (std::vector<std::string>{"n0.gcd1", "n0.hsn0", "group0", "n1.hsn2", "n1.gcd5", "n1.gcd4"}));
+  EXPECT_DOUBLE_EQ(r.bottleneck(t).bytes_per_s, 25e9);  // the Slingshot NIC
+  // Every GCD leaves through its own package's NIC.
+  const char* nic_of[8] = {"n0.hsn0", "n0.hsn0", "n0.hsn1", "n0.hsn1", "n0.hsn2", "n0.hsn2", "n0.hsn3", "n0.hsn3"};
+  for (int g = 0; g < 8; ++g) {
+    const auto& route = t.route(dev(t, fmt::format("n0.gcd{}", g).c_str()), dev(t, "n1.gcd0"));
+    bool through = false;
+    for (const auto l : route.links) through = through || t.links()[l].dst == nic_of[g];
+    EXPECT_TRUE(through) << "gcd" << g;
+  }
+}
+
+TEST(FrontierSystem, RoutesBetweenGroupsCrossOneGlobalLinkAndNoThirdNode) {
+  // 129 nodes: node 128 is in group 1. The route crosses group0 -> group1 (4 x 25 GB/s) once and
+  // touches no device of another node.
+  const Topology t = load(kFrontierSystem, {"nodes=129"});
+  const auto& r = t.route(dev(t, "n0.gcd1"), dev(t, "n128.gcd1"));
+  int globals = 0;
+  for (const auto l : r.links) {
+    const auto& link = t.links()[l];
+    globals += link.link_class == "global" ? 1 : 0;
+    const int node = t.device(*t.find_device(link.dst)).node;
+    EXPECT_TRUE(node == -1 || node == 0 || node == 128) << link.dst;
+  }
+  EXPECT_EQ(globals, 1);
+  EXPECT_EQ(t.devices_of(DeviceKind::kGpu).size(), 129u * 8u);
+}
+
+TEST(FrontierSystem, ASingleNodeKeepsOlcfNames) {
+  const Topology t = load(kFrontierSystem, {"nodes=1"});
+  EXPECT_TRUE(t.find_device("gcd0").has_value());
+  EXPECT_TRUE(t.find_device("hsn3").has_value());
+  EXPECT_TRUE(t.find_device("cpu").has_value());
+  EXPECT_FALSE(t.find_device("n0.gcd0").has_value());
+}
+
+TEST(FrontierNode, BisectionOfTheGcdGraph) {
+  // Cutting Frontier's 8 GCDs into two packages pairs: {A,B}|{C,D} = 300 GB/s per direction is the
+  // worst balanced split (frontier-node.md section 2).
+  const auto b = node_gpu_bisection(load(kFrontier));
+  ASSERT_TRUE(b.has_value());
+  EXPECT_DOUBLE_EQ(b->min_bytes_per_s, 300e9);
+}
+
+TEST(ShippedMachines, AllLoadAndEveryGpuReachesEveryOther) {
+  for (const char* name : {"frontier-node", "polaris", "dgx-a100", "h100-pcie-node", "dgx-h100"}) {
+    SCOPED_TRACE(name);
+    const Topology t = load(std::string(OFFSIM_SOURCE_DIR) + "/configs/hardware/" + name + ".yaml",
+                            std::string(name).find("node") == std::string::npos ? std::vector<std::string>{"nodes=2"}
+                                                                                : std::vector<std::string>{});
+    const auto gpus = t.devices_of(DeviceKind::kGpu);
+    ASSERT_GE(gpus.size(), 4u);
+    for (const auto a : gpus) {
+      for (const auto b : gpus) {
+        if (a != b) {
+          EXPECT_FALSE(t.route(a, b).links.empty());
+        }
+      }
+    }
+  }
+}
+
+TEST(DgxA100, GpusReachEachOtherThroughNvswitchAtFullNvlinkRate) {
+  const Topology t = load(std::string(OFFSIM_SOURCE_DIR) + "/configs/hardware/dgx-a100.yaml", {"nodes=1"});
+  const auto& r = t.route(dev(t, "gpu0"), dev(t, "gpu7"));
+  ASSERT_EQ(r.links.size(), 2u);
+  EXPECT_EQ(t.links()[r.links[0]].dst, "nvswitch");
+  EXPECT_DOUBLE_EQ(r.bottleneck(t).bytes_per_s, 300e9);
+}
+
+TEST(Topology, ARouteOverrideWinsOverTheShortestPath) {
+  // g0 - g1 - g2 and a direct g0 - g2: the shortest route is direct; the override goes via g1.
+  Topology t;
+  for (const char* n : {"g0", "g1", "g2"})
+    t.add_device({n, 0, DeviceKind::kGpu, "k", 0, MemorySpec{"hbm", sim::Bytes{1}, {}}});
+  for (auto [a, b] : {std::pair{"g0", "g1"}, {"g1", "g2"}, {"g0", "g2"}}) {
+    t.add_link({a, b, sim::Bandwidth{1e9}, sim::TimePs{0}, "x"});
+    t.add_link({b, a, sim::Bandwidth{1e9}, sim::TimePs{0}, "x"});
+  }
+  t.add_route_override("g0", "g2", {"g1"});
+  t.seal();
+  EXPECT_EQ(t.route(0, 2).links.size(), 2u);
+  EXPECT_EQ(t.route(2, 0).links.size(), 1u);  // only the named direction is overridden
+  EXPECT_THROW(t.add_link({"g0", "g1", sim::Bandwidth{1e9}, sim::TimePs{0}, "x"}), TopologyError);  // sealed
+}
+
 class BadTopologyTest : public ::testing::Test {
  protected:
   std::string check(const std::string& yaml) {
@@ -124,13 +220,42 @@ TEST_F(BadTopologyTest, DanglingLinkWithOneEnd) {
 
 TEST_F(BadTopologyTest, DisconnectedGpu) {
   EXPECT_EQ(check(std::string(kTwoGpus) + "links: []\n"),
-            "T:1:1: links: GPU 'g0' is not connected to 'g1'; GPU 'g1' is not connected to 'g0'");
+            "T:1:1: links: 'g1' cannot be reached from GPU 'g0'; 'g1' cannot reach GPU 'g0'");
 }
 
 TEST_F(BadTopologyTest, ZeroBandwidth) {
   EXPECT_EQ(check(std::string(kTwoGpus) +
                   "links:\n  - {between: [g0, g1], bandwidth: \"0 GB/s\", latency: \"0 s\", class: x}\n"),
             "T:5:36: links.0.bandwidth: expected a positive bandwidth, got 0");
+}
+
+TEST_F(BadTopologyTest, RouteOverridesAreChecked) {
+  const std::string three =
+      "name: t\n"
+      "devices:\n"
+      "  - {name: g, count: 3, kind: gpu, device_kind: k, memory: {kind: hbm, capacity: \"1 GB\"}}\n"
+      "links:\n"
+      "  - {between: [g0, g1], bandwidth: \"1 GB/s\", latency: \"0 s\", class: x}\n"
+      "  - {between: [g1, g2], bandwidth: \"1 GB/s\", latency: \"0 s\", class: x}\n"
+      "  - {between: [g0, g2], bandwidth: \"1 GB/s\", latency: \"0 s\", class: x}\n";
+  EXPECT_EQ(check(three + "routes:\n  - {from: g0, to: g2, via: [g1]}\n"), "");
+  EXPECT_EQ(check(three + "routes:\n  - {from: g0, to: g2, via: [g7]}\n"),
+            "T:9:30: routes.0.via.0: unknown device 'g7'");
+  const std::string chain =
+      "name: t\n"
+      "devices:\n"
+      "  - {name: g, count: 3, kind: gpu, device_kind: k, memory: {kind: hbm, capacity: \"1 GB\"}}\n"
+      "links:\n"
+      "  - {between: [g0, g1], bandwidth: \"1 GB/s\", latency: \"0 s\", class: x}\n"
+      "  - {between: [g1, g2], bandwidth: \"1 GB/s\", latency: \"0 s\", class: x}\n";
+  EXPECT_EQ(check(chain + "routes:\n  - {from: g0, to: g1, via: [g2]}\n"),
+            "T:8:5: routes.0: route g0 -> g1: no link from 'g0' to 'g2'");
+}
+
+TEST_F(BadTopologyTest, SeveralNodesNeedANetwork) {
+  EXPECT_EQ(check("name: s\nnodes: 2\nnode:\n  name: t\n  devices: []\n  links: []\nnetwork: {kind: mesh}\n"),
+            "T:7:10: network.nic_link: missing required key (expected a mapping with bandwidth and latency)\n"
+            "T:7:17: network.kind: expected one of {switch, dragonfly}, got \"mesh\"");
 }
 
 TEST_F(BadTopologyTest, UnknownKeyWithSuggestion) {
