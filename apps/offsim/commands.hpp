@@ -1,4 +1,5 @@
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -29,7 +30,16 @@ struct TopoOptions {
   std::vector<std::string> route;  // two device names, or empty
 };
 
+struct ModelOptions {
+  std::string file;
+  std::vector<std::string> overrides;
+  bool json = false;
+  std::int64_t micro_batch = 1;
+  std::int64_t tp = 1;
+};
+
 int run_command(const RunOptions& options);
+int model_command(const ModelOptions& options);
 int topo_command(const TopoOptions& options);
 int graph_command(const GraphOptions& options);
 int list_command();

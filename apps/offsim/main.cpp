@@ -38,6 +38,16 @@ int main(int argc, char** argv) {
   topo_cmd->add_option("--route", topo_opts.route, "show the links a transfer from A to B crosses")->expected(2);
   topo_cmd->add_option("--set", topo_opts.overrides, "override a value: --set key.path=value (repeatable)");
 
+  app::ModelOptions model_opts;
+  auto* model_cmd = app.add_subcommand("model", "a model's parameter counts, GEMM shapes, FLOPs and activation memory");
+  model_cmd->add_option("file", model_opts.file, "model YAML (configs/models/*.yaml)")->required();
+  model_cmd->add_flag("--json", model_opts.json, "as JSON");
+  model_cmd->add_option("--micro-batch", model_opts.micro_batch, "sequences per micro-batch (default 1)")
+      ->check(CLI::PositiveNumber);
+  model_cmd->add_option("--tp", model_opts.tp, "tensor-parallel degree for the GEMM shapes (default 1)")
+      ->check(CLI::PositiveNumber);
+  model_cmd->add_option("--set", model_opts.overrides, "override a value: --set key.path=value (repeatable)");
+
   auto* list_cmd = app.add_subcommand("list", "list the strategies offsim knows");
 
   try {
@@ -51,6 +61,7 @@ int main(int argc, char** argv) {
     if (*run_cmd) return app::run_command(run);
     if (*graph_cmd) return app::graph_command(graph);
     if (*topo_cmd) return app::topo_command(topo_opts);
+    if (*model_cmd) return app::model_command(model_opts);
     if (*list_cmd) return app::list_command();
   } catch (const sim::config::ConfigError& e) {
     fmt::print(stderr, "{}\n", e.what());

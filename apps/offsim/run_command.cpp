@@ -3,6 +3,8 @@
 
 #include "apps/offsim/commands.hpp"
 #include "models/experiment.hpp"
+#include "models/transformer/model_parser.hpp"
+#include "models/transformer/model_report.hpp"
 #include "sim/report/atomic_file.hpp"
 #include "topologies/topology_report.hpp"
 
@@ -44,6 +46,15 @@ int topo_command(const TopoOptions& options) {
   } else {
     fmt::print("{}", topo::topology_summary(*machine));
   }
+  return 0;
+}
+
+int model_command(const ModelOptions& options) {
+  sim::config::Context ctx(options.overrides);
+  const auto model = models::parse_model(ctx.load_root(options.file));
+  ctx.finish();
+  const models::ModelReportOptions report{options.micro_batch, options.tp};
+  fmt::print("{}", options.json ? models::model_json(*model, report) : models::model_text(*model, report));
   return 0;
 }
 

@@ -140,7 +140,9 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
                         Bytes{P * kOptimizerStateBytesPerParam}, {a1});
 
     const LayerWork w = layer_forward(m, train.micro_batch, train.flash_attention);
-    const double recompute_factor = train.recompute == Recompute::kFull ? 1.0 : 0.0;
+    sim::Flops recomputed{};
+    if (train.recompute == Recompute::kFull) recomputed = w.gemm + w.attention;
+    if (train.recompute == Recompute::kSelective) recomputed = w.attention;
     for (std::int64_t mb = 0; mb < train.grad_accum; ++mb) {
       const std::string mbs = fmt::format("mb{}", mb);
       const TaskId f_first = compute(mbs + ".fwd.embedding", "forward", k.embed_fwd, {}, "memory", {prev});
@@ -162,7 +164,7 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
       if (last_mb) items[item++].ready_on_rank.push_back(b_first);
       for (std::int64_t l = m.layers - 1; l >= 0; --l) {
         const TaskId b = compute(fmt::format("{}.bwd.layer{}", mbs, l), "backward", k.layer_bwd,
-                                 (w.gemm + w.attention) * (2.0 + recompute_factor), "layer", {prev});
+                                 (w.gemm + w.attention) * 2.0 + recomputed, "layer", {prev});
         prev = release(fmt::format("{}.free.act{}", mbs, l), "backward", "activations", stored, {b});
         if (last_mb) items[item++].ready_on_rank.push_back(b);
       }
@@ -268,12 +270,7 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
 
   const double sequences = static_cast<double>(train.micro_batch * train.grad_accum);
   out.model_flops_per_device = model_flops_per_sequence(m) * sequences;
-  const LayerWork w1 = layer_forward(m, 1, train.flash_attention);
-  double recompute_flops = 0.0;
-  if (train.recompute == Recompute::kFull)
-    recompute_flops = static_cast<double>(m.layers) * (w1.gemm + w1.attention).count;
-  if (train.recompute == Recompute::kSelective) recompute_flops = static_cast<double>(m.layers) * w1.attention.count;
-  out.hardware_flops_per_device = out.model_flops_per_device + sim::Flops{recompute_flops * sequences};
+  out.hardware_flops_per_device = hardware_flops_per_sequence(m, train.recompute) * sequences;
   out.approximations = in.costs.approximations();
   out.approximations.push_back("non-GEMM layer kernels are charged as HBM traffic of twice the stashed activations");
   out.approximations.push_back(

@@ -1,5 +1,8 @@
 #include "models/transformer/transformer.hpp"
 
+#include <fmt/format.h>
+#include <stdexcept>
+
 namespace offsim::models {
 
 ParameterCounts count_parameters(const ModelSpec& m) {
@@ -38,6 +41,28 @@ LayerWork layer_forward(const ModelSpec& m, std::int64_t micro_batch, bool flash
   w.attention = sim::Flops{4.0 * b * s * s * h};
   w.activations = stored_activation_bytes(m, micro_batch, Recompute::kNone, flash_attention);
   return w;
+}
+
+std::vector<GemmShape> layer_gemms(const ModelSpec& m, std::int64_t micro_batch, std::int64_t tp) {
+  if (tp < 1 || m.heads % tp != 0 || m.kv_heads % tp != 0 || m.ffn % tp != 0) {
+    throw std::invalid_argument(fmt::format("model {}: heads ({}), kv_heads ({}) and ffn ({}) must divide by tp ({})",
+                                            m.name, m.heads, m.kv_heads, m.ffn, tp));
+  }
+  const std::int64_t tokens = micro_batch * m.seq;
+  const std::int64_t h = m.hidden;
+  const std::int64_t up = m.ffn_kind == FfnKind::kSwiglu ? 2 * m.ffn : m.ffn;  // gate and up fused
+  return {
+      {"qkv", tokens, (h + 2 * m.kv_width()) / tp, h, 1},
+      {"attention_scores", m.seq, m.seq, m.head_dim(), micro_batch * m.heads / tp},  // Q K^T per head
+      {"attention_values", m.seq, m.head_dim(), m.seq, micro_batch * m.heads / tp},  // softmax . V
+      {"attention_out", tokens, h, h / tp, 1},
+      {"mlp_up", tokens, up / tp, h, 1},
+      {"mlp_down", tokens, h, m.ffn / tp, 1},
+  };
+}
+
+GemmShape head_gemm(const ModelSpec& m, std::int64_t micro_batch, std::int64_t tp) {
+  return {"logits", micro_batch * m.seq, (m.vocab + tp - 1) / tp, m.hidden, 1};
 }
 
 sim::Flops head_forward_flops(const ModelSpec& m, std::int64_t micro_batch) {
@@ -80,6 +105,15 @@ sim::Flops model_flops_per_sequence(const ModelSpec& m) {
   const double forward =
       static_cast<double>(m.layers) * (w.gemm.count + w.attention.count) + head_forward_flops(m, 1).count;
   return sim::Flops{3.0 * forward};
+}
+
+sim::Flops hardware_flops_per_sequence(const ModelSpec& m, Recompute policy) {
+  const LayerWork w = layer_forward(m, 1, false);
+  const double layers = static_cast<double>(m.layers);
+  double recomputed = 0.0;
+  if (policy == Recompute::kFull) recomputed = layers * (w.gemm.count + w.attention.count);
+  if (policy == Recompute::kSelective) recomputed = layers * w.attention.count;
+  return model_flops_per_sequence(m) + sim::Flops{recomputed};
 }
 
 }  // namespace offsim::models

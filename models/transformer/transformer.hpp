@@ -5,6 +5,7 @@
 // causal halving), as Megatron-LM's reported TFLOPs do, so figures compare with published ones.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "sim/core/units.hpp"
 
@@ -55,6 +56,28 @@ struct LayerWork {
 
 [[nodiscard]] LayerWork layer_forward(const ModelSpec& m, std::int64_t micro_batch, bool flash_attention);
 
+/// One matrix multiplication of the forward pass: `batch` independent (M x K) . (K x N) products
+/// on one tensor-parallel rank. Backward runs two GEMMs of the same size per forward GEMM (the
+/// input gradient and the weight gradient; attention's batched products likewise).
+struct GemmShape {
+  std::string name;
+  std::int64_t m = 0;
+  std::int64_t n = 0;
+  std::int64_t k = 0;
+  std::int64_t batch = 1;
+  [[nodiscard]] double flops() const {
+    return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) * static_cast<double>(batch);
+  }
+};
+
+/// The forward GEMMs of one layer on one rank of a Megatron tensor-parallel group of `tp`: QKV and
+/// the MLP up-projections are split by columns (N / tp), the attention output and MLP down
+/// projections by rows (K / tp), attention heads are divided among ranks. Throws
+/// std::invalid_argument when heads, KV heads or the FFN width do not divide by tp.
+[[nodiscard]] std::vector<GemmShape> layer_gemms(const ModelSpec& m, std::int64_t micro_batch, std::int64_t tp);
+/// The output projection (logits), vocabulary split by columns across tp ranks.
+[[nodiscard]] GemmShape head_gemm(const ModelSpec& m, std::int64_t micro_batch, std::int64_t tp);
+
 /// Forward FLOPs of the output projection to the vocabulary (logits).
 [[nodiscard]] sim::Flops head_forward_flops(const ModelSpec& m, std::int64_t micro_batch);
 
@@ -67,5 +90,9 @@ struct LayerWork {
 /// Model FLOPs of one training step on `tokens` tokens: forward + backward (= 2 x forward), no
 /// recomputation. This is the numerator of TFLOPS per device and MFU.
 [[nodiscard]] sim::Flops model_flops_per_sequence(const ModelSpec& m);
+
+/// Hardware FLOPs of one sequence: model FLOPs plus the forward work recomputed in backward (every
+/// layer's forward with full recomputation, the attention core with selective recomputation).
+[[nodiscard]] sim::Flops hardware_flops_per_sequence(const ModelSpec& m, Recompute policy);
 
 }  // namespace offsim::models

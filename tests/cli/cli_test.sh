@@ -57,5 +57,10 @@ contains "dot file" "$tmp/dgx.dot" '"gpu0" -- "nvswitch"'
 "$offsim" topo configs/hardware/frontier-node.yaml --route gcd0 gcd9 >"$tmp/badroute.txt" 2>&1; check "unknown route device exits 2" 2 $?
 contains "unknown route device named" "$tmp/badroute.txt" "unknown device 'gcd9'"
 
+"$offsim" model configs/models/llama2-70b.yaml --json >"$tmp/model.json" 2>&1; check "model --json" 0 $?
+contains "model count" "$tmp/model.json" '"total": 68976648192,'
+"$offsim" model configs/models/llama2-70b.yaml --tp 8 >"$tmp/model.txt" 2>&1; check "model --tp 8" 0 $?
+contains "model qkv shape at tp 8" "$tmp/model.txt" "qkv                                 4096  1280  8192"
+
 echo "cli: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

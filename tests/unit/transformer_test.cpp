@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
+#include "models/transformer/model_parser.hpp"
 #include "models/transformer/transformer.hpp"
+#include "sim/config/config_reader.hpp"
 
 namespace offsim::models {
 namespace {
@@ -103,6 +105,77 @@ TEST(Activations, GroupedQueryAttentionStoresNarrowerKeysAndValues) {
   const double s = 2048, b = 1, h = 5120, w = 4 * 128, f = 13632;
   const double expected = s * b * (2 * h + 2 * h + 4 * w + 2 * h + h) + s * b * (2 * h + 6 * f + h) + 4 * s * b * h;
   EXPECT_EQ(stored_activation_bytes(m, 1, Recompute::kNone, true).count, static_cast<std::int64_t>(expected));
+}
+
+}  // namespace
+}  // namespace offsim::models
+
+namespace offsim::models {
+namespace {
+
+ModelSpec load_model(const std::string& name) {
+  sim::config::Context ctx;
+  auto m = parse_model(ctx.load_root(std::string(OFFSIM_SOURCE_DIR) + "/configs/models/" + name + ".yaml"));
+  ctx.finish();
+  return *m;
+}
+
+TEST(ShippedModels, ParameterCountsArePinned) {
+  // Published totals where they exist (NeoX paper Table 1; released Llama 2 checkpoints; the
+  // offload study's logged 11,197,895,680). GPT-3 175B and the 1T model by hand, GPT style:
+  //   175B: 96 (12 h^2 + 13 h) + 50257 h + 2048 h + 2h, h = 12288
+  //         = 173,961,510,912 + 617,558,016 + 25,165,824 + 24,576 = 174,604,259,328 ("175.0B")
+  //   1T:   128 (12 h^2 + 13 h) + 50688 h + 2048 h + 2h, h = 25600
+  //         = 1,006,675,558,400 + 1,297,612,800 + 52,428,800 + 51,200 = 1,008,025,651,200
+  const std::vector<std::pair<std::string, std::int64_t>> pinned{
+      {"gpt-neox-20b", 20'554'567'680}, {"llama2-7b", 6'738'415'616},          {"llama2-13b", 13'015'864'320},
+      {"llama2-70b", 68'976'648'192},   {"llama-offload-13b", 11'197'895'680}, {"gpt3-1.3b", 1'315'819'520},
+      {"gpt3-175b", 174'604'259'328},   {"gpt-1t", 1'008'025'651'200},
+  };
+  for (const auto& [name, count] : pinned) EXPECT_EQ(count_parameters(load_model(name)).total, count) << name;
+  // The offload study's table (billions, 2 decimals).
+  const std::vector<std::pair<std::string, double>> billions{
+      {"llama-offload-7b", 5.90},        {"llama-offload-30b", 27.64},     {"llama-offload-70b", 55.14},
+      {"llama-offload-bound-7b", 5.95},  {"llama-offload-bound-8b", 9.14}, {"llama-offload-bound-13b", 11.32},
+      {"llama-offload-bound-20b", 15.58}};
+  for (const auto& [name, b] : billions)
+    EXPECT_NEAR(static_cast<double>(count_parameters(load_model(name)).total) / 1e9, b, 0.005) << name;
+}
+
+TEST(GemmShapes, AddUpToTheLayerFlopsAndSplitEvenlyUnderTensorParallelism) {
+  for (const char* name : {"gpt3-1.3b", "llama2-70b", "llama-offload-bound-20b"}) {
+    SCOPED_TRACE(name);
+    const ModelSpec m = load_model(name);
+    const LayerWork w = layer_forward(m, 2, false);
+    double tp1 = 0.0;
+    double tp4 = 0.0;
+    for (const auto& g : layer_gemms(m, 2, 1)) tp1 += g.flops();
+    for (const auto& g : layer_gemms(m, 2, 4)) tp4 += g.flops();
+    EXPECT_DOUBLE_EQ(tp1, w.gemm.count + w.attention.count);
+    EXPECT_DOUBLE_EQ(4.0 * tp4, tp1);
+    EXPECT_DOUBLE_EQ(head_gemm(m, 2, 1).flops(), head_forward_flops(m, 2).count);
+  }
+  EXPECT_THROW((void)layer_gemms(load_model("llama2-70b"), 1, 16), std::invalid_argument);  // 8 KV heads
+}
+
+TEST(Flops, FullRecomputationMatchesMegatronsFormula) {
+  // Narayanan et al. (SC21), FLOPs per sequence with full recomputation:
+  //   96 s l h^2 (1 + s / (6h) + V / (16 l h))
+  const ModelSpec m = load_model("gpt3-175b");
+  const double s = 2048, l = 96, h = 12288, V = 50257;
+  const double megatron = 96 * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h));
+  EXPECT_NEAR(hardware_flops_per_sequence(m, Recompute::kFull).count / megatron, 1.0, 1e-12);
+  EXPECT_EQ(hardware_flops_per_sequence(m, Recompute::kNone), model_flops_per_sequence(m));
+}
+
+TEST(GemmShapes, MegatronQkvAndMlpShapesOfLlama2_70bAtTp8) {
+  // h = 8192, 64 heads of 128, 8 KV heads, f = 28672 (SwiGLU: gate and up fused), tp = 8:
+  // QKV: N = (8192 + 2 x 8 x 128) / 8 = 1280; MLP up: N = 2 x 28672 / 8 = 7168; down: K = 3584.
+  const auto g = layer_gemms(load_model("llama2-70b"), 1, 8);
+  EXPECT_EQ(g[0].n, 1280);
+  EXPECT_EQ(g[4].n, 7168);
+  EXPECT_EQ(g[5].k, 3584);
+  EXPECT_EQ(g[1].batch, 8);  // 64 heads / 8 ranks
 }
 
 }  // namespace
