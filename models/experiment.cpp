@@ -126,7 +126,15 @@ ExperimentSpec load_experiment(const std::filesystem::path& file, const std::vec
         }
       }
       if (auto coll = c.required_child("collectives", "a collective cost table")) {
-        if (auto costs = parse_collective_costs(*coll)) spec.collectives = *costs;
+        if (auto costs = parse_measured_costs(*coll)) {
+          spec.collectives = *costs;
+          for (const char* needed : {"reduce_scatter", "all_gather"}) {
+            if (!costs->collectives.contains(needed)) {
+              ctx.error(coll->location(), coll->child_path("collectives"),
+                        fmt::format("the table has no {} fits (the data-parallel all-reduce needs them)", needed));
+            }
+          }
+        }
       }
     }
     if (auto n = r.required_child("model", "a model (usually !include ../models/x.yaml)")) {

@@ -20,7 +20,7 @@ struct ExperimentSpec {
   std::string file;
   topo::NodeTopology hardware;
   DeviceCosts device;
-  CollectiveCosts collectives;
+  MeasuredCosts collectives;
   ModelSpec model;
   TrainingSpec training;
   StrategySpec strategy;

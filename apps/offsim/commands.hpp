@@ -38,7 +38,17 @@ struct ModelOptions {
   std::int64_t tp = 1;
 };
 
+struct CalibrateCliOptions {
+  std::vector<std::string> files;
+  std::string device_kind;
+  std::string out;
+  std::vector<std::string> filters;
+  std::string peak;
+  std::string command_line;
+};
+
 int run_command(const RunOptions& options);
+int calibrate_command(const CalibrateCliOptions& options);
 int model_command(const ModelOptions& options);
 int topo_command(const TopoOptions& options);
 int graph_command(const GraphOptions& options);

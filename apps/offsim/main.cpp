@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 
 #include "apps/offsim/commands.hpp"
+#include "models/cost/calibration.hpp"
 #include "sim/config/config_reader.hpp"
 #include "sim/core/errors.hpp"
 #include "topologies/topology.hpp"
@@ -48,6 +49,15 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   model_cmd->add_option("--set", model_opts.overrides, "override a value: --set key.path=value (repeatable)");
 
+  app::CalibrateCliOptions cal;
+  auto* cal_cmd = app.add_subcommand("calibrate", "fit a cost table to microbenchmark CSVs (bench/hip/README.md)");
+  cal_cmd->add_option("csv", cal.files, "measurement CSV files")->required();
+  cal_cmd->add_option("--device", cal.device_kind, "device kind the table is for (e.g. mi250x-gcd)")->required();
+  cal_cmd->add_option("--out", cal.out, "the YAML table to write (e.g. configs/calibration/KIND.measured.yaml)")
+      ->required();
+  cal_cmd->add_option("--filter", cal.filters, "keep rows where column=value (repeatable)");
+  cal_cmd->add_option("--peak", cal.peak, "peak rate for GEMM efficiencies, e.g. \"191.5 TFLOP/s\"");
+
   auto* list_cmd = app.add_subcommand("list", "list the strategies offsim knows");
 
   try {
@@ -62,9 +72,19 @@ int main(int argc, char** argv) {
     if (*graph_cmd) return app::graph_command(graph);
     if (*topo_cmd) return app::topo_command(topo_opts);
     if (*model_cmd) return app::model_command(model_opts);
+    if (*cal_cmd) {
+      // The command line is recorded in the table, with the program name as users type it.
+      std::string line = "offsim";
+      for (int i = 1; i < argc; ++i) line += fmt::format(" {}", argv[i]);
+      cal.command_line = line;
+      return app::calibrate_command(cal);
+    }
     if (*list_cmd) return app::list_command();
   } catch (const sim::config::ConfigError& e) {
     fmt::print(stderr, "{}\n", e.what());
+    return app::kExitBadInput;
+  } catch (const models::CalibrationError& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
     return app::kExitBadInput;
   } catch (const topo::TopologyError& e) {
     fmt::print(stderr, "error: {}\n", e.what());

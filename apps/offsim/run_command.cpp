@@ -2,6 +2,7 @@
 #include <filesystem>
 
 #include "apps/offsim/commands.hpp"
+#include "models/cost/calibration.hpp"
 #include "models/experiment.hpp"
 #include "models/transformer/model_parser.hpp"
 #include "models/transformer/model_report.hpp"
@@ -55,6 +56,25 @@ int model_command(const ModelOptions& options) {
   ctx.finish();
   const models::ModelReportOptions report{options.micro_batch, options.tp};
   fmt::print("{}", options.json ? models::model_json(*model, report) : models::model_text(*model, report));
+  return 0;
+}
+
+int calibrate_command(const CalibrateCliOptions& options) {
+  models::CalibrateOptions o;
+  for (const auto& f : options.files) o.files.emplace_back(f);
+  o.device_kind = options.device_kind;
+  o.filters = options.filters;
+  o.command_line = options.command_line;
+  if (!options.peak.empty()) {
+    try {
+      o.peak = sim::parse_flop_rate(options.peak);
+    } catch (const sim::UnitError& e) {
+      throw models::CalibrationError(fmt::format("--peak: {}", e.what()));
+    }
+  }
+  const std::string table = models::calibrate(o);
+  sim::report::write_file_atomically(options.out, table);
+  fmt::print("wrote {}\n", options.out);
   return 0;
 }
 

@@ -62,27 +62,87 @@ std::optional<DeviceCosts> parse_device_costs(const Node& node) {
   return d;
 }
 
-std::optional<CollectiveCosts> parse_collective_costs(const Node& node) {
+const CollectiveFit& MeasuredCosts::collective(const std::string& name, int ranks, std::string* note) const {
+  const auto& fits = collectives.at(name);
+  if (fits.empty()) throw std::out_of_range(name);
+  const CollectiveFit* best = &fits.front();
+  for (const auto& f : fits) {
+    if (std::abs(f.ranks - ranks) < std::abs(best->ranks - ranks)) best = &f;
+  }
+  if (best->ranks != ranks && note != nullptr) {
+    *note = fmt::format("{} over {} ranks uses the fit measured at {} ranks (nearest group size)", name, ranks,
+                        best->ranks);
+  }
+  return *best;
+}
+
+std::optional<MeasuredCosts> parse_measured_costs(const Node& node) {
   auto& ctx = node.context();
   const std::size_t errors_before = ctx.error_count();
   MapReader r(node);
-  CollectiveCosts c;
-  c.name = r.required<std::string>("name").value;
-  (void)r.choice("algorithm", {"bidirectional_ring"});
-  const auto phase = [&](std::string_view key, CollectivePhaseCosts& out) {
-    if (auto n = r.required_child(key, "a mapping with step_latency and efficiency")) {
-      MapReader p(*n);
-      out.step_latency = p.required<sim::TimePs>("step_latency").value;
-      out.efficiency = fraction(p, *n, "efficiency");
-      if (auto fit = p.child("fit")) {
-        MapReader f(*fit);  // fit quality, kept for the reader; not used by the model
-        (void)f.optional<int>("rows", 0);
-        (void)f.optional<double>("max_relative_residual", 0.0);
-      }
+  MeasuredCosts c;
+  c.device_kind = r.required<std::string>("device_kind").value;
+  const auto read_fit = [](MapReader& m) {
+    if (auto fit = m.child("fit")) {
+      MapReader f(*fit);  // fit quality, kept for the reader; not used by the model
+      (void)f.optional<int>("rows", 0);
+      (void)f.optional<double>("max_relative_residual", 0.0);
     }
   };
-  phase("reduce_scatter", c.reduce_scatter);
-  phase("all_gather", c.all_gather);
+  if (auto coll = r.child("collectives")) {
+    MapReader cr(*coll);
+    for (const char* name : {"all_gather", "reduce_scatter", "all_reduce"}) {
+      auto list = cr.child(name);
+      if (!list) continue;
+      auto& fits = c.collectives[name];
+      for (const auto& item : list->items()) {
+        MapReader f(item);
+        CollectiveFit fit;
+        const auto ranks = f.required<int>("ranks");
+        if (ranks.valid && ranks.value < 2) ctx.error(ranks.loc, item.child_path("ranks"), "expected at least 2 ranks");
+        fit.ranks = ranks.value;
+        fit.step_latency = f.required<sim::TimePs>("step_latency").value;
+        const auto busbw = f.required<sim::Bandwidth>("bus_bandwidth");
+        if (busbw.valid && !(busbw.value.bytes_per_s > 0.0)) {
+          ctx.error(busbw.loc, item.child_path("bus_bandwidth"), "expected a positive bandwidth");
+        }
+        fit.bus_bandwidth = busbw.value;
+        read_fit(f);
+        fits.push_back(fit);
+      }
+    }
+  }
+  if (auto copies = r.child("copies")) {
+    MapReader cr(*copies);
+    for (const char* name : {"h2d_pinned", "h2d_pageable", "d2h_pinned", "d2h_pageable", "peer"}) {
+      auto item = cr.child(name);
+      if (!item) continue;
+      MapReader f(*item);
+      c.copies[name] = CopyFit{f.required<sim::TimePs>("latency").value, f.required<sim::Bandwidth>("bandwidth").value};
+      read_fit(f);
+    }
+  }
+  if (auto adam = r.child("cpu_adam")) {
+    for (const auto& item : adam->items()) {
+      MapReader f(item);
+      c.cpu_adam.push_back({f.required<int>("threads").value, f.required<double>("params_per_s").value});
+      (void)f.optional<int>("rows", 0);
+    }
+  }
+  if (auto gemm = r.child("gemm")) {
+    MapReader g(*gemm);
+    if (auto table = g.required_child("efficiency_table", "a list of {m, n, k, efficiency}")) {
+      for (const auto& item : table->items()) {
+        MapReader f(item);
+        GemmPoint p;
+        p.m = f.required<std::int64_t>("m").value;
+        p.n = f.required<std::int64_t>("n").value;
+        p.k = f.required<std::int64_t>("k").value;
+        p.efficiency = fraction(f, item, "efficiency");
+        c.gemm.push_back(p);
+      }
+    }
+  }
   if (ctx.error_count() != errors_before) return std::nullopt;
   return c;
 }

@@ -7,9 +7,11 @@
 //    shapes is an upper bound on real transformer GEMMs (its source is a best-shape search).
 //  - Memory-bound kernels = bytes / (memory bandwidth x efficiency); without a measured
 //    efficiency the roofline ceiling (efficiency 1) is used and the report warns.
-//  - Collectives: per ring step a latency, and an efficiency that caps each step's flow at that
-//    fraction of its route's bottleneck link, both fitted from measured collectives.
+//  - Collectives: per ring step a latency, and the bus bandwidth measured at that group size,
+//    both fitted by `offsim calibrate` from measured collectives (configs/calibration/*.yaml).
 // Shape-dependent tables replace the single efficiencies with the calibration pipeline.
+#include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -27,15 +29,39 @@ struct DeviceCosts {
   std::optional<double> memory_efficiency;  // nullopt: roofline ceiling, with a warning
 };
 
-struct CollectivePhaseCosts {
+/// A fitted collective at one group size (offsim calibrate, ring model).
+struct CollectiveFit {
+  int ranks = 0;
   sim::TimePs step_latency;
-  double efficiency = 0.0;  // fraction of the bottleneck link each ring-step flow may use
+  sim::Bandwidth bus_bandwidth;
 };
 
-struct CollectiveCosts {
-  std::string name;
-  CollectivePhaseCosts reduce_scatter;
-  CollectivePhaseCosts all_gather;
+struct CopyFit {
+  sim::TimePs latency;
+  sim::Bandwidth bandwidth;
+};
+
+struct CpuAdamFit {
+  int threads = 0;
+  double params_per_s = 0.0;
+};
+
+struct GemmPoint {
+  std::int64_t m = 0, n = 0, k = 0;
+  double efficiency = 0.0;
+};
+
+/// A table written by `offsim calibrate`: whichever sections the measurements covered.
+struct MeasuredCosts {
+  std::string device_kind;
+  std::map<std::string, std::vector<CollectiveFit>> collectives;  // "all_gather", ... by ranks
+  std::map<std::string, CopyFit> copies;                          // "h2d_pinned", "peer", ...
+  std::vector<CpuAdamFit> cpu_adam;
+  std::vector<GemmPoint> gemm;
+
+  /// The fit for `collective` at `ranks`; when that group size was not measured, the nearest
+  /// measured one, and `note` says so. Throws std::out_of_range when the collective is absent.
+  [[nodiscard]] const CollectiveFit& collective(const std::string& collective, int ranks, std::string* note) const;
 };
 
 class CostModel {
@@ -53,6 +79,6 @@ class CostModel {
 };
 
 [[nodiscard]] std::optional<DeviceCosts> parse_device_costs(const sim::config::Node& node);
-[[nodiscard]] std::optional<CollectiveCosts> parse_collective_costs(const sim::config::Node& node);
+[[nodiscard]] std::optional<MeasuredCosts> parse_measured_costs(const sim::config::Node& node);
 
 }  // namespace offsim::models

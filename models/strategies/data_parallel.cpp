@@ -12,6 +12,10 @@
 // travelling the ring forward and one backward (using both directions of every full-duplex
 // link), each as reduce-scatter then all-gather, (g-1) steps each, chunks of S/(2g). A step's
 // flow leaves rank i after rank i's previous step and after the chunk it forwards has arrived.
+// Each step waits the measured per-step latency, and each flow is capped at half the measured bus
+// bandwidth (the two directions together carry the bus bandwidth), so an uncontended ring
+// reproduces the measured t = (g-1) x step_latency + (g-1)/g x S / bus_bandwidth; the links
+// lower the rate further where they are slower or shared.
 // Reduction arithmetic is not modelled (it is a small memory-bound add per chunk).
 #include <fmt/format.h>
 #include <optional>
@@ -200,15 +204,18 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
   // previous bucket's result (buckets share one communication stream per rank).
   std::vector<std::optional<TaskId>> synced(ranks);
   if (ranks > 1) {
+    std::string note;
+    const CollectiveFit& reduce_scatter = in.collectives.collective("reduce_scatter", ranks, &note);
+    if (!note.empty()) out.approximations.push_back(note);
+    note.clear();
+    const CollectiveFit& all_gather = in.collectives.collective("all_gather", ranks, &note);
+    if (!note.empty()) out.approximations.push_back(note);
     std::vector<std::vector<sim::ConstraintId>> route_fwd(ranks), route_rev(ranks);
-    std::vector<sim::Bandwidth> bottleneck_fwd(ranks), bottleneck_rev(ranks);
     for (int r = 0; r < ranks; ++r) {
       const std::size_t next = out.devices[(r + 1) % ranks];
       const std::size_t prev_dev = out.devices[(r + ranks - 1) % ranks];
       route_fwd[r] = out.machine.transfer_route(in.topology, out.devices[r], next);
       route_rev[r] = out.machine.transfer_route(in.topology, out.devices[r], prev_dev);
-      bottleneck_fwd[r] = in.topology.route(out.devices[r], next).bottleneck(in.topology);
-      bottleneck_rev[r] = in.topology.route(out.devices[r], prev_dev).bottleneck(in.topology);
     }
     for (std::size_t b = 0; b < buckets.size(); ++b) {
       const Bytes bucket_bytes{buckets[b].elements * kBf16Bytes};
@@ -218,7 +225,7 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
       std::vector<std::vector<TaskId>> previous(2, std::vector<TaskId>(ranks));
       bool first_step = true;
       for (int phase = 0; phase < 2; ++phase) {
-        const CollectivePhaseCosts& costs = phase == 0 ? in.collectives.reduce_scatter : in.collectives.all_gather;
+        const CollectiveFit& costs = phase == 0 ? reduce_scatter : all_gather;
         const char* phase_name = phase == 0 ? "rs" : "ag";
         for (int step = 0; step < ranks - 1; ++step) {
           std::vector<std::vector<TaskId>> current(2, std::vector<TaskId>(ranks));
@@ -233,10 +240,9 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
                 deps = {previous[dir][r], previous[dir][from]};
               }
               const auto& route = dir == 0 ? route_fwd[r] : route_rev[r];
-              const sim::Bandwidth bottleneck = dir == 0 ? bottleneck_fwd[r] : bottleneck_rev[r];
               current[dir][r] = g.add(
                   fmt::format("bucket{}.{}{}.{}.r{}", b, phase_name, step, dir == 0 ? "cw" : "ccw", r), "communication",
-                  TransferTask{route, chunk, costs.step_latency, bottleneck * costs.efficiency}, std::move(deps));
+                  TransferTask{route, chunk, costs.step_latency, costs.bus_bandwidth * 0.5}, std::move(deps));
             }
           }
           previous = std::move(current);
@@ -271,7 +277,8 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
   const double sequences = static_cast<double>(train.micro_batch * train.grad_accum);
   out.model_flops_per_device = model_flops_per_sequence(m) * sequences;
   out.hardware_flops_per_device = hardware_flops_per_sequence(m, train.recompute) * sequences;
-  out.approximations = in.costs.approximations();
+  const auto cost_notes = in.costs.approximations();
+  out.approximations.insert(out.approximations.begin(), cost_notes.begin(), cost_notes.end());
   out.approximations.push_back("non-GEMM layer kernels are charged as HBM traffic of twice the stashed activations");
   out.approximations.push_back(
       "gradient all-reduce: bidirectional ring in rank order; reduction arithmetic not modelled");

@@ -81,7 +81,7 @@ struct IterationInputs {
   const TrainingSpec& training;
   const topo::Topology& topology;
   const CostModel& costs;
-  const CollectiveCosts& collectives;
+  const MeasuredCosts& collectives;
 };
 
 /// Builds the task graph of one iteration. Throws std::invalid_argument for a strategy the

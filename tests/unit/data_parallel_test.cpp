@@ -1,7 +1,8 @@
 // Closed-form checks of the data-parallel iteration on a synthetic two-GPU machine
 // (tests/data/tiny-dp2.yaml): tiny GPT (L=2, h=64, a=4, f=256, V=128, s=32, b=1, untied, biases),
 // GEMMs at 10 TFLOP/s x 0.5, memory-bound kernels at 100 GB/s, one 1 GB/s full-duplex link,
-// ring steps: reduce-scatter 10 us at 0.5 x link, all-gather 20 us at 0.25 x link.
+// ring steps: reduce-scatter 10 us with a 1 GB/s bus bandwidth (0.5 GB/s per direction),
+// all-gather 20 us with 0.5 GB/s (0.25 GB/s per direction).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -79,8 +80,10 @@ TEST(DataParallel, OverlapHelpsOnlyWithMoreThanOneBucket) {
   // reduced while layer 0's backward runs. A fast link and no step latency make the compute
   // (about 10 us of backward) comparable to the communication, so the overlap shows.
   const std::vector<std::string> fast{"hardware.links.0.bandwidth=100 GB/s",
-                                      "calibration.collectives.reduce_scatter.step_latency=0 s",
-                                      "calibration.collectives.all_gather.step_latency=0 s"};
+                                      "calibration.collectives.collectives.reduce_scatter.0.step_latency=0 s",
+                                      "calibration.collectives.collectives.all_gather.0.step_latency=0 s",
+                                      "calibration.collectives.collectives.reduce_scatter.0.bus_bandwidth=200 GB/s",
+                                      "calibration.collectives.collectives.all_gather.0.bus_bandwidth=200 GB/s"};
   const auto time_with = [&](std::vector<std::string> sets) {
     sets.insert(sets.end(), fast.begin(), fast.end());
     return run_experiment(load_experiment(kTiny, sets)).iteration_time;

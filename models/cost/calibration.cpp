@@ -1,0 +1,248 @@
+#include "models/cost/calibration.hpp"
+
+#include <fmt/format.h>
+#include <Eigen/Dense>
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <fstream>
+#include <map>
+
+namespace offsim::models {
+
+LineFit fit_line(const std::vector<double>& x, const std::vector<double>& y) {
+  if (x.size() != y.size() || x.size() < 2 ||
+      std::all_of(x.begin(), x.end(), [&](double v) { return v == x.front(); })) {
+    throw std::invalid_argument("fit_line needs at least two distinct x values");
+  }
+  const auto n = static_cast<Eigen::Index>(x.size());
+  Eigen::MatrixXd a(n, 2);
+  Eigen::VectorXd b(n);
+  for (Eigen::Index i = 0; i < n; ++i) {
+    a(i, 0) = 1.0;
+    a(i, 1) = x[static_cast<std::size_t>(i)];
+    b(i) = y[static_cast<std::size_t>(i)];
+  }
+  // Columns differ by many orders of magnitude (1 vs bytes): scale before solving.
+  const double scale = a.col(1).cwiseAbs().maxCoeff();
+  a.col(1) /= scale;
+  const Eigen::Vector2d c = a.colPivHouseholderQr().solve(b);
+  LineFit f;
+  f.intercept = c(0);
+  f.slope = c(1) / scale;
+  f.rows = x.size();
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double predicted = f.intercept + f.slope * x[i];
+    f.max_relative_residual = std::max(f.max_relative_residual, std::fabs(predicted - y[i]) / y[i]);
+  }
+  return f;
+}
+
+namespace {
+
+struct Table {
+  std::string file;
+  std::map<std::string, std::size_t> column;  // canonical name -> index
+  std::vector<std::vector<std::string>> rows;
+  std::vector<int> lines;
+};
+
+const std::map<std::string, std::string> kAliases{
+    {"collective", "benchmark"}, {"gcds", "ranks"}, {"total_bytes", "bytes"}, {"mean_time_s", "time_s"}};
+
+std::vector<std::string> split_csv_line(const std::string& line) {
+  std::vector<std::string> out;
+  std::string field;
+  bool quoted = false;
+  for (const char ch : line) {
+    if (ch == '"') {
+      quoted = !quoted;
+    } else if (ch == ',' && !quoted) {
+      out.push_back(field);
+      field.clear();
+    } else if (ch != '\r') {
+      field.push_back(ch);
+    }
+  }
+  out.push_back(field);
+  return out;
+}
+
+Table read_table(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in) throw CalibrationError(fmt::format("{}: cannot open the file", path.string()));
+  Table t;
+  t.file = path.string();
+  std::string line;
+  int number = 0;
+  while (std::getline(in, line)) {
+    ++number;
+    if (line.empty() || line.front() == '#') continue;
+    auto fields = split_csv_line(line);
+    if (t.column.empty()) {
+      for (std::size_t i = 0; i < fields.size(); ++i) {
+        const auto alias = kAliases.find(fields[i]);
+        t.column[alias == kAliases.end() ? fields[i] : alias->second] = i;
+      }
+      continue;
+    }
+    if (fields.size() != t.column.size()) {
+      throw CalibrationError(
+          fmt::format("{}:{}: expected {} fields, got {}", t.file, number, t.column.size(), fields.size()));
+    }
+    t.rows.push_back(std::move(fields));
+    t.lines.push_back(number);
+  }
+  for (const char* needed : {"benchmark", "bytes", "time_s"}) {
+    if (!t.column.contains(needed)) throw CalibrationError(fmt::format("{}:1: missing column '{}'", t.file, needed));
+  }
+  return t;
+}
+
+struct Row {
+  const Table* table;
+  std::size_t index;
+  [[nodiscard]] std::string text(const std::string& column) const {
+    const auto it = table->column.find(column);
+    return it == table->column.end() ? std::string() : table->rows[index][it->second];
+  }
+  [[nodiscard]] double number(const std::string& column) const {
+    const std::string s = text(column);
+    double v = 0.0;
+    const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (ec != std::errc{} || ptr != s.data() + s.size() || !std::isfinite(v)) {
+      throw CalibrationError(fmt::format("{}:{}: column '{}': expected a number, got \"{}\"", table->file,
+                                         table->lines[index], column, s));
+    }
+    return v;
+  }
+};
+
+std::string yaml_time(double seconds) {
+  return fmt::format("\"{:.3f} us\"", seconds * 1e6);
+}
+std::string yaml_bandwidth(double bytes_per_s) {
+  return fmt::format("\"{:.2f} GB/s\"", bytes_per_s / 1e9);
+}
+std::string yaml_fit(const LineFit& f) {
+  return fmt::format("{{rows: {}, max_relative_residual: {:.3f}}}", f.rows, f.max_relative_residual);
+}
+
+}  // namespace
+
+std::string calibrate(const CalibrateOptions& o) {
+  std::vector<Table> tables;
+  for (const auto& f : o.files) tables.push_back(read_table(f));
+  std::vector<std::pair<std::string, std::string>> filters;
+  for (const auto& f : o.filters) {
+    const auto eq = f.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw CalibrationError(fmt::format("--filter {}: expected column=value", f));
+    std::string column = f.substr(0, eq);
+    if (const auto alias = kAliases.find(column); alias != kAliases.end()) column = alias->second;
+    filters.emplace_back(column, f.substr(eq + 1));
+  }
+  std::vector<Row> rows;
+  for (const auto& t : tables) {
+    for (const auto& [column, value] : filters) {
+      if (!t.column.contains(column))
+        throw CalibrationError(fmt::format("{}:1: --filter names missing column '{}'", t.file, column));
+    }
+    for (std::size_t i = 0; i < t.rows.size(); ++i) {
+      const Row r{&t, i};
+      if (std::all_of(filters.begin(), filters.end(), [&](const auto& f) { return r.text(f.first) == f.second; }))
+        rows.push_back(r);
+    }
+  }
+  if (rows.empty()) throw CalibrationError("no rows left to fit (check the files and --filter)");
+
+  // Groups keep first-appearance order, so the output follows the input.
+  std::vector<std::string> copy_keys, collective_keys;
+  std::map<std::string, std::vector<Row>> copies;
+  std::map<std::string, std::map<int, std::vector<Row>>> collectives;
+  std::map<int, std::vector<Row>> adam;
+  std::vector<Row> gemm;
+  std::size_t ignored = 0;
+  for (const auto& r : rows) {
+    const std::string b = r.text("benchmark");
+    if (b == "h2d" || b == "d2h" || b == "peer") {
+      const std::string key = b == "peer" ? b : b + "_" + r.text("memory");
+      if (!copies.contains(key)) copy_keys.push_back(key);
+      copies[key].push_back(r);
+    } else if (b == "all_gather" || b == "reduce_scatter" || b == "all_reduce") {
+      if (!collectives.contains(b)) collective_keys.push_back(b);
+      collectives[b][static_cast<int>(r.number("ranks"))].push_back(r);
+    } else if (b == "cpu_adam") {
+      adam[static_cast<int>(r.number("threads"))].push_back(r);
+    } else if (b == "gemm") {
+      gemm.push_back(r);
+    } else {
+      ++ignored;
+    }
+  }
+
+  std::string out = "# Written by `offsim calibrate`: do not edit by hand, re-run the command.\n";
+  out += fmt::format("# command: {}\n", o.command_line);
+  out += fmt::format("device_kind: {}\n", o.device_kind);
+  std::vector<std::string> names;
+  for (const auto& t : tables) names.push_back(t.file);
+  out += fmt::format("source: \"least-squares fits by offsim calibrate of {}{}\"\n", fmt::join(names, ", "),
+                     filters.empty() ? "" : fmt::format(" (rows where {})", fmt::join(o.filters, ", ")));
+  if (!copy_keys.empty()) {
+    out += "copies:  # t = latency + bytes / bandwidth\n";
+    for (const auto& key : copy_keys) {
+      std::vector<double> x, y;
+      for (const auto& r : copies[key]) {
+        x.push_back(r.number("bytes"));
+        y.push_back(r.number("time_s"));
+      }
+      const LineFit f = fit_line(x, y);
+      out += fmt::format("  {}: {{latency: {}, bandwidth: {}, fit: {}}}\n", key, yaml_time(f.intercept),
+                         yaml_bandwidth(1.0 / f.slope), yaml_fit(f));
+    }
+  }
+  if (!collective_keys.empty()) {
+    out += "collectives:  # ring model: t = steps x step_latency + (bytes through each rank) / bus_bandwidth\n";
+    for (const auto& key : collective_keys) {
+      out += fmt::format("  {}:\n", key);
+      for (const auto& [g, group] : collectives[key]) {
+        const double per_rank = key == "all_reduce" ? 2.0 * (g - 1) / g : static_cast<double>(g - 1) / g;
+        const double steps = key == "all_reduce" ? 2.0 * (g - 1) : static_cast<double>(g - 1);
+        std::vector<double> x, y;
+        for (const auto& r : group) {
+          x.push_back(per_rank * r.number("bytes"));
+          y.push_back(r.number("time_s"));
+        }
+        const LineFit f = fit_line(x, y);
+        out += fmt::format("    - {{ranks: {}, step_latency: {}, bus_bandwidth: {}, fit: {}}}\n", g,
+                           yaml_time(f.intercept / steps), yaml_bandwidth(1.0 / f.slope), yaml_fit(f));
+      }
+    }
+  }
+  if (!adam.empty()) {
+    out += "cpu_adam:  # fp32 AdamW as DeepSpeed's CPU Adam, 28 B of memory traffic per parameter\n";
+    for (const auto& [threads, group] : adam) {
+      double rate = 0.0;
+      for (const auto& r : group) rate += r.number("elements") / r.number("time_s");
+      rate /= static_cast<double>(group.size());
+      out += fmt::format("  - {{threads: {}, params_per_s: {:.4g}, rows: {}}}\n", threads, rate, group.size());
+    }
+  }
+  if (!gemm.empty()) {
+    if (!o.peak) throw CalibrationError("gemm rows need --peak (the device's peak rate, e.g. \"191.5 TFLOP/s\")");
+    out +=
+        fmt::format("gemm:  # efficiency = 2 m n k / time / {}\n  efficiency_table:\n", sim::format_flop_rate(*o.peak));
+    std::sort(gemm.begin(), gemm.end(), [](const Row& a, const Row& b) {
+      return a.number("m") * a.number("n") * a.number("k") < b.number("m") * b.number("n") * b.number("k");
+    });
+    for (const auto& r : gemm) {
+      const double flops = 2.0 * r.number("m") * r.number("n") * r.number("k");
+      out += fmt::format("    - {{m: {}, n: {}, k: {}, efficiency: {:.4f}}}\n", r.text("m"), r.text("n"), r.text("k"),
+                         flops / r.number("time_s") / o.peak->flops_per_s);
+    }
+  }
+  if (ignored > 0) out += fmt::format("# {} rows of other benchmarks were not used\n", ignored);
+  return out;
+}
+
+}  // namespace offsim::models
