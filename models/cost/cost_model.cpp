@@ -1,11 +1,61 @@
 #include "models/cost/cost_model.hpp"
 
 #include <fmt/format.h>
+#include <algorithm>
+#include <cmath>
 
 namespace offsim::models {
 
 using sim::config::MapReader;
 using sim::config::Node;
+
+namespace {
+// bf16 operands and result.
+constexpr double kGemmElementBytes = 2.0;
+double work(std::int64_t m, std::int64_t n, std::int64_t k) {
+  return static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+}
+}  // namespace
+
+CostModel::CostModel(DeviceCosts device) : device_(std::move(device)) {
+  std::sort(device_.gemm_table.begin(), device_.gemm_table.end(),
+            [](const GemmPoint& a, const GemmPoint& b) { return work(a.m, a.n, a.k) < work(b.m, b.n, b.k); });
+}
+
+double CostModel::efficiency_for(const GemmShape& g) const {
+  const auto& table = device_.gemm_table;
+  if (table.empty()) return device_.gemm_efficiency;
+  const double w = work(g.m, g.n, g.k);
+  if (w < work(table.front().m, table.front().n, table.front().k)) {
+    const std::string note =
+        fmt::format("GEMM {} x {} x {} on {} is smaller than every measured shape: roofline ceiling used", g.m, g.n,
+                    g.k, device_.device_kind);
+    if (std::find(fallbacks_.begin(), fallbacks_.end(), note) == fallbacks_.end()) fallbacks_.push_back(note);
+    return 1.0;
+  }
+  for (std::size_t i = 1; i < table.size(); ++i) {
+    const double lo = work(table[i - 1].m, table[i - 1].n, table[i - 1].k);
+    const double hi = work(table[i].m, table[i].n, table[i].k);
+    if (w <= hi) {
+      const double t = hi > lo ? (std::log(w) - std::log(lo)) / (std::log(hi) - std::log(lo)) : 1.0;
+      return table[i - 1].efficiency + t * (table[i].efficiency - table[i - 1].efficiency);
+    }
+  }
+  return table.back().efficiency;
+}
+
+sim::TimePs CostModel::gemm_time(const GemmShape& g, bool fused) const {
+  const double batch = static_cast<double>(g.batch);
+  const double bytes =
+      kGemmElementBytes * batch *
+      (static_cast<double>(g.m) * static_cast<double>(g.k) + static_cast<double>(g.k) * static_cast<double>(g.n) +
+       static_cast<double>(g.m) * static_cast<double>(g.n));
+  const sim::TimePs compute = sim::Flops{g.flops()} / (device_.peak_matrix_bf16 * efficiency_for(g));
+  if (fused) return compute;
+  const sim::TimePs memory =
+      sim::duration_of(bytes, device_.memory_bandwidth.bytes_per_s * device_.memory_efficiency.value_or(1.0));
+  return std::max(compute, memory);
+}
 
 sim::TimePs CostModel::gemm_time(sim::Flops flops) const {
   return flops / (device_.peak_matrix_bf16 * device_.gemm_efficiency);
@@ -17,13 +67,16 @@ sim::TimePs CostModel::memory_bound_time(sim::Bytes bytes) const {
 
 std::vector<std::string> CostModel::approximations() const {
   std::vector<std::string> out;
-  out.push_back(fmt::format("GEMMs on {} use one efficiency ({:.3f} of peak) for every shape: an upper bound",
-                            device_.device_kind, device_.gemm_efficiency));
+  if (device_.gemm_table.empty()) {
+    out.push_back(fmt::format("GEMMs on {} use one efficiency ({:.3f} of peak) for every shape: an upper bound",
+                              device_.device_kind, device_.gemm_efficiency));
+  }
   if (!device_.memory_efficiency) {
     out.push_back(
         fmt::format("memory-bound kernels on {} use the roofline ceiling (no measured efficiency in the table)",
                     device_.device_kind));
   }
+  out.insert(out.end(), fallbacks_.begin(), fallbacks_.end());
   return out;
 }
 
@@ -35,6 +88,22 @@ double fraction(MapReader& r, const Node& node, std::string_view key) {
     node.context().error(v.loc, node.child_path(key), fmt::format("expected a fraction in (0, 1], got {}", v.value));
   }
   return v.value;
+}
+
+std::vector<GemmPoint> parse_gemm_table(const Node& table) {
+  std::vector<GemmPoint> out;
+  for (const auto& item : table.items()) {
+    MapReader f(item);
+    GemmPoint p;
+    for (auto [key, field] : {std::pair{"m", &p.m}, {"n", &p.n}, {"k", &p.k}}) {
+      const auto v = f.required<std::int64_t>(key);
+      if (v.valid && v.value < 1) item.context().error(v.loc, item.child_path(key), "expected a positive integer");
+      *field = v.value;
+    }
+    p.efficiency = fraction(f, item, "efficiency");
+    out.push_back(p);
+  }
+  return out;
 }
 
 }  // namespace
@@ -53,6 +122,7 @@ std::optional<DeviceCosts> parse_device_costs(const Node& node) {
   if (auto gemm = r.required_child("gemm", "a mapping with efficiency")) {
     MapReader g(*gemm);
     d.gemm_efficiency = fraction(g, *gemm, "efficiency");
+    if (auto table = g.child("efficiency_table")) d.gemm_table = parse_gemm_table(*table);
   }
   if (auto mem = r.child("memory_bound")) {
     MapReader m(*mem);
@@ -131,17 +201,8 @@ std::optional<MeasuredCosts> parse_measured_costs(const Node& node) {
   }
   if (auto gemm = r.child("gemm")) {
     MapReader g(*gemm);
-    if (auto table = g.required_child("efficiency_table", "a list of {m, n, k, efficiency}")) {
-      for (const auto& item : table->items()) {
-        MapReader f(item);
-        GemmPoint p;
-        p.m = f.required<std::int64_t>("m").value;
-        p.n = f.required<std::int64_t>("n").value;
-        p.k = f.required<std::int64_t>("k").value;
-        p.efficiency = fraction(f, item, "efficiency");
-        c.gemm.push_back(p);
-      }
-    }
+    if (auto table = g.required_child("efficiency_table", "a list of {m, n, k, efficiency}"))
+      c.gemm = parse_gemm_table(*table);
   }
   if (ctx.error_count() != errors_before) return std::nullopt;
   return c;

@@ -16,16 +16,23 @@
 #include <string>
 #include <vector>
 
+#include "models/transformer/transformer.hpp"
 #include "sim/config/config_reader.hpp"
 #include "sim/core/units.hpp"
 
 namespace offsim::models {
 
+struct GemmPoint {
+  std::int64_t m = 0, n = 0, k = 0;
+  double efficiency = 0.0;
+};
+
 struct DeviceCosts {
   std::string device_kind;
   sim::FlopRate peak_matrix_bf16;
   sim::Bandwidth memory_bandwidth;
-  double gemm_efficiency = 0.0;
+  double gemm_efficiency = 0.0;             // for every shape, when there is no table
+  std::vector<GemmPoint> gemm_table;        // measured efficiencies by shape (may be empty)
   std::optional<double> memory_efficiency;  // nullopt: roofline ceiling, with a warning
 };
 
@@ -46,11 +53,6 @@ struct CpuAdamFit {
   double params_per_s = 0.0;
 };
 
-struct GemmPoint {
-  std::int64_t m = 0, n = 0, k = 0;
-  double efficiency = 0.0;
-};
-
 /// A table written by `offsim calibrate`: whichever sections the measurements covered.
 struct MeasuredCosts {
   std::string device_kind;
@@ -66,16 +68,27 @@ struct MeasuredCosts {
 
 class CostModel {
  public:
-  explicit CostModel(DeviceCosts device) : device_(std::move(device)) {}
+  explicit CostModel(DeviceCosts device);
 
+  /// One GEMM (bf16 operands and result): the larger of its compute time at the efficiency for
+  /// its shape and its memory time (reading A and B, writing C). With a measured table, the
+  /// efficiency is interpolated in log(m n k) between the two nearest measured sizes and held at
+  /// the largest one above it; a GEMM smaller than every measured one gets the roofline ceiling
+  /// (efficiency 1) and a warning in approximations(). Without a table, the single efficiency.
+  /// `fused` GEMMs (flash attention's cores) keep their operands and result on chip: compute only.
+  [[nodiscard]] sim::TimePs gemm_time(const GemmShape& gemm, bool fused = false) const;
+  /// Compute time of `flops` at the single GEMM efficiency (no shape known).
   [[nodiscard]] sim::TimePs gemm_time(sim::Flops flops) const;
   [[nodiscard]] sim::TimePs memory_bound_time(sim::Bytes bytes) const;
   [[nodiscard]] const DeviceCosts& device() const { return device_; }
-  /// What this model approximates, for the report.
+  /// What this model approximates, for the report, including shapes that fell back to the roofline.
   [[nodiscard]] std::vector<std::string> approximations() const;
 
  private:
+  [[nodiscard]] double efficiency_for(const GemmShape& gemm) const;
+
   DeviceCosts device_;
+  mutable std::vector<std::string> fallbacks_;  // shapes costed at the roofline, in first-use order
 };
 
 [[nodiscard]] std::optional<DeviceCosts> parse_device_costs(const sim::config::Node& node);

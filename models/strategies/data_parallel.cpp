@@ -56,21 +56,30 @@ KernelTimes kernel_times(const IterationInputs& in, std::int64_t params_on_rank)
   const auto& c = in.costs;
   const LayerWork w = layer_forward(m, t.micro_batch, t.flash_attention);
   const std::int64_t tokens = t.micro_batch * m.seq;
+  // GEMMs by shape (one tensor-parallel rank: tp = 1 here). Backward runs two GEMMs of each
+  // forward shape (input and weight gradients), costed as twice the forward shape's time.
+  TimePs gemms{0};
+  TimePs attention_core{0};
+  for (const auto& g : layer_gemms(m, t.micro_batch, 1)) {
+    const TimePs d = c.gemm_time(g, g.attention_core && t.flash_attention);
+    gemms += d;
+    if (g.attention_core) attention_core += d;
+  }
   // Non-GEMM kernels (norms, softmax, activation functions, residual adds, dropout) are charged
   // as HBM traffic of twice the bytes the layer stashes: each stashed tensor is written once and
   // read once. A coarse stand-in until kernel tables cover them.
   const Bytes elementwise = w.activations * 2;
-  const TimePs layer_fwd = c.gemm_time(w.gemm + w.attention) + c.memory_bound_time(elementwise);
+  const TimePs layer_fwd = gemms + c.memory_bound_time(elementwise);
   TimePs recompute{0};
   if (t.recompute == Recompute::kFull) recompute = layer_fwd;
-  if (t.recompute == Recompute::kSelective) recompute = c.gemm_time(w.attention);
+  if (t.recompute == Recompute::kSelective) recompute = attention_core;
   KernelTimes k;
   k.layer_fwd = layer_fwd;
-  k.layer_bwd = recompute + c.gemm_time((w.gemm + w.attention) * 2.0) + c.memory_bound_time(elementwise * 2);
-  const sim::Flops head = head_forward_flops(m, t.micro_batch);
+  k.layer_bwd = recompute + gemms + gemms + c.memory_bound_time(elementwise * 2);
+  const GemmShape head = head_gemm(m, t.micro_batch, 1);
   const Bytes logits{tokens * m.vocab * kLogitBytesPerElement};
   k.head_fwd = c.gemm_time(head) + c.memory_bound_time(logits);
-  k.head_bwd = c.gemm_time(head * 2.0) + c.memory_bound_time(logits);
+  k.head_bwd = c.gemm_time(head) + c.gemm_time(head) + c.memory_bound_time(logits);
   k.embed_fwd = c.memory_bound_time(Bytes{tokens * m.hidden * kBf16Bytes});
   k.embed_bwd = c.memory_bound_time(Bytes{tokens * m.hidden * kBf16Bytes * 2});
   k.adam = c.memory_bound_time(Bytes{params_on_rank * kAdamTrafficBytesPerParam});

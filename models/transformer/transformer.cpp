@@ -53,8 +53,8 @@ std::vector<GemmShape> layer_gemms(const ModelSpec& m, std::int64_t micro_batch,
   const std::int64_t up = m.ffn_kind == FfnKind::kSwiglu ? 2 * m.ffn : m.ffn;  // gate and up fused
   return {
       {"qkv", tokens, (h + 2 * m.kv_width()) / tp, h, 1},
-      {"attention_scores", m.seq, m.seq, m.head_dim(), micro_batch * m.heads / tp},  // Q K^T per head
-      {"attention_values", m.seq, m.head_dim(), m.seq, micro_batch * m.heads / tp},  // softmax . V
+      {"attention_scores", m.seq, m.seq, m.head_dim(), micro_batch * m.heads / tp, true},  // Q K^T per head
+      {"attention_values", m.seq, m.head_dim(), m.seq, micro_batch * m.heads / tp, true},  // softmax . V
       {"attention_out", tokens, h, h / tp, 1},
       {"mlp_up", tokens, up / tp, h, 1},
       {"mlp_down", tokens, h, m.ffn / tp, 1},

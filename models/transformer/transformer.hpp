@@ -65,6 +65,7 @@ struct GemmShape {
   std::int64_t n = 0;
   std::int64_t k = 0;
   std::int64_t batch = 1;
+  bool attention_core = false;  // Q K^T or softmax . V (fused away by flash attention)
   [[nodiscard]] double flops() const {
     return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) * static_cast<double>(batch);
   }

@@ -5,6 +5,7 @@
 // all-gather 20 us with 0.5 GB/s (0.25 GB/s per direction).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 
@@ -26,20 +27,27 @@ std::int64_t ps(double amount, double rate) {
   return duration_of(amount, rate).ps;
 }
 
-// Per-rank compute, one stream, no gaps:
-//   layer forward  = (24 s h^2 + 4 s^2 h) / gemm + 2 x s h (34 + 5 a s / h) / mem
-//   layer backward = 2 x layer GEMMs / gemm + 2 x (the same elementwise bytes) / mem
-//   head           = 2 s h V (x2 backward) / gemm + s V x 6 B (bf16 logits + fp32 softmax) / mem
+// One GEMM on the roofline: max(2 m n k b / gemm rate, 2 B x b (m k + k n + m n) / memory rate).
+std::int64_t gemm_ps(double m, double n, double k, double batch = 1) {
+  return std::max(ps(2 * m * n * k * batch, kGemmRate), ps(2 * batch * (m * k + k * n + m * n), kMemRate));
+}
+
+// Per-rank compute, one stream, no gaps. The forward GEMMs of a layer (d = h / a = 16, kv = h):
+//   QKV 32x192x64, scores 32x32x16 (x4 heads), values 32x16x32 (x4), out 32x64x64,
+//   MLP up 32x256x64, MLP down 32x64x256;  the logits 32x128x64.
+//   layer forward  = sum of GEMMs + 2 x s h (34 + 5 a s / h) / mem      (elementwise stash traffic)
+//   layer backward = 2 x sum of GEMMs + 2 x (the same elementwise bytes) / mem
+//   head           = logits GEMM (x2 backward) + s V x 6 B (bf16 logits + fp32 softmax) / mem
 //   embedding      = s h x 2 B (x2 backward) / mem;   Adam = 28 B x P / mem
 std::int64_t compute_ps() {
-  const double layer_flops = 24 * s * h * h + 4 * s * s * h;
+  const std::int64_t gemms = gemm_ps(32, 192, 64) + gemm_ps(32, 32, 16, 4) + gemm_ps(32, 16, 32, 4) +
+                             gemm_ps(32, 64, 64) + gemm_ps(32, 256, 64) + gemm_ps(32, 64, 256);
   const double elementwise = 2 * s * h * (34 + 5 * a * s / h);
   const double logits = s * V * 6;
-  const std::int64_t fwd = ps(s * h * 2, kMemRate) + 2 * (ps(layer_flops, kGemmRate) + ps(elementwise, kMemRate)) +
-                           ps(2 * s * h * V, kGemmRate) + ps(logits, kMemRate);
-  const std::int64_t bwd = ps(4 * s * h * V, kGemmRate) + ps(logits, kMemRate) +
-                           2 * (ps(2 * layer_flops, kGemmRate) + ps(2 * elementwise, kMemRate)) +
-                           ps(s * h * 4, kMemRate);
+  const std::int64_t fwd =
+      ps(s * h * 2, kMemRate) + 2 * (gemms + ps(elementwise, kMemRate)) + gemm_ps(32, 128, 64) + ps(logits, kMemRate);
+  const std::int64_t bwd = 2 * gemm_ps(32, 128, 64) + ps(logits, kMemRate) +
+                           2 * (2 * gemms + ps(2 * elementwise, kMemRate)) + ps(s * h * 4, kMemRate);
   return fwd + bwd;
 }
 

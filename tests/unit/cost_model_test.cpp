@@ -1,0 +1,67 @@
+#include <gtest/gtest.h>
+
+#include "models/cost/cost_model.hpp"
+
+namespace offsim::models {
+namespace {
+
+DeviceCosts device_with_table() {
+  DeviceCosts d;
+  d.device_kind = "test";
+  d.peak_matrix_bf16 = sim::FlopRate{100e12};
+  d.memory_bandwidth = sim::Bandwidth{1e12};
+  d.memory_efficiency = 1.0;
+  d.gemm_efficiency = 0.3;                                            // ignored when a table exists
+  d.gemm_table = {{8192, 8192, 8192, 0.8}, {1024, 1024, 1024, 0.5}};  // unsorted on purpose
+  return d;
+}
+
+GemmShape cube(std::int64_t n) {
+  return {"g", n, n, n, 1};
+}
+
+TEST(CostModel, InterpolatesGemmEfficiencyInLogSize) {
+  // 4096^3 lies 6/9 of the way from 1024^3 (2^30) to 8192^3 (2^39) in log2(m n k):
+  //   efficiency = 0.5 + (6/9)(0.8 - 0.5) = 0.7;  t = 2 x 4096^3 / (0.7 x 100 TFLOP/s)
+  // (compute-bound: the memory time 2 B x 3 x 4096^2 / 1 TB/s is 0.1 ms, the compute 1.96 ms).
+  const CostModel c(device_with_table());
+  EXPECT_EQ(c.gemm_time(cube(4096)), sim::duration_of(2.0 * 4096.0 * 4096.0 * 4096.0, 0.7 * 100e12));
+  // Above the largest measured size the largest one's efficiency holds.
+  EXPECT_EQ(c.gemm_time(cube(16384)), sim::duration_of(2.0 * 16384.0 * 16384.0 * 16384.0, 0.8 * 100e12));
+  // No fallback so far.
+  for (const auto& a : c.approximations()) EXPECT_EQ(a.find("roofline"), std::string::npos) << a;
+}
+
+TEST(CostModel, SmallerThanEveryMeasuredShapeFallsBackToTheRooflineWithAWarning) {
+  // 64 x 64 x 64: compute at peak 2 x 64^3 / 100 TFLOP/s = 5.24 ns; memory 2 B x 3 x 64^2 / 1 TB/s
+  // = 24.6 ns: memory-bound on the roofline.
+  const CostModel c(device_with_table());
+  EXPECT_EQ(c.gemm_time(cube(64)), sim::duration_of(2.0 * 3.0 * 64.0 * 64.0, 1e12));
+  const auto notes = c.approximations();
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_EQ(notes[0], "GEMM 64 x 64 x 64 on test is smaller than every measured shape: roofline ceiling used");
+}
+
+TEST(CostModel, FusedAttentionCoresAreComputeOnly) {
+  // Q K^T for 32 heads at s = 2048, d = 128 on a 0.1 TB/s memory: unfused it writes the 2048^2
+  // scores (2 B x 32 x (2 x 2048 x 128 + 2048^2) = 302 MB, 3.0 ms); fused it is compute only
+  // (2 x 2048^2 x 128 x 32 = 34.4 GFLOP at the 100 TFLOP/s roofline = 0.34 ms).
+  DeviceCosts d = device_with_table();
+  d.memory_bandwidth = sim::Bandwidth{0.1e12};
+  const CostModel c(d);
+  const GemmShape scores{"attention_scores", 2048, 2048, 128, 32, true};
+  EXPECT_EQ(c.gemm_time(scores, true), sim::duration_of(scores.flops(), 100e12));
+  EXPECT_EQ(c.gemm_time(scores, false), sim::duration_of(2.0 * 32 * (2.0 * 2048 * 128 + 2048.0 * 2048), 0.1e12));
+}
+
+TEST(CostModel, WithoutATableOneEfficiencyAppliesAndTheReportSaysSo) {
+  DeviceCosts d = device_with_table();
+  d.gemm_table.clear();
+  const CostModel c(d);
+  EXPECT_EQ(c.gemm_time(cube(4096)), sim::duration_of(2.0 * 4096.0 * 4096.0 * 4096.0, 0.3 * 100e12));
+  ASSERT_FALSE(c.approximations().empty());
+  EXPECT_NE(c.approximations()[0].find("one efficiency (0.300 of peak) for every shape"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace offsim::models
