@@ -46,9 +46,9 @@ std::optional<StrategySpec> parse_strategy(const Node& node, const topo::Topolog
   (void)r.choice("kind", kinds);
   DataParallelSpec dp;
   const auto stage = r.required<int>("zero_stage");
-  if (stage.valid && stage.value != 0) {
+  if (stage.valid && (stage.value < 0 || stage.value > 3)) {
     ctx.error(stage.loc, node.child_path("zero_stage"),
-              fmt::format("expected 0 (ZeRO stages 1-3 are not implemented yet), got {}", stage.value));
+              fmt::format("expected one of {{0, 1, 2, 3}}, got {}", stage.value));
   }
   dp.zero_stage = stage.value;
   const auto degree = r.required<int>("dp");

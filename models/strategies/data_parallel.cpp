@@ -1,26 +1,25 @@
-// Data parallelism, ZeRO stage 0 (replicated parameters, gradients and optimizer states).
+// Data parallelism with ZeRO stages 0-3 (no offload yet).
 //
-// Per rank, one iteration is:
-//   allocate states -> for each micro-batch: forward (embedding, layers, head)
-//   -> backward (head, layers in reverse, embedding) -> gradient all-reduce in buckets
-//   -> Adam on all parameters -> iteration barrier.
-// Gradient buckets fill in backward order; on the last micro-batch each full bucket is
-// all-reduced as soon as its last gradient exists (overlap_comm) or after backward ends.
-// Buckets are reduced one after another (one communication stream), as in DeepSpeed.
-//
-// The all-reduce is a bidirectional ring in rank order: the bucket is split in two halves, one
-// travelling the ring forward and one backward (using both directions of every full-duplex
-// link), each as reduce-scatter then all-gather, (g-1) steps each, chunks of S/(2g). A step's
-// flow leaves rank i after rank i's previous step and after the chunk it forwards has arrived.
-// Each step waits the measured per-step latency, and each flow is capped at half the measured bus
-// bandwidth (the two directions together carry the bus bandwidth), so an uncontended ring
-// reproduces the measured t = (g-1) x step_latency + (g-1)/g x S / bus_bandwidth; the links
-// lower the rate further where they are slower or shared.
-// Reduction arithmetic is not modelled (it is a small memory-bound add per chunk).
+// Where the model states live on each of g ranks (P parameters, bf16 mixed precision, Adam):
+//   stage 0: bf16 parameters 2P, bf16 gradients 2P, fp32 master + m + v 12P      (replicated)
+//   stage 1: as stage 0 but the optimizer states 12P/g                          (partitioned)
+//   stage 2: gradients 2P/g plus one reduce bucket, optimizer 12P/g
+//   stage 3: parameters 2P/g too; each module's parameters are all-gathered before its forward
+//            and again before its backward, and freed after use.
+// One iteration per rank: for each micro-batch, forward (embedding, layers, head) then backward
+// in reverse; on the last micro-batch, gradients fill buckets of reduce_bucket_elements in
+// backward order and each full bucket is all-reduced (stages 0-1) or reduce-scattered (2-3), as
+// soon as its last gradient exists (overlap_comm) or after backward; buckets go one after another
+// on the rank's reduce stream, as in DeepSpeed. Then Adam on the rank's parameters (all of them at
+// stage 0, its 1/g partition otherwise); at stages 1-2 the updated bf16 parameters are
+// all-gathered. Stage 3 gathers run on their own stream, one module ahead of the compute (at most
+// two modules' parameters live at once), a simplification of DeepSpeed's prefetch bucket and
+// max_live_parameters limits. Collectives: models/collectives/ring.hpp.
 #include <fmt/format.h>
 #include <optional>
 #include <stdexcept>
 
+#include "models/collectives/ring.hpp"
 #include "models/strategies/strategy.hpp"
 
 namespace offsim::models {
@@ -86,11 +85,16 @@ KernelTimes kernel_times(const IterationInputs& in, std::int64_t params_on_rank)
   return k;
 }
 
-// A gradient bucket: the rank-0-relative index of the task after which it is complete on each
-// rank, and its size.
+// A gradient-producing step of backward: the task after which its gradients exist on each rank.
 struct GradientItem {
   std::int64_t elements;
   std::vector<TaskId> ready_on_rank;
+};
+
+// A module whose parameters stage 3 gathers as one unit.
+struct Module {
+  std::string name;
+  std::int64_t parameters;
 };
 
 }  // namespace
@@ -102,8 +106,9 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
   const auto& m = in.model;
   const auto& train = in.training;
   const int ranks = static_cast<int>(spec.devices.size());
+  const int stage = spec.zero_stage;
   if (ranks < 1) throw std::invalid_argument("data_parallel needs at least one device");
-  if (spec.zero_stage != 0) throw std::invalid_argument("data_parallel: only ZeRO stage 0 is implemented");
+  if (stage < 0 || stage > 3) throw std::invalid_argument("data_parallel: zero_stage must be 0 to 3");
   for (const auto& name : spec.devices) {
     const auto d = in.topology.find_device(name);
     if (!d || in.topology.device(*d).kind != topo::DeviceKind::kGpu) {
@@ -111,177 +116,208 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
     }
     out.devices.push_back(*d);
   }
+  RingCollectives ring(g, out.machine, in.topology, out.devices, in.collectives, out.approximations);
 
   const ParameterCounts params = count_parameters(m);
   const std::int64_t P = params.total;
-  const KernelTimes k = kernel_times(in, P);
+  const auto partition = [&](std::int64_t n) { return (n + ranks - 1) / ranks; };
+  const std::int64_t updated_on_rank = stage == 0 ? P : partition(P);
+  const KernelTimes k = kernel_times(in, updated_on_rank);
   const Bytes stored = stored_activation_bytes(m, train.micro_batch, train.recompute, train.flash_attention);
   const Bytes logits{train.micro_batch * m.seq * m.vocab * kLogitBytesPerElement};
+  const LayerWork w = layer_forward(m, train.micro_batch, train.flash_attention);
+  sim::Flops recomputed{};
+  if (train.recompute == Recompute::kFull) recomputed = w.gemm + w.attention;
+  if (train.recompute == Recompute::kSelective) recomputed = w.attention;
 
-  // Gradient items in the order backward produces them.
+  // Modules in forward order; the head multiplies by the embedding when they are tied.
+  std::vector<Module> modules{{"embedding", params.embedding + params.position}};
+  for (std::int64_t l = 0; l < m.layers; ++l) modules.push_back({fmt::format("layer{}", l), params.per_layer});
+  modules.push_back({"head", params.final_norm + (m.tied_embeddings ? params.embedding : params.output_head)});
+  // Gradients in the order backward produces them (each parameter once).
   std::vector<GradientItem> items;
   items.push_back({params.output_head + params.final_norm, {}});
   for (std::int64_t l = m.layers - 1; l >= 0; --l) items.push_back({params.per_layer, {}});
   items.push_back({params.embedding + params.position, {}});
 
-  std::vector<TaskId> last_backward(ranks);
-  std::vector<std::uint32_t> unit(ranks);
+  // Per-rank task builders.
+  struct Rank {
+    std::uint32_t unit;
+    std::uint32_t pool;
+    std::string prefix;
+  };
+  std::vector<Rank> rank_info;
   for (int r = 0; r < ranks; ++r) {
-    const std::size_t dev = out.devices[r];
-    unit[r] = *out.machine.unit_of_device[dev];
-    const std::uint32_t pool = *out.machine.pool_of_device[dev];
-    const std::string rank = fmt::format("r{}", r);
-    const auto compute = [&](std::string name, std::string phase, TimePs duration, sim::Flops flops, std::string kernel,
-                             std::vector<TaskId> deps) {
-      return g.add(fmt::format("{}.{}", rank, name), std::move(phase),
-                   ComputeTask{unit[r], duration, flops, Bytes{0}, std::move(kernel)}, std::move(deps));
-    };
-    const auto alloc = [&](std::string name, std::string phase, std::string tenant, Bytes bytes,
+    rank_info.push_back({*out.machine.unit_of_device[out.devices[r]], *out.machine.pool_of_device[out.devices[r]],
+                         fmt::format("r{}", r)});
+  }
+  const auto compute = [&](int r, const std::string& name, const char* phase, TimePs duration, sim::Flops flops,
+                           const char* kernel, std::vector<TaskId> deps) {
+    return g.add(fmt::format("{}.{}", rank_info[r].prefix, name), phase,
+                 ComputeTask{rank_info[r].unit, duration, flops, Bytes{0}, kernel}, std::move(deps));
+  };
+  const auto alloc = [&](int r, const std::string& name, const char* phase, const char* tenant, Bytes bytes,
+                         std::vector<TaskId> deps) {
+    return g.add(fmt::format("{}.{}", rank_info[r].prefix, name), phase, AllocTask{rank_info[r].pool, tenant, bytes},
+                 std::move(deps));
+  };
+  const auto release = [&](int r, const std::string& name, const char* phase, const char* tenant, Bytes bytes,
                            std::vector<TaskId> deps) {
-      return g.add(fmt::format("{}.{}", rank, name), std::move(phase), AllocTask{pool, std::move(tenant), bytes},
-                   std::move(deps));
-    };
-    const auto release = [&](std::string name, std::string phase, std::string tenant, Bytes bytes,
-                             std::vector<TaskId> deps) {
-      return g.add(fmt::format("{}.{}", rank, name), std::move(phase), sim::FreeTask{pool, std::move(tenant), bytes},
-                   std::move(deps));
-    };
+    return g.add(fmt::format("{}.{}", rank_info[r].prefix, name), phase,
+                 sim::FreeTask{rank_info[r].pool, tenant, bytes}, std::move(deps));
+  };
+  const auto per_rank = [&](const std::vector<TaskId>& tasks) {
+    std::vector<std::vector<TaskId>> deps(ranks);
+    for (int r = 0; r < ranks; ++r) deps[r] = {tasks[r]};
+    return deps;
+  };
 
-    const TaskId a0 = alloc("alloc.parameters", "setup", "parameters (bf16)", Bytes{P * kBf16Bytes}, {});
-    const TaskId a1 = alloc("alloc.gradients", "setup", "gradients (bf16)", Bytes{P * kBf16Bytes}, {a0});
-    TaskId prev = alloc("alloc.optimizer", "setup", "optimizer states (fp32 master, m, v)",
-                        Bytes{P * kOptimizerStateBytesPerParam}, {a1});
-
-    const LayerWork w = layer_forward(m, train.micro_batch, train.flash_attention);
-    sim::Flops recomputed{};
-    if (train.recompute == Recompute::kFull) recomputed = w.gemm + w.attention;
-    if (train.recompute == Recompute::kSelective) recomputed = w.attention;
-    for (std::int64_t mb = 0; mb < train.grad_accum; ++mb) {
-      const std::string mbs = fmt::format("mb{}", mb);
-      const TaskId f_first = compute(mbs + ".fwd.embedding", "forward", k.embed_fwd, {}, "memory", {prev});
-      prev = f_first;
-      std::vector<TaskId> act_alloc(m.layers);
-      for (std::int64_t l = 0; l < m.layers; ++l) {
-        const TaskId a = alloc(fmt::format("{}.alloc.act{}", mbs, l), "forward", "activations", stored, {prev});
-        prev =
-            compute(fmt::format("{}.fwd.layer{}", mbs, l), "forward", k.layer_fwd, w.gemm + w.attention, "layer", {a});
-      }
-      const TaskId la = alloc(mbs + ".alloc.logits", "forward", "activations", logits, {prev});
-      const TaskId f_last =
-          compute(mbs + ".fwd.head", "forward", k.head_fwd, head_forward_flops(m, train.micro_batch), "gemm", {la});
-      const bool last_mb = mb == train.grad_accum - 1;
-      std::size_t item = 0;
-      const TaskId b_first = compute(mbs + ".bwd.head", "backward", k.head_bwd,
-                                     head_forward_flops(m, train.micro_batch) * 2.0, "gemm", {f_last});
-      prev = release(mbs + ".free.logits", "backward", "activations", logits, {b_first});
-      if (last_mb) items[item++].ready_on_rank.push_back(b_first);
-      for (std::int64_t l = m.layers - 1; l >= 0; --l) {
-        const TaskId b = compute(fmt::format("{}.bwd.layer{}", mbs, l), "backward", k.layer_bwd,
-                                 (w.gemm + w.attention) * 2.0 + recomputed, "layer", {prev});
-        prev = release(fmt::format("{}.free.act{}", mbs, l), "backward", "activations", stored, {b});
-        if (last_mb) items[item++].ready_on_rank.push_back(b);
-      }
-      const TaskId b_last = compute(mbs + ".bwd.embedding", "backward", k.embed_bwd, {}, "memory", {prev});
-      if (last_mb) items[item++].ready_on_rank.push_back(b_last);
-      prev = b_last;
-      if (r == 0) {
-        out.spans.push_back({"forward", f_first, f_last, false});
-        out.spans.push_back({"backward", b_first, b_last, false});
-      }
+  // Model states.
+  constexpr const char* kGathered = "gathered parameters (bf16)";
+  std::vector<TaskId> prev(ranks);
+  for (int r = 0; r < ranks; ++r) {
+    const TaskId a0 =
+        alloc(r, "alloc.parameters", "setup", stage == 3 ? "parameter partition (bf16)" : "parameters (bf16)",
+              Bytes{(stage == 3 ? partition(P) : P) * kBf16Bytes}, {});
+    const TaskId a1 =
+        alloc(r, "alloc.gradients", "setup", stage >= 2 ? "gradient partition (bf16)" : "gradients (bf16)",
+              Bytes{(stage >= 2 ? partition(P) : P) * kBf16Bytes}, {a0});
+    TaskId last = alloc(r, "alloc.optimizer", "setup", "optimizer states (fp32 master, m, v)",
+                        Bytes{updated_on_rank * kOptimizerStateBytesPerParam}, {a1});
+    if (stage >= 2) {
+      last = alloc(r, "alloc.reduce_bucket", "setup", "gradient reduce bucket (bf16)",
+                   Bytes{std::min(spec.reduce_bucket_elements, P) * kBf16Bytes}, {last});
     }
-    last_backward[r] = prev;
+    prev[r] = last;
   }
 
-  // Buckets: consecutive gradient items until the bucket holds at least reduce_bucket_elements.
-  struct Bucket {
-    std::int64_t elements = 0;
-    std::vector<TaskId> ready_on_rank;
+  // Stage 3: the all-gather of module i for every rank, issued on the gather stream after the
+  // previous gather and after module i-2's parameters were freed (two modules live at most).
+  std::vector<TaskId> gather_stream = prev;
+  std::vector<std::vector<TaskId>> freed_two_ago(ranks), freed_one_ago(ranks);
+  const auto gather_module = [&](const Module& mod, const std::string& when) {
+    std::vector<std::vector<TaskId>> deps(ranks);
+    std::vector<TaskId> allocated(ranks);
+    for (int r = 0; r < ranks; ++r) {
+      std::vector<TaskId> d{gather_stream[r]};
+      d.insert(d.end(), freed_two_ago[r].begin(), freed_two_ago[r].end());
+      allocated[r] = alloc(r, fmt::format("{}.alloc.{}", when, mod.name), "communication", kGathered,
+                           Bytes{mod.parameters * kBf16Bytes}, std::move(d));
+      deps[r] = {allocated[r]};
+    }
+    const auto done = ring.add(CollectiveKind::kAllGather, fmt::format("gather.{}.{}", when, mod.name),
+                               Bytes{mod.parameters * kBf16Bytes}, deps);
+    gather_stream = done;
+    return done;
   };
-  std::vector<Bucket> buckets;
-  Bucket open;
+  const auto release_module = [&](int r, const Module& mod, const std::string& when, TaskId after) {
+    const TaskId f = release(r, fmt::format("{}.free.{}", when, mod.name), "communication", kGathered,
+                             Bytes{mod.parameters * kBf16Bytes}, {after});
+    freed_two_ago[r] = freed_one_ago[r];
+    freed_one_ago[r] = {f};
+  };
+  // Runs one module's compute on every rank, with its stage-3 gather and release around it.
+  const auto run_module = [&](const Module& mod, const std::string& when, auto&& body) {
+    std::vector<TaskId> gathered;
+    if (stage == 3) gathered = gather_module(mod, when);
+    for (int r = 0; r < ranks; ++r) {
+      std::vector<TaskId> deps{prev[r]};
+      if (stage == 3) deps.push_back(gathered[r]);
+      prev[r] = body(r, std::move(deps));
+      if (stage == 3) release_module(r, mod, when, prev[r]);
+    }
+  };
+
+  std::vector<TaskId> last_backward(ranks);
+  const sim::Flops head_flops = head_forward_flops(m, train.micro_batch);
+  for (std::int64_t mb = 0; mb < train.grad_accum; ++mb) {
+    const std::string mbs = fmt::format("mb{}", mb);
+    const bool last_mb = mb == train.grad_accum - 1;
+    std::vector<TaskId> f_first(ranks), f_last(ranks), b_first(ranks);
+    run_module(modules.front(), mbs + ".fwd", [&](int r, std::vector<TaskId> deps) {
+      return f_first[r] = compute(r, mbs + ".fwd.embedding", "forward", k.embed_fwd, {}, "memory", std::move(deps));
+    });
+    for (std::int64_t l = 0; l < m.layers; ++l) {
+      run_module(modules[static_cast<std::size_t>(l + 1)], mbs + ".fwd", [&](int r, std::vector<TaskId> deps) {
+        deps.push_back(alloc(r, fmt::format("{}.alloc.act{}", mbs, l), "forward", "activations", stored, {prev[r]}));
+        return compute(r, fmt::format("{}.fwd.layer{}", mbs, l), "forward", k.layer_fwd, w.gemm + w.attention, "layer",
+                       std::move(deps));
+      });
+    }
+    run_module(modules.back(), mbs + ".fwd", [&](int r, std::vector<TaskId> deps) {
+      deps.push_back(alloc(r, mbs + ".alloc.logits", "forward", "activations", logits, {prev[r]}));
+      return f_last[r] = compute(r, mbs + ".fwd.head", "forward", k.head_fwd, head_flops, "gemm", std::move(deps));
+    });
+    // Backward: head, layers in reverse, embedding.
+    std::size_t item = 0;
+    run_module(modules.back(), mbs + ".bwd", [&](int r, std::vector<TaskId> deps) {
+      b_first[r] = compute(r, mbs + ".bwd.head", "backward", k.head_bwd, head_flops * 2.0, "gemm", std::move(deps));
+      if (last_mb) items[item].ready_on_rank.push_back(b_first[r]);
+      return release(r, mbs + ".free.logits", "backward", "activations", logits, {b_first[r]});
+    });
+    ++item;
+    for (std::int64_t l = m.layers - 1; l >= 0; --l) {
+      run_module(modules[static_cast<std::size_t>(l + 1)], mbs + ".bwd", [&](int r, std::vector<TaskId> deps) {
+        const TaskId b = compute(r, fmt::format("{}.bwd.layer{}", mbs, l), "backward", k.layer_bwd,
+                                 (w.gemm + w.attention) * 2.0 + recomputed, "layer", std::move(deps));
+        if (last_mb) items[item].ready_on_rank.push_back(b);
+        return release(r, fmt::format("{}.free.act{}", mbs, l), "backward", "activations", stored, {b});
+      });
+      ++item;
+    }
+    run_module(modules.front(), mbs + ".bwd", [&](int r, std::vector<TaskId> deps) {
+      const TaskId b = compute(r, mbs + ".bwd.embedding", "backward", k.embed_bwd, {}, "memory", std::move(deps));
+      if (last_mb) items[item].ready_on_rank.push_back(b);
+      return last_backward[r] = b;
+    });
+    out.spans.push_back({"forward", f_first[0], f_last[0], false});
+    out.spans.push_back({"backward", b_first[0], last_backward[0], false});
+  }
+
+  // Gradient buckets: consecutive items until a bucket holds at least reduce_bucket_elements.
+  std::vector<GradientItem> buckets;
+  GradientItem open{0, {}};
   for (const auto& it : items) {
     open.elements += it.elements;
     open.ready_on_rank = it.ready_on_rank;
     if (open.elements >= spec.reduce_bucket_elements) {
       buckets.push_back(open);
-      open = Bucket{};
+      open = GradientItem{0, {}};
     }
   }
   if (open.elements > 0) buckets.push_back(open);
-
-  // Ring all-reduce of each bucket; synced[r] is the barrier after which rank r holds the
-  // previous bucket's result (buckets share one communication stream per rank).
-  std::vector<std::optional<TaskId>> synced(ranks);
-  if (ranks > 1) {
-    std::string note;
-    const CollectiveFit& reduce_scatter = in.collectives.collective("reduce_scatter", ranks, &note);
-    if (!note.empty()) out.approximations.push_back(note);
-    note.clear();
-    const CollectiveFit& all_gather = in.collectives.collective("all_gather", ranks, &note);
-    if (!note.empty()) out.approximations.push_back(note);
-    std::vector<std::vector<sim::ConstraintId>> route_fwd(ranks), route_rev(ranks);
+  const CollectiveKind reduction = stage >= 2 ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce;
+  std::vector<TaskId> reduce_stream;  // empty until the first bucket
+  for (std::size_t b = 0; b < buckets.size(); ++b) {
+    std::vector<std::vector<TaskId>> deps(ranks);
     for (int r = 0; r < ranks; ++r) {
-      const std::size_t next = out.devices[(r + 1) % ranks];
-      const std::size_t prev_dev = out.devices[(r + ranks - 1) % ranks];
-      route_fwd[r] = out.machine.transfer_route(in.topology, out.devices[r], next);
-      route_rev[r] = out.machine.transfer_route(in.topology, out.devices[r], prev_dev);
+      deps[r] = {spec.overlap_comm ? buckets[b].ready_on_rank[r] : last_backward[r]};
+      if (!reduce_stream.empty()) deps[r].push_back(reduce_stream[r]);
     }
-    for (std::size_t b = 0; b < buckets.size(); ++b) {
-      const Bytes bucket_bytes{buckets[b].elements * kBf16Bytes};
-      // Each direction carries half the bucket in `ranks` chunks.
-      const Bytes chunk{(bucket_bytes.count + 2 * ranks - 1) / (2 * ranks)};
-      // sends[dir][r] of the previous step
-      std::vector<std::vector<TaskId>> previous(2, std::vector<TaskId>(ranks));
-      bool first_step = true;
-      for (int phase = 0; phase < 2; ++phase) {
-        const CollectiveFit& costs = phase == 0 ? reduce_scatter : all_gather;
-        const char* phase_name = phase == 0 ? "rs" : "ag";
-        for (int step = 0; step < ranks - 1; ++step) {
-          std::vector<std::vector<TaskId>> current(2, std::vector<TaskId>(ranks));
-          for (int dir = 0; dir < 2; ++dir) {
-            for (int r = 0; r < ranks; ++r) {
-              const int from = dir == 0 ? (r + ranks - 1) % ranks : (r + 1) % ranks;  // who sends to r
-              std::vector<TaskId> deps;
-              if (first_step) {
-                deps.push_back(spec.overlap_comm ? buckets[b].ready_on_rank[r] : last_backward[r]);
-                if (synced[r]) deps.push_back(*synced[r]);
-              } else {
-                deps = {previous[dir][r], previous[dir][from]};
-              }
-              const auto& route = dir == 0 ? route_fwd[r] : route_rev[r];
-              current[dir][r] = g.add(
-                  fmt::format("bucket{}.{}{}.{}.r{}", b, phase_name, step, dir == 0 ? "cw" : "ccw", r), "communication",
-                  TransferTask{route, chunk, costs.step_latency, costs.bus_bandwidth * 0.5}, std::move(deps));
-            }
-          }
-          previous = std::move(current);
-          first_step = false;
-        }
-      }
-      for (int r = 0; r < ranks; ++r) {
-        const int cw_from = (r + ranks - 1) % ranks;
-        const int ccw_from = (r + 1) % ranks;
-        synced[r] = g.add(fmt::format("bucket{}.done.r{}", b, r), "communication", BarrierTask{},
-                          {previous[0][r], previous[0][cw_from], previous[1][r], previous[1][ccw_from]});
-      }
-    }
+    reduce_stream = ring.add(reduction, fmt::format("bucket{}", b), Bytes{buckets[b].elements * kBf16Bytes}, deps);
   }
 
-  std::vector<TaskId> optimizer_done;
+  std::vector<TaskId> adam(ranks);
   for (int r = 0; r < ranks; ++r) {
-    std::vector<TaskId> deps{last_backward[r]};
-    if (synced[r]) deps.push_back(*synced[r]);
+    std::vector<TaskId> deps{last_backward[r], reduce_stream[r]};
     const TaskId ready =
         g.add(fmt::format("r{}.gradients_synchronized", r), "communication", BarrierTask{}, std::move(deps));
-    const TaskId adam = g.add(fmt::format("r{}.adam", r), "optimizer",
-                              ComputeTask{unit[r], k.adam, {}, Bytes{P * kAdamTrafficBytesPerParam}, "adam"}, {ready});
-    optimizer_done.push_back(adam);
+    adam[r] =
+        g.add(fmt::format("r{}.adam", r), "optimizer",
+              ComputeTask{rank_info[r].unit, k.adam, {}, Bytes{updated_on_rank * kAdamTrafficBytesPerParam}, "adam"},
+              {ready});
     if (r == 0) {
       out.spans.push_back({"exposed_communication", last_backward[0], ready, true});
-      out.spans.push_back({"optimizer", adam, adam, false});
+      out.spans.push_back({"optimizer", adam[0], adam[0], false});
     }
   }
-  (void)g.add("iteration.end", "end", BarrierTask{}, optimizer_done);
+  std::vector<TaskId> end = adam;
+  if ((stage == 1 || stage == 2) && ranks > 1) {
+    // Every rank updated its partition: all-gather the new bf16 parameters.
+    end = ring.add(CollectiveKind::kAllGather, "updated_parameters", Bytes{P * kBf16Bytes}, per_rank(adam));
+    out.spans.push_back({"parameter_allgather", adam[0], end[0], true});
+  }
+  (void)g.add("iteration.end", "end", BarrierTask{}, end);
 
   const double sequences = static_cast<double>(train.micro_batch * train.grad_accum);
   out.model_flops_per_device = model_flops_per_sequence(m) * sequences;
@@ -289,8 +325,8 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
   const auto cost_notes = in.costs.approximations();
   out.approximations.insert(out.approximations.begin(), cost_notes.begin(), cost_notes.end());
   out.approximations.push_back("non-GEMM layer kernels are charged as HBM traffic of twice the stashed activations");
-  out.approximations.push_back(
-      "gradient all-reduce: bidirectional ring in rank order; reduction arithmetic not modelled");
+  out.approximations.push_back("collectives: bidirectional rings in rank order; reduction arithmetic not modelled");
+  if (stage == 3) out.approximations.push_back("ZeRO-3 prefetch: one module ahead, at most two modules gathered");
   return out;
 }
 

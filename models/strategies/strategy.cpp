@@ -6,7 +6,9 @@ namespace offsim::models {
 
 std::vector<StrategyInfo> list_strategies() {
   return {{"data_parallel",
-           "data parallelism, ZeRO stage 0: replicated states, bucketed ring all-reduce of gradients, Adam on GPU"}};
+           "data parallelism with ZeRO stage 0-3: bucketed ring all-reduce or reduce-scatter of gradients, "
+           "partitioned optimizer states (1+), gradients (2+) and parameters with per-module all-gathers (3), Adam on "
+           "GPU"}};
 }
 
 MachineResources make_machine_resources(const topo::Topology& topology) {

@@ -21,9 +21,9 @@ struct TrainingSpec {
   bool flash_attention = false;
 };
 
-/// Data parallelism with replicated parameters, gradients and optimizer states (ZeRO stage 0):
-/// every rank runs forward and backward on its micro-batches; gradients are all-reduced in
-/// buckets (overlapping backward when overlap_comm), then every rank runs Adam on all parameters.
+/// Data parallelism with ZeRO stage 0-3 (models/strategies/data_parallel.cpp states the model):
+/// every rank runs forward and backward on its micro-batches; gradients are reduced in buckets
+/// (overlapping backward when overlap_comm); states are partitioned according to the stage.
 struct DataParallelSpec {
   int zero_stage = 0;
   std::vector<std::string> devices;  // rank r runs on devices[r]; the ring follows this order

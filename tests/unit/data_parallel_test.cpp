@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <map>
 
+#include <fmt/format.h>
+
 #include "models/experiment.hpp"
 
 namespace offsim::models {
@@ -117,6 +119,65 @@ TEST(DataParallel, SameInputGivesByteIdenticalSummaries) {
   const ExperimentSpec spec = load_experiment(kTiny, {});
   const Provenance p{"test", "test"};
   EXPECT_EQ(summary_json(spec, run_experiment(spec), p), summary_json(spec, run_experiment(spec), p));
+}
+
+}  // namespace
+}  // namespace offsim::models
+
+namespace offsim::models {
+namespace {
+
+double link_bytes(const ExperimentResult& r, const std::string& link_class) {
+  for (const auto& l : r.links) {
+    if (l.link_class == link_class) return l.bytes;
+  }
+  return 0.0;
+}
+
+ExperimentResult run_stage(int stage) {
+  return run_experiment(load_experiment(kTiny, {fmt::format("strategy.zero_stage={}", stage)}));
+}
+
+TEST(ZeroStages, BytesOnTheLinksFollowTheZeroPaper) {
+  // Two ranks, gradients S = 2P bytes. A ring reduce-scatter or all-gather of S moves
+  // (g-1)/g x S per rank, S in total over both ranks when g = 2:
+  //   stage 0: all-reduce of the gradients                         2S = 4P
+  //   stage 1: all-reduce + all-gather of the updated parameters   3S = 6P
+  //   stage 2: reduce-scatter + all-gather of the parameters       2S = 4P
+  //   stage 3: reduce-scatter + every module gathered in forward and again in backward
+  //            (the modules hold every parameter once: untied)      3S = 6P
+  EXPECT_NEAR(link_bytes(run_stage(0), "gpu-gpu"), 4 * P, 1.0);
+  EXPECT_NEAR(link_bytes(run_stage(1), "gpu-gpu"), 6 * P, 1.0);
+  EXPECT_NEAR(link_bytes(run_stage(2), "gpu-gpu"), 4 * P, 1.0);
+  EXPECT_NEAR(link_bytes(run_stage(3), "gpu-gpu"), 6 * P, 1.0);
+}
+
+TEST(ZeroStages, PeakMemoryShrinksWithTheStage) {
+  // Per rank, with g = 2 and activations A = L s h (34 + 5 a s / h) + s V 6 B at the peak:
+  //   stage 1: 2P + 2P + 12 P/2                                  + A
+  //   stage 2: 2P + 2 P/2 + 12 P/2 + bucket (min(1e9, P) x 2 B = 2P) + A
+  //   stage 3: 2 P/2 + 2 P/2 + 12 P/2 + bucket 2P + A + gathered modules, at most two of them
+  //            (each at most a layer's 2 x 49,984 B)
+  const double A = L * s * h * (34 + 5 * a * s / h) + s * V * 6;
+  const double half = P / 2;
+  EXPECT_EQ(run_stage(1).memory[0].peak.as_double(), 2 * P + 2 * P + 12 * half + A);
+  EXPECT_EQ(run_stage(2).memory[0].peak.as_double(), 2 * P + 2 * half + 12 * half + 2 * P + A);
+  const double stage3 = run_stage(3).memory[0].peak.as_double();
+  const double states3 = 2 * half + 2 * half + 12 * half + 2 * P;
+  EXPECT_GE(stage3, states3 + A);
+  EXPECT_LE(stage3, states3 + A + 2 * (2 * 49'984));
+}
+
+TEST(ZeroStages, Stage3GathersBeforeEveryModuleAndFreesAfter) {
+  // Each module is gathered before its forward and again before its backward, and released after
+  // (a release without its gather would be a simulation error).
+  const ExperimentSpec spec = load_experiment(kTiny, {"strategy.zero_stage=3"});
+  const std::string graph = dump_task_graph(spec, false);
+  EXPECT_NE(graph.find("gather.mb0.fwd.layer1"), std::string::npos);
+  EXPECT_NE(graph.find("gather.mb0.bwd.layer1"), std::string::npos);
+  EXPECT_NE(graph.find("r1.mb0.bwd.free.embedding"), std::string::npos);
+  const ExperimentResult r = run_experiment(spec);
+  EXPECT_TRUE(r.feasible);
 }
 
 }  // namespace
