@@ -1,0 +1,60 @@
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+#include <unistd.h>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "sim/report/atomic_file.hpp"
+#include "sim/report/json_writer.hpp"
+#include "sim/report/text_table.hpp"
+
+namespace offsim::sim::report {
+namespace {
+
+TEST(JsonWriter, WritesNestedDocumentsDeterministically) {
+  JsonWriter j;
+  j.begin_object().field("name", "a\"b\\c\n").field("n", std::int64_t{-3}).field("x", 0.1).field("ok", true);
+  j.key("list").begin_array().value(1.5).null().end_array();
+  j.key("empty").begin_object().end_object();
+  j.field("nan", std::numeric_limits<double>::quiet_NaN());
+  j.end_object();
+  EXPECT_EQ(
+      j.str(),
+      "{\n  \"name\": \"a\\\"b\\\\c\\n\",\n  \"n\": -3,\n  \"x\": 0.1,\n  \"ok\": true,\n  \"list\": [\n    1.5,\n"
+      "    null\n  ],\n  \"empty\": {},\n  \"nan\": null\n}\n");
+}
+
+TEST(JsonWriter, RejectsMalformedUse) {
+  JsonWriter j;
+  j.begin_object();
+  EXPECT_THROW(j.value(1), std::logic_error);     // a value without a key inside an object
+  EXPECT_THROW((void)j.str(), std::logic_error);  // unclosed
+  EXPECT_THROW(j.end_array(), std::logic_error);
+}
+
+TEST(TextTable, AlignsColumns) {
+  TextTable t({"name", "value"});
+  t.add_row({"a", "1"});
+  t.add_row({"longer", "1234"});
+  EXPECT_EQ(t.str(), "name    value\n-------------\na           1\nlonger   1234\n");
+}
+
+TEST(AtomicFile, ReplacesTheWholeFileAndLeavesNoTemporary) {
+  const auto dir = std::filesystem::temp_directory_path() / fmt::format("offsim-atomic-{}", ::getpid());
+  std::filesystem::create_directories(dir);
+  const auto path = dir / "summary.json";
+  write_file_atomically(path, "first version, longer than the second\n");
+  write_file_atomically(path, "second\n");
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  EXPECT_EQ(ss.str(), "second\n");
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator{}), 1);
+  EXPECT_THROW(write_file_atomically(dir / "no-such-dir" / "x.json", "x"), std::runtime_error);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace offsim::sim::report
