@@ -57,6 +57,31 @@ std::optional<StrategySpec> parse_strategy(const Node& node, const topo::Topolog
     ctx.error(bucket.loc, node.child_path("reduce_bucket_elements"), "expected a positive integer");
   dp.reduce_bucket_elements = bucket.value;
   dp.overlap_comm = r.required<bool>("overlap_comm").value;
+  if (auto off = r.child("offload_optimizer")) {
+    MapReader o(*off);
+    const auto device = o.choice("device", {"cpu", "none"});
+    OptimizerOffload offload;
+    offload.pin_memory = o.required<bool>("pin_memory").value;
+    const auto ratio = o.optional<double>("ratio", 1.0);
+    if (ratio.valid && !(ratio.value > 0.0 && ratio.value <= 1.0)) {
+      ctx.error(ratio.loc, off->child_path("ratio"), fmt::format("expected a fraction in (0, 1], got {}", ratio.value));
+    }
+    offload.ratio = ratio.value;
+    const auto sub = o.required<std::int64_t>("sub_group_size");
+    if (sub.valid && sub.value < 1)
+      ctx.error(sub.loc, off->child_path("sub_group_size"), "expected a positive integer");
+    offload.sub_group_size = sub.value;
+    const auto runtime = r.choice("runtime", {"deepspeed-0.13", "deepspeed-0.16"});
+    offload.runtime = runtime.value == "deepspeed-0.16" ? Runtime::kDeepSpeed016 : Runtime::kDeepSpeed013;
+    if (device.value == "cpu") {
+      if (stage.valid && stage.value != 3) {
+        ctx.error(
+            device.loc, off->child_path("device"),
+            fmt::format("optimizer offload is implemented for zero_stage 3 only, got zero_stage {}", stage.value));
+      }
+      dp.offload = offload;
+    }
+  }
   std::vector<std::size_t> gpus;
   if (topology) gpus = topology->devices_of(topo::DeviceKind::kGpu);
   if (auto devices = r.child("devices")) {
@@ -104,6 +129,7 @@ ExperimentSpec load_experiment(const std::filesystem::path& file, const std::vec
     MapReader r(root);
     spec.name = r.required<std::string>("name").value;
     std::optional<topo::NodeTopology> hw;
+    sim::config::Location collectives_loc = root.location();
     if (auto n = r.required_child("hardware", "a machine description (usually !include ../hardware/x.yaml)")) {
       hw = topo::parse_node_topology(*n);
     }
@@ -125,16 +151,12 @@ ExperimentSpec load_experiment(const std::filesystem::path& file, const std::vec
           }
         }
       }
-      if (auto coll = c.required_child("collectives", "a collective cost table")) {
-        if (auto costs = parse_measured_costs(*coll)) {
-          spec.collectives = *costs;
-          for (const char* needed : {"reduce_scatter", "all_gather"}) {
-            if (!costs->collectives.contains(needed)) {
-              ctx.error(coll->location(), coll->child_path("collectives"),
-                        fmt::format("the table has no {} fits (the data-parallel all-reduce needs them)", needed));
-            }
-          }
-        }
+      if (auto host = c.child("host")) {
+        if (auto costs = parse_measured_costs(*host)) spec.host = *costs;
+      }
+      if (auto coll = c.child("collectives")) {
+        if (auto costs = parse_measured_costs(*coll)) spec.collectives = *costs;
+        collectives_loc = coll->location();
       }
     }
     if (auto n = r.required_child("model", "a model (usually !include ../models/x.yaml)")) {
@@ -144,7 +166,18 @@ ExperimentSpec load_experiment(const std::filesystem::path& file, const std::vec
       if (auto t = parse_training(*n)) spec.training = *t;
     }
     if (auto n = r.required_child("strategy", "a strategy mapping with kind")) {
-      if (auto s = parse_strategy(*n, hw ? &hw->topology : nullptr)) spec.strategy = *s;
+      if (auto s = parse_strategy(*n, hw ? &hw->topology : nullptr)) {
+        spec.strategy = *s;
+        // More than one rank needs the collectives the strategy runs.
+        const auto& dp = std::get<DataParallelSpec>(*s);
+        for (const char* needed : {"reduce_scatter", "all_gather"}) {
+          if (dp.devices.size() > 1 && !spec.collectives.collectives.contains(needed)) {
+            ctx.error(collectives_loc, "calibration.collectives",
+                      fmt::format("no {} fits (the data-parallel strategy over {} ranks needs them)", needed,
+                                  dp.devices.size()));
+          }
+        }
+      }
     }
     if (hw) spec.hardware = std::move(*hw);
   }
@@ -157,7 +190,7 @@ ExperimentSpec load_experiment(const std::filesystem::path& file, const std::vec
 namespace {
 
 IterationInputs inputs_of(const ExperimentSpec& spec, const CostModel& costs) {
-  return IterationInputs{spec.model, spec.training, spec.hardware.topology, costs, spec.collectives};
+  return IterationInputs{spec.model, spec.training, spec.hardware.topology, costs, spec.collectives, spec.host};
 }
 
 }  // namespace

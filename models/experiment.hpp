@@ -21,6 +21,7 @@ struct ExperimentSpec {
   topo::NodeTopology hardware;
   DeviceCosts device;
   MeasuredCosts collectives;
+  MeasuredCosts host;  // optional `calibration.host` table (CPU Adam rates)
   ModelSpec model;
   TrainingSpec training;
   StrategySpec strategy;

@@ -16,6 +16,8 @@
 // two modules' parameters live at once), a simplification of DeepSpeed's prefetch bucket and
 // max_live_parameters limits. Collectives: models/collectives/ring.hpp.
 #include <fmt/format.h>
+#include <algorithm>
+#include <cmath>
 #include <optional>
 #include <stdexcept>
 
@@ -42,6 +44,9 @@ constexpr std::int64_t kOptimizerStateBytesPerParam = 3 * kFp32Bytes;
 // Adam's HBM traffic per parameter: read fp32 p, m, v and the bf16 gradient (14 B), write fp32
 // p, m, v and the bf16 working copy of p (14 B).
 constexpr std::int64_t kAdamTrafficBytesPerParam = 3 * kFp32Bytes + kBf16Bytes + 3 * kFp32Bytes + kBf16Bytes;
+// DeepSpeed's CPU Adam on fp32 host states: read p, g, m, v and write p, m, v (deepspeed-offload.md
+// section 5).
+constexpr std::int64_t kHostAdamTrafficBytesPerParam = 4 * kFp32Bytes + 3 * kFp32Bytes;
 // Logits kept for the loss's backward: bf16 logits and their fp32 softmax.
 constexpr std::int64_t kLogitBytesPerElement = kBf16Bytes + kFp32Bytes;
 
@@ -85,6 +90,22 @@ KernelTimes kernel_times(const IterationInputs& in, std::int64_t params_on_rank)
   return k;
 }
 
+// The CPU fewest hops from `gpu` (the first declared among equals): the host of its offload.
+std::size_t nearest_cpu(const topo::Topology& t, std::size_t gpu) {
+  std::optional<std::size_t> best;
+  std::size_t best_hops = 0;
+  for (const auto cpu : t.devices_of(topo::DeviceKind::kCpu)) {
+    if (t.device(cpu).node != t.device(gpu).node) continue;
+    const std::size_t hops = t.route(gpu, cpu).links.size();
+    if (!best || hops < best_hops) {
+      best = cpu;
+      best_hops = hops;
+    }
+  }
+  if (!best) throw std::invalid_argument(fmt::format("'{}' has no CPU in its node to offload to", t.device(gpu).name));
+  return *best;
+}
+
 // A gradient-producing step of backward: the task after which its gradients exist on each rank.
 struct GradientItem {
   std::int64_t elements;
@@ -122,6 +143,21 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
   const std::int64_t P = params.total;
   const auto partition = [&](std::int64_t n) { return (n + ranks - 1) / ranks; };
   const std::int64_t updated_on_rank = stage == 0 ? P : partition(P);
+  // Optimizer offload: the rank's partition is updated in subgroups of sub_group_size elements;
+  // the first int(ratio x n) subgroups on the host CPU, the rest on the GPU (Twin-Flow).
+  const bool offload = spec.offload.has_value();
+  const OptimizerOffload off = spec.offload.value_or(OptimizerOffload{});
+  std::vector<std::int64_t> subgroups;
+  std::size_t cpu_subgroups = 0;
+  std::int64_t cpu_params = 0;
+  if (offload) {
+    for (std::int64_t left = updated_on_rank; left > 0; left -= off.sub_group_size) {
+      subgroups.push_back(std::min(left, off.sub_group_size));
+    }
+    cpu_subgroups = static_cast<std::size_t>(off.ratio * static_cast<double>(subgroups.size()));
+    for (std::size_t j = 0; j < cpu_subgroups; ++j) cpu_params += subgroups[j];
+  }
+  const double cpu_fraction = offload ? static_cast<double>(cpu_params) / static_cast<double>(updated_on_rank) : 0.0;
   const KernelTimes k = kernel_times(in, updated_on_rank);
   const Bytes stored = stored_activation_bytes(m, train.micro_batch, train.recompute, train.flash_attention);
   const Bytes logits{train.micro_batch * m.seq * m.vocab * kLogitBytesPerElement};
@@ -134,7 +170,9 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
   std::vector<Module> modules{{"embedding", params.embedding + params.position}};
   for (std::int64_t l = 0; l < m.layers; ++l) modules.push_back({fmt::format("layer{}", l), params.per_layer});
   modules.push_back({"head", params.final_norm + (m.tied_embeddings ? params.embedding : params.output_head)});
-  // Gradients in the order backward produces them (each parameter once).
+  // Gradients in the order backward produces them (each parameter once), and on the last
+  // micro-batch each rank's backward compute tasks in that order.
+  std::vector<std::vector<TaskId>> backward_tasks(ranks);
   std::vector<GradientItem> items;
   items.push_back({params.output_head + params.final_norm, {}});
   for (std::int64_t l = m.layers - 1; l >= 0; --l) items.push_back({params.per_layer, {}});
@@ -145,11 +183,69 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
     std::uint32_t unit;
     std::uint32_t pool;
     std::string prefix;
+    std::size_t host = 0;  // the nearest CPU (offload)
+    std::uint32_t host_pool = 0;
+    sim::ConstraintId host_memory;  // its DDR, crossed by host copies and CPU work
   };
   std::vector<Rank> rank_info;
   for (int r = 0; r < ranks; ++r) {
-    rank_info.push_back({*out.machine.unit_of_device[out.devices[r]], *out.machine.pool_of_device[out.devices[r]],
-                         fmt::format("r{}", r)});
+    Rank info{*out.machine.unit_of_device[out.devices[r]], *out.machine.pool_of_device[out.devices[r]],
+              fmt::format("r{}", r)};
+    if (offload) {
+      info.host = nearest_cpu(in.topology, out.devices[r]);
+      const auto& mem = out.machine.memory_constraint_of_device[info.host];
+      if (!mem || !out.machine.pool_of_device[info.host]) {
+        throw std::invalid_argument(
+            fmt::format("optimizer offload needs the memory of '{}' with a bandwidth shared by transfers",
+                        in.topology.device(info.host).name));
+      }
+      info.host_memory = *mem;
+      info.host_pool = *out.machine.pool_of_device[info.host];
+    }
+    rank_info.push_back(std::move(info));
+  }
+  // Host-side work (CPU Adam, casts) is traffic through the host's DDR: a flow on that constraint
+  // alone, capped at a measured rate when the host table has one.
+  const auto host_traffic = [&](int r, const std::string& name, const char* phase, Bytes bytes,
+                                std::optional<sim::Bandwidth> bound, std::vector<TaskId> deps) {
+    return g.add(fmt::format("{}.{}", rank_info[r].prefix, name), phase,
+                 TransferTask{{rank_info[r].host_memory}, bytes, TimePs{0}, bound}, std::move(deps));
+  };
+  const auto copy = [&](int r, const std::string& name, const char* phase, bool to_host, Bytes bytes,
+                        std::vector<TaskId> deps) {
+    const std::size_t gpu = out.devices[r];
+    const std::size_t cpu = rank_info[r].host;
+    return g.add(fmt::format("{}.{}", rank_info[r].prefix, name), phase,
+                 TransferTask{to_host ? out.machine.transfer_route(in.topology, gpu, cpu)
+                                      : out.machine.transfer_route(in.topology, cpu, gpu),
+                              bytes,
+                              TimePs{0},
+                              {}},
+                 std::move(deps));
+  };
+  std::optional<sim::Bandwidth> cpu_adam_bound;
+  if (offload) {
+    const auto ranks_per_host =
+        std::count_if(rank_info.begin(), rank_info.end(), [&](const Rank& x) { return x.host == rank_info[0].host; });
+    const int threads = std::max(1, in.topology.device(rank_info[0].host).cores / static_cast<int>(ranks_per_host));
+    const CpuAdamFit* best = nullptr;
+    for (const auto& f : in.host.cpu_adam) {
+      if (!best || std::abs(f.threads - threads) < std::abs(best->threads - threads)) best = &f;
+    }
+    if (best) {
+      cpu_adam_bound = sim::Bandwidth{best->params_per_s * static_cast<double>(kHostAdamTrafficBytesPerParam)};
+      if (best->threads != threads) {
+        out.approximations.push_back(
+            fmt::format("CPU Adam with {} threads per rank uses the rate measured with {}", threads, best->threads));
+      }
+    } else {
+      out.approximations.push_back(fmt::format(
+          "CPU Adam on {}: no measured rate (calibration.host); bounded only by host memory bandwidth (roofline)",
+          in.topology.device(rank_info[0].host).device_kind));
+    }
+    out.approximations.push_back(
+        "host casts (bf16 <-> fp32 on the CPU) run at host memory bandwidth (no measured rate)");
+    out.approximations.push_back("Twin-Flow: each gradient bucket is offloaded in the CPU share of the partition");
   }
   const auto compute = [&](int r, const std::string& name, const char* phase, TimePs duration, sim::Flops flops,
                            const char* kernel, std::vector<TaskId> deps) {
@@ -179,11 +275,27 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
     const TaskId a0 =
         alloc(r, "alloc.parameters", "setup", stage == 3 ? "parameter partition (bf16)" : "parameters (bf16)",
               Bytes{(stage == 3 ? partition(P) : P) * kBf16Bytes}, {});
+    // With offload, the GPU keeps the states of its GPU-resident subgroups (fp32 master, m, v and
+    // fp32 gradients); the host keeps the rest and a bf16 buffer for the whole gradient partition.
+    const std::int64_t gpu_updated = updated_on_rank - cpu_params;
     const TaskId a1 =
-        alloc(r, "alloc.gradients", "setup", stage >= 2 ? "gradient partition (bf16)" : "gradients (bf16)",
-              Bytes{(stage >= 2 ? partition(P) : P) * kBf16Bytes}, {a0});
+        offload ? alloc(r, "alloc.gradients", "setup", "fp32 gradients of GPU subgroups",
+                        Bytes{gpu_updated * kFp32Bytes}, {a0})
+                : alloc(r, "alloc.gradients", "setup", stage >= 2 ? "gradient partition (bf16)" : "gradients (bf16)",
+                        Bytes{(stage >= 2 ? partition(P) : P) * kBf16Bytes}, {a0});
     TaskId last = alloc(r, "alloc.optimizer", "setup", "optimizer states (fp32 master, m, v)",
-                        Bytes{updated_on_rank * kOptimizerStateBytesPerParam}, {a1});
+                        Bytes{gpu_updated * kOptimizerStateBytesPerParam}, {a1});
+    if (offload) {
+      const auto host_alloc = [&](const char* name, const char* tenant, Bytes bytes, TaskId after) {
+        return g.add(fmt::format("{}.{}", rank_info[r].prefix, name), "setup",
+                     AllocTask{rank_info[r].host_pool, tenant, bytes}, {after});
+      };
+      last = host_alloc("alloc.host_optimizer", "optimizer states on host (fp32 master, m, v)",
+                        Bytes{cpu_params * kOptimizerStateBytesPerParam}, last);
+      last = host_alloc("alloc.host_gradients", "fp32 gradients on host", Bytes{cpu_params * kFp32Bytes}, last);
+      last = host_alloc("alloc.host_gradient_buffer", "bf16 gradient buffer on host",
+                        Bytes{updated_on_rank * kBf16Bytes}, last);
+    }
     if (stage >= 2) {
       last = alloc(r, "alloc.reduce_bucket", "setup", "gradient reduce bucket (bf16)",
                    Bytes{std::min(spec.reduce_bucket_elements, P) * kBf16Bytes}, {last});
@@ -252,7 +364,10 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
     std::size_t item = 0;
     run_module(modules.back(), mbs + ".bwd", [&](int r, std::vector<TaskId> deps) {
       b_first[r] = compute(r, mbs + ".bwd.head", "backward", k.head_bwd, head_flops * 2.0, "gemm", std::move(deps));
-      if (last_mb) items[item].ready_on_rank.push_back(b_first[r]);
+      if (last_mb) {
+        items[item].ready_on_rank.push_back(b_first[r]);
+        backward_tasks[r].push_back(b_first[r]);
+      }
       return release(r, mbs + ".free.logits", "backward", "activations", logits, {b_first[r]});
     });
     ++item;
@@ -260,14 +375,20 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
       run_module(modules[static_cast<std::size_t>(l + 1)], mbs + ".bwd", [&](int r, std::vector<TaskId> deps) {
         const TaskId b = compute(r, fmt::format("{}.bwd.layer{}", mbs, l), "backward", k.layer_bwd,
                                  (w.gemm + w.attention) * 2.0 + recomputed, "layer", std::move(deps));
-        if (last_mb) items[item].ready_on_rank.push_back(b);
+        if (last_mb) {
+          items[item].ready_on_rank.push_back(b);
+          backward_tasks[r].push_back(b);
+        }
         return release(r, fmt::format("{}.free.act{}", mbs, l), "backward", "activations", stored, {b});
       });
       ++item;
     }
     run_module(modules.front(), mbs + ".bwd", [&](int r, std::vector<TaskId> deps) {
       const TaskId b = compute(r, mbs + ".bwd.embedding", "backward", k.embed_bwd, {}, "memory", std::move(deps));
-      if (last_mb) items[item].ready_on_rank.push_back(b);
+      if (last_mb) {
+        items[item].ready_on_rank.push_back(b);
+        backward_tasks[r].push_back(b);
+      }
       return last_backward[r] = b;
     });
     out.spans.push_back({"forward", f_first[0], f_last[0], false});
@@ -276,16 +397,17 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
 
   // Gradient buckets: consecutive items until a bucket holds at least reduce_bucket_elements.
   std::vector<GradientItem> buckets;
+  std::vector<std::size_t> bucket_last_item;
   GradientItem open{0, {}};
-  for (const auto& it : items) {
-    open.elements += it.elements;
-    open.ready_on_rank = it.ready_on_rank;
-    if (open.elements >= spec.reduce_bucket_elements) {
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    open.elements += items[i].elements;
+    open.ready_on_rank = items[i].ready_on_rank;
+    if (open.elements >= spec.reduce_bucket_elements || i + 1 == items.size()) {
       buckets.push_back(open);
+      bucket_last_item.push_back(i);
       open = GradientItem{0, {}};
     }
   }
-  if (open.elements > 0) buckets.push_back(open);
   const CollectiveKind reduction = stage >= 2 ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce;
   std::vector<TaskId> reduce_stream;  // empty until the first bucket
   for (std::size_t b = 0; b < buckets.size(); ++b) {
@@ -295,6 +417,32 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
       if (!reduce_stream.empty()) deps[r].push_back(reduce_stream[r]);
     }
     reduce_stream = ring.add(reduction, fmt::format("bucket{}", b), Bytes{buckets[b].elements * kBf16Bytes}, deps);
+    if (!offload) continue;
+    // The reduced partition goes to the host (deepspeed-offload.md section 2): a non-blocking D2H
+    // into the bf16 host buffer and its H2D "ping-pong" back; then 0.13 copies it again with a
+    // blocking D2H and up-casts it on the CPU (the autograd thread waits: the next backward kernel
+    // cannot start), while 0.16.3+ up-casts on the GPU and copies the fp32 result asynchronously.
+    const std::int64_t e =
+        static_cast<std::int64_t>(std::llround(cpu_fraction * static_cast<double>(partition(buckets[b].elements))));
+    if (e == 0) continue;
+    for (int r = 0; r < ranks; ++r) {
+      const std::string name = fmt::format("bucket{}.offload", b);
+      const TaskId d2h = copy(r, name + ".d2h", "backward", true, Bytes{e * kBf16Bytes}, {reduce_stream[r]});
+      const TaskId h2d = copy(r, name + ".h2d", "backward", false, Bytes{e * kBf16Bytes}, {d2h});
+      TaskId blocking;
+      if (off.runtime == Runtime::kDeepSpeed013) {
+        const TaskId d2h_blocking = copy(r, name + ".d2h_blocking", "backward", true, Bytes{e * kBf16Bytes}, {h2d});
+        blocking =
+            host_traffic(r, name + ".cpu_upcast", "backward", Bytes{e * (kBf16Bytes + kFp32Bytes)}, {}, {d2h_blocking});
+        reduce_stream[r] = blocking;
+      } else {
+        blocking = compute(r, name + ".gpu_upcast", "backward",
+                           in.costs.memory_bound_time(Bytes{e * (kBf16Bytes + kFp32Bytes)}), {}, "memory", {h2d});
+        reduce_stream[r] = copy(r, name + ".d2h_fp32", "backward", true, Bytes{e * kFp32Bytes}, {blocking});
+      }
+      const std::size_t next = bucket_last_item[b] + 1;
+      if (next < backward_tasks[r].size()) g.add_dependency(backward_tasks[r][next], blocking);
+    }
   }
 
   std::vector<TaskId> adam(ranks);
@@ -302,13 +450,38 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
     std::vector<TaskId> deps{last_backward[r], reduce_stream[r]};
     const TaskId ready =
         g.add(fmt::format("r{}.gradients_synchronized", r), "communication", BarrierTask{}, std::move(deps));
-    adam[r] =
-        g.add(fmt::format("r{}.adam", r), "optimizer",
-              ComputeTask{rank_info[r].unit, k.adam, {}, Bytes{updated_on_rank * kAdamTrafficBytesPerParam}, "adam"},
-              {ready});
+    TaskId first_step;
+    if (!offload) {
+      first_step = adam[r] =
+          g.add(fmt::format("r{}.adam", r), "optimizer",
+                ComputeTask{rank_info[r].unit, k.adam, {}, Bytes{updated_on_rank * kAdamTrafficBytesPerParam}, "adam"},
+                {ready});
+    } else {
+      // DeepSpeed 0.13 and later, stage 3: subgroups strictly one after another. A host subgroup
+      // runs CPU Adam, then the blocking copy-back: down-cast on the CPU and H2D of the bf16
+      // parameters. A GPU subgroup runs Adam on the GPU. No overlap between subgroups.
+      TaskId last = ready;
+      for (std::size_t j = 0; j < subgroups.size(); ++j) {
+        const std::int64_t n = subgroups[j];
+        const std::string name = fmt::format("subgroup{}", j);
+        if (j < cpu_subgroups) {
+          const TaskId step = host_traffic(r, name + ".cpu_adam", "optimizer", Bytes{n * kHostAdamTrafficBytesPerParam},
+                                           cpu_adam_bound, {last});
+          const TaskId down =
+              host_traffic(r, name + ".cpu_downcast", "optimizer", Bytes{n * (kFp32Bytes + kBf16Bytes)}, {}, {step});
+          last = copy(r, name + ".h2d_params", "optimizer", false, Bytes{n * kBf16Bytes}, {down});
+          if (j == 0) first_step = step;
+        } else {
+          last = compute(r, name + ".gpu_adam", "optimizer",
+                         in.costs.memory_bound_time(Bytes{n * kAdamTrafficBytesPerParam}), {}, "adam", {last});
+          if (j == 0) first_step = last;
+        }
+      }
+      adam[r] = last;
+    }
     if (r == 0) {
       out.spans.push_back({"exposed_communication", last_backward[0], ready, true});
-      out.spans.push_back({"optimizer", adam[0], adam[0], false});
+      out.spans.push_back({"optimizer", first_step, adam[0], false});
     }
   }
   std::vector<TaskId> end = adam;

@@ -24,11 +24,25 @@ struct TrainingSpec {
 /// Data parallelism with ZeRO stage 0-3 (models/strategies/data_parallel.cpp states the model):
 /// every rank runs forward and backward on its micro-batches; gradients are reduced in buckets
 /// (overlapping backward when overlap_comm); states are partitioned according to the stage.
+/// The DeepSpeed release whose offload mechanics are simulated (deepspeed-offload.md section 2):
+/// 0.13 copies each gradient partition to the host with a blocking copy and up-casts on the CPU;
+/// 0.16.3 and later up-cast on the GPU and copy asynchronously.
+enum class Runtime { kDeepSpeed013, kDeepSpeed016 };
+
+/// ZeRO-3 optimizer offload to host memory (DeepSpeed `offload_optimizer: {device: cpu}`).
+struct OptimizerOffload {
+  bool pin_memory = true;
+  double ratio = 1.0;  // Twin-Flow: the first ratio x subgroups update on the CPU, the rest on the GPU
+  std::int64_t sub_group_size = 0;
+  Runtime runtime = Runtime::kDeepSpeed013;
+};
+
 struct DataParallelSpec {
   int zero_stage = 0;
   std::vector<std::string> devices;  // rank r runs on devices[r]; the ring follows this order
   std::int64_t reduce_bucket_elements = 0;
   bool overlap_comm = true;
+  std::optional<OptimizerOffload> offload;  // stage 3 only
 };
 
 using StrategySpec = std::variant<DataParallelSpec>;
@@ -82,6 +96,7 @@ struct IterationInputs {
   const topo::Topology& topology;
   const CostModel& costs;
   const MeasuredCosts& collectives;
+  const MeasuredCosts& host;  // host-side costs (cpu_adam); may be empty
 };
 
 /// Builds the task graph of one iteration. Throws std::invalid_argument for a strategy the

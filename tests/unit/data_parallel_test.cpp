@@ -182,3 +182,77 @@ TEST(ZeroStages, Stage3GathersBeforeEveryModuleAndFreesAfter) {
 
 }  // namespace
 }  // namespace offsim::models
+
+namespace offsim::models {
+namespace {
+
+const std::string kTinyOffload = std::string(OFFSIM_SOURCE_DIR) + "/tests/data/tiny-offload.yaml";
+
+TEST(Offload, HostLinkBytesPerParameterFollowDeepSpeedsRecipe) {
+  // ZeRO-3 + CPU optimizer offload, one rank, every parameter offloaded (ratio 1).
+  // DeepSpeed 0.13 (deepspeed-offload.md section 2; measured 4.5 / 2.1 / 2.2 B per parameter in
+  // seed-studies.md a.5): backward D2H 2 B (bf16 into the host buffer) + 2 B (the blocking copy
+  // for the CPU up-cast), H2D 2 B (the ping-pong); update H2D 2 B (the bf16 copy-back):
+  //   host links: 8 B x P;  host DDR: those 8 B + up-cast 6 B + CPU Adam 28 B + down-cast 6 B = 48 B x P.
+  // DeepSpeed 0.16.3+: the second D2H carries the GPU-up-cast fp32 gradient, 4 B:
+  //   host links: 10 B x P;  host DDR: 10 B + 28 B + 6 B = 44 B x P.
+  const auto bytes = [](const ExperimentResult& r, const char* cls) {
+    for (const auto& l : r.links) {
+      if (l.link_class == cls) return l.bytes;
+    }
+    return 0.0;
+  };
+  const ExperimentResult v013 = run_experiment(load_experiment(kTinyOffload, {}));
+  EXPECT_NEAR(bytes(v013, "cpu-gpu"), 8 * P, 1.0);
+  EXPECT_NEAR(bytes(v013, "dram-bandwidth"), 48 * P, 1.0);
+  const ExperimentResult v016 = run_experiment(load_experiment(kTinyOffload, {"strategy.runtime=deepspeed-0.16"}));
+  EXPECT_NEAR(bytes(v016, "cpu-gpu"), 10 * P, 1.0);
+  EXPECT_NEAR(bytes(v016, "dram-bandwidth"), 44 * P, 1.0);
+}
+
+TEST(Offload, StatesMoveToTheHostAndTheUpdateRunsInSubgroups) {
+  // GPU: bf16 parameters 2P (one rank holds the whole partition) + the reduce bucket (50,000 x 2 B)
+  // + activations; host: fp32 master, m, v (12 B) + fp32 gradients (4 B) + bf16 gradient buffer
+  // (2 B) = 18 B x P (DeepSpeed's 18 Psi / N). sub_group_size 40,000 splits P = 118,528 into 3
+  // subgroups, updated one after another.
+  const ExperimentSpec spec = load_experiment(kTinyOffload, {});
+  const ExperimentResult r = run_experiment(spec);
+  for (const auto& m : r.memory) {
+    if (m.kind == "dram") {
+      EXPECT_EQ(m.peak.as_double(), 18 * P);
+    }
+    if (m.kind == "hbm") {
+      EXPECT_LE(m.peak.as_double(), 2 * P + 50'000 * 2 + L * s * h * (34 + 5 * a * s / h) + s * V * 6 + 2 * 2 * 49'984);
+    }
+  }
+  const std::string graph = dump_task_graph(spec, false);
+  EXPECT_NE(graph.find("r0.subgroup2.h2d_params"), std::string::npos);
+  EXPECT_EQ(graph.find("r0.subgroup3"), std::string::npos);
+}
+
+TEST(Offload, TwinFlowKeepsPartOfTheUpdateOnTheGpu) {
+  // ratio 0.5 of 3 subgroups: int(1.5) = 1 subgroup on the CPU, 2 on the GPU; fewer host bytes.
+  const ExperimentSpec spec = load_experiment(kTinyOffload, {"strategy.offload_optimizer.ratio=0.5"});
+  const std::string graph = dump_task_graph(spec, false);
+  EXPECT_NE(graph.find("r0.subgroup0.cpu_adam"), std::string::npos);
+  EXPECT_NE(graph.find("r0.subgroup1.gpu_adam"), std::string::npos);
+  const ExperimentResult r = run_experiment(spec);
+  for (const auto& m : r.memory) {
+    if (m.kind == "dram") {
+      EXPECT_EQ(m.peak.as_double(), 16 * 40'000 + 2 * P);
+    }
+  }
+}
+
+TEST(Offload, OnlyWithZeroStage3) {
+  try {
+    (void)load_experiment(kTinyOffload, {"strategy.zero_stage=2"});
+    FAIL();
+  } catch (const sim::config::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("optimizer offload is implemented for zero_stage 3 only, got zero_stage 2"),
+              std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace offsim::models
