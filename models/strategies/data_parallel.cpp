@@ -180,8 +180,8 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
 
   // Per-rank task builders.
   struct Rank {
-    std::uint32_t unit;
-    std::uint32_t pool;
+    std::uint32_t unit = 0;
+    std::uint32_t pool = 0;
     std::string prefix;
     std::size_t host = 0;  // the nearest CPU (offload)
     std::uint32_t host_pool = 0;
@@ -189,8 +189,10 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
   };
   std::vector<Rank> rank_info;
   for (int r = 0; r < ranks; ++r) {
-    Rank info{*out.machine.unit_of_device[out.devices[r]], *out.machine.pool_of_device[out.devices[r]],
-              fmt::format("r{}", r)};
+    Rank info;
+    info.unit = *out.machine.unit_of_device[out.devices[r]];
+    info.pool = *out.machine.pool_of_device[out.devices[r]];
+    info.prefix = fmt::format("r{}", r);
     if (offload) {
       info.host = nearest_cpu(in.topology, out.devices[r]);
       const auto& mem = out.machine.memory_constraint_of_device[info.host];
