@@ -7,6 +7,7 @@
 #include "models/transformer/model_parser.hpp"
 #include "sim/report/json_writer.hpp"
 #include "sim/report/text_table.hpp"
+#include "sim/report/timeline.hpp"
 
 namespace offsim::models {
 
@@ -201,10 +202,11 @@ std::string dump_task_graph(const ExperimentSpec& spec, bool dot) {
   return dot ? built.graph.to_dot(built.machine.platform) : built.graph.to_text(built.machine.platform);
 }
 
-ExperimentResult run_experiment(const ExperimentSpec& spec) {
+ExperimentResult run_experiment(const ExperimentSpec& spec, const RunExperimentOptions& options) {
   const CostModel costs(spec.device);
   const BuiltIteration built = build_iteration(inputs_of(spec, costs), spec.strategy);
-  const sim::RunResult run = sim::execute(built.machine.platform, built.graph);
+  const sim::RunResult run =
+      sim::execute(built.machine.platform, built.graph, sim::ExecOptions{options.outputs_over_time});
 
   ExperimentResult r;
   r.iteration_time = run.makespan;
@@ -212,6 +214,10 @@ ExperimentResult run_experiment(const ExperimentSpec& spec) {
   r.tasks = built.graph.size();
   r.events = run.events_processed;
   r.approximations = built.approximations;
+  if (options.outputs_over_time) {
+    r.timeline_csv = sim::report::timeline_csv(run);
+    r.trace_json = sim::report::chrome_trace(built.machine.platform, built.graph, run);
+  }
 
   for (const auto& span : built.spans) {
     const auto& first = run.tasks[span.first.index];

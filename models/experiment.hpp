@@ -67,10 +67,16 @@ struct ExperimentResult {
   std::size_t tasks = 0;
   std::uint64_t events = 0;
   std::vector<std::string> approximations;
+  std::string timeline_csv;  // filled when asked for (RunExperimentOptions)
+  std::string trace_json;
+};
+
+struct RunExperimentOptions {
+  bool outputs_over_time = false;  // record link timelines; fill timeline_csv and trace_json
 };
 
 /// Builds and simulates one iteration.
-[[nodiscard]] ExperimentResult run_experiment(const ExperimentSpec& spec);
+[[nodiscard]] ExperimentResult run_experiment(const ExperimentSpec& spec, const RunExperimentOptions& options = {});
 
 /// The task graph of one iteration without running it: text or Graphviz DOT.
 [[nodiscard]] std::string dump_task_graph(const ExperimentSpec& spec, bool dot);

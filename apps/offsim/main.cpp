@@ -20,7 +20,9 @@ int main(int argc, char** argv) {
   run_cmd->add_option("config", run.config, "experiment YAML (e.g. configs/experiments/gpt3-1.3b-dp8-frontier.yaml)")
       ->required();
   run_cmd->add_option("--set", run.overrides, "override a value: --set key.path=value (repeatable)");
-  run_cmd->add_option("--out", run.out_dir, "write DIR/summary.json (atomically)");
+  run_cmd->add_option("--out", run.out_dir,
+                      "write DIR/summary.json, DIR/timeline.csv (memory and link rates over time) and DIR/trace.json "
+                      "(Chrome trace for Perfetto), each atomically");
 
   app::GraphOptions graph;
   auto* graph_cmd = app.add_subcommand("graph", "print the task graph of one iteration without running it");

@@ -13,13 +13,17 @@ namespace offsim::app {
 
 int run_command(const RunOptions& options) {
   const models::ExperimentSpec spec = models::load_experiment(options.config, options.overrides);
-  const models::ExperimentResult result = models::run_experiment(spec);
+  const models::ExperimentResult result = models::run_experiment(spec, {!options.out_dir.empty()});
   fmt::print("{}", models::text_report(spec, result));
   if (!options.out_dir.empty()) {
-    std::filesystem::create_directories(options.out_dir);
-    const std::filesystem::path summary = std::filesystem::path(options.out_dir) / "summary.json";
-    sim::report::write_file_atomically(summary, models::summary_json(spec, result, {OFFSIM_VERSION, OFFSIM_GIT_HASH}));
-    fmt::print("\nwrote {}\n", summary.string());
+    const std::filesystem::path dir(options.out_dir);
+    std::filesystem::create_directories(dir);
+    sim::report::write_file_atomically(dir / "timeline.csv", result.timeline_csv);
+    sim::report::write_file_atomically(dir / "trace.json", result.trace_json);
+    // summary.json last: its presence means the run's outputs are complete.
+    sim::report::write_file_atomically(dir / "summary.json",
+                                       models::summary_json(spec, result, {OFFSIM_VERSION, OFFSIM_GIT_HASH}));
+    fmt::print("\nwrote {}/{{summary.json, timeline.csv, trace.json}}\n", dir.string());
   }
   return 0;
 }

@@ -126,8 +126,9 @@ class Run {
     for (const auto& u : units_) r.units.push_back({u.name(), u.lanes(), u.busy_time(), u.tasks_run()});
     for (std::size_t i = 0; i < platform_.constraints.size(); ++i) {
       const ConstraintId c{static_cast<std::uint32_t>(i)};
-      r.constraints.push_back({platform_.constraints[i].name, platform_.constraints[i].link_class, network_.capacity(c),
-                               network_.stats(c)});
+      const auto& spec = platform_.constraints[i];
+      r.constraints.push_back({spec.name, spec.link_class, spec.group.empty() ? spec.link_class : spec.group,
+                               network_.capacity(c), network_.stats(c)});
     }
     for (const auto& p : pools_) {
       r.pools.push_back({p.name(), p.kind(), p.capacity(), p.peak(), p.peak_time(), p.timeline(), p.overflow()});

@@ -32,6 +32,7 @@ struct UnitResult {
 struct ConstraintResult {
   std::string name;
   std::string link_class;
+  std::string group;
   Bandwidth capacity;
   ConstraintStats stats;
 };

@@ -24,6 +24,7 @@ struct ConstraintSpec {
   std::string name;
   Bandwidth capacity;
   std::string link_class;  // e.g. "cpu-gpu", "gpu-gpu", "memory"; groups activity in reports
+  std::string group;       // finer reporting group, e.g. "cpu-gpu:cpu->gpu" (H2D); empty: the class
 };
 struct PoolSpec {
   std::string name;

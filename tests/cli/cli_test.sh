@@ -22,7 +22,11 @@ contains "report names the bottleneck" "$tmp/out.txt" "bottleneck:"
 for key in '"feasible"' '"iteration_time_s"' '"tflops_per_device"' '"forward_s"' '"backward_s"' '"optimizer_s"' '"peak_bytes"' '"capacity_bytes"' '"config"'; do
   contains "summary.json has $key" "$tmp/a/summary.json" "$key"
 done
+contains "timeline.csv has memory and link columns" "$tmp/a/timeline.csv" "time_s,gcd0.hbm_used_bytes"
+contains "trace.json is a Chrome trace" "$tmp/a/trace.json" '"traceEvents": ['
 "$offsim" run "$demo" --out "$tmp/b" >/dev/null 2>&1; check "run demo again" 0 $?
+cmp -s "$tmp/a/trace.json" "$tmp/b/trace.json"; check "trace.json is byte-identical across runs" 0 $?
+cmp -s "$tmp/a/timeline.csv" "$tmp/b/timeline.csv"; check "timeline.csv is byte-identical across runs" 0 $?
 cmp -s "$tmp/a/summary.json" "$tmp/b/summary.json"; check "summary.json is byte-identical across runs" 0 $?
 ls "$tmp/a" | grep -q tmp; check "no temporary file left behind" 1 $?
 

@@ -5,9 +5,11 @@
 // all-gather 20 us with 0.5 GB/s (0.25 GB/s per direction).
 #include <gtest/gtest.h>
 
+#include <yaml-cpp/yaml.h>
 #include <algorithm>
 #include <cstdlib>
 #include <map>
+#include <sstream>
 
 #include <fmt/format.h>
 
@@ -252,6 +254,48 @@ TEST(Offload, OnlyWithZeroStage3) {
     EXPECT_NE(std::string(e.what()).find("optimizer offload is implemented for zero_stage 3 only, got zero_stage 2"),
               std::string::npos);
   }
+}
+
+}  // namespace
+}  // namespace offsim::models
+
+namespace offsim::models {
+namespace {
+
+TEST(OutputsOverTime, TimelineAndTraceDescribeTheRun) {
+  // The offload run: host memory and GPU memory over time, and H2D / D2H rates split by direction.
+  const ExperimentResult r = run_experiment(load_experiment(kTinyOffload, {}), {true});
+  std::istringstream csv(r.timeline_csv);
+  std::string header;
+  std::getline(csv, header);
+  EXPECT_EQ(header,
+            "time_s,cpu.dram_used_bytes,gpu0.hbm_used_bytes,dram-bandwidth_bytes_per_s,cpu-gpu:cpu->gpu_bytes_per_s,"
+            "cpu-gpu:gpu->cpu_bytes_per_s");
+  double last = -1.0;
+  double peak_h2d = 0.0;
+  std::size_t rows = 0;
+  for (std::string line; std::getline(csv, line); ++rows) {
+    std::vector<double> v;
+    std::stringstream fields(line);
+    for (std::string f; std::getline(fields, f, ',');) v.push_back(std::stod(f));
+    ASSERT_EQ(v.size(), 6u);
+    EXPECT_GT(v[0], last);  // strictly increasing times
+    last = v[0];
+    EXPECT_LE(v[4], 10e9 + 1.0);  // an H2D never exceeds the 10 GB/s host link
+    peak_h2d = std::max(peak_h2d, v[4]);
+  }
+  EXPECT_GT(rows, 10u);
+  EXPECT_NEAR(last, r.iteration_time.seconds(), 1e-12);  // the last change is the end of the run
+  EXPECT_DOUBLE_EQ(peak_h2d, 10e9);
+  // trace.json is JSON (a subset of YAML, so yaml-cpp reads it): metadata, slices, counters.
+  const YAML::Node trace = YAML::Load(r.trace_json);
+  ASSERT_TRUE(trace["traceEvents"].IsSequence());
+  std::map<std::string, int> phases;
+  for (const auto& e : trace["traceEvents"]) ++phases[e["ph"].as<std::string>()];
+  EXPECT_GT(phases["X"], 0);
+  EXPECT_EQ(phases["b"], phases["e"]);
+  EXPECT_GT(phases["C"], 0);
+  EXPECT_GT(phases["M"], 0);
 }
 
 }  // namespace

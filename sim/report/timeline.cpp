@@ -1,0 +1,155 @@
+#include "sim/report/timeline.hpp"
+
+#include <fmt/format.h>
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "sim/report/json_writer.hpp"
+
+namespace offsim::sim::report {
+
+namespace {
+
+// A step function: (time, value) points, each value holding until the next point.
+struct Series {
+  std::string name;
+  std::vector<std::pair<std::int64_t, double>> points;
+};
+
+// Sums the rate timelines of the constraints of each group into one step function per group.
+std::vector<Series> link_groups(const RunResult& run) {
+  std::vector<std::string> order;
+  std::map<std::string, std::vector<const ConstraintResult*>> members;
+  for (const auto& c : run.constraints) {
+    if (c.stats.bytes_carried <= 0.0) continue;
+    if (!members.contains(c.group)) order.push_back(c.group);
+    members[c.group].push_back(&c);
+  }
+  std::vector<Series> out;
+  for (const auto& group : order) {
+    // Changes of every member in time order; each change replaces that member's contribution.
+    std::vector<std::tuple<std::int64_t, std::size_t, double>> changes;
+    const auto& list = members[group];
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      for (const auto& sample : list[i]->stats.timeline) changes.emplace_back(sample.time.ps, i, sample.bytes_per_s);
+    }
+    std::stable_sort(changes.begin(), changes.end(),
+                     [](const auto& a, const auto& b) { return std::get<0>(a) < std::get<0>(b); });
+    std::vector<double> current(list.size(), 0.0);
+    Series s{group, {}};
+    for (const auto& [time, member, rate] : changes) {
+      current[member] = rate;
+      double total = 0.0;
+      for (const double v : current) total += v;
+      if (!s.points.empty() && s.points.back().first == time) {
+        s.points.back().second = total;
+      } else {
+        s.points.emplace_back(time, total);
+      }
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+std::vector<Series> memory_series(const RunResult& run) {
+  std::vector<Series> out;
+  for (const auto& p : run.pools) {
+    if (p.peak.count == 0) continue;
+    Series s{p.name, {}};
+    for (const auto& sample : p.timeline) s.points.emplace_back(sample.time.ps, sample.used.as_double());
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+double seconds(std::int64_t ps) {
+  return static_cast<double>(ps) * 1e-12;
+}
+double micros(std::int64_t ps) {
+  return static_cast<double>(ps) * 1e-6;
+}
+
+}  // namespace
+
+std::string timeline_csv(const RunResult& run) {
+  std::vector<Series> series = memory_series(run);
+  const std::size_t pools = series.size();
+  for (auto& s : link_groups(run)) series.push_back(std::move(s));
+  std::set<std::int64_t> times{0};
+  for (const auto& s : series) {
+    for (const auto& [t, v] : s.points) times.insert(t);
+  }
+  std::string out = "time_s";
+  for (std::size_t i = 0; i < series.size(); ++i) {
+    out += i < pools ? fmt::format(",{}_used_bytes", series[i].name) : fmt::format(",{}_bytes_per_s", series[i].name);
+  }
+  out += '\n';
+  std::vector<std::size_t> next(series.size(), 0);
+  std::vector<double> value(series.size(), 0.0);
+  for (const auto t : times) {
+    for (std::size_t i = 0; i < series.size(); ++i) {
+      while (next[i] < series[i].points.size() && series[i].points[next[i]].first <= t)
+        value[i] = series[i].points[next[i]++].second;
+    }
+    out += fmt::format("{}", seconds(t));
+    for (const double v : value) out += fmt::format(",{}", v);
+    out += '\n';
+  }
+  return out;
+}
+
+std::string chrome_trace(const Platform& platform, const TaskGraph& graph, const RunResult& run) {
+  constexpr int kComputePid = 1;
+  constexpr int kTransferPid = 2;
+  constexpr int kMemoryPid = 3;
+  std::string out = "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n";
+  bool first = true;
+  const auto emit = [&](const std::string& event) {
+    if (!first) out += ",\n";
+    first = false;
+    out += event;
+  };
+  const auto q = [](std::string_view s) { return JsonWriter::escape(s); };
+  emit(fmt::format(R"({{"ph": "M", "pid": {}, "name": "process_name", "args": {{"name": "compute units"}}}})",
+                   kComputePid));
+  emit(fmt::format(R"({{"ph": "M", "pid": {}, "name": "process_name", "args": {{"name": "transfers and links"}}}})",
+                   kTransferPid));
+  emit(fmt::format(R"({{"ph": "M", "pid": {}, "name": "process_name", "args": {{"name": "memory"}}}})", kMemoryPid));
+  for (std::size_t u = 0; u < platform.units.size(); ++u) {
+    emit(fmt::format(R"({{"ph": "M", "pid": {}, "tid": {}, "name": "thread_name", "args": {{"name": {}}}}})",
+                     kComputePid, u, q(platform.units[u].name)));
+  }
+  for (const auto& task : graph.tasks()) {
+    const auto& rec = run.tasks[task.id.index];
+    if (const auto* c = std::get_if<ComputeTask>(&task.body)) {
+      emit(fmt::format(R"({{"ph": "X", "pid": {}, "tid": {}, "name": {}, "cat": {}, "ts": {}, "dur": {}}})",
+                       kComputePid, c->unit, q(task.name), q(task.phase), micros(rec.start.ps),
+                       micros(rec.end.ps - rec.start.ps)));
+    } else if (const auto* x = std::get_if<TransferTask>(&task.body)) {
+      const std::string cat = x->route.empty() ? "transfer" : run.constraints[x->route.front().index].group;
+      emit(
+          fmt::format(R"({{"ph": "b", "pid": {}, "id": {}, "name": {}, "cat": {}, "ts": {}, "args": {{"bytes": {}}}}})",
+                      kTransferPid, task.id.index, q(task.name), q(cat), micros(rec.start.ps), x->bytes.count));
+      emit(fmt::format(R"({{"ph": "e", "pid": {}, "id": {}, "name": {}, "cat": {}, "ts": {}}})", kTransferPid,
+                       task.id.index, q(task.name), q(cat), micros(rec.end.ps)));
+    }
+  }
+  for (const auto& s : memory_series(run)) {
+    for (const auto& [t, v] : s.points) {
+      emit(fmt::format(R"({{"ph": "C", "pid": {}, "name": {}, "ts": {}, "args": {{"used_bytes": {}}}}})", kMemoryPid,
+                       q(s.name), micros(t), v));
+    }
+  }
+  for (const auto& s : link_groups(run)) {
+    for (const auto& [t, v] : s.points) {
+      emit(fmt::format(R"({{"ph": "C", "pid": {}, "name": {}, "ts": {}, "args": {{"bytes_per_s": {}}}}})", kTransferPid,
+                       q(s.name), micros(t), v));
+    }
+  }
+  out += "\n]}\n";
+  return out;
+}
+
+}  // namespace offsim::sim::report
