@@ -1,4 +1,4 @@
-// Host CPU Adam throughput, for offsim's host optimizer cost table.
+// Host CPU Adam and cast throughput, for offsim's host cost table.
 //
 // The arithmetic is DeepSpeed's CPU Adam (csrc/includes/cpu_adam.h, Step_1 / Step_AVX at v0.13.3),
 // AdamW mode, on fp32 parameters, gradients, momentum and variance: per element it reads p, g, m, v
@@ -7,12 +7,17 @@
 // Memory is touched first by the threads that use it, so pages land on their NUMA domains.
 //
 //   cpu_adam_bench [--elements N] [--threads T[,T...]] [--steps S] [--host NAME]
-// Output: the CSV of bench_csv.hpp, one row per thread count; bytes = 28 x elements.
+// Output: the CSV of bench_csv.hpp, per thread count one row of each benchmark:
+//   cpu_adam      bytes = 28 x elements
+//   cpu_upcast    bf16 -> fp32 (DeepSpeed 0.13's blocking gradient copy converts on the CPU), 6 x elements
+//   cpu_downcast  fp32 -> bf16, round to nearest even (the parameter copy-back), 6 x elements
 #include <omp.h>
 
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -76,6 +81,35 @@ void adam_step(float* p, const float* g, float* m, float* v, long long n, int st
   }
 }
 
+// bf16 is the upper half of an fp32.
+void upcast(const std::uint16_t* in, float* out, long long n) {
+#pragma omp parallel for simd schedule(static)
+  for (long long i = 0; i < n; ++i) {
+    const std::uint32_t bits = static_cast<std::uint32_t>(in[i]) << 16;
+    float f;
+    std::memcpy(&f, &bits, sizeof f);
+    out[i] = f;
+  }
+}
+
+void downcast(const float* in, std::uint16_t* out, long long n) {
+#pragma omp parallel for simd schedule(static)
+  for (long long i = 0; i < n; ++i) {
+    std::uint32_t bits;
+    std::memcpy(&bits, &in[i], sizeof bits);
+    bits += 0x7FFFu + ((bits >> 16) & 1u);  // round to nearest even
+    out[i] = static_cast<std::uint16_t>(bits >> 16);
+  }
+}
+
+template <class Work>
+double seconds_per_run(int steps, Work work) {
+  work();  // warm-up
+  const auto start = std::chrono::steady_clock::now();
+  for (int s = 0; s < steps; ++s) work();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / steps;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -89,24 +123,32 @@ int main(int argc, char** argv) {
     m[i] = 0.0f;
     v[i] = 0.0f;
   }
+  std::vector<std::uint16_t> half(n);
   offsim::bench::print_header(stdout);
-  for (const int threads : o.threads) {
-    omp_set_num_threads(threads);
-    adam_step(p.data(), g.data(), m.data(), v.data(), o.elements, 1);  // warm-up
-    const auto start = std::chrono::steady_clock::now();
-    for (int s = 0; s < o.steps; ++s) adam_step(p.data(), g.data(), m.data(), v.data(), o.elements, s + 2);
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / o.steps;
+  const auto print = [&](const char* benchmark, const char* dtype, int threads, long long bytes_per_element,
+                         double seconds) {
     offsim::bench::Row row;
-    row.benchmark = "cpu_adam";
+    row.benchmark = benchmark;
     row.device_kind = "host";
     row.host = o.host;
     row.memory = "pageable";
-    row.dtype = "fp32";
+    row.dtype = dtype;
     row.threads = std::to_string(threads);
     row.elements = o.elements;
-    row.bytes = 28 * o.elements;  // read p, g, m, v; write p, m, v (4 B each)
+    row.bytes = bytes_per_element * o.elements;
     row.time_s = seconds;
     offsim::bench::print_row(stdout, row);
+  };
+  for (const int threads : o.threads) {
+    omp_set_num_threads(threads);
+    int step = 1;
+    // Adam reads p, g, m, v and writes p, m, v (4 B each); a cast reads 4 + writes 2 B or the reverse.
+    print("cpu_adam", "fp32", threads, 28,
+          seconds_per_run(o.steps, [&] { adam_step(p.data(), g.data(), m.data(), v.data(), o.elements, ++step); }));
+    print("cpu_downcast", "fp32->bf16", threads, 6,
+          seconds_per_run(o.steps, [&] { downcast(p.data(), half.data(), o.elements); }));
+    print("cpu_upcast", "bf16->fp32", threads, 6,
+          seconds_per_run(o.steps, [&] { upcast(half.data(), g.data(), o.elements); }));
   }
   // A checksum keeps the compiler from dropping the work.
   double sum = 0.0;

@@ -160,7 +160,9 @@ std::string calibrate(const CalibrateOptions& o) {
   std::vector<std::string> copy_keys, collective_keys;
   std::map<std::string, std::vector<Row>> copies;
   std::map<std::string, std::map<int, std::vector<Row>>> collectives;
-  std::map<int, std::vector<Row>> adam;
+  // Host rate benchmarks: elements per second by thread count.
+  const std::vector<std::string> kRateBenchmarks{"cpu_adam", "cpu_upcast", "cpu_downcast"};
+  std::map<std::string, std::map<int, std::vector<Row>>> rates;
   std::vector<Row> gemm;
   std::size_t ignored = 0;
   for (const auto& r : rows) {
@@ -172,8 +174,8 @@ std::string calibrate(const CalibrateOptions& o) {
     } else if (b == "all_gather" || b == "reduce_scatter" || b == "all_reduce") {
       if (!collectives.contains(b)) collective_keys.push_back(b);
       collectives[b][static_cast<int>(r.number("ranks"))].push_back(r);
-    } else if (b == "cpu_adam") {
-      adam[static_cast<int>(r.number("threads"))].push_back(r);
+    } else if (std::find(kRateBenchmarks.begin(), kRateBenchmarks.end(), b) != kRateBenchmarks.end()) {
+      rates[b][static_cast<int>(r.number("threads"))].push_back(r);
     } else if (b == "gemm") {
       gemm.push_back(r);
     } else {
@@ -219,9 +221,10 @@ std::string calibrate(const CalibrateOptions& o) {
       }
     }
   }
-  if (!adam.empty()) {
-    out += "cpu_adam:  # fp32 AdamW as DeepSpeed's CPU Adam, 28 B of memory traffic per parameter\n";
-    for (const auto& [threads, group] : adam) {
+  for (const auto& name : kRateBenchmarks) {
+    if (!rates.contains(name)) continue;
+    out += fmt::format("{}:  # elements per second (mean over rows)\n", name);
+    for (const auto& [threads, group] : rates[name]) {
       double rate = 0.0;
       for (const auto& r : group) rate += r.number("elements") / r.number("time_s");
       rate /= static_cast<double>(group.size());

@@ -192,10 +192,13 @@ std::optional<MeasuredCosts> parse_measured_costs(const Node& node) {
       read_fit(f);
     }
   }
-  if (auto adam = r.child("cpu_adam")) {
-    for (const auto& item : adam->items()) {
+  for (auto [key, fits] :
+       {std::pair{"cpu_adam", &c.cpu_adam}, {"cpu_upcast", &c.cpu_upcast}, {"cpu_downcast", &c.cpu_downcast}}) {
+    auto list = r.child(key);
+    if (!list) continue;
+    for (const auto& item : list->items()) {
       MapReader f(item);
-      c.cpu_adam.push_back({f.required<int>("threads").value, f.required<double>("params_per_s").value});
+      fits->push_back({f.required<int>("threads").value, f.required<double>("params_per_s").value});
       (void)f.optional<int>("rows", 0);
     }
   }

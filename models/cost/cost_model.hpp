@@ -58,7 +58,9 @@ struct MeasuredCosts {
   std::string device_kind;
   std::map<std::string, std::vector<CollectiveFit>> collectives;  // "all_gather", ... by ranks
   std::map<std::string, CopyFit> copies;                          // "h2d_pinned", "peer", ...
-  std::vector<CpuAdamFit> cpu_adam;
+  std::vector<CpuAdamFit> cpu_adam;                               // elements per second by thread count
+  std::vector<CpuAdamFit> cpu_upcast;                             // bf16 -> fp32 on the host
+  std::vector<CpuAdamFit> cpu_downcast;                           // fp32 -> bf16 on the host
   std::vector<GemmPoint> gemm;
 
   /// The fit for `collective` at `ranks`; when that group size was not measured, the nearest

@@ -225,28 +225,35 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
                               {}},
                  std::move(deps));
   };
-  std::optional<sim::Bandwidth> cpu_adam_bound;
+  // Host work is capped at the rate measured for the threads each rank has (cores / ranks on the
+  // host, nearest measured count), when the host table has one; otherwise DDR is its only limit.
+  std::optional<sim::Bandwidth> cpu_adam_bound, cpu_upcast_bound, cpu_downcast_bound;
   if (offload) {
     const auto ranks_per_host =
         std::count_if(rank_info.begin(), rank_info.end(), [&](const Rank& x) { return x.host == rank_info[0].host; });
     const int threads = std::max(1, in.topology.device(rank_info[0].host).cores / static_cast<int>(ranks_per_host));
-    const CpuAdamFit* best = nullptr;
-    for (const auto& f : in.host.cpu_adam) {
-      if (!best || std::abs(f.threads - threads) < std::abs(best->threads - threads)) best = &f;
-    }
-    if (best) {
-      cpu_adam_bound = sim::Bandwidth{best->params_per_s * static_cast<double>(kHostAdamTrafficBytesPerParam)};
+    const std::string& host_kind = in.topology.device(rank_info[0].host).device_kind;
+    const auto measured = [&](const std::vector<CpuAdamFit>& fits, const char* what,
+                              std::int64_t bytes_per_element) -> std::optional<sim::Bandwidth> {
+      const CpuAdamFit* best = nullptr;
+      for (const auto& f : fits) {
+        if (!best || std::abs(f.threads - threads) < std::abs(best->threads - threads)) best = &f;
+      }
+      if (!best) {
+        out.approximations.push_back(fmt::format(
+            "{} on {}: no measured rate (calibration.host); bounded only by host memory bandwidth (roofline)", what,
+            host_kind));
+        return std::nullopt;
+      }
       if (best->threads != threads) {
         out.approximations.push_back(
-            fmt::format("CPU Adam with {} threads per rank uses the rate measured with {}", threads, best->threads));
+            fmt::format("{} with {} threads per rank uses the rate measured with {}", what, threads, best->threads));
       }
-    } else {
-      out.approximations.push_back(fmt::format(
-          "CPU Adam on {}: no measured rate (calibration.host); bounded only by host memory bandwidth (roofline)",
-          in.topology.device(rank_info[0].host).device_kind));
-    }
-    out.approximations.push_back(
-        "host casts (bf16 <-> fp32 on the CPU) run at host memory bandwidth (no measured rate)");
+      return sim::Bandwidth{best->params_per_s * static_cast<double>(bytes_per_element)};
+    };
+    cpu_adam_bound = measured(in.host.cpu_adam, "CPU Adam", kHostAdamTrafficBytesPerParam);
+    cpu_upcast_bound = measured(in.host.cpu_upcast, "CPU up-cast (bf16 to fp32)", kBf16Bytes + kFp32Bytes);
+    cpu_downcast_bound = measured(in.host.cpu_downcast, "CPU down-cast (fp32 to bf16)", kBf16Bytes + kFp32Bytes);
     out.approximations.push_back("Twin-Flow: each gradient bucket is offloaded in the CPU share of the partition");
   }
   const auto compute = [&](int r, const std::string& name, const char* phase, TimePs duration, sim::Flops flops,
@@ -434,8 +441,8 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
       TaskId blocking;
       if (off.runtime == Runtime::kDeepSpeed013) {
         const TaskId d2h_blocking = copy(r, name + ".d2h_blocking", "backward", true, Bytes{e * kBf16Bytes}, {h2d});
-        blocking =
-            host_traffic(r, name + ".cpu_upcast", "backward", Bytes{e * (kBf16Bytes + kFp32Bytes)}, {}, {d2h_blocking});
+        blocking = host_traffic(r, name + ".cpu_upcast", "backward", Bytes{e * (kBf16Bytes + kFp32Bytes)},
+                                cpu_upcast_bound, {d2h_blocking});
         reduce_stream[r] = blocking;
       } else {
         blocking = compute(r, name + ".gpu_upcast", "backward",
@@ -469,8 +476,8 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
         if (j < cpu_subgroups) {
           const TaskId step = host_traffic(r, name + ".cpu_adam", "optimizer", Bytes{n * kHostAdamTrafficBytesPerParam},
                                            cpu_adam_bound, {last});
-          const TaskId down =
-              host_traffic(r, name + ".cpu_downcast", "optimizer", Bytes{n * (kFp32Bytes + kBf16Bytes)}, {}, {step});
+          const TaskId down = host_traffic(r, name + ".cpu_downcast", "optimizer", Bytes{n * (kFp32Bytes + kBf16Bytes)},
+                                           cpu_downcast_bound, {step});
           last = copy(r, name + ".h2d_params", "optimizer", false, Bytes{n * kBf16Bytes}, {down});
           if (j == 0) first_step = step;
         } else {

@@ -246,6 +246,20 @@ TEST(Offload, TwinFlowKeepsPartOfTheUpdateOnTheGpu) {
   }
 }
 
+TEST(Offload, TheUpdateRunsAtTheMeasuredHostRates) {
+  // tests/data/test-host.yaml: CPU Adam 1e6, down-cast 2e7 elements/s (8 threads, the host's 8
+  // cores for its one rank). Each subgroup of n elements: Adam n / 1e6 s, down-cast n / 2e7 s,
+  // then the 2n-byte H2D at the 10 GB/s link; the 100 GB/s DDR never binds. One after another:
+  //   optimizer = P (1e-6 + 5e-8 + 2e-10) s.
+  const ExperimentResult r = run_experiment(load_experiment(kTinyOffload, {}));
+  double optimizer = 0.0;
+  for (const auto& p : r.phases) {
+    if (p.phase == "optimizer") optimizer = p.time.seconds();
+  }
+  EXPECT_NEAR(optimizer, P * (1e-6 + 5e-8 + 2e-10), 1e-9);
+  for (const auto& note : r.approximations) EXPECT_EQ(note.find("no measured rate"), std::string::npos) << note;
+}
+
 TEST(Offload, OnlyWithZeroStage3) {
   try {
     (void)load_experiment(kTinyOffload, {"strategy.zero_stage=2"});
