@@ -48,6 +48,7 @@ struct CalibrateCliOptions {
 };
 
 int run_command(const RunOptions& options);
+int validate_command(const std::string& dir, bool json);
 int calibrate_command(const CalibrateCliOptions& options);
 int model_command(const ModelOptions& options);
 int topo_command(const TopoOptions& options);

@@ -60,6 +60,14 @@ int main(int argc, char** argv) {
   cal_cmd->add_option("--filter", cal.filters, "keep rows where column=value (repeatable)");
   cal_cmd->add_option("--peak", cal.peak, "peak rate for GEMM efficiencies, e.g. \"191.5 TFLOP/s\"");
 
+  std::string validate_dir = "configs/validation";
+  bool validate_json = false;
+  auto* validate_cmd = app.add_subcommand("validate",
+                                          "run every validation case (predictions against published measurements) and "
+                                          "print the errors; exit 1 if a bound fails");
+  validate_cmd->add_option("dir", validate_dir, "folder of case files (default configs/validation)");
+  validate_cmd->add_flag("--json", validate_json, "as JSON");
+
   auto* list_cmd = app.add_subcommand("list", "list the strategies offsim knows");
 
   try {
@@ -74,6 +82,7 @@ int main(int argc, char** argv) {
     if (*graph_cmd) return app::graph_command(graph);
     if (*topo_cmd) return app::topo_command(topo_opts);
     if (*model_cmd) return app::model_command(model_opts);
+    if (*validate_cmd) return app::validate_command(validate_dir, validate_json);
     if (*cal_cmd) {
       // The command line is recorded in the table, with the program name as users type it.
       std::string line = "offsim";

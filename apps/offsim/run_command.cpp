@@ -6,6 +6,7 @@
 #include "models/experiment.hpp"
 #include "models/transformer/model_parser.hpp"
 #include "models/transformer/model_report.hpp"
+#include "models/validation.hpp"
 #include "sim/report/atomic_file.hpp"
 #include "topologies/topology_report.hpp"
 
@@ -80,6 +81,12 @@ int calibrate_command(const CalibrateCliOptions& options) {
   sim::report::write_file_atomically(options.out, table);
   fmt::print("wrote {}\n", options.out);
   return 0;
+}
+
+int validate_command(const std::string& dir, bool json) {
+  const models::ValidationReport report = models::validate(dir);
+  fmt::print("{}", json ? models::validation_json(report) : models::validation_text(report));
+  return report.passed ? 0 : 1;
 }
 
 int list_command() {

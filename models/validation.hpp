@@ -1,0 +1,48 @@
+#pragma once
+// `offsim validate`: predictions against published measurements, with the error shown.
+//
+// A case file (configs/validation/**/*.yaml) names an experiment, the overrides that reproduce
+// the measured setup, the measured values and where they come from, what was uncertain, and
+// optionally a known gap (a measurement the model cannot explain yet, kept in the table but out
+// of the bounds). A metric's prediction is `iteration` or a sum of reported phases.
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace offsim::models {
+
+struct ValidationRow {
+  std::string case_name;
+  std::string group;
+  std::string metric;
+  double measured_s = 0.0;
+  double predicted_s = 0.0;
+  double tolerance = 0.0;
+  std::optional<std::string> known_gap;
+  [[nodiscard]] double error() const { return (predicted_s - measured_s) / measured_s; }
+  [[nodiscard]] bool within() const;
+};
+
+struct ValidationGroup {
+  std::string name;
+  std::size_t rows = 0;         // rows inside the bounds (known gaps excluded)
+  double mean_abs_error = 0.0;  // over those rows
+  std::string worst;            // "case metric +12.3%"
+  double worst_abs_error = 0.0;
+  std::size_t known_gaps = 0;
+};
+
+struct ValidationReport {
+  std::vector<ValidationRow> rows;
+  std::vector<ValidationGroup> groups;
+  double overall_mean_abs_error = 0.0;
+  bool passed = true;  // every bounded row within its tolerance, every group's mean within kGroupMeanBound
+};
+
+/// Runs every case under `dir` (sorted by path). Throws sim::config::ConfigError for bad cases.
+[[nodiscard]] ValidationReport validate(const std::filesystem::path& dir);
+[[nodiscard]] std::string validation_text(const ValidationReport& report);
+[[nodiscard]] std::string validation_json(const ValidationReport& report);
+
+}  // namespace offsim::models

@@ -1,0 +1,47 @@
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+#include <unistd.h>
+#include <filesystem>
+#include <fstream>
+
+#include "models/experiment.hpp"
+#include "models/validation.hpp"
+
+namespace offsim::models {
+namespace {
+
+namespace fs = std::filesystem;
+
+TEST(Validate, ErrorsBoundsAndKnownGaps) {
+  // Three cases on the tiny two-rank experiment, with "measurements" set from its prediction p:
+  //   a: measured p / 1.05 -> error +5%, within 15%;  b: measured p / 2 -> +100%, out of bounds;
+  //   c: like b but declared a known gap -> listed, not bounded.
+  const fs::path dir = fs::temp_directory_path() / fmt::format("offsim-validate-{}", ::getpid());
+  fs::create_directories(dir);
+  const std::string experiment = std::string(OFFSIM_SOURCE_DIR) + "/tests/data/tiny-dp2.yaml";
+  const double p = run_experiment(load_experiment(experiment, {})).iteration_time.seconds();
+  const auto write_case = [&](const char* name, double measured, const char* gap) {
+    std::ofstream(dir / (std::string(name) + ".yaml")) << fmt::format(
+        "name: {}\ngroup: g\nexperiment: {}\nmeasured_source: s\ninputs: i\nuncertain: u\ntolerance: 0.15\n{}"
+        "metrics:\n  - {{name: iteration, predicted: [iteration], measured: \"{} ps\"}}\n",
+        name, experiment, gap, static_cast<long long>(std::llround(measured * 1e12)));
+  };
+  write_case("a", p / 1.05, "");
+  write_case("c", p / 2, "known_gap: \"a missing mechanism\"\n");
+  ValidationReport report = validate(dir);
+  ASSERT_EQ(report.rows.size(), 2u);
+  EXPECT_NEAR(report.rows[0].error(), 0.05, 1e-9);
+  EXPECT_TRUE(report.rows[0].within());
+  EXPECT_TRUE(report.passed);
+  EXPECT_EQ(report.groups[0].known_gaps, 1u);
+  EXPECT_NEAR(report.groups[0].mean_abs_error, 0.05, 1e-9);
+  write_case("b", p / 2, "");
+  report = validate(dir);
+  EXPECT_FALSE(report.passed);
+  EXPECT_NE(validation_text(report).find("FAIL (> 15%)"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace offsim::models
