@@ -223,11 +223,33 @@ ExperimentResult run_experiment(const ExperimentSpec& spec, const RunExperimentO
     const auto& first = run.tasks[span.first.index];
     const sim::TimePs begin = span.from_end ? first.end : first.start;
     const sim::TimePs length = run.tasks[span.last.index].end - begin;
+    r.rank0_phases.push_back({span.phase, begin, run.tasks[span.last.index].end});
     auto it = std::find_if(r.phases.begin(), r.phases.end(), [&](const PhaseTime& p) { return p.phase == span.phase; });
     if (it == r.phases.end()) {
       r.phases.push_back({span.phase, length});
     } else {
       it->time += length;
+    }
+  }
+
+  // Rank 0's GPU: its compute tasks, its memory, its host links.
+  const std::size_t device0 = built.devices.front();
+  const std::uint32_t unit0 = *built.machine.unit_of_device[device0];
+  for (const auto& t : built.graph.tasks()) {
+    if (const auto* c = std::get_if<sim::ComputeTask>(&t.body); c && c->unit == unit0) {
+      r.rank0_compute.push_back({t.phase, run.tasks[t.id.index].start, run.tasks[t.id.index].end});
+    }
+  }
+  r.rank0_memory = run.pools[*built.machine.pool_of_device[device0]].timeline;
+  const std::string& gpu0 = spec.hardware.topology.device(device0).name;
+  for (const auto& c : run.constraints) {
+    if (c.link_class != "cpu-gpu") continue;
+    if (c.name.ends_with("->" + gpu0)) {
+      r.rank0_h2d = c.stats.timeline;
+      r.rank0_h2d_capacity = c.capacity.bytes_per_s;
+    } else if (c.name.starts_with(gpu0 + "->")) {
+      r.rank0_d2h = c.stats.timeline;
+      r.rank0_d2h_capacity = c.capacity.bytes_per_s;
     }
   }
 

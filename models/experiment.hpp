@@ -69,6 +69,21 @@ struct ExperimentResult {
   std::vector<std::string> approximations;
   std::string timeline_csv;  // filled when asked for (RunExperimentOptions)
   std::string trace_json;
+
+  // Rank 0's view over time, for assertions on the timeline (validation claims).
+  struct Interval {
+    std::string phase;
+    sim::TimePs begin;
+    sim::TimePs end;
+  };
+  std::vector<Interval> rank0_phases;           // every reported span, in time order
+  std::vector<Interval> rank0_compute;          // compute tasks on rank 0's GPU ("phase" = task phase)
+  std::vector<sim::MemorySample> rank0_memory;  // rank 0's GPU memory timeline
+  /// Rate timelines of rank 0's host links (only with outputs_over_time): H2D then D2H.
+  std::vector<sim::RateSample> rank0_h2d;
+  std::vector<sim::RateSample> rank0_d2h;
+  double rank0_h2d_capacity = 0.0;
+  double rank0_d2h_capacity = 0.0;
 };
 
 struct RunExperimentOptions {

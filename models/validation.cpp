@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 
 #include "models/experiment.hpp"
@@ -23,6 +24,15 @@ struct Metric {
   double measured_s = 0.0;
 };
 
+struct Claim {
+  std::string name;
+  double bound = 0.0;
+  std::optional<std::string> known_gap;
+};
+
+const std::vector<std::string> kClaims{"backward_and_update_dominate", "gpu_idle_during_update",
+                                       "gpu_memory_lowest_during_update", "host_links_mean_below_peak"};
+
 struct Case {
   std::string name;
   std::string group;
@@ -31,6 +41,7 @@ struct Case {
   std::vector<Metric> metrics;
   double tolerance = 0.0;
   std::optional<std::string> known_gap;
+  std::vector<Claim> claims;
 };
 
 Case parse_case(const std::filesystem::path& file) {
@@ -68,6 +79,20 @@ Case parse_case(const std::filesystem::path& file) {
         c.metrics.push_back(std::move(metric));
       }
     }
+    if (auto list = r.child("claims")) {
+      for (const auto& item : list->items()) {
+        sim::config::MapReader m(item);
+        Claim claim;
+        claim.name = m.choice("name", kClaims).value;
+        (void)m.required<std::string>("source");
+        // The bound's key says what it bounds; the memory claim compares two measurements.
+        if (claim.name == "backward_and_update_dominate") claim.bound = m.required<double>("min_share").value;
+        if (claim.name == "gpu_idle_during_update") claim.bound = m.required<double>("max_busy").value;
+        if (claim.name == "host_links_mean_below_peak") claim.bound = m.required<double>("max_fraction").value;
+        if (auto gap = m.child("known_gap")) claim.known_gap = gap->as<std::string>();
+        c.claims.push_back(std::move(claim));
+      }
+    }
   }
   ctx.finish();
   return c;
@@ -87,6 +112,114 @@ double predicted_of(const Metric& m, const ExperimentResult& r) {
   return total;
 }
 
+using Interval = ExperimentResult::Interval;
+
+std::vector<Interval> intervals_of(const ExperimentResult& r, std::initializer_list<const char*> phases) {
+  std::vector<Interval> out;
+  for (const auto& i : r.rank0_phases) {
+    for (const char* p : phases) {
+      if (i.phase == p) out.push_back(i);
+    }
+  }
+  return out;
+}
+
+double seconds_of(const std::vector<Interval>& list) {
+  double total = 0.0;
+  for (const auto& i : list) total += (i.end - i.begin).seconds();
+  return total;
+}
+
+// Seconds of [a, b) covered by the compute tasks.
+double busy_in(const ExperimentResult& r, const Interval& in) {
+  double busy = 0.0;
+  for (const auto& c : r.rank0_compute) {
+    const auto lo = std::max(c.begin, in.begin);
+    const auto hi = std::min(c.end, in.end);
+    if (hi > lo) busy += (hi - lo).seconds();
+  }
+  return busy;
+}
+
+// Min and max of a step function over [a, b].
+std::pair<double, double> range_in(const std::vector<sim::MemorySample>& samples, const Interval& in) {
+  double lo = std::numeric_limits<double>::infinity();
+  double hi = 0.0;
+  double current = 0.0;
+  for (const auto& s : samples) {
+    if (s.time <= in.begin) {
+      current = s.used.as_double();
+      continue;
+    }
+    if (s.time > in.end) break;
+    lo = std::min(lo, current);
+    hi = std::max(hi, current);
+    current = s.used.as_double();
+  }
+  lo = std::min(lo, current);
+  hi = std::max(hi, current);
+  return {lo, hi};
+}
+
+// Bytes moved over [a, b) by a rate step function.
+double bytes_in(const std::vector<sim::RateSample>& samples, const Interval& in) {
+  double bytes = 0.0;
+  for (std::size_t i = 0; i < samples.size(); ++i) {
+    const auto from = std::max(samples[i].time, in.begin);
+    const auto to = std::min(i + 1 < samples.size() ? samples[i + 1].time : in.end, in.end);
+    if (to > from) bytes += samples[i].bytes_per_s * (to - from).seconds();
+  }
+  return bytes;
+}
+
+ClaimRow evaluate(const Case& c, const Claim& claim, const ExperimentResult& r) {
+  ClaimRow row{c.name, claim.name, "", "", false, claim.known_gap};
+  const auto update = intervals_of(r, {"optimizer"});
+  const auto compute_phases = intervals_of(r, {"forward", "backward"});
+  if (claim.name == "backward_and_update_dominate") {
+    const double share =
+        seconds_of(intervals_of(r, {"backward", "exposed_communication", "optimizer"})) / r.iteration_time.seconds();
+    row.value = fmt::format("{:.1f}% of the iteration", 100.0 * share);
+    row.bound = fmt::format(">= {:.0f}%", 100.0 * claim.bound);
+    row.holds = share >= claim.bound;
+  } else if (claim.name == "gpu_idle_during_update") {
+    double busy = 0.0;
+    for (const auto& i : update) busy += busy_in(r, i);
+    const double fraction = busy / std::max(1e-30, seconds_of(update));
+    row.value = fmt::format("GPU busy {:.1f}% of the update", 100.0 * fraction);
+    row.bound = fmt::format("<= {:.0f}%", 100.0 * claim.bound);
+    row.holds = fraction <= claim.bound;
+  } else if (claim.name == "gpu_memory_lowest_during_update") {
+    double update_max = 0.0;
+    double elsewhere_min = std::numeric_limits<double>::infinity();
+    for (const auto& i : update) update_max = std::max(update_max, range_in(r.rank0_memory, i).second);
+    for (const auto& i : compute_phases) elsewhere_min = std::min(elsewhere_min, range_in(r.rank0_memory, i).first);
+    row.value = fmt::format("update max {}, forward/backward min {}",
+                            sim::format_bytes(sim::Bytes{static_cast<std::int64_t>(update_max)}),
+                            sim::format_bytes(sim::Bytes{static_cast<std::int64_t>(elsewhere_min)}));
+    row.bound = "update max <= forward/backward min";
+    row.holds = update_max <= elsewhere_min;
+  } else {  // host_links_mean_below_peak: each direction's mean in backward and in the update
+    double worst = 0.0;
+    for (const auto& phase : {intervals_of(r, {"backward", "exposed_communication"}), update}) {
+      const double t = seconds_of(phase);
+      if (t <= 0.0) continue;
+      double h2d = 0.0;
+      double d2h = 0.0;
+      for (const auto& i : phase) {
+        h2d += bytes_in(r.rank0_h2d, i);
+        d2h += bytes_in(r.rank0_d2h, i);
+      }
+      if (r.rank0_h2d_capacity > 0.0) worst = std::max(worst, h2d / t / r.rank0_h2d_capacity);
+      if (r.rank0_d2h_capacity > 0.0) worst = std::max(worst, d2h / t / r.rank0_d2h_capacity);
+    }
+    row.value = fmt::format("highest mean {:.0f}% of a host link's peak", 100.0 * worst);
+    row.bound = fmt::format("<= {:.0f}%", 100.0 * claim.bound);
+    row.holds = worst <= claim.bound;
+  }
+  return row;
+}
+
 }  // namespace
 
 bool ValidationRow::within() const {
@@ -102,9 +235,13 @@ ValidationReport validate(const std::filesystem::path& dir) {
   ValidationReport report;
   for (const auto& file : files) {
     const Case c = parse_case(file);
-    const ExperimentResult result = run_experiment(load_experiment(c.experiment, c.overrides));
+    const ExperimentResult result = run_experiment(load_experiment(c.experiment, c.overrides), {!c.claims.empty()});
     for (const auto& m : c.metrics) {
       report.rows.push_back({c.name, c.group, m.name, m.measured_s, predicted_of(m, result), c.tolerance, c.known_gap});
+    }
+    for (const auto& claim : c.claims) {
+      report.claims.push_back(evaluate(c, claim, result));
+      if (!report.claims.back().holds && !claim.known_gap) report.passed = false;
     }
   }
   std::map<std::string, ValidationGroup> groups;
@@ -148,6 +285,14 @@ std::string validation_text(const ValidationReport& report) {
                r.known_gap ? "known gap" : (r.within() ? "ok" : fmt::format("FAIL (> {:.0f}%)", 100.0 * r.tolerance))});
   }
   std::string out = t.str() + "\n";
+  if (!report.claims.empty()) {
+    sim::report::TextTable claims({"case", "claim", "simulated", "required", "status"});
+    for (const auto& c : report.claims) {
+      claims.add_row(
+          {c.case_name, c.claim, c.value, c.bound, c.holds ? "holds" : (c.known_gap ? "known gap" : "FAILS")});
+    }
+    out += claims.str() + "\n";
+  }
   sim::report::TextTable g({"group", "cases in bounds", "mean |error|", "worst", "known gaps"});
   for (const auto& grp : report.groups) {
     g.add_row({grp.name, std::to_string(grp.rows), grp.rows ? fmt::format("{:.1f}%", 100.0 * grp.mean_abs_error) : "-",
@@ -163,6 +308,9 @@ std::string validation_text(const ValidationReport& report) {
   std::map<std::string, std::string> gaps;
   for (const auto& r : report.rows) {
     if (r.known_gap) gaps[r.case_name] = *r.known_gap;
+  }
+  for (const auto& c : report.claims) {
+    if (c.known_gap && !c.holds) gaps[c.case_name + " " + c.claim] = *c.known_gap;
   }
   if (!gaps.empty()) out += "\nknown gaps (in the table, out of the bounds):\n";
   for (const auto& [name, why] : gaps) out += fmt::format("  {}: {}\n", name, why);
@@ -182,6 +330,14 @@ std::string validation_json(const ValidationReport& report) {
     } else {
       j.field("within", r.within());
     }
+    j.end_object();
+  }
+  j.end_array();
+  j.key("claims").begin_array();
+  for (const auto& c : report.claims) {
+    j.begin_object().field("case", c.case_name).field("claim", c.claim).field("simulated", c.value);
+    j.field("required", c.bound).field("holds", c.holds);
+    if (c.known_gap) j.field("known_gap", *c.known_gap);
     j.end_object();
   }
   j.end_array();

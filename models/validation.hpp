@@ -24,6 +24,16 @@ struct ValidationRow {
   [[nodiscard]] bool within() const;
 };
 
+/// A qualitative claim of a study, asserted on the simulated timeline of rank 0.
+struct ClaimRow {
+  std::string case_name;
+  std::string claim;
+  std::string value;  // what the simulation shows
+  std::string bound;  // what the claim requires
+  bool holds = false;
+  std::optional<std::string> known_gap;
+};
+
 struct ValidationGroup {
   std::string name;
   std::size_t rows = 0;         // rows inside the bounds (known gaps excluded)
@@ -35,6 +45,7 @@ struct ValidationGroup {
 
 struct ValidationReport {
   std::vector<ValidationRow> rows;
+  std::vector<ClaimRow> claims;
   std::vector<ValidationGroup> groups;
   double overall_mean_abs_error = 0.0;
   bool passed = true;  // every bounded row within its tolerance, every group's mean within kGroupMeanBound
