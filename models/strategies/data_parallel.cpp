@@ -349,11 +349,81 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
     }
   };
 
+  // Gradient reduction of one micro-batch's backward: buckets of consecutive gradient items until
+  // a bucket holds at least reduce_bucket_elements, reduced one after another on the rank's reduce
+  // stream. Stages 0-1 reduce only at the accumulation boundary (the last micro-batch); stages 2-3
+  // reduce every micro-batch into the gradient partition.
+  const CollectiveKind reduction = stage >= 2 ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce;
+  std::vector<TaskId> reduce_stream;  // empty until the first bucket
   std::vector<TaskId> last_backward(ranks);
+  const auto reduce_micro_batch = [&](std::int64_t mb, bool boundary) {
+    std::vector<GradientItem> buckets;
+    std::vector<std::size_t> bucket_last_item;
+    GradientItem open{0, {}};
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      open.elements += items[i].elements;
+      open.ready_on_rank = items[i].ready_on_rank;
+      if (open.elements >= spec.reduce_bucket_elements || i + 1 == items.size()) {
+        buckets.push_back(open);
+        bucket_last_item.push_back(i);
+        open = GradientItem{0, {}};
+      }
+    }
+    for (std::size_t b = 0; b < buckets.size(); ++b) {
+      std::vector<std::vector<TaskId>> deps(ranks);
+      for (int r = 0; r < ranks; ++r) {
+        deps[r] = {spec.overlap_comm ? buckets[b].ready_on_rank[r] : last_backward[r]};
+        if (!reduce_stream.empty()) deps[r].push_back(reduce_stream[r]);
+      }
+      const std::string bucket = fmt::format("mb{}.bucket{}", mb, b);
+      reduce_stream = ring.add(reduction, bucket, Bytes{buckets[b].elements * kBf16Bytes}, deps);
+      if (!offload) continue;
+      // The reduced partition goes to the host (deepspeed-offload.md section 2). First micro-step:
+      // a non-blocking D2H into the bf16 host buffer and its H2D "ping-pong" back. Later
+      // micro-steps: the host buffer comes back to the GPU (H2D), the new partition is added, and
+      // the sum goes back (D2H). At the boundary, 0.13 copies it once more with a blocking D2H and
+      // up-casts it on the CPU (the autograd thread waits: the next backward kernel cannot start);
+      // 0.16.3+ up-casts on the GPU and copies the fp32 result asynchronously.
+      const std::int64_t e =
+          static_cast<std::int64_t>(std::llround(cpu_fraction * static_cast<double>(partition(buckets[b].elements))));
+      if (e == 0) continue;
+      for (int r = 0; r < ranks; ++r) {
+        const std::string name = bucket + ".offload";
+        TaskId last;
+        if (mb == 0) {
+          const TaskId d2h = copy(r, name + ".d2h", "backward", true, Bytes{e * kBf16Bytes}, {reduce_stream[r]});
+          last = copy(r, name + ".h2d", "backward", false, Bytes{e * kBf16Bytes}, {d2h});
+        } else {
+          const TaskId h2d =
+              copy(r, name + ".h2d_accumulate", "backward", false, Bytes{e * kBf16Bytes}, {reduce_stream[r]});
+          last = copy(r, name + ".d2h_accumulate", "backward", true, Bytes{e * kBf16Bytes}, {h2d});
+        }
+        reduce_stream[r] = last;
+        if (!boundary) continue;
+        TaskId blocking;
+        if (off.runtime == Runtime::kDeepSpeed013) {
+          const TaskId d2h_blocking = copy(r, name + ".d2h_blocking", "backward", true, Bytes{e * kBf16Bytes}, {last});
+          blocking = host_traffic(r, name + ".cpu_upcast", "backward", Bytes{e * (kBf16Bytes + kFp32Bytes)},
+                                  cpu_upcast_bound, {d2h_blocking});
+          reduce_stream[r] = blocking;
+        } else {
+          blocking = compute(r, name + ".gpu_upcast", "backward",
+                             in.costs.memory_bound_time(Bytes{e * (kBf16Bytes + kFp32Bytes)}), {}, "memory", {last});
+          reduce_stream[r] = copy(r, name + ".d2h_fp32", "backward", true, Bytes{e * kFp32Bytes}, {blocking});
+        }
+        const std::size_t next = bucket_last_item[b] + 1;
+        if (next < backward_tasks[r].size()) g.add_dependency(backward_tasks[r][next], blocking);
+      }
+    }
+  };
+
   const sim::Flops head_flops = head_forward_flops(m, train.micro_batch);
   for (std::int64_t mb = 0; mb < train.grad_accum; ++mb) {
     const std::string mbs = fmt::format("mb{}", mb);
     const bool last_mb = mb == train.grad_accum - 1;
+    const bool reduces = stage >= 2 || last_mb;  // this micro-batch's gradients are reduced
+    for (auto& it : items) it.ready_on_rank.clear();
+    for (auto& tasks : backward_tasks) tasks.clear();
     std::vector<TaskId> f_first(ranks), f_last(ranks), b_first(ranks);
     run_module(modules.front(), mbs + ".fwd", [&](int r, std::vector<TaskId> deps) {
       return f_first[r] = compute(r, mbs + ".fwd.embedding", "forward", k.embed_fwd, {}, "memory", std::move(deps));
@@ -373,7 +443,7 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
     std::size_t item = 0;
     run_module(modules.back(), mbs + ".bwd", [&](int r, std::vector<TaskId> deps) {
       b_first[r] = compute(r, mbs + ".bwd.head", "backward", k.head_bwd, head_flops * 2.0, "gemm", std::move(deps));
-      if (last_mb) {
+      if (reduces) {
         items[item].ready_on_rank.push_back(b_first[r]);
         backward_tasks[r].push_back(b_first[r]);
       }
@@ -384,7 +454,7 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
       run_module(modules[static_cast<std::size_t>(l + 1)], mbs + ".bwd", [&](int r, std::vector<TaskId> deps) {
         const TaskId b = compute(r, fmt::format("{}.bwd.layer{}", mbs, l), "backward", k.layer_bwd,
                                  (w.gemm + w.attention) * 2.0 + recomputed, "layer", std::move(deps));
-        if (last_mb) {
+        if (reduces) {
           items[item].ready_on_rank.push_back(b);
           backward_tasks[r].push_back(b);
         }
@@ -394,7 +464,7 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
     }
     run_module(modules.front(), mbs + ".bwd", [&](int r, std::vector<TaskId> deps) {
       const TaskId b = compute(r, mbs + ".bwd.embedding", "backward", k.embed_bwd, {}, "memory", std::move(deps));
-      if (last_mb) {
+      if (reduces) {
         items[item].ready_on_rank.push_back(b);
         backward_tasks[r].push_back(b);
       }
@@ -402,55 +472,16 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
     });
     out.spans.push_back({"forward", f_first[0], f_last[0], false});
     out.spans.push_back({"backward", b_first[0], last_backward[0], false});
-  }
-
-  // Gradient buckets: consecutive items until a bucket holds at least reduce_bucket_elements.
-  std::vector<GradientItem> buckets;
-  std::vector<std::size_t> bucket_last_item;
-  GradientItem open{0, {}};
-  for (std::size_t i = 0; i < items.size(); ++i) {
-    open.elements += items[i].elements;
-    open.ready_on_rank = items[i].ready_on_rank;
-    if (open.elements >= spec.reduce_bucket_elements || i + 1 == items.size()) {
-      buckets.push_back(open);
-      bucket_last_item.push_back(i);
-      open = GradientItem{0, {}};
-    }
-  }
-  const CollectiveKind reduction = stage >= 2 ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce;
-  std::vector<TaskId> reduce_stream;  // empty until the first bucket
-  for (std::size_t b = 0; b < buckets.size(); ++b) {
-    std::vector<std::vector<TaskId>> deps(ranks);
-    for (int r = 0; r < ranks; ++r) {
-      deps[r] = {spec.overlap_comm ? buckets[b].ready_on_rank[r] : last_backward[r]};
-      if (!reduce_stream.empty()) deps[r].push_back(reduce_stream[r]);
-    }
-    reduce_stream = ring.add(reduction, fmt::format("bucket{}", b), Bytes{buckets[b].elements * kBf16Bytes}, deps);
-    if (!offload) continue;
-    // The reduced partition goes to the host (deepspeed-offload.md section 2): a non-blocking D2H
-    // into the bf16 host buffer and its H2D "ping-pong" back; then 0.13 copies it again with a
-    // blocking D2H and up-casts it on the CPU (the autograd thread waits: the next backward kernel
-    // cannot start), while 0.16.3+ up-casts on the GPU and copies the fp32 result asynchronously.
-    const std::int64_t e =
-        static_cast<std::int64_t>(std::llround(cpu_fraction * static_cast<double>(partition(buckets[b].elements))));
-    if (e == 0) continue;
-    for (int r = 0; r < ranks; ++r) {
-      const std::string name = fmt::format("bucket{}.offload", b);
-      const TaskId d2h = copy(r, name + ".d2h", "backward", true, Bytes{e * kBf16Bytes}, {reduce_stream[r]});
-      const TaskId h2d = copy(r, name + ".h2d", "backward", false, Bytes{e * kBf16Bytes}, {d2h});
-      TaskId blocking;
-      if (off.runtime == Runtime::kDeepSpeed013) {
-        const TaskId d2h_blocking = copy(r, name + ".d2h_blocking", "backward", true, Bytes{e * kBf16Bytes}, {h2d});
-        blocking = host_traffic(r, name + ".cpu_upcast", "backward", Bytes{e * (kBf16Bytes + kFp32Bytes)},
-                                cpu_upcast_bound, {d2h_blocking});
-        reduce_stream[r] = blocking;
-      } else {
-        blocking = compute(r, name + ".gpu_upcast", "backward",
-                           in.costs.memory_bound_time(Bytes{e * (kBf16Bytes + kFp32Bytes)}), {}, "memory", {h2d});
-        reduce_stream[r] = copy(r, name + ".d2h_fp32", "backward", true, Bytes{e * kFp32Bytes}, {blocking});
+    if (!reduces) continue;
+    reduce_micro_batch(mb, last_mb);
+    if (!last_mb) {
+      // DeepSpeed's end-of-backward epilogue flushes the last bucket and waits for the reduce
+      // stream: the next micro-batch's forward starts after this one's gradients are reduced.
+      for (int r = 0; r < ranks; ++r) {
+        prev[r] = g.add(fmt::format("r{}.{}.gradients_reduced", r, mbs), "communication", BarrierTask{},
+                        {prev[r], reduce_stream[r]});
       }
-      const std::size_t next = bucket_last_item[b] + 1;
-      if (next < backward_tasks[r].size()) g.add_dependency(backward_tasks[r][next], blocking);
+      out.spans.push_back({"exposed_communication", last_backward[0], prev[0], true});
     }
   }
 

@@ -314,3 +314,38 @@ TEST(OutputsOverTime, TimelineAndTraceDescribeTheRun) {
 
 }  // namespace
 }  // namespace offsim::models
+
+namespace offsim::models {
+namespace {
+
+TEST(GradientAccumulation, Stages2And3ReduceEveryMicroBatchStages0And1OnlyAtTheBoundary) {
+  // g = 2, gradients S = 2P, three micro-batches. A ring reduce-scatter moves S in total (g = 2).
+  //   stage 0: one all-reduce at the boundary                  2S = 4P
+  //   stage 2: a reduce-scatter per micro-batch + the parameter all-gather   3S + S = 8P
+  const auto bytes = [](int stage) {
+    const auto r =
+        run_experiment(load_experiment(kTiny, {fmt::format("strategy.zero_stage={}", stage), "training.grad_accum=3"}));
+    for (const auto& l : r.links) {
+      if (l.link_class == "gpu-gpu") return l.bytes;
+    }
+    return 0.0;
+  };
+  EXPECT_NEAR(bytes(0), 4 * P, 1.0);
+  EXPECT_NEAR(bytes(2), 8 * P, 1.0);
+}
+
+TEST(GradientAccumulation, OffloadRoundTripsTheHostBufferEveryMicroStep) {
+  // DeepSpeed 0.13, GA = N (deepspeed-offload.md section 2, step 7): the first micro-step copies
+  // the partition out and back (2 + 2 B), every later one brings the host buffer in, adds, and
+  // sends it back (2 + 2 B), the boundary adds the blocking 2 B copy, the update 2 B:
+  //   host links (4N + 4) B x P;  N = 3: 16 B x P.
+  const auto r = run_experiment(load_experiment(kTinyOffload, {"training.grad_accum=3"}));
+  for (const auto& l : r.links) {
+    if (l.link_class == "cpu-gpu") {
+      EXPECT_NEAR(l.bytes, 16 * P, 1.0);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace offsim::models
