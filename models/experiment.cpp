@@ -38,13 +38,66 @@ std::optional<TrainingSpec> parse_training(const Node& node) {
   return t;
 }
 
+// The ranks' devices: `devices` (explicit), or `devices_per_node`, the same local order on every
+// node of the machine (named n<k>.<device> when it has several nodes), nodes in order.
+std::vector<std::string> parse_devices(MapReader& r, const Node& node, const topo::Topology* topology) {
+  auto& ctx = node.context();
+  std::vector<std::string> out;
+  const auto check = [&](const Node& item, const std::string& name) {
+    if (!topology) return;
+    const auto d = topology->find_device(name);
+    if (!d || topology->device(*d).kind != topo::DeviceKind::kGpu) {
+      ctx.error(item.location(), item.path(), fmt::format("expected a GPU of the machine, got \"{}\"", name));
+    } else if (std::find(out.begin(), out.end(), name) != out.end()) {
+      ctx.error(item.location(), item.path(), fmt::format("device \"{}\" is listed twice", name));
+    }
+  };
+  if (auto list = r.child("devices")) {
+    for (const auto& item : list->items()) {
+      if (auto name = item.as<std::string>()) {
+        check(item, *name);
+        out.push_back(*name);
+      }
+    }
+  } else if (auto local = r.required_child("devices_per_node", "a list of a node's GPUs (or give devices)")) {
+    int nodes = 1;
+    if (topology) {
+      for (const auto& d : topology->devices()) nodes = std::max(nodes, d.node + 1);
+    }
+    for (int n = 0; n < nodes; ++n) {
+      for (const auto& item : local->items()) {
+        auto name = item.as<std::string>();
+        if (!name) continue;
+        const std::string full = nodes > 1 ? fmt::format("n{}.{}", n, *name) : *name;
+        check(item, full);
+        out.push_back(full);
+      }
+    }
+  }
+  return out;
+}
+
 std::optional<StrategySpec> parse_strategy(const Node& node, const topo::Topology* topology) {
   auto& ctx = node.context();
   const std::size_t errors_before = ctx.error_count();
   MapReader r(node);
   std::vector<std::string> kinds;
   for (const auto& s : list_strategies()) kinds.push_back(s.kind);
-  (void)r.choice("kind", kinds);
+  const auto kind = r.choice("kind", kinds);
+  if (kind.value == "collective") {
+    CollectiveSpec c;
+    const std::string op = r.choice("operation", {"all_gather", "reduce_scatter", "all_reduce"}).value;
+    c.operation = op == "reduce_scatter" ? CollectiveKind::kReduceScatter
+                  : op == "all_reduce"   ? CollectiveKind::kAllReduce
+                                         : CollectiveKind::kAllGather;
+    c.bytes = r.required<sim::Bytes>("bytes").value;
+    c.devices = parse_devices(r, node, topology);
+    if (c.devices.size() < 2 && ctx.error_count() == errors_before) {
+      ctx.error(node.location(), node.child_path("devices"), "a collective needs at least two ranks");
+    }
+    if (ctx.error_count() != errors_before) return std::nullopt;
+    return StrategySpec{c};
+  }
   DataParallelSpec dp;
   const auto stage = r.required<int>("zero_stage");
   if (stage.valid && (stage.value < 0 || stage.value > 3)) {
@@ -128,6 +181,15 @@ ExperimentSpec load_experiment(const std::filesystem::path& file, const std::vec
   spec.file = file.string();
   {
     MapReader r(root);
+    // `set: [key.path=value, ...]` in the file: overrides like --set (which wins), for example to
+    // take a slice of a large machine: set: ["hardware.nodes=2"].
+    if (auto set = r.child("set")) {
+      std::vector<sim::config::Located<std::string>> entries;
+      for (const auto& item : set->items()) {
+        if (auto v = item.as<std::string>()) entries.push_back({*v, item.location(), true});
+      }
+      ctx.add_file_overrides(entries);
+    }
     spec.name = r.required<std::string>("name").value;
     std::optional<topo::NodeTopology> hw;
     sim::config::Location collectives_loc = root.location();
@@ -160,24 +222,32 @@ ExperimentSpec load_experiment(const std::filesystem::path& file, const std::vec
         collectives_loc = coll->location();
       }
     }
-    if (auto n = r.required_child("model", "a model (usually !include ../models/x.yaml)")) {
-      if (auto m = parse_model(*n)) spec.model = *m;
-    }
-    if (auto n = r.required_child("training", "a mapping with micro_batch, grad_accum, ...")) {
-      if (auto t = parse_training(*n)) spec.training = *t;
-    }
+    bool needs_model = true;
     if (auto n = r.required_child("strategy", "a strategy mapping with kind")) {
       if (auto s = parse_strategy(*n, hw ? &hw->topology : nullptr)) {
         spec.strategy = *s;
         // More than one rank needs the collectives the strategy runs.
-        const auto& dp = std::get<DataParallelSpec>(*s);
+        std::size_t ranks = 0;
+        if (const auto* dp = std::get_if<DataParallelSpec>(&*s)) ranks = dp->devices.size();
+        if (const auto* c = std::get_if<CollectiveSpec>(&*s)) {
+          ranks = c->devices.size();
+          needs_model = false;
+        }
         for (const char* needed : {"reduce_scatter", "all_gather"}) {
-          if (dp.devices.size() > 1 && !spec.collectives.collectives.contains(needed)) {
+          if (ranks > 1 && !spec.collectives.collectives.contains(needed)) {
             ctx.error(collectives_loc, "calibration.collectives",
-                      fmt::format("no {} fits (the data-parallel strategy over {} ranks needs them)", needed,
-                                  dp.devices.size()));
+                      fmt::format("no {} fits (the strategy over {} ranks needs them)", needed, ranks));
           }
         }
+      }
+    }
+    // A collective benchmark has no model; training a model needs one.
+    if (needs_model) {
+      if (auto n = r.required_child("model", "a model (usually !include ../models/x.yaml)")) {
+        if (auto m = parse_model(*n)) spec.model = *m;
+      }
+      if (auto n = r.required_child("training", "a mapping with micro_batch, grad_accum, ...")) {
+        if (auto t = parse_training(*n)) spec.training = *t;
       }
     }
     if (hw) spec.hardware = std::move(*hw);
@@ -370,9 +440,14 @@ std::string summary_json(const ExperimentSpec& spec, const ExperimentResult& r, 
 
 std::string text_report(const ExperimentSpec& spec, const ExperimentResult& r) {
   std::string out;
-  const ParameterCounts params = count_parameters(spec.model);
-  out += fmt::format("offsim: {}  ({} with {:.3f} B parameters, {} ranks on {})\n\n", spec.name, spec.model.name,
-                     static_cast<double>(params.total) / 1e9, r.ranks, spec.hardware.name);
+  if (const auto* c = std::get_if<CollectiveSpec>(&spec.strategy)) {
+    out += fmt::format("offsim: {}  (a collective of {} over {} ranks on {})\n\n", spec.name,
+                       sim::format_bytes(c->bytes), r.ranks, spec.hardware.name);
+  } else {
+    const ParameterCounts params = count_parameters(spec.model);
+    out += fmt::format("offsim: {}  ({} with {:.3f} B parameters, {} ranks on {})\n\n", spec.name, spec.model.name,
+                       static_cast<double>(params.total) / 1e9, r.ranks, spec.hardware.name);
+  }
   out += fmt::format("feasible             {}\n", r.feasible ? "yes" : "NO");
   for (const auto& reason : r.infeasible_reasons) out += fmt::format("  {}\n", reason);
   out += fmt::format("iteration time       {}\n", sim::format_time(r.iteration_time));

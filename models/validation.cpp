@@ -280,8 +280,8 @@ ValidationReport validate(const std::filesystem::path& dir) {
 std::string validation_text(const ValidationReport& report) {
   sim::report::TextTable t({"case", "metric", "measured", "predicted", "error", "status"});
   for (const auto& r : report.rows) {
-    t.add_row({r.case_name, r.metric, fmt::format("{:.3f} s", r.measured_s), fmt::format("{:.3f} s", r.predicted_s),
-               fmt::format("{:+.1f}%", 100.0 * r.error()),
+    t.add_row({r.case_name, r.metric, sim::format_time(sim::seconds_to_time(r.measured_s)),
+               sim::format_time(sim::seconds_to_time(r.predicted_s)), fmt::format("{:+.1f}%", 100.0 * r.error()),
                r.known_gap ? "known gap" : (r.within() ? "ok" : fmt::format("FAIL (> {:.0f}%)", 100.0 * r.tolerance))});
   }
   std::string out = t.str() + "\n";

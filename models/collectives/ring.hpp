@@ -20,8 +20,6 @@
 
 namespace offsim::models {
 
-enum class CollectiveKind { kReduceScatter, kAllGather, kAllReduce };
-
 class RingCollectives {
  public:
   /// `devices`: the device of each rank, in ring order. Fits missing for the group size are

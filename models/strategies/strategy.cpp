@@ -2,13 +2,16 @@
 
 #include <fmt/format.h>
 
+#include "models/collectives/ring.hpp"
+
 namespace offsim::models {
 
 std::vector<StrategyInfo> list_strategies() {
   return {{"data_parallel",
            "data parallelism with ZeRO stage 0-3: bucketed ring all-reduce or reduce-scatter of gradients, "
            "partitioned optimizer states (1+), gradients (2+) and parameters with per-module all-gathers (3), Adam on "
-           "GPU"}};
+           "GPU, ZeRO-3 CPU optimizer offload"},
+          {"collective", "one all-gather, reduce-scatter or all-reduce over the listed ranks (collective benchmarks)"}};
 }
 
 MachineResources make_machine_resources(const topo::Topology& topology) {
@@ -54,8 +57,30 @@ BuiltIteration build_iteration(const IterationInputs& in, const StrategySpec& st
   struct Visitor {
     const IterationInputs& in;
     BuiltIteration operator()(const DataParallelSpec& s) const { return build_data_parallel(in, s); }
+    BuiltIteration operator()(const CollectiveSpec& s) const { return build_collective(in, s); }
   };
   return std::visit(Visitor{in}, strategy);
+}
+
+BuiltIteration build_collective(const IterationInputs& in, const CollectiveSpec& spec) {
+  BuiltIteration out;
+  out.machine = make_machine_resources(in.topology);
+  for (const auto& name : spec.devices) {
+    const auto d = in.topology.find_device(name);
+    if (!d || in.topology.device(*d).kind != topo::DeviceKind::kGpu) {
+      throw std::invalid_argument(fmt::format("collective: '{}' is not a GPU of the machine", name));
+    }
+    out.devices.push_back(*d);
+  }
+  RingCollectives ring(out.graph, out.machine, in.topology, out.devices, in.collectives, out.approximations);
+  const auto start = out.graph.add("start", "setup", sim::BarrierTask{});
+  const std::vector<std::vector<sim::TaskId>> deps(spec.devices.size(), std::vector<sim::TaskId>{start});
+  const auto done = ring.add(spec.operation, "collective", spec.bytes, deps);
+  const auto end = out.graph.add("end", "end", sim::BarrierTask{}, done);
+  out.spans.push_back({"collective", start, end, true});
+  out.approximations.push_back(
+      "one bidirectional ring in rank order (RCCL may run several rings over more links and NICs)");
+  return out;
 }
 
 }  // namespace offsim::models

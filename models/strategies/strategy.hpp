@@ -45,7 +45,17 @@ struct DataParallelSpec {
   std::optional<OptimizerOffload> offload;  // stage 3 only
 };
 
-using StrategySpec = std::variant<DataParallelSpec>;
+enum class CollectiveKind { kReduceScatter, kAllGather, kAllReduce };
+
+/// One collective over the listed ranks, alone on the machine: the benchmark that calibration
+/// data was measured with, for validating the collective model against it.
+struct CollectiveSpec {
+  CollectiveKind operation = CollectiveKind::kAllGather;
+  sim::Bytes bytes{0};               // the buffer S (all-gather output, reduce-scatter input)
+  std::vector<std::string> devices;  // rank r runs on devices[r]; the ring follows this order
+};
+
+using StrategySpec = std::variant<DataParallelSpec, CollectiveSpec>;
 
 struct StrategyInfo {
   std::string kind;
@@ -104,5 +114,6 @@ struct IterationInputs {
 [[nodiscard]] BuiltIteration build_iteration(const IterationInputs& in, const StrategySpec& strategy);
 
 [[nodiscard]] BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallelSpec& spec);
+[[nodiscard]] BuiltIteration build_collective(const IterationInputs& in, const CollectiveSpec& spec);
 
 }  // namespace offsim::models

@@ -71,9 +71,26 @@ Context::Context(const std::vector<std::string>& overrides) {
     }
     const std::string key = raw.substr(0, eq);
     try {
-      overrides_[key] = Override{raw, YAML::Load(raw.substr(eq + 1)), false};
+      overrides_[key] = Override{raw, YAML::Load(raw.substr(eq + 1)), false, fmt::format("--set {}", raw)};
     } catch (const YAML::Exception& e) {
       error(loc, key, fmt::format("the value is not valid YAML: {}", e.msg));
+    }
+  }
+}
+
+void Context::add_file_overrides(const std::vector<Located<std::string>>& overrides) {
+  for (const auto& o : overrides) {
+    const auto eq = o.value.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      error(o.loc, "set", fmt::format("expected \"key.path=value\", got \"{}\"", o.value));
+      continue;
+    }
+    const std::string key = o.value.substr(0, eq);
+    if (overrides_.contains(key)) continue;  // the command line wins
+    try {
+      overrides_[key] = Override{o.value, YAML::Load(o.value.substr(eq + 1)), false, o.loc.str()};
+    } catch (const YAML::Exception& e) {
+      error(o.loc, "set", fmt::format("the value is not valid YAML: {}", e.msg));
     }
   }
 }
@@ -105,7 +122,7 @@ void Context::finish() {
     if (o.used) continue;
     std::vector<std::string> known(known_paths_.begin(), known_paths_.end());
     const auto hint = did_you_mean(key, known);
-    error(Location{fmt::format("--set {}", o.raw), 0, 0}, key,
+    error(Location{o.where, 0, 0}, key,
           hint ? fmt::format("no such key (did you mean '{}'?)", *hint) : std::string("no such key"));
   }
   if (!errors_.empty()) {
@@ -155,8 +172,7 @@ std::optional<Node> Context::resolve(const Node& parent, std::string_view key, c
   known_paths_.insert(path);
   if (auto it = overrides_.find(path); it != overrides_.end()) {
     it->second.used = true;
-    return Node(*this, it->second.value, parent.file(), path, Location{fmt::format("--set {}", it->second.raw), 0, 0},
-                parent.include_depth());
+    return Node(*this, it->second.value, parent.file(), path, Location{it->second.where, 0, 0}, parent.include_depth());
   }
   if (found != nullptr) {
     const Location at = mark_location(*found, parent.file(), parent.location());

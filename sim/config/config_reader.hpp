@@ -68,6 +68,10 @@ class Context {
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
 
+  /// Adds overrides written in a configuration file itself (an experiment's `set:` list), to be
+  /// called before the values they set are read. A command-line override of the same key wins.
+  void add_file_overrides(const std::vector<Located<std::string>>& overrides);
+
   /// Loads a YAML file as the root of a configuration. A file that cannot be read or parsed is
   /// fatal (ConfigError at once): nothing else could be checked.
   [[nodiscard]] Node load_root(const std::filesystem::path& file);
@@ -95,6 +99,7 @@ class Context {
     std::string raw;
     YAML::Node value;
     bool used = false;
+    std::string where;  // "--set k=v", or the file location of a `set:` entry
   };
   [[nodiscard]] Node include_file(const Node& parent, const std::string& child_path, const YAML::Node& tagged,
                                   const Location& at);
