@@ -39,15 +39,27 @@ std::optional<TrainingSpec> parse_training(const Node& node) {
 }
 
 // The ranks' devices: `devices` (explicit), or `devices_per_node`, the same local order on every
-// node of the machine (named n<k>.<device> when it has several nodes), nodes in order.
-std::vector<std::string> parse_devices(MapReader& r, const Node& node, const topo::Topology* topology) {
+// node of the machine (named n<k>.<device> when it has several nodes), nodes in order. nullopt
+// when neither key is given (an error too when `required`).
+std::optional<std::vector<std::string>> parse_devices(MapReader& r, const Node& node, const topo::Topology* topology,
+                                                      bool required) {
   auto& ctx = node.context();
   std::vector<std::string> out;
+  constexpr std::size_t kGpusNamed = 8;  // how many GPU names an error lists
   const auto check = [&](const Node& item, const std::string& name) {
     if (!topology) return;
     const auto d = topology->find_device(name);
     if (!d || topology->device(*d).kind != topo::DeviceKind::kGpu) {
-      ctx.error(item.location(), item.path(), fmt::format("expected a GPU of the machine, got \"{}\"", name));
+      std::vector<std::string> names;
+      for (const auto g : topology->devices_of(topo::DeviceKind::kGpu)) {
+        if (names.size() == kGpusNamed) {
+          names.push_back("...");
+          break;
+        }
+        names.push_back(topology->device(g).name);
+      }
+      ctx.error(item.location(), item.path(),
+                fmt::format("expected a GPU of the machine ({}), got \"{}\"", fmt::join(names, ", "), name));
     } else if (std::find(out.begin(), out.end(), name) != out.end()) {
       ctx.error(item.location(), item.path(), fmt::format("device \"{}\" is listed twice", name));
     }
@@ -59,19 +71,22 @@ std::vector<std::string> parse_devices(MapReader& r, const Node& node, const top
         out.push_back(*name);
       }
     }
-  } else if (auto local = r.required_child("devices_per_node", "a list of a node's GPUs (or give devices)")) {
-    int nodes = 1;
-    if (topology) {
-      for (const auto& d : topology->devices()) nodes = std::max(nodes, d.node + 1);
-    }
-    for (int n = 0; n < nodes; ++n) {
-      for (const auto& item : local->items()) {
-        auto name = item.as<std::string>();
-        if (!name) continue;
-        const std::string full = nodes > 1 ? fmt::format("n{}.{}", n, *name) : *name;
-        check(item, full);
-        out.push_back(full);
-      }
+    return out;
+  }
+  auto local = required ? r.required_child("devices_per_node", "a list of a node's GPUs (or give devices)")
+                        : r.child("devices_per_node");
+  if (!local) return std::nullopt;
+  int nodes = 1;
+  if (topology) {
+    for (const auto& d : topology->devices()) nodes = std::max(nodes, d.node + 1);
+  }
+  for (int n = 0; n < nodes; ++n) {
+    for (const auto& item : local->items()) {
+      auto name = item.as<std::string>();
+      if (!name) continue;
+      const std::string full = nodes > 1 ? fmt::format("n{}.{}", n, *name) : *name;
+      check(item, full);
+      out.push_back(full);
     }
   }
   return out;
@@ -91,7 +106,7 @@ std::optional<StrategySpec> parse_strategy(const Node& node, const topo::Topolog
                   : op == "all_reduce"   ? CollectiveKind::kAllReduce
                                          : CollectiveKind::kAllGather;
     c.bytes = r.required<sim::Bytes>("bytes").value;
-    c.devices = parse_devices(r, node, topology);
+    c.devices = parse_devices(r, node, topology, true).value_or(std::vector<std::string>{});
     if (c.devices.size() < 2 && ctx.error_count() == errors_before) {
       ctx.error(node.location(), node.child_path("devices"), "a collective needs at least two ranks");
     }
@@ -136,28 +151,13 @@ std::optional<StrategySpec> parse_strategy(const Node& node, const topo::Topolog
       dp.offload = offload;
     }
   }
-  std::vector<std::size_t> gpus;
-  if (topology) gpus = topology->devices_of(topo::DeviceKind::kGpu);
-  if (auto devices = r.child("devices")) {
-    for (const auto& item : devices->items()) {
-      auto name = item.as<std::string>();
-      if (!name) continue;
-      if (topology) {
-        const auto d = topology->find_device(*name);
-        if (!d || topology->device(*d).kind != topo::DeviceKind::kGpu) {
-          std::vector<std::string> gpu_names;
-          for (const auto g : gpus) gpu_names.push_back(topology->device(g).name);
-          ctx.error(item.location(), item.path(),
-                    fmt::format("expected a GPU of the machine ({}), got \"{}\"", fmt::join(gpu_names, ", "), *name));
-        } else if (std::find(dp.devices.begin(), dp.devices.end(), *name) != dp.devices.end()) {
-          ctx.error(item.location(), item.path(), fmt::format("device \"{}\" is listed twice", *name));
-        }
-      }
-      dp.devices.push_back(*name);
-    }
+  const std::vector<std::size_t> gpus =
+      topology ? topology->devices_of(topo::DeviceKind::kGpu) : std::vector<std::size_t>{};
+  if (auto devices = parse_devices(r, node, topology, false)) {
+    dp.devices = std::move(*devices);
     if (degree.valid && static_cast<int>(dp.devices.size()) != degree.value) {
-      ctx.error(devices->location(), devices->path(),
-                fmt::format("lists {} devices but dp is {}", dp.devices.size(), degree.value));
+      ctx.error(degree.loc, node.child_path("dp"),
+                fmt::format("the devices list {} ranks but dp is {}", dp.devices.size(), degree.value));
     }
   } else if (topology && degree.valid) {
     // Documented default: ranks take the machine's GPUs in declaration order.
