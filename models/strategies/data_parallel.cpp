@@ -1,4 +1,4 @@
-// Data parallelism with ZeRO stages 0-3 (no offload yet).
+// Data parallelism with ZeRO stages 0-3, and ZeRO-3 optimizer offload to the host.
 //
 // Where the model states live on each of g ranks (P parameters, bf16 mixed precision, Adam):
 //   stage 0: bf16 parameters 2P, bf16 gradients 2P, fp32 master + m + v 12P      (replicated)
@@ -7,12 +7,13 @@
 //   stage 3: parameters 2P/g too; each module's parameters are all-gathered before its forward
 //            and again before its backward, and freed after use.
 // One iteration per rank: for each micro-batch, forward (embedding, layers, head) then backward
-// in reverse; on the last micro-batch, gradients fill buckets of reduce_bucket_elements in
-// backward order and each full bucket is all-reduced (stages 0-1) or reduce-scattered (2-3), as
-// soon as its last gradient exists (overlap_comm) or after backward; buckets go one after another
-// on the rank's reduce stream, as in DeepSpeed. Then Adam on the rank's parameters (all of them at
-// stage 0, its 1/g partition otherwise); at stages 1-2 the updated bf16 parameters are
-// all-gathered. Stage 3 gathers run on their own stream, one module ahead of the compute (at most
+// in reverse; gradients fill buckets of reduce_bucket_elements in backward order and each full
+// bucket is all-reduced (stages 0-1, at the accumulation boundary only) or reduce-scattered
+// (stages 2-3, every micro-batch), as soon as its last gradient exists (overlap_comm) or after
+// backward; buckets go one after another on the rank's reduce stream, as in DeepSpeed. Then Adam
+// on the rank's parameters (all of them at stage 0, its 1/g partition otherwise); at stages 1-2
+// the updated bf16 parameters are all-gathered. With offload, each reduced bucket goes to the
+// host and the update runs there in subgroups (docs/strategies.md states both DeepSpeed recipes). Stage 3 gathers run on their own stream, one module ahead of the compute (at most
 // two modules' parameters live at once), a simplification of DeepSpeed's prefetch bucket and
 // max_live_parameters limits. Collectives: models/collectives/ring.hpp.
 #include <fmt/format.h>
