@@ -379,6 +379,15 @@ double phase_seconds(const ExperimentResult& r, std::string_view phase) {
   return 0.0;
 }
 
+// nccl-tests' bus bandwidth: (g-1)/g x S / t for all-gather and reduce-scatter, twice that for
+// all-reduce (the convention of bench/data/frontier-rccl-collectives.csv).
+double bus_bandwidth(const CollectiveSpec& c, const ExperimentResult& r) {
+  const double g = static_cast<double>(c.devices.size());
+  const double factor = (c.operation == CollectiveKind::kAllReduce ? 2.0 : 1.0) * (g - 1.0) / g;
+  const double t = r.iteration_time.seconds();
+  return t > 0.0 ? factor * c.bytes.as_double() / t : 0.0;
+}
+
 }  // namespace
 
 std::string summary_json(const ExperimentSpec& spec, const ExperimentResult& r, const Provenance& p) {
@@ -395,6 +404,8 @@ std::string summary_json(const ExperimentSpec& spec, const ExperimentResult& r, 
   j.field("tflops_per_device", r.tflops_per_device);
   j.field("hardware_tflops_per_device", r.hardware_tflops_per_device);
   j.field("mfu", r.mfu);
+  if (const auto* c = std::get_if<CollectiveSpec>(&spec.strategy))
+    j.field("bus_bandwidth_bytes_per_s", bus_bandwidth(*c, r));
   j.key("phases").begin_object();
   // The three headline phases are always present, then any others the strategy reports.
   for (const std::string_view key : {"forward", "backward", "optimizer"})
@@ -451,10 +462,16 @@ std::string text_report(const ExperimentSpec& spec, const ExperimentResult& r) {
   out += fmt::format("feasible             {}\n", r.feasible ? "yes" : "NO");
   for (const auto& reason : r.infeasible_reasons) out += fmt::format("  {}\n", reason);
   out += fmt::format("iteration time       {}\n", sim::format_time(r.iteration_time));
-  out += fmt::format("TFLOPS per device    {:.1f} model, {:.1f} hardware (with recomputation)\n", r.tflops_per_device,
-                     r.hardware_tflops_per_device);
-  out += fmt::format("MFU                  {:.1f}% of {}\n\n", 100.0 * r.mfu,
-                     sim::format_flop_rate(spec.device.peak_matrix_bf16));
+  const auto* collective = std::get_if<CollectiveSpec>(&spec.strategy);
+  if (collective) {
+    out += fmt::format("bus bandwidth        {} (as nccl-tests report it)\n\n",
+                       sim::format_bandwidth(sim::Bandwidth{bus_bandwidth(*collective, r)}));
+  } else {
+    out += fmt::format("TFLOPS per device    {:.1f} model, {:.1f} hardware (with recomputation)\n", r.tflops_per_device,
+                       r.hardware_tflops_per_device);
+    out += fmt::format("MFU                  {:.1f}% of {}\n\n", 100.0 * r.mfu,
+                       sim::format_flop_rate(spec.device.peak_matrix_bf16));
+  }
 
   sim::report::TextTable phases({"phase (rank 0)", "time", "share"});
   const double total = r.iteration_time.seconds();
@@ -482,7 +499,7 @@ std::string text_report(const ExperimentSpec& spec, const ExperimentResult& r) {
   }
   out += links.str() + "\n";
 
-  if (largest && total > 0) {
+  if (largest && total > 0 && !collective) {
     out += fmt::format("bottleneck: {} takes {:.0f}% of the iteration", largest->phase,
                        100.0 * largest->time.seconds() / total);
     const double exposed = phase_seconds(r, "exposed_communication");

@@ -13,9 +13,9 @@
 // backward; buckets go one after another on the rank's reduce stream, as in DeepSpeed. Then Adam
 // on the rank's parameters (all of them at stage 0, its 1/g partition otherwise); at stages 1-2
 // the updated bf16 parameters are all-gathered. With offload, each reduced bucket goes to the
-// host and the update runs there in subgroups (docs/strategies.md states both DeepSpeed recipes). Stage 3 gathers run on their own stream, one module ahead of the compute (at most
-// two modules' parameters live at once), a simplification of DeepSpeed's prefetch bucket and
-// max_live_parameters limits. Collectives: models/collectives/ring.hpp.
+// host and the update runs there in subgroups (docs/strategies.md states both DeepSpeed recipes). Stage 3 gathers run
+// on their own stream, one module ahead of the compute (at most two modules' parameters live at once), a simplification
+// of DeepSpeed's prefetch bucket and max_live_parameters limits. Collectives: models/collectives/ring.hpp.
 #include <fmt/format.h>
 #include <algorithm>
 #include <cmath>

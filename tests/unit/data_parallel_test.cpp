@@ -349,3 +349,21 @@ TEST(GradientAccumulation, OffloadRoundTripsTheHostBufferEveryMicroStep) {
 
 }  // namespace
 }  // namespace offsim::models
+
+namespace offsim::models {
+namespace {
+
+TEST(CollectiveExperiment, AnUncontendedRingReproducesItsCalibration) {
+  // One Frontier node, 8 ranks, all-gather of S = 1 GiB. Every ring hop is a direct IF link of at
+  // least 50 GB/s and each direction is capped at half the fitted bus bandwidth (91.17 / 2 GB/s),
+  // so the flow simulation must give back the fitted line of configs/calibration/frontier-rccl.yaml:
+  //   t = 7 x 13.351 us + (7/8) x S / 91.17 GB/s
+  const std::string file = std::string(OFFSIM_SOURCE_DIR) + "/configs/experiments/allgather-frontier.yaml";
+  const ExperimentResult r = run_experiment(load_experiment(file, {"hardware.nodes=1"}));
+  const double S = 1073741824.0;
+  const double expected = 7 * 13.351e-6 + 7.0 / 8.0 * S / 91.17e9;
+  EXPECT_NEAR(r.iteration_time.seconds() / expected, 1.0, 1e-6);
+}
+
+}  // namespace
+}  // namespace offsim::models
