@@ -194,7 +194,7 @@ ExperimentSpec load_experiment(const std::filesystem::path& file, const std::vec
     std::optional<topo::NodeTopology> hw;
     sim::config::Location collectives_loc = root.location();
     if (auto n = r.required_child("hardware", "a machine description (usually !include ../hardware/x.yaml)")) {
-      hw = topo::parse_node_topology(*n);
+      hw = topo::parse_machine(*n);
     }
     if (auto n = r.required_child("calibration", "a mapping with device and collectives")) {
       MapReader c(*n);

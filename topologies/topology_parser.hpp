@@ -46,9 +46,4 @@ struct NodeTopology {
 /// Returns nullopt if errors were recorded (the Context holds them).
 [[nodiscard]] std::optional<NodeTopology> parse_machine(const sim::config::Node& node);
 
-/// Kept for readers of a single node; same as parse_machine.
-[[nodiscard]] inline std::optional<NodeTopology> parse_node_topology(const sim::config::Node& node) {
-  return parse_machine(node);
-}
-
 }  // namespace offsim::topo

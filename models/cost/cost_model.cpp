@@ -57,10 +57,6 @@ sim::TimePs CostModel::gemm_time(const GemmShape& g, bool fused) const {
   return std::max(compute, memory);
 }
 
-sim::TimePs CostModel::gemm_time(sim::Flops flops) const {
-  return flops / (device_.peak_matrix_bf16 * device_.gemm_efficiency);
-}
-
 sim::TimePs CostModel::memory_bound_time(sim::Bytes bytes) const {
   return bytes / (device_.memory_bandwidth * device_.memory_efficiency.value_or(1.0));
 }
@@ -133,12 +129,9 @@ std::optional<DeviceCosts> parse_device_costs(const Node& node) {
 }
 
 const CollectiveFit& MeasuredCosts::collective(const std::string& name, int ranks, std::string* note) const {
-  const auto& fits = collectives.at(name);
-  if (fits.empty()) throw std::out_of_range(name);
-  const CollectiveFit* best = &fits.front();
-  for (const auto& f : fits) {
-    if (std::abs(f.ranks - ranks) < std::abs(best->ranks - ranks)) best = &f;
-  }
+  const CollectiveFit* best = nearest(
+      collectives.at(name), [](const CollectiveFit& f) { return f.ranks; }, ranks);
+  if (best == nullptr) throw std::out_of_range(name);
   if (best->ranks != ranks && note != nullptr) {
     *note = fmt::format("{} over {} ranks uses the fit measured at {} ranks (nearest group size)", name, ranks,
                         best->ranks);

@@ -2,15 +2,17 @@
 // Kernel and collective costs of one device kind, read from a calibration table
 // (configs/calibration/*.yaml) where every number names the measurement it comes from.
 //
-// This first cost model is deliberately coarse, and says so in every report:
-//  - GEMM time = FLOPs / (peak matrix rate x one measured efficiency). One efficiency for all
-//    shapes is an upper bound on real transformer GEMMs (its source is a best-shape search).
+// This cost model is coarse, and says so in every report:
+//  - A GEMM is the larger of its compute time (peak matrix rate x the efficiency for its shape,
+//    from a measured table, or one sourced efficiency for every shape: then an upper bound) and
+//    its memory time (gemm_time below).
 //  - Memory-bound kernels = bytes / (memory bandwidth x efficiency); without a measured
 //    efficiency the roofline ceiling (efficiency 1) is used and the report warns.
 //  - Collectives: per ring step a latency, and the bus bandwidth measured at that group size,
 //    both fitted by `offsim calibrate` from measured collectives (configs/calibration/*.yaml).
-// Shape-dependent tables replace the single efficiencies with the calibration pipeline.
+// Host rates (CPU Adam, casts) and copy fits come from `offsim calibrate` tables too.
 #include <cstdint>
+#include <cstdlib>
 #include <map>
 #include <optional>
 #include <string>
@@ -48,19 +50,31 @@ struct CopyFit {
   sim::Bandwidth bandwidth;
 };
 
-struct CpuAdamFit {
+/// A host rate (elements per second) measured with `threads` threads: CPU Adam or a cast.
+struct CpuRateFit {
   int threads = 0;
   double params_per_s = 0.0;
 };
+
+/// The entry of `fits` whose `key(entry)` is nearest `target` (the first among equals); nullptr
+/// when `fits` is empty. Tables measured at some group sizes or thread counts answer for others.
+template <class T, class Key>
+[[nodiscard]] const T* nearest(const std::vector<T>& fits, Key key, int target) {
+  const T* best = nullptr;
+  for (const auto& f : fits) {
+    if (!best || std::abs(key(f) - target) < std::abs(key(*best) - target)) best = &f;
+  }
+  return best;
+}
 
 /// A table written by `offsim calibrate`: whichever sections the measurements covered.
 struct MeasuredCosts {
   std::string device_kind;
   std::map<std::string, std::vector<CollectiveFit>> collectives;  // "all_gather", ... by ranks
   std::map<std::string, CopyFit> copies;                          // "h2d_pinned", "peer", ...
-  std::vector<CpuAdamFit> cpu_adam;                               // elements per second by thread count
-  std::vector<CpuAdamFit> cpu_upcast;                             // bf16 -> fp32 on the host
-  std::vector<CpuAdamFit> cpu_downcast;                           // fp32 -> bf16 on the host
+  std::vector<CpuRateFit> cpu_adam;                               // elements per second by thread count
+  std::vector<CpuRateFit> cpu_upcast;                             // bf16 -> fp32 on the host
+  std::vector<CpuRateFit> cpu_downcast;                           // fp32 -> bf16 on the host
   std::vector<GemmPoint> gemm;
 
   /// The fit for `collective` at `ranks`; when that group size was not measured, the nearest
@@ -79,8 +93,6 @@ class CostModel {
   /// (efficiency 1) and a warning in approximations(). Without a table, the single efficiency.
   /// `fused` GEMMs (flash attention's cores) keep their operands and result on chip: compute only.
   [[nodiscard]] sim::TimePs gemm_time(const GemmShape& gemm, bool fused = false) const;
-  /// Compute time of `flops` at the single GEMM efficiency (no shape known).
-  [[nodiscard]] sim::TimePs gemm_time(sim::Flops flops) const;
   [[nodiscard]] sim::TimePs memory_bound_time(sim::Bytes bytes) const;
   [[nodiscard]] const DeviceCosts& device() const { return device_; }
   /// What this model approximates, for the report, including shapes that fell back to the roofline.

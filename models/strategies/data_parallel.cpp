@@ -234,12 +234,10 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
         std::count_if(rank_info.begin(), rank_info.end(), [&](const Rank& x) { return x.host == rank_info[0].host; });
     const int threads = std::max(1, in.topology.device(rank_info[0].host).cores / static_cast<int>(ranks_per_host));
     const std::string& host_kind = in.topology.device(rank_info[0].host).device_kind;
-    const auto measured = [&](const std::vector<CpuAdamFit>& fits, const char* what,
+    const auto measured = [&](const std::vector<CpuRateFit>& fits, const char* what,
                               std::int64_t bytes_per_element) -> std::optional<sim::Bandwidth> {
-      const CpuAdamFit* best = nullptr;
-      for (const auto& f : fits) {
-        if (!best || std::abs(f.threads - threads) < std::abs(best->threads - threads)) best = &f;
-      }
+      const CpuRateFit* best = nearest(
+          fits, [](const CpuRateFit& f) { return f.threads; }, threads);
       if (!best) {
         out.approximations.push_back(fmt::format(
             "{} on {}: no measured rate (calibration.host); bounded only by host memory bandwidth (roofline)", what,

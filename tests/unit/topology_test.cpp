@@ -183,7 +183,7 @@ class BadTopologyTest : public ::testing::Test {
     sim::config::Context ctx;
     std::string out;
     try {
-      (void)parse_node_topology(ctx.load_root(path));
+      (void)parse_machine(ctx.load_root(path));
       ctx.finish();
     } catch (const sim::config::ConfigError& e) {
       out = e.what();
