@@ -71,19 +71,16 @@ class Run {
       }
       void operator()(const AllocTask& a) const {
         run.pools_[a.pool].reserve(run.sim_.now(), a.tenant, a.bytes);
-        run.finish_now(id);
+        run.mark_done(id);
       }
       void operator()(const FreeTask& f) const {
         run.pools_[f.pool].release(run.sim_.now(), f.tenant, f.bytes);
-        run.finish_now(id);
+        run.mark_done(id);
       }
-      void operator()(const BarrierTask&) const { run.finish_now(id); }
+      void operator()(const BarrierTask&) const { run.mark_done(id); }
     };
     std::visit(Starter{*this, id, task}, task.body);
   }
-
-  // Instant tasks finish inside drain(); their dependents join the ready set and start in order.
-  void finish_now(std::uint32_t id) { mark_done(id); }
 
   // Tasks that finish from an event start their ready dependents at once.
   void finish(std::uint32_t id) {
@@ -91,6 +88,8 @@ class Run {
     drain();
   }
 
+  // Instant tasks (alloc, free, barrier) call this inside drain(): their dependents join the
+  // ready set and start there, in order.
   void mark_done(std::uint32_t id) {
     records_[id].end = sim_.now();
     done_[id] = true;
