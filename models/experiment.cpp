@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <map>
 
+#include "models/strategies/partitioning_parser.hpp"
 #include "models/transformer/model_parser.hpp"
 #include "sim/report/json_writer.hpp"
 #include "sim/report/text_table.hpp"
@@ -99,6 +100,13 @@ std::optional<StrategySpec> parse_strategy(const Node& node, const topo::Topolog
   std::vector<std::string> kinds;
   for (const auto& s : list_strategies()) kinds.push_back(s.kind);
   const auto kind = r.choice("kind", kinds);
+  // Level sizes for partitioning and collective stages: filled once the ranks are known.
+  LevelSizes levels;
+  if (topology) {
+    for (const auto g : topology->devices_of(topo::DeviceKind::kGpu)) {
+      if (topology->device(g).node == 0) ++levels.gpus_per_node;
+    }
+  }
   if (kind.value == "collective") {
     CollectiveSpec c;
     const std::string op = r.choice("operation", {"all_gather", "reduce_scatter", "all_reduce"}).value;
@@ -110,6 +118,12 @@ std::optional<StrategySpec> parse_strategy(const Node& node, const topo::Topolog
     if (c.devices.size() < 2 && ctx.error_count() == errors_before) {
       ctx.error(node.location(), node.child_path("devices"), "a collective needs at least two ranks");
     }
+    levels.ranks = static_cast<int>(c.devices.size());
+    if (levels.ranks > 0) {
+      if (auto plan = parse_collective_plan(r, node, levels)) c.plan = *plan;
+    }
+    c.options = parse_collective_options(r);
+    c.all_ranks = parse_all_ranks(r);
     if (ctx.error_count() != errors_before) return std::nullopt;
     return StrategySpec{c};
   }
@@ -166,6 +180,17 @@ std::optional<StrategySpec> parse_strategy(const Node& node, const topo::Topolog
                 fmt::format("expected 1 to {} (the machine's GPUs), got {}", gpus.size(), degree.value));
     } else {
       for (int i = 0; i < degree.value; ++i) dp.devices.push_back(topology->device(gpus[i]).name);
+    }
+  }
+  dp.collectives = parse_collective_options(r);
+  dp.all_ranks = parse_all_ranks(r);
+  if (auto part = r.child("partitioning")) {
+    levels.ranks = static_cast<int>(dp.devices.size());
+    if (stage.valid && stage.value != 3) {
+      ctx.error(part->location(), part->path(),
+                fmt::format("hierarchical partitioning applies to zero_stage 3, got zero_stage {}", stage.value));
+    } else if (levels.ranks > 0) {
+      dp.partitioning = parse_partitioning(*part, levels);
     }
   }
   if (ctx.error_count() != errors_before) return std::nullopt;
@@ -281,6 +306,8 @@ ExperimentResult run_experiment(const ExperimentSpec& spec, const RunExperimentO
   ExperimentResult r;
   r.iteration_time = run.makespan;
   r.ranks = built.devices.size();
+  r.simulated_ranks = static_cast<std::size_t>(built.simulated_ranks);
+  r.model_states_per_device = built.model_states_per_device;
   r.tasks = built.graph.size();
   r.events = run.events_processed;
   r.approximations = built.approximations;
@@ -325,8 +352,9 @@ ExperimentResult run_experiment(const ExperimentSpec& spec, const RunExperimentO
 
   const double seconds = run.makespan.seconds();
   if (seconds > 0.0) {
-    r.tflops_per_device = built.model_flops_per_device.count / seconds / 1e12;
-    r.hardware_tflops_per_device = built.hardware_flops_per_device.count / seconds / 1e12;
+    r.model_tflops_per_device = built.model_flops_per_device.count / seconds / 1e12;
+    r.tflops_per_device = built.hardware_flops_per_device.count / seconds / 1e12;
+    r.tokens_per_s = built.tokens_per_iteration / seconds;
     r.mfu = built.model_flops_per_device.count / seconds / spec.device.peak_matrix_bf16.flops_per_s;
   }
 
@@ -401,9 +429,12 @@ std::string summary_json(const ExperimentSpec& spec, const ExperimentResult& r, 
   for (const auto& reason : r.infeasible_reasons) j.value(reason);
   j.end_array();
   j.field("iteration_time_s", r.iteration_time.seconds());
+  j.field("tokens_per_s", r.tokens_per_s);
+  j.field("model_tflops_per_device", r.model_tflops_per_device);
   j.field("tflops_per_device", r.tflops_per_device);
-  j.field("hardware_tflops_per_device", r.hardware_tflops_per_device);
   j.field("mfu", r.mfu);
+  j.field("exposed_communication_s", phase_seconds(r, "exposed_communication"));
+  j.field("model_states_bytes_per_device", r.model_states_per_device.count);
   if (const auto* c = std::get_if<CollectiveSpec>(&spec.strategy))
     j.field("bus_bandwidth_bytes_per_s", bus_bandwidth(*c, r));
   j.key("phases").begin_object();
@@ -427,13 +458,17 @@ std::string summary_json(const ExperimentSpec& spec, const ExperimentResult& r, 
     j.key(l.link_class).begin_object();
     j.field("bytes", l.bytes)
         .field("busiest_link", l.busiest_link)
-        .field("busiest_link_busy_s", l.busiest_link_busy.seconds());
+        .field("busiest_link_busy_s", l.busiest_link_busy.seconds())
+        .field("busy_fraction",
+               r.iteration_time.ps > 0 ? l.busiest_link_busy.seconds() / r.iteration_time.seconds() : 0.0);
     j.field("busiest_link_peak_bytes_per_s", l.peak_bytes_per_s);
     j.end_object();
   }
   j.end_object();
   j.key("simulation").begin_object();
-  j.field("ranks_simulated", static_cast<std::uint64_t>(r.ranks)).field("tasks", static_cast<std::uint64_t>(r.tasks));
+  j.field("ranks", static_cast<std::uint64_t>(r.ranks));
+  j.field("ranks_simulated", static_cast<std::uint64_t>(r.simulated_ranks));
+  j.field("tasks", static_cast<std::uint64_t>(r.tasks));
   j.field("events", r.events);
   j.end_object();
   j.key("approximations").begin_array();
@@ -467,8 +502,10 @@ std::string text_report(const ExperimentSpec& spec, const ExperimentResult& r) {
     out += fmt::format("bus bandwidth        {} (as nccl-tests report it)\n\n",
                        sim::format_bandwidth(sim::Bandwidth{bus_bandwidth(*collective, r)}));
   } else {
-    out += fmt::format("TFLOPS per device    {:.1f} model, {:.1f} hardware (with recomputation)\n", r.tflops_per_device,
-                       r.hardware_tflops_per_device);
+    out += fmt::format("TFLOPS per device    {:.1f} with recomputation (Megatron's count), {:.1f} model\n",
+                       r.tflops_per_device, r.model_tflops_per_device);
+    out += fmt::format("tokens per second    {:.0f} (whole job)\n", r.tokens_per_s);
+    out += fmt::format("model states         {} per device\n", sim::format_bytes(r.model_states_per_device));
     out += fmt::format("MFU                  {:.1f}% of {}\n\n", 100.0 * r.mfu,
                        sim::format_flop_rate(spec.device.peak_matrix_bf16));
   }

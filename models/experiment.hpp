@@ -43,7 +43,7 @@ struct MemoryKindSummary {
 struct LinkClassSummary {
   std::string link_class;
   double bytes = 0.0;
-  sim::TimePs busiest_link_busy{0};
+  sim::TimePs busiest_link_busy{0};  // busy_fraction = busiest_link_busy / iteration time
   std::string busiest_link;
   double peak_bytes_per_s = 0.0;  // of the busiest single link
 };
@@ -57,13 +57,16 @@ struct ExperimentResult {
   bool feasible = true;
   std::vector<std::string> infeasible_reasons;
   sim::TimePs iteration_time{0};
-  std::vector<PhaseTime> phases;  // forward, backward, exposed_communication, optimizer
-  double tflops_per_device = 0.0;
-  double hardware_tflops_per_device = 0.0;
+  std::vector<PhaseTime> phases;          // forward, backward, exposed_communication, optimizer
+  double model_tflops_per_device = 0.0;   // model FLOPs (no recomputation) per second per device
+  double tflops_per_device = 0.0;         // hardware FLOPs (with recomputation), as Megatron reports
+  double tokens_per_s = 0.0;              // tokens of the whole job per second
+  sim::Bytes model_states_per_device{0};  // parameters, gradients, optimizer states on one GPU
   double mfu = 0.0;
   std::vector<MemoryKindSummary> memory;
   std::vector<LinkClassSummary> links;
   std::size_t ranks = 0;
+  std::size_t simulated_ranks = 0;
   std::size_t tasks = 0;
   std::uint64_t events = 0;
   std::vector<std::string> approximations;

@@ -15,14 +15,14 @@
 // the updated bf16 parameters are all-gathered. With offload, each reduced bucket goes to the
 // host and the update runs there in subgroups (docs/strategies.md states both DeepSpeed recipes). Stage 3 gathers run
 // on their own stream, one module ahead of the compute (at most two modules' parameters live at once), a simplification
-// of DeepSpeed's prefetch bucket and max_live_parameters limits. Collectives: models/collectives/ring.hpp.
+// of DeepSpeed's prefetch bucket and max_live_parameters limits. Collectives: models/collectives/communicator.hpp.
 #include <fmt/format.h>
 #include <algorithm>
 #include <cmath>
 #include <optional>
 #include <stdexcept>
 
-#include "models/collectives/ring.hpp"
+#include "models/collectives/communicator.hpp"
 #include "models/strategies/strategy.hpp"
 
 namespace offsim::models {
@@ -138,11 +138,21 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
     }
     out.devices.push_back(*d);
   }
-  RingCollectives ring(g, out.machine, in.topology, out.devices, in.collectives, out.approximations);
+  std::string layout_note;
+  const RankLayout layout = make_rank_layout(in.topology, out.devices, spec.all_ranks, &layout_note);
+  if (!layout_note.empty()) out.approximations.push_back(layout_note);
+  const int sims = layout.simulated_ranks();
+  out.simulated_ranks = sims;
+  Communicator comm(g, out.machine, in.topology, layout, in.collectives, in.costs, spec.collectives,
+                    out.approximations);
+  // Stage 3 follows the partitioning (by default: every state over all ranks, flat rings).
+  const Partitioning part =
+      spec.partitioning.value_or(Partitioning{ranks, Communicator::flat(ranks), 0, {}, Communicator::flat(ranks), {}});
+  const int shard = stage == 3 ? part.shard_ranks : ranks;
 
   const ParameterCounts params = count_parameters(m);
   const std::int64_t P = params.total;
-  const auto partition = [&](std::int64_t n) { return (n + ranks - 1) / ranks; };
+  const auto partition = [&](std::int64_t n) { return (n + shard - 1) / shard; };
   const std::int64_t updated_on_rank = stage == 0 ? P : partition(P);
   // Optimizer offload: the rank's partition is updated in subgroups of sub_group_size elements;
   // the first int(ratio x n) subgroups on the host CPU, the rest on the GPU (Twin-Flow).
@@ -173,7 +183,7 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
   modules.push_back({"head", params.final_norm + (m.tied_embeddings ? params.embedding : params.output_head)});
   // Gradients in the order backward produces them (each parameter once), and on the last
   // micro-batch each rank's backward compute tasks in that order.
-  std::vector<std::vector<TaskId>> backward_tasks(ranks);
+  std::vector<std::vector<TaskId>> backward_tasks(sims);
   std::vector<GradientItem> items;
   items.push_back({params.output_head + params.final_norm, {}});
   for (std::int64_t l = m.layers - 1; l >= 0; --l) items.push_back({params.per_layer, {}});
@@ -189,13 +199,14 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
     sim::ConstraintId host_memory;  // its DDR, crossed by host copies and CPU work
   };
   std::vector<Rank> rank_info;
-  for (int r = 0; r < ranks; ++r) {
+  for (int r = 0; r < sims; ++r) {
     Rank info;
-    info.unit = *out.machine.unit_of_device[out.devices[r]];
-    info.pool = *out.machine.pool_of_device[out.devices[r]];
-    info.prefix = fmt::format("r{}", r);
+    const std::size_t device = out.devices[layout.simulated[r]];
+    info.unit = *out.machine.unit_of_device[device];
+    info.pool = *out.machine.pool_of_device[device];
+    info.prefix = fmt::format("r{}", layout.simulated[r]);
     if (offload) {
-      info.host = nearest_cpu(in.topology, out.devices[r]);
+      info.host = nearest_cpu(in.topology, device);
       const auto& mem = out.machine.memory_constraint_of_device[info.host];
       if (!mem || !out.machine.pool_of_device[info.host]) {
         throw std::invalid_argument(
@@ -216,7 +227,7 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
   };
   const auto copy = [&](int r, const std::string& name, const char* phase, bool to_host, Bytes bytes,
                         std::vector<TaskId> deps) {
-    const std::size_t gpu = out.devices[r];
+    const std::size_t gpu = out.devices[layout.simulated[r]];
     const std::size_t cpu = rank_info[r].host;
     return g.add(fmt::format("{}.{}", rank_info[r].prefix, name), phase,
                  TransferTask{to_host ? out.machine.transfer_route(in.topology, gpu, cpu)
@@ -271,15 +282,15 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
                  sim::FreeTask{rank_info[r].pool, tenant, bytes}, std::move(deps));
   };
   const auto per_rank = [&](const std::vector<TaskId>& tasks) {
-    std::vector<std::vector<TaskId>> deps(ranks);
-    for (int r = 0; r < ranks; ++r) deps[r] = {tasks[r]};
+    std::vector<std::vector<TaskId>> deps(sims);
+    for (int r = 0; r < sims; ++r) deps[r] = {tasks[r]};
     return deps;
   };
 
   // Model states.
   constexpr const char* kGathered = "gathered parameters (bf16)";
-  std::vector<TaskId> prev(ranks);
-  for (int r = 0; r < ranks; ++r) {
+  std::vector<TaskId> prev(sims);
+  for (int r = 0; r < sims; ++r) {
     const TaskId a0 =
         alloc(r, "alloc.parameters", "setup", stage == 3 ? "parameter partition (bf16)" : "parameters (bf16)",
               Bytes{(stage == 3 ? partition(P) : P) * kBf16Bytes}, {});
@@ -314,22 +325,29 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
   // Stage 3: the all-gather of module i for every rank, issued on the gather stream after the
   // previous gather and after module i-2's parameters were freed (two modules live at most).
   std::vector<TaskId> gather_stream = prev;
-  std::vector<std::vector<TaskId>> freed_two_ago(ranks), freed_one_ago(ranks);
+  std::vector<std::vector<TaskId>> freed_two_ago(sims), freed_one_ago(sims);
   const auto gather_module = [&](const Module& mod, const std::string& when) {
-    std::vector<std::vector<TaskId>> deps(ranks);
-    std::vector<TaskId> allocated(ranks);
-    for (int r = 0; r < ranks; ++r) {
+    std::vector<std::vector<TaskId>> deps(sims);
+    std::vector<TaskId> allocated(sims);
+    for (int r = 0; r < sims; ++r) {
       std::vector<TaskId> d{gather_stream[r]};
       d.insert(d.end(), freed_two_ago[r].begin(), freed_two_ago[r].end());
       allocated[r] = alloc(r, fmt::format("{}.alloc.{}", when, mod.name), "communication", kGathered,
                            Bytes{mod.parameters * kBf16Bytes}, std::move(d));
       deps[r] = {allocated[r]};
     }
-    const auto done = ring.add(CollectiveKind::kAllGather, fmt::format("gather.{}.{}", when, mod.name),
-                               Bytes{mod.parameters * kBf16Bytes}, deps);
+    // Backward gathers come from the secondary partition inside its group when there is one (hpZ).
+    const bool from_secondary = part.secondary_ranks > 0 && when.ends_with(".bwd");
+    const auto done = comm.add(CollectiveKind::kAllGather, fmt::format("gather.{}.{}", when, mod.name), mod.parameters,
+                               from_secondary ? part.secondary_gather : part.parameter_gather, deps);
     gather_stream = done;
     return done;
   };
+  // hpZ: after its first forward gather, each rank keeps a secondary shard of the module (bf16)
+  // until the optimizer step drops them (DeepSpeed invalidate_secondary_tensor).
+  constexpr const char* kSecondary = "secondary parameter partition (hpZ, bf16)";
+  std::vector<std::vector<TaskId>> secondary_kept(sims);
+  std::int64_t secondary_elements = 0;
   const auto release_module = [&](int r, const Module& mod, const std::string& when, TaskId after) {
     const TaskId f = release(r, fmt::format("{}.free.{}", when, mod.name), "communication", kGathered,
                              Bytes{mod.parameters * kBf16Bytes}, {after});
@@ -340,9 +358,17 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
   const auto run_module = [&](const Module& mod, const std::string& when, auto&& body) {
     std::vector<TaskId> gathered;
     if (stage == 3) gathered = gather_module(mod, when);
-    for (int r = 0; r < ranks; ++r) {
+    const bool keep_secondary = stage == 3 && part.secondary_ranks > 0 && when == "mb0.fwd";
+    if (keep_secondary) secondary_elements += (mod.parameters + part.secondary_ranks - 1) / part.secondary_ranks;
+    for (int r = 0; r < sims; ++r) {
       std::vector<TaskId> deps{prev[r]};
       if (stage == 3) deps.push_back(gathered[r]);
+      if (keep_secondary) {
+        secondary_kept[r].push_back(alloc(
+            r, fmt::format("alloc.secondary.{}", mod.name), "communication", kSecondary,
+            Bytes{(mod.parameters + part.secondary_ranks - 1) / part.secondary_ranks * kBf16Bytes}, {gathered[r]}));
+        deps.push_back(secondary_kept[r].back());
+      }
       prev[r] = body(r, std::move(deps));
       if (stage == 3) release_module(r, mod, when, prev[r]);
     }
@@ -354,7 +380,7 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
   // reduce every micro-batch into the gradient partition.
   const CollectiveKind reduction = stage >= 2 ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce;
   std::vector<TaskId> reduce_stream;  // empty until the first bucket
-  std::vector<TaskId> last_backward(ranks);
+  std::vector<TaskId> last_backward(sims);
   const auto reduce_micro_batch = [&](std::int64_t mb, bool boundary) {
     std::vector<GradientItem> buckets;
     std::vector<std::size_t> bucket_last_item;
@@ -369,13 +395,22 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
       }
     }
     for (std::size_t b = 0; b < buckets.size(); ++b) {
-      std::vector<std::vector<TaskId>> deps(ranks);
-      for (int r = 0; r < ranks; ++r) {
+      std::vector<std::vector<TaskId>> deps(sims);
+      for (int r = 0; r < sims; ++r) {
         deps[r] = {spec.overlap_comm ? buckets[b].ready_on_rank[r] : last_backward[r]};
         if (!reduce_stream.empty()) deps[r].push_back(reduce_stream[r]);
       }
       const std::string bucket = fmt::format("mb{}.bucket{}", mb, b);
-      reduce_stream = ring.add(reduction, bucket, Bytes{buckets[b].elements * kBf16Bytes}, deps);
+      if (stage < 3) {
+        reduce_stream = comm.add(reduction, bucket, buckets[b].elements, Communicator::flat(ranks), deps);
+      } else {
+        reduce_stream = comm.add(reduction, bucket, buckets[b].elements, part.gradient_reduce, deps);
+        if (boundary && shard < ranks) {
+          // The shard groups are replicas: all-reduce the reduced partition across them (MiCS).
+          reduce_stream = comm.add(CollectiveKind::kAllReduce, bucket + ".replicas", partition(buckets[b].elements),
+                                   part.replica_reduce, per_rank(reduce_stream));
+        }
+      }
       if (!offload) continue;
       // The reduced partition goes to the host (deepspeed-offload.md section 2). First micro-step:
       // a non-blocking D2H into the bf16 host buffer and its H2D "ping-pong" back. Later
@@ -386,7 +421,7 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
       const std::int64_t e =
           static_cast<std::int64_t>(std::llround(cpu_fraction * static_cast<double>(partition(buckets[b].elements))));
       if (e == 0) continue;
-      for (int r = 0; r < ranks; ++r) {
+      for (int r = 0; r < sims; ++r) {
         const std::string name = bucket + ".offload";
         TaskId last;
         if (mb == 0) {
@@ -423,7 +458,7 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
     const bool reduces = stage >= 2 || last_mb;  // this micro-batch's gradients are reduced
     for (auto& it : items) it.ready_on_rank.clear();
     for (auto& tasks : backward_tasks) tasks.clear();
-    std::vector<TaskId> f_first(ranks), f_last(ranks), b_first(ranks);
+    std::vector<TaskId> f_first(sims), f_last(sims), b_first(sims);
     run_module(modules.front(), mbs + ".fwd", [&](int r, std::vector<TaskId> deps) {
       return f_first[r] = compute(r, mbs + ".fwd.embedding", "forward", k.embed_fwd, {}, "memory", std::move(deps));
     });
@@ -476,7 +511,7 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
     if (!last_mb) {
       // DeepSpeed's end-of-backward epilogue flushes the last bucket and waits for the reduce
       // stream: the next micro-batch's forward starts after this one's gradients are reduced.
-      for (int r = 0; r < ranks; ++r) {
+      for (int r = 0; r < sims; ++r) {
         prev[r] = g.add(fmt::format("r{}.{}.gradients_reduced", r, mbs), "communication", BarrierTask{},
                         {prev[r], reduce_stream[r]});
       }
@@ -484,8 +519,8 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
     }
   }
 
-  std::vector<TaskId> adam(ranks);
-  for (int r = 0; r < ranks; ++r) {
+  std::vector<TaskId> adam(sims);
+  for (int r = 0; r < sims; ++r) {
     std::vector<TaskId> deps{last_backward[r], reduce_stream[r]};
     const TaskId ready =
         g.add(fmt::format("r{}.gradients_synchronized", r), "communication", BarrierTask{}, std::move(deps));
@@ -526,12 +561,27 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
   std::vector<TaskId> end = adam;
   if ((stage == 1 || stage == 2) && ranks > 1) {
     // Every rank updated its partition: all-gather the new bf16 parameters.
-    end = ring.add(CollectiveKind::kAllGather, "updated_parameters", Bytes{P * kBf16Bytes}, per_rank(adam));
+    end = comm.add(CollectiveKind::kAllGather, "updated_parameters", P, Communicator::flat(ranks), per_rank(adam));
     out.spans.push_back({"parameter_allgather", adam[0], end[0], true});
+  }
+  if (secondary_elements > 0) {
+    for (int r = 0; r < sims; ++r) {
+      end[r] = release(r, "free.secondary", "optimizer", kSecondary, Bytes{secondary_elements * kBf16Bytes}, {end[r]});
+    }
   }
   (void)g.add("iteration.end", "end", BarrierTask{}, end);
 
   const double sequences = static_cast<double>(train.micro_batch * train.grad_accum);
+  out.tokens_per_iteration = sequences * static_cast<double>(m.seq) * ranks;
+  {
+    // Model states on one GPU: parameters, gradients, optimizer states (the setup allocations) and
+    // the hpZ secondary partition.
+    const std::int64_t gpu_updated = updated_on_rank - cpu_params;
+    const std::int64_t parameters = (stage == 3 ? partition(P) : P) * kBf16Bytes;
+    const std::int64_t gradients = offload ? gpu_updated * kFp32Bytes : (stage >= 2 ? partition(P) : P) * kBf16Bytes;
+    out.model_states_per_device =
+        Bytes{parameters + gradients + gpu_updated * kOptimizerStateBytesPerParam + secondary_elements * kBf16Bytes};
+  }
   out.model_flops_per_device = model_flops_per_sequence(m) * sequences;
   out.hardware_flops_per_device = hardware_flops_per_sequence(m, train.recompute) * sequences;
   const auto cost_notes = in.costs.approximations();

@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "models/collectives/ring.hpp"
+#include "models/collectives/communicator.hpp"
 
 namespace offsim::models {
 
@@ -72,14 +72,23 @@ BuiltIteration build_collective(const IterationInputs& in, const CollectiveSpec&
     }
     out.devices.push_back(*d);
   }
-  RingCollectives ring(out.graph, out.machine, in.topology, out.devices, in.collectives, out.approximations);
+  std::string layout_note;
+  const RankLayout layout = make_rank_layout(in.topology, out.devices, spec.all_ranks, &layout_note);
+  if (!layout_note.empty()) out.approximations.push_back(layout_note);
+  out.simulated_ranks = layout.simulated_ranks();
+  Communicator comm(out.graph, out.machine, in.topology, layout, in.collectives, in.costs, spec.options,
+                    out.approximations);
+  const CollectivePlan plan = spec.plan.stages.empty() ? Communicator::flat(layout.ranks()) : spec.plan;
   const auto start = out.graph.add("start", "setup", sim::BarrierTask{});
-  const std::vector<std::vector<sim::TaskId>> deps(spec.devices.size(), std::vector<sim::TaskId>{start});
-  const auto done = ring.add(spec.operation, "collective", spec.bytes, deps);
+  const std::vector<std::vector<sim::TaskId>> deps(layout.simulated_ranks(), std::vector<sim::TaskId>{start});
+  // The buffer as bf16 elements (the wire format of an unquantized collective).
+  const auto done = comm.add(spec.operation, "collective", (spec.bytes.count + 1) / 2, plan, deps);
   const auto end = out.graph.add("end", "end", sim::BarrierTask{}, done);
   out.spans.push_back({"collective", start, end, true});
-  out.approximations.push_back(
-      "one bidirectional ring in rank order (RCCL may run several rings over more links and NICs)");
+  if (spec.plan.stages.empty()) {
+    out.approximations.push_back(
+        "one bidirectional ring in rank order (RCCL may run several rings over more links and NICs)");
+  }
   return out;
 }
 

@@ -7,6 +7,7 @@
 #include <variant>
 #include <vector>
 
+#include "models/collectives/plan.hpp"
 #include "models/cost/cost_model.hpp"
 #include "models/transformer/transformer.hpp"
 #include "sim/exec/task_graph.hpp"
@@ -37,12 +38,31 @@ struct OptimizerOffload {
   Runtime runtime = Runtime::kDeepSpeed013;
 };
 
+/// Hierarchical partitioning of the ZeRO-3 states (docs/strategies.md): each state is sharded
+/// over a group of consecutive ranks, and each collective runs in stages over hierarchy bands,
+/// with its own algorithm and quantization. ZeRO-3 shards everything over all ranks with flat
+/// rings; ZeRO++ adds int8 forward gathers (qwZ), a secondary weight partition inside the node
+/// (hpZ) and int4 all-to-all gradient reduction in two hops (qgZ); MiCS shards over a node and
+/// all-reduces gradients across the node replicas. The primary weights, gradients and optimizer
+/// states share one group (each rank updates the shard it owns); only the secondary differs.
+struct Partitioning {
+  int shard_ranks = 0;              // the group the primary states are sharded over
+  CollectivePlan parameter_gather;  // forward (and backward, without a secondary) all-gather
+  int secondary_ranks = 0;          // hpZ secondary partition group; 0: none
+  CollectivePlan secondary_gather;  // backward all-gather inside the secondary group
+  CollectivePlan gradient_reduce;   // reduce-scatter inside the shard group
+  CollectivePlan replica_reduce;    // all-reduce across shard groups (when shard_ranks < ranks)
+};
+
 struct DataParallelSpec {
   int zero_stage = 0;
   std::vector<std::string> devices;  // rank r runs on devices[r]; the ring follows this order
   std::int64_t reduce_bucket_elements = 0;
   bool overlap_comm = true;
-  std::optional<OptimizerOffload> offload;  // stage 3 only
+  std::optional<OptimizerOffload> offload;   // stage 3 only
+  std::optional<Partitioning> partitioning;  // stage 3 only; absent: everything over all ranks, flat
+  CollectiveOptions collectives;
+  bool all_ranks = false;  // simulate every rank even when one node could stand for all
 };
 
 enum class CollectiveKind { kReduceScatter, kAllGather, kAllReduce };
@@ -53,6 +73,9 @@ struct CollectiveSpec {
   CollectiveKind operation = CollectiveKind::kAllGather;
   sim::Bytes bytes{0};               // the buffer S (all-gather output, reduce-scatter input)
   std::vector<std::string> devices;  // rank r runs on devices[r]; the ring follows this order
+  CollectivePlan plan;               // empty stages: one flat ring
+  CollectiveOptions options;
+  bool all_ranks = false;
 };
 
 using StrategySpec = std::variant<DataParallelSpec, CollectiveSpec>;
@@ -93,8 +116,11 @@ struct PhaseSpan {
 struct BuiltIteration {
   MachineResources machine;
   sim::TaskGraph graph;
-  std::vector<PhaseSpan> spans;      // rank 0, in time order
-  std::vector<std::size_t> devices;  // device index of each rank
+  std::vector<PhaseSpan> spans;       // rank 0, in time order
+  std::vector<std::size_t> devices;   // device index of each rank
+  int simulated_ranks = 0;            // ranks simulated (fewer than devices under rank symmetry)
+  double tokens_per_iteration = 0.0;  // of the whole job
+  sim::Bytes model_states_per_device{0};
   sim::Flops model_flops_per_device{};
   sim::Flops hardware_flops_per_device{};
   std::vector<std::string> approximations;

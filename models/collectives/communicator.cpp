@@ -1,0 +1,371 @@
+#include "models/collectives/communicator.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <stdexcept>
+
+namespace offsim::models {
+
+using sim::BarrierTask;
+using sim::Bytes;
+using sim::TaskId;
+using sim::TimePs;
+using sim::TransferTask;
+
+namespace {
+
+// A device's name inside its node: "n3.gcd5" -> "gcd5" (single-node machines have no prefix).
+std::string local_name(const topo::Device& d) {
+  const std::string prefix = fmt::format("n{}.", d.node);
+  return d.name.starts_with(prefix) ? d.name.substr(prefix.size()) : d.name;
+}
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
+  return (a + b - 1) / b;
+}
+
+// Why `devices` is not node-major with one local order, or empty when it is.
+std::string asymmetry(const topo::Topology& t, const std::vector<std::size_t>& devices, int per_node) {
+  const int ranks = static_cast<int>(devices.size());
+  if (per_node < 1 || ranks % per_node != 0) return "the ranks do not fill whole nodes equally";
+  std::vector<int> seen_nodes;
+  for (int r = 0; r < ranks; ++r) {
+    const auto& d = t.device(devices[r]);
+    const auto& first_of_block = t.device(devices[r - r % per_node]);
+    if (d.node != first_of_block.node) return fmt::format("rank {} is not on the node of rank {}", r, r - r % per_node);
+    if (local_name(d) != local_name(t.device(devices[r % per_node]))) {
+      return fmt::format("rank {} ({}) does not take the local place of rank {}", r, d.name, r % per_node);
+    }
+    if (r % per_node == 0) {
+      if (std::find(seen_nodes.begin(), seen_nodes.end(), d.node) != seen_nodes.end()) {
+        return fmt::format("node {} holds two blocks of ranks", d.node);
+      }
+      seen_nodes.push_back(d.node);
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+RankLayout make_rank_layout(const topo::Topology& topology, std::vector<std::size_t> devices, bool all_ranks,
+                            std::string* note) {
+  RankLayout layout;
+  layout.devices = std::move(devices);
+  const int ranks = layout.ranks();
+  layout.mirror_of.resize(topology.devices().size());
+  for (std::size_t d = 0; d < layout.mirror_of.size(); ++d) layout.mirror_of[d] = d;
+  int per_node = 0;
+  if (ranks > 0) {
+    const int node0 = topology.device(layout.devices[0]).node;
+    while (per_node < ranks && topology.device(layout.devices[per_node]).node == node0) ++per_node;
+  }
+  const std::string why_not =
+      all_ranks || per_node == ranks ? std::string{} : asymmetry(topology, layout.devices, per_node);
+  layout.symmetric = !all_ranks && per_node < ranks && why_not.empty();
+  if (!layout.symmetric) {
+    for (int r = 0; r < ranks; ++r) {
+      layout.simulated.push_back(r);
+      layout.simulated_index.push_back(r);
+    }
+    if (note && !why_not.empty()) {
+      *note = fmt::format("all {} ranks simulated (no representative node: {})", ranks, why_not);
+    }
+    return layout;
+  }
+  for (int r = 0; r < per_node; ++r) layout.simulated.push_back(r);
+  for (int r = 0; r < ranks; ++r) layout.simulated_index.push_back(r % per_node);
+  const int representative = topology.device(layout.devices[0]).node;
+  for (std::size_t d = 0; d < layout.mirror_of.size(); ++d) {
+    const auto& dev = topology.device(d);
+    if (dev.node < 0 || dev.node == representative) continue;
+    if (const auto m = topology.find_device(fmt::format("n{}.{}", representative, local_name(dev)))) {
+      layout.mirror_of[d] = *m;
+    }
+  }
+  if (note) {
+    *note = fmt::format(
+        "rank symmetry: the {} ranks of node {} are simulated and stand for all {} ranks (every node does the same "
+        "work; traffic into other nodes is mirrored onto node {}'s links); run with --all-ranks to simulate every rank",
+        per_node, representative, ranks, representative);
+  }
+  return layout;
+}
+
+std::int64_t Quantization::wire_bytes(std::int64_t elements) const {
+  if (!quantized()) return elements * 2;
+  const std::int64_t payload = ceil_div(elements * bits, 8);
+  return payload + (group_elements > 0 ? ceil_div(elements, group_elements) * scale_bytes : 0);
+}
+
+CollectivePlan Communicator::flat(int ranks) {
+  return CollectivePlan{{Band{"flat", 1, ranks}}, {}, {}};
+}
+
+Communicator::Communicator(sim::TaskGraph& graph, const MachineResources& machine, const topo::Topology& topology,
+                           const RankLayout& layout, const MeasuredCosts& measured, const CostModel& costs,
+                           CollectiveOptions options, std::vector<std::string>& notes)
+    : graph_(graph),
+      machine_(machine),
+      topology_(topology),
+      layout_(layout),
+      measured_(measured),
+      costs_(costs),
+      options_(options),
+      notes_(notes) {}
+
+const CollectiveFit& Communicator::fit(const std::string& collective, int g) {
+  std::string note;
+  const CollectiveFit& f = measured_.collective(collective, g, &note);
+  if (!note.empty() && std::find(notes_.begin(), notes_.end(), note) == notes_.end()) notes_.push_back(note);
+  return f;
+}
+
+std::vector<sim::ConstraintId> Communicator::route(int from_rank, int to_rank) const {
+  const std::size_t src = layout_.devices[from_rank];
+  const std::size_t dst = layout_.devices[to_rank];
+  const int dst_node = topology_.device(dst).node;
+  if (!layout_.symmetric || dst_node == topology_.device(src).node) return machine_.transfer_route(topology_, src, dst);
+  // Out of the source's node and through the network as routed; the links inside the
+  // destination's node replaced by their counterparts inside the representative node.
+  std::vector<sim::ConstraintId> out;
+  if (machine_.memory_constraint_of_device[src]) out.push_back(*machine_.memory_constraint_of_device[src]);
+  for (const auto l : topology_.route(src, dst).links) {
+    const auto& link = topology_.links()[l];
+    const std::size_t a = *topology_.find_device(link.src);
+    const std::size_t b = *topology_.find_device(link.dst);
+    if (topology_.device(b).node != dst_node) {
+      out.push_back(machine_.constraint_of_link[l]);
+      continue;
+    }
+    const auto mirrored = topology_.direct_link(layout_.mirror_of[a], layout_.mirror_of[b]);
+    if (!mirrored) {
+      throw std::logic_error(
+          fmt::format("rank symmetry: link {}->{} has no counterpart in the representative node", link.src, link.dst));
+    }
+    out.push_back(machine_.constraint_of_link[*mirrored]);
+  }
+  const std::size_t mirrored_dst = layout_.mirror_of[dst];
+  if (machine_.memory_constraint_of_device[mirrored_dst]) {
+    out.push_back(*machine_.memory_constraint_of_device[mirrored_dst]);
+  }
+  return out;
+}
+
+TaskId Communicator::add_kernel(const std::string& name, int s, Bytes bytes, std::vector<TaskId> deps) {
+  return graph_.add(fmt::format("{}.r{}", name, layout_.simulated[s]), "communication",
+                    TransferTask{{}, Bytes{0}, costs_.memory_bound_time(bytes), {}}, std::move(deps));
+}
+
+std::vector<TaskId> Communicator::add(CollectiveKind kind, const std::string& name, std::int64_t elements,
+                                      const CollectivePlan& plan, const std::vector<std::vector<TaskId>>& deps) {
+  const int sims = layout_.simulated_ranks();
+  std::vector<std::vector<TaskId>> first = deps;
+  std::vector<TaskId> done(sims);
+  const auto advance = [&](const std::vector<TaskId>& stage_done) {
+    for (int s = 0; s < sims; ++s) first[s] = {stage_done[s]};
+    done = stage_done;
+  };
+  const Quantization& q = plan.quantization;
+  std::int64_t held = elements;  // elements each rank holds before the next stage
+  if (kind == CollectiveKind::kReduceScatter || kind == CollectiveKind::kAllReduce) {
+    for (std::size_t j = 0; j < plan.stages.size(); ++j) {
+      const Band& band = plan.stages[j];
+      const int g = band.group();
+      if (g < 2) continue;
+      const std::int64_t share = ceil_div(held, g);
+      const std::string stage = fmt::format("{}.rs{}", name, j);
+      if (q.quantized()) {
+        // Quantize the buffer; after the exchange, dequantize the g shares received and reduce.
+        std::vector<TaskId> quantized(sims);
+        for (int s = 0; s < sims; ++s) {
+          quantized[s] = add_kernel(stage + ".quantize", s, Bytes{held * 2 + q.wire_bytes(held)}, first[s]);
+        }
+        advance(quantized);
+      }
+      std::vector<TaskId> exchanged = add_stage(stage, "reduce_scatter", band, plan, share, first);
+      if (q.quantized()) {
+        for (int s = 0; s < sims; ++s) {
+          exchanged[s] =
+              add_kernel(stage + ".dequantize_reduce", s, Bytes{q.wire_bytes(held) + share * 2}, {exchanged[s]});
+        }
+      }
+      advance(exchanged);
+      held = share;
+    }
+  }
+  if (kind == CollectiveKind::kAllGather || kind == CollectiveKind::kAllReduce) {
+    std::vector<Band> stages = plan.stages;
+    if (kind == CollectiveKind::kAllReduce) {
+      std::reverse(stages.begin(), stages.end());
+    } else {
+      for (const auto& b : stages) held = ceil_div(held, std::max(1, b.group()));
+    }
+    const bool quantized_gather = q.quantized() && kind == CollectiveKind::kAllGather;
+    if (quantized_gather) {
+      std::vector<TaskId> quantized(sims);
+      for (int s = 0; s < sims; ++s) {
+        quantized[s] = add_kernel(name + ".quantize", s, Bytes{held * 2 + q.wire_bytes(held)}, first[s]);
+      }
+      advance(quantized);
+    }
+    for (std::size_t j = 0; j < stages.size(); ++j) {
+      const int g = stages[j].group();
+      if (g < 2) continue;
+      CollectivePlan gather = plan;
+      if (!quantized_gather) gather.quantization = Quantization{};
+      advance(add_stage(fmt::format("{}.ag{}", name, j), "all_gather", stages[j], gather, held, first));
+      held *= g;
+    }
+    if (quantized_gather) {
+      std::vector<TaskId> dequantized(sims);
+      for (int s = 0; s < sims; ++s) {
+        dequantized[s] = add_kernel(name + ".dequantize", s, Bytes{q.wire_bytes(held) + held * 2}, first[s]);
+      }
+      advance(dequantized);
+    }
+  }
+  // Nothing to move (one rank, or groups of one): the result is ready when the inputs are.
+  for (int s = 0; s < sims; ++s) {
+    done[s] =
+        graph_.add(fmt::format("{}.done.r{}", name, layout_.simulated[s]), "communication", BarrierTask{}, first[s]);
+  }
+  return done;
+}
+
+std::vector<TaskId> Communicator::add_stage(const std::string& name, const std::string& collective, const Band& band,
+                                            const CollectivePlan& plan, std::int64_t per_peer,
+                                            const std::vector<std::vector<TaskId>>& first) {
+  const int g = band.group();
+  const int sims = layout_.simulated_ranks();
+  const auto member = [&](int r, int k) { return r - r % band.hi + r % band.lo + k * band.lo; };
+  const auto position = [&](int r) { return (r % band.hi) / band.lo; };
+  const CollectiveFit& f = fit(collective, g);
+  if (plan.algorithm == StageAlgorithm::kRing) {
+    // Two directions, one flow per simulated rank each: to the next member (cw), to the previous (ccw).
+    std::vector<std::vector<Flow>> directions(2);
+    for (int s = 0; s < sims; ++s) {
+      const int r = layout_.simulated[s];
+      const int next = member(r, (position(r) + 1) % g);
+      const int prev = member(r, (position(r) + g - 1) % g);
+      directions[0].push_back({s, layout_.simulated_index[next], route(r, next)});
+      directions[1].push_back({s, layout_.simulated_index[prev], route(r, prev)});
+    }
+    const std::int64_t chunk = plan.quantization.wire_bytes(ceil_div(per_peer, 2));
+    if (options_.fidelity == Fidelity::kAnalytic)
+      return add_analytic(name, f, band, true, chunk, g - 1, directions, first);
+    return add_ring_flows(name, f, g, chunk, directions, first);
+  }
+  // All-to-all: one flow from each simulated rank to each peer, all in one step.
+  std::vector<std::vector<Flow>> flows(1);
+  for (int s = 0; s < sims; ++s) {
+    const int r = layout_.simulated[s];
+    for (int k = 1; k < g; ++k) {
+      const int peer = member(r, (position(r) + k) % g);
+      flows[0].push_back({s, layout_.simulated_index[peer], route(r, peer)});
+    }
+  }
+  const std::int64_t bytes = plan.quantization.wire_bytes(per_peer);
+  if (options_.fidelity == Fidelity::kAnalytic) return add_analytic(name, f, band, false, bytes, 1, flows, first);
+  std::vector<std::vector<TaskId>> finish(sims);
+  for (const Flow& fl : flows[0]) {
+    const TaskId t =
+        graph_.add(fmt::format("{}.r{}to{}", name, layout_.simulated[fl.from], layout_.simulated[fl.to]),
+                   "communication", TransferTask{fl.route, Bytes{bytes}, f.step_latency, {}}, first[fl.from]);
+    finish[fl.from].push_back(t);
+    finish[fl.to].push_back(t);
+  }
+  std::vector<TaskId> done(sims);
+  for (int s = 0; s < sims; ++s) {
+    done[s] = graph_.add(fmt::format("{}.done.r{}", name, layout_.simulated[s]), "communication", BarrierTask{},
+                         std::move(finish[s]));
+  }
+  return done;
+}
+
+std::vector<TaskId> Communicator::add_ring_flows(const std::string& name, const CollectiveFit& f, int g,
+                                                 std::int64_t chunk_bytes,
+                                                 const std::vector<std::vector<Flow>>& directions,
+                                                 const std::vector<std::vector<TaskId>>& first) {
+  const int sims = layout_.simulated_ranks();
+  const int steps = g - 1;
+  const int merged = options_.max_ring_steps > 0 ? std::min(steps, options_.max_ring_steps) : steps;
+  // own[d][s]: rank s's last send in direction d; into[d][s]: the last sends it received.
+  std::vector<std::vector<TaskId>> own(2, std::vector<TaskId>(sims));
+  std::vector<std::vector<std::vector<TaskId>>> into(2, std::vector<std::vector<TaskId>>(sims));
+  for (int step = 0; step < merged; ++step) {
+    const std::int64_t chunks = steps / merged + (step < steps % merged ? 1 : 0);
+    std::vector<std::vector<std::vector<TaskId>>> next_into(2, std::vector<std::vector<TaskId>>(sims));
+    for (int d = 0; d < 2; ++d) {
+      for (const Flow& fl : directions[d]) {
+        std::vector<TaskId> deps = first[fl.from];
+        if (step > 0) {
+          deps = into[d][fl.from];
+          deps.push_back(own[d][fl.from]);
+        }
+        const TaskId t = graph_.add(
+            fmt::format("{}.{}{}.r{}", name, d == 0 ? "cw" : "ccw", step, layout_.simulated[fl.from]), "communication",
+            TransferTask{fl.route, Bytes{chunk_bytes * chunks}, TimePs{f.step_latency.ps * chunks},
+                         f.bus_bandwidth * 0.5},
+            std::move(deps));
+        own[d][fl.from] = t;
+        next_into[d][fl.to].push_back(t);
+      }
+    }
+    into = std::move(next_into);
+  }
+  std::vector<TaskId> done(sims);
+  for (int s = 0; s < sims; ++s) {
+    std::vector<TaskId> deps{own[0][s], own[1][s]};
+    for (int d = 0; d < 2; ++d) deps.insert(deps.end(), into[d][s].begin(), into[d][s].end());
+    done[s] = graph_.add(fmt::format("{}.done.r{}", name, layout_.simulated[s]), "communication", BarrierTask{},
+                         std::move(deps));
+  }
+  return done;
+}
+
+std::vector<TaskId> Communicator::add_analytic(const std::string& name, const CollectiveFit& f, const Band& band,
+                                               bool ring, std::int64_t bytes_per_flow, int steps,
+                                               const std::vector<std::vector<Flow>>& flows,
+                                               const std::vector<std::vector<TaskId>>& first) {
+  // Each constraint split evenly among the stage's flows that cross it; a flow's rate is its
+  // tightest share (and, for rings, half the calibrated bus bandwidth); a subgroup moves at the
+  // pace of its slowest flow.
+  const auto& constraints = machine_.platform.constraints;
+  std::map<std::uint32_t, int> crossing;
+  for (const auto& direction : flows) {
+    for (const Flow& fl : direction) {
+      for (const auto c : fl.route) ++crossing[c.index];
+    }
+  }
+  const int sims = layout_.simulated_ranks();
+  std::map<int, double> subgroup_rate;  // by the subgroup's first rank
+  const auto subgroup = [&](int s) {
+    const int r = layout_.simulated[s];
+    return r - r % band.hi + r % band.lo;
+  };
+  for (const auto& direction : flows) {
+    for (const Flow& fl : direction) {
+      double rate = ring ? f.bus_bandwidth.bytes_per_s * 0.5 : std::numeric_limits<double>::infinity();
+      for (const auto c : fl.route) {
+        rate = std::min(rate, constraints[c.index].capacity.bytes_per_s / crossing[c.index]);
+      }
+      auto [it, inserted] = subgroup_rate.emplace(subgroup(fl.from), rate);
+      if (!inserted) it->second = std::min(it->second, rate);
+    }
+  }
+  std::vector<TaskId> done(sims);
+  for (int s = 0; s < sims; ++s) {
+    const double rate = subgroup_rate.at(subgroup(s));
+    done[s] = graph_.add(
+        fmt::format("{}.analytic.r{}", name, layout_.simulated[s]), "communication",
+        TransferTask{{}, Bytes{bytes_per_flow * steps}, TimePs{f.step_latency.ps * steps}, sim::Bandwidth{rate}},
+        first[s]);
+  }
+  return done;
+}
+
+}  // namespace offsim::models

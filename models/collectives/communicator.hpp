@@ -1,0 +1,115 @@
+#pragma once
+// Collectives over ranks placed on the machine: hierarchical stages, ring or all-to-all per stage,
+// optional quantization, in two fidelities, over all ranks or one representative node.
+//
+// Stages. A collective runs as a sequence of stages, each over one band of the rank hierarchy: a
+// band (lo, hi) groups the ranks that differ only in their rank digits between lo and hi, i.e.
+// subgroups of g = hi/lo ranks with stride lo (band (1, 2): the two ranks of a pair; (2, 8): the
+// four pairs of a node, same position in the pair; (8, G): the nodes). A flat collective over G
+// ranks is the single band (1, G). For S the buffer in bf16 bytes:
+//   all-gather:     stage j receives (g_j - 1) x H bytes into every rank, where H is what a rank
+//                   holds before it (S / G at the start), and then holds g_j x H;
+//   reduce-scatter: stage j sends (g_j - 1)/g_j x H, where H starts at S, then holds H / g_j;
+//   all-reduce:     the reduce-scatter stages, then the all-gather stages in reverse order.
+// Either order of bands moves the same bytes; which links carry them differs, which is the point.
+//
+// Algorithms per stage. Ring: a bidirectional ring over the subgroup (half the buffer each way),
+// g - 1 steps of H/(2g)... bytes per direction, each step waiting the calibrated per-step latency,
+// each direction capped at half the calibrated bus bandwidth (so an uncontended flat ring
+// reproduces t = (g-1) alpha + (g-1)/g x S / busbw, its calibration). All-to-all: every rank sends
+// its share to every peer directly in one step (DeepSpeed's qgZ).
+//
+// Quantization (ZeRO++ qwZ, qgZ): a quantized stage moves q bytes per element instead of 2 plus
+// one scale per group of elements; the quantize and dequantize(-reduce) kernels are charged as
+// HBM traffic at the device's achieved memory bandwidth, on the communication side (they do not
+// delay compute kernels: an approximation, stated in every report).
+//
+// Fidelity. `flow`: every step is a set of flows on the machine's routes, contending with all
+// other traffic. `analytic`: each stage is one interval per rank, alpha-beta with the bandwidth
+// the stage's own flows would get on an otherwise idle machine (each constraint split evenly
+// among the stage's flows that cross it). On an uncontended stage both give the same time.
+//
+// Rank symmetry. When ranks are laid out node-major with the same local order in every node,
+// every node does the same work on equivalent links, so only the ranks of one representative node
+// are simulated. A flow from a simulated rank to a rank of another node k takes its real route out
+// of the representative node and through the network, and then the links inside node k are
+// replaced by their counterparts inside the representative node: by symmetry, the representative
+// node receives exactly that traffic from its own predecessor. Shared links (NICs, host memory,
+// the network) therefore still see all the traffic that crosses them.
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "models/collectives/plan.hpp"
+#include "models/cost/cost_model.hpp"
+#include "models/strategies/strategy.hpp"
+
+namespace offsim::models {
+
+/// Which ranks are simulated: all, or those of one representative node standing for every node.
+struct RankLayout {
+  std::vector<std::size_t> devices;    // device of every rank
+  std::vector<int> simulated;          // rank of each simulated index
+  std::vector<int> simulated_index;    // per rank: the simulated index that stands for it
+  std::vector<std::size_t> mirror_of;  // per device: its counterpart in the representative node
+  bool symmetric = false;              // true when only one node's ranks are simulated
+  [[nodiscard]] int ranks() const { return static_cast<int>(devices.size()); }
+  [[nodiscard]] int simulated_ranks() const { return static_cast<int>(simulated.size()); }
+};
+
+/// Lays out the ranks. Uses the representative-node form when `all_ranks` is false and the layout
+/// is symmetric (node-major, the same local device order in every node, more than one node);
+/// otherwise simulates every rank. `note` says which, and why.
+[[nodiscard]] RankLayout make_rank_layout(const topo::Topology& topology, std::vector<std::size_t> devices,
+                                          bool all_ranks, std::string* note);
+
+class Communicator {
+ public:
+  Communicator(sim::TaskGraph& graph, const MachineResources& machine, const topo::Topology& topology,
+               const RankLayout& layout, const MeasuredCosts& measured, const CostModel& costs,
+               CollectiveOptions options, std::vector<std::string>& notes);
+
+  /// Adds one collective of a buffer of `elements` bf16 elements (all-gather output, reduce-scatter
+  /// input). `deps[s]`: what simulated rank s waits for first. Returns, per simulated rank, a
+  /// barrier that ends when the rank holds its result.
+  std::vector<sim::TaskId> add(CollectiveKind kind, const std::string& name, std::int64_t elements,
+                               const CollectivePlan& plan, const std::vector<std::vector<sim::TaskId>>& deps);
+
+  /// The flat plan over the first `ranks` ranks: one ring, no quantization.
+  [[nodiscard]] static CollectivePlan flat(int ranks);
+
+ private:
+  struct Flow {
+    int from;  // simulated index
+    int to;    // simulated index standing for the receiver
+    std::vector<sim::ConstraintId> route;
+  };
+  // One stage of `kind` (reduce-scatter or all-gather) moving `per_peer` bf16 elements to each
+  // peer (ring: per chunk). Returns per simulated rank the barrier of its completion.
+  std::vector<sim::TaskId> add_stage(const std::string& name, const std::string& collective, const Band& band,
+                                     const CollectivePlan& plan, std::int64_t per_peer,
+                                     const std::vector<std::vector<sim::TaskId>>& first);
+  std::vector<sim::TaskId> add_ring_flows(const std::string& name, const CollectiveFit& fit, int g,
+                                          std::int64_t chunk_bytes, const std::vector<std::vector<Flow>>& directions,
+                                          const std::vector<std::vector<sim::TaskId>>& first);
+  std::vector<sim::TaskId> add_analytic(const std::string& name, const CollectiveFit& fit, const Band& band, bool ring,
+                                        std::int64_t bytes_per_flow, int steps,
+                                        const std::vector<std::vector<Flow>>& flows,
+                                        const std::vector<std::vector<sim::TaskId>>& first);
+  // A kernel on the communication side of rank s: HBM traffic of `bytes`, after `deps`.
+  sim::TaskId add_kernel(const std::string& name, int s, sim::Bytes bytes, std::vector<sim::TaskId> deps);
+  // The constraints a flow from rank a to rank b crosses, with b's node mirrored.
+  std::vector<sim::ConstraintId> route(int from_rank, int to_rank) const;
+  const CollectiveFit& fit(const std::string& collective, int g);
+
+  sim::TaskGraph& graph_;
+  const MachineResources& machine_;
+  const topo::Topology& topology_;
+  const RankLayout& layout_;
+  const MeasuredCosts& measured_;
+  const CostModel& costs_;
+  CollectiveOptions options_;
+  std::vector<std::string>& notes_;
+};
+
+}  // namespace offsim::models
