@@ -140,6 +140,15 @@ std::optional<StrategySpec> parse_strategy(const Node& node, const topo::Topolog
     ctx.error(bucket.loc, node.child_path("reduce_bucket_elements"), "expected a positive integer");
   dp.reduce_bucket_elements = bucket.value;
   dp.overlap_comm = r.required<bool>("overlap_comm").value;
+  {
+    // Needed at stage 3 only (no default: DeepSpeed's is 1e5, but configurations differ).
+    const auto threshold = stage.valid && stage.value == 3 ? r.required<std::int64_t>("param_persistence_threshold")
+                                                           : r.optional<std::int64_t>("param_persistence_threshold", 0);
+    if (threshold.valid && threshold.value < 0) {
+      ctx.error(threshold.loc, node.child_path("param_persistence_threshold"), "expected a count >= 0");
+    }
+    dp.param_persistence_threshold = threshold.value;
+  }
   if (auto off = r.child("offload_optimizer")) {
     MapReader o(*off);
     const auto device = o.choice("device", {"cpu", "none"});

@@ -113,11 +113,33 @@ struct GradientItem {
   std::vector<TaskId> ready_on_rank;
 };
 
-// A module whose parameters stage 3 gathers as one unit.
+// A module whose parameters stage 3 gathers before it runs: one all-gather per submodule whose
+// parameters reach the persistence threshold, in forward order (DeepSpeed fetches each submodule's
+// parameters in its pre-forward hook); smaller ones (norms, biases) stay resident on every rank.
 struct Module {
   std::string name;
-  std::int64_t parameters;
+  std::vector<std::int64_t> gathers;  // elements of each all-gather
+  std::int64_t persistent = 0;        // elements kept whole on every rank
+  [[nodiscard]] std::int64_t gathered() const {
+    std::int64_t n = 0;
+    for (const auto g : gathers) n += g;
+    return n;
+  }
 };
+
+// Splits `parts` (submodule parameter counts) into gathered and persistent by the threshold.
+Module make_module(std::string name, const std::vector<std::int64_t>& parts, std::int64_t persistence_threshold) {
+  Module mod{std::move(name), {}, 0};
+  for (const auto n : parts) {
+    if (n <= 0) continue;
+    if (n < persistence_threshold) {
+      mod.persistent += n;
+    } else {
+      mod.gathers.push_back(n);
+    }
+  }
+  return mod;
+}
 
 }  // namespace
 
@@ -178,9 +200,25 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
   if (train.recompute == Recompute::kSelective) recomputed = w.attention;
 
   // Modules in forward order; the head multiplies by the embedding when they are tied.
-  std::vector<Module> modules{{"embedding", params.embedding + params.position}};
-  for (std::int64_t l = 0; l < m.layers; ++l) modules.push_back({fmt::format("layer{}", l), params.per_layer});
-  modules.push_back({"head", params.final_norm + (m.tied_embeddings ? params.embedding : params.output_head)});
+  // A layer's submodules: its linear projections (weight and bias) and what remains (the norms).
+  std::vector<std::int64_t> layer_parts;
+  {
+    std::int64_t linear = 0;
+    for (const auto& gemm : layer_gemms(m, 1, 1)) {
+      if (gemm.attention_core) continue;
+      layer_parts.push_back(gemm.n * gemm.k + (m.linear_bias ? gemm.n : 0));
+      linear += layer_parts.back();
+    }
+    layer_parts.push_back(params.per_layer - linear);
+  }
+  const std::int64_t threshold = spec.param_persistence_threshold;
+  std::vector<Module> modules{make_module("embedding", {params.embedding, params.position}, threshold)};
+  for (std::int64_t l = 0; l < m.layers; ++l)
+    modules.push_back(make_module(fmt::format("layer{}", l), layer_parts, threshold));
+  modules.push_back(
+      make_module("head", {params.final_norm, m.tied_embeddings ? params.embedding : params.output_head}, threshold));
+  std::int64_t persistent = 0;
+  for (const auto& mod : modules) persistent += mod.persistent;
   // Gradients in the order backward produces them (each parameter once), and on the last
   // micro-batch each rank's backward compute tasks in that order.
   std::vector<std::vector<TaskId>> backward_tasks(sims);
@@ -287,13 +325,15 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
     return deps;
   };
 
-  // Model states.
+  // Model states. At stage 3 each rank keeps its partition of the gathered parameters and every
+  // persistent one whole (DeepSpeed's param_persistence_threshold).
+  const std::int64_t parameters_on_rank = stage == 3 ? partition(P - persistent) + persistent : P;
   constexpr const char* kGathered = "gathered parameters (bf16)";
   std::vector<TaskId> prev(sims);
   for (int r = 0; r < sims; ++r) {
     const TaskId a0 =
         alloc(r, "alloc.parameters", "setup", stage == 3 ? "parameter partition (bf16)" : "parameters (bf16)",
-              Bytes{(stage == 3 ? partition(P) : P) * kBf16Bytes}, {});
+              Bytes{parameters_on_rank * kBf16Bytes}, {});
     // With offload, the GPU keeps the states of its GPU-resident subgroups (fp32 master, m, v and
     // fp32 gradients); the host keeps the rest and a bf16 buffer for the whole gradient partition.
     const std::int64_t gpu_updated = updated_on_rank - cpu_params;
@@ -333,13 +373,16 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
       std::vector<TaskId> d{gather_stream[r]};
       d.insert(d.end(), freed_two_ago[r].begin(), freed_two_ago[r].end());
       allocated[r] = alloc(r, fmt::format("{}.alloc.{}", when, mod.name), "communication", kGathered,
-                           Bytes{mod.parameters * kBf16Bytes}, std::move(d));
+                           Bytes{mod.gathered() * kBf16Bytes}, std::move(d));
       deps[r] = {allocated[r]};
     }
     // Backward gathers come from the secondary partition inside its group when there is one (hpZ).
     const bool from_secondary = part.secondary_ranks > 0 && when.ends_with(".bwd");
-    const auto done = comm.add(CollectiveKind::kAllGather, fmt::format("gather.{}.{}", when, mod.name), mod.parameters,
-                               from_secondary ? part.secondary_gather : part.parameter_gather, deps);
+    std::vector<TaskId> done = allocated;
+    for (std::size_t i = 0; i < mod.gathers.size(); ++i) {
+      done = comm.add(CollectiveKind::kAllGather, fmt::format("gather.{}.{}.{}", when, mod.name, i), mod.gathers[i],
+                      from_secondary ? part.secondary_gather : part.parameter_gather, per_rank(done));
+    }
     gather_stream = done;
     return done;
   };
@@ -350,7 +393,7 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
   std::int64_t secondary_elements = 0;
   const auto release_module = [&](int r, const Module& mod, const std::string& when, TaskId after) {
     const TaskId f = release(r, fmt::format("{}.free.{}", when, mod.name), "communication", kGathered,
-                             Bytes{mod.parameters * kBf16Bytes}, {after});
+                             Bytes{mod.gathered() * kBf16Bytes}, {after});
     freed_two_ago[r] = freed_one_ago[r];
     freed_one_ago[r] = {f};
   };
@@ -359,14 +402,15 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
     std::vector<TaskId> gathered;
     if (stage == 3) gathered = gather_module(mod, when);
     const bool keep_secondary = stage == 3 && part.secondary_ranks > 0 && when == "mb0.fwd";
-    if (keep_secondary) secondary_elements += (mod.parameters + part.secondary_ranks - 1) / part.secondary_ranks;
+    const std::int64_t secondary_shard =
+        (mod.gathered() + part.secondary_ranks - 1) / std::max(1, part.secondary_ranks);
+    if (keep_secondary) secondary_elements += secondary_shard;
     for (int r = 0; r < sims; ++r) {
       std::vector<TaskId> deps{prev[r]};
       if (stage == 3) deps.push_back(gathered[r]);
       if (keep_secondary) {
-        secondary_kept[r].push_back(alloc(
-            r, fmt::format("alloc.secondary.{}", mod.name), "communication", kSecondary,
-            Bytes{(mod.parameters + part.secondary_ranks - 1) / part.secondary_ranks * kBf16Bytes}, {gathered[r]}));
+        secondary_kept[r].push_back(alloc(r, fmt::format("alloc.secondary.{}", mod.name), "communication", kSecondary,
+                                          Bytes{secondary_shard * kBf16Bytes}, {gathered[r]}));
         deps.push_back(secondary_kept[r].back());
       }
       prev[r] = body(r, std::move(deps));
@@ -577,7 +621,7 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
     // Model states on one GPU: parameters, gradients, optimizer states (the setup allocations) and
     // the hpZ secondary partition.
     const std::int64_t gpu_updated = updated_on_rank - cpu_params;
-    const std::int64_t parameters = (stage == 3 ? partition(P) : P) * kBf16Bytes;
+    const std::int64_t parameters = parameters_on_rank * kBf16Bytes;
     const std::int64_t gradients = offload ? gpu_updated * kFp32Bytes : (stage >= 2 ? partition(P) : P) * kBf16Bytes;
     out.model_states_per_device =
         Bytes{parameters + gradients + gpu_updated * kOptimizerStateBytesPerParam + secondary_elements * kBf16Bytes};

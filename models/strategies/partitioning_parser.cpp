@@ -70,13 +70,20 @@ std::optional<std::vector<Band>> parse_stages(MapReader& r, const Node& node, st
     ctx.error(list->location(), list->path(), "expected at least one level");
     return std::nullopt;
   }
+  // Two levels of one size (node and cluster on a one-node machine) are one band: keep the first.
   std::vector<int> sizes;
-  for (const auto& l : listed) sizes.push_back(l.size);
-  std::sort(sizes.begin(), sizes.end());
-  if (std::adjacent_find(sizes.begin(), sizes.end()) != sizes.end()) {
-    ctx.error(list->location(), list->path(), "a level (or two levels of the same size) is listed twice");
-    return std::nullopt;
+  std::vector<Named> distinct;
+  for (const auto& l : listed) {
+    if (std::any_of(distinct.begin(), distinct.end(), [&](const Named& d) { return d.name == l.name; })) {
+      ctx.error(l.item.location(), l.item.path(), fmt::format("level {} is listed twice", l.name));
+      return std::nullopt;
+    }
+    if (std::find(sizes.begin(), sizes.end(), l.size) != sizes.end()) continue;
+    sizes.push_back(l.size);
+    distinct.push_back(l);
   }
+  listed = std::move(distinct);
+  std::sort(sizes.begin(), sizes.end());
   if (sizes.back() != over) {
     ctx.error(list->location(), list->path(),
               fmt::format("the largest level must be the group the state is sharded over ({} ranks), got {}", over,

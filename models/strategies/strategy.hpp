@@ -59,6 +59,9 @@ struct DataParallelSpec {
   std::vector<std::string> devices;  // rank r runs on devices[r]; the ring follows this order
   std::int64_t reduce_bucket_elements = 0;
   bool overlap_comm = true;
+  // Stage 3: parameters of submodules smaller than this stay whole on every rank and are never
+  // gathered (DeepSpeed stage3_param_persistence_threshold; its default is 1e5).
+  std::int64_t param_persistence_threshold = 0;
   std::optional<OptimizerOffload> offload;   // stage 3 only
   std::optional<Partitioning> partitioning;  // stage 3 only; absent: everything over all ranks, flat
   CollectiveOptions collectives;

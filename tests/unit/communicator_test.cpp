@@ -97,7 +97,7 @@ TEST(RankSymmetry, RepresentativeNodeAgreesWithAllRanks) {
       "  dp: 16\n"
       "  devices_per_node: [gcd0, gcd1, gcd3, gcd2, gcd4, gcd5, gcd7, gcd6]\n"
       "  reduce_bucket_elements: 50000\n"
-      "  overlap_comm: true\n"
+      "  overlap_comm: true\n  param_persistence_threshold: 0\n"
       "  partitioning:\n"
       "    parameters: {{over: cluster, quantization: !include {0}/configs/strategies/zeropp-qwz-int8.yaml}}\n"
       "    secondary_parameters: {{over: node, gather: [gcd_pair, node]}}\n"
@@ -110,7 +110,7 @@ TEST(RankSymmetry, RepresentativeNodeAgreesWithAllRanks) {
       kRoot);
   for (const std::string& strategy :
        {zeropp, std::string("  kind: data_parallel\n  zero_stage: 3\n  dp: 16\n  reduce_bucket_elements: 50000\n"
-                            "  overlap_comm: true\n")}) {
+                            "  overlap_comm: true\n  param_persistence_threshold: 0\n")}) {
     const double representative = iteration_seconds(write_experiment("sym-rep", 2, strategy, true));
     const double all = iteration_seconds(write_experiment("sym-all", 2, strategy + "  simulate: all_ranks\n", true));
     EXPECT_GT(representative, 0.0);
@@ -169,7 +169,7 @@ TEST(Partitioning, HpzAddsTheSecondaryPartitionToTheModelStates) {
       "  zero_stage: 3\n"
       "  dp: 16\n"
       "  reduce_bucket_elements: 50000\n"
-      "  overlap_comm: true\n"
+      "  overlap_comm: true\n  param_persistence_threshold: 0\n"
       "  partitioning:\n"
       "    parameters: {over: cluster}\n"
       "    secondary_parameters: {over: gcd_pair}\n"
