@@ -51,6 +51,23 @@ std::string asymmetry(const topo::Topology& t, const std::vector<std::size_t>& d
 
 }  // namespace
 
+std::vector<int> Communicator::channel_order(const std::vector<int>& members, int channel, int channels) const {
+  if (channel == 0) return members;
+  // Blocks of consecutive members on one node, each rotated by channel x size / channels.
+  std::vector<int> order;
+  std::size_t begin = 0;
+  while (begin < members.size()) {
+    const int node = topology_.device(layout_.devices[members[begin]]).node;
+    std::size_t end = begin;
+    while (end < members.size() && topology_.device(layout_.devices[members[end]]).node == node) ++end;
+    const std::size_t size = end - begin;
+    const std::size_t shift = static_cast<std::size_t>(channel) * size / static_cast<std::size_t>(channels) % size;
+    for (std::size_t i = 0; i < size; ++i) order.push_back(members[begin + (i + shift) % size]);
+    begin = end;
+  }
+  return order;
+}
+
 RankLayout make_rank_layout(const topo::Topology& topology, std::vector<std::size_t> devices, bool all_ranks,
                             std::string* note) {
   RankLayout layout;
@@ -243,18 +260,42 @@ std::vector<TaskId> Communicator::add_stage(const std::string& name, const std::
   const int sims = layout_.simulated_ranks();
   const auto member = [&](int r, int k) { return r - r % band.hi + r % band.lo + k * band.lo; };
   const auto position = [&](int r) { return (r % band.hi) / band.lo; };
-  const CollectiveFit& f = fit(collective, g);
+  CollectiveFit f = fit(collective, g);
   if (plan.algorithm == StageAlgorithm::kRing) {
-    // Two directions, one flow per simulated rank each: to the next member (cw), to the previous (ccw).
-    std::vector<std::vector<Flow>> directions(2);
-    for (int s = 0; s < sims; ++s) {
-      const int r = layout_.simulated[s];
-      const int next = member(r, (position(r) + 1) % g);
-      const int prev = member(r, (position(r) + g - 1) % g);
-      directions[0].push_back({s, layout_.simulated_index[next], route(r, next)});
-      directions[1].push_back({s, layout_.simulated_index[prev], route(r, prev)});
+    // With measured points, the implementation's bus bandwidth at this stage's buffer (what
+    // nccl-tests would call its size: every member's share) caps the ring, latency included.
+    const double stage_bytes = static_cast<double>(plan.quantization.wire_bytes(per_peer)) * g;
+    const int first_node = topology_.device(layout_.devices[member(layout_.simulated[0], 0)]).node;
+    const int last_node = topology_.device(layout_.devices[member(layout_.simulated[0], g - 1)]).node;
+    if (const auto measured = measured_.measured_bus_bandwidth(collective, g, stage_bytes, first_node != last_node)) {
+      f.step_latency = TimePs{0};
+      f.bus_bandwidth = *measured;
     }
-    const std::int64_t chunk = plan.quantization.wire_bytes(ceil_div(per_peer, 2));
+    // Channels (RCCL's parallel rings): channel c visits the members of each node in the band's
+    // order rotated by c x (members on the node) / channels, so the rings enter and leave every
+    // node through different devices (and NICs). Each channel carries 1/channels of the buffer.
+    // Per channel, two directions, one flow per simulated rank each: to the next member (cw), to
+    // the previous one (ccw).
+    const int channels = std::max(1, options_.channels);
+    std::vector<int> members(g);
+    for (int k = 0; k < g; ++k) members[k] = member(layout_.simulated[0], k);
+    std::vector<std::vector<Flow>> directions(2 * channels);
+    for (int c = 0; c < channels; ++c) {
+      const std::vector<int> order = channel_order(members, c, channels);
+      std::vector<int> place(g);
+      for (int k = 0; k < g; ++k) place[position(order[k])] = k;
+      for (int s = 0; s < sims; ++s) {
+        const int r = layout_.simulated[s];
+        const int base = member(r, 0) - member(layout_.simulated[0], 0);  // this subgroup's offset
+        const int k = place[position(r)];
+        const int next = order[(k + 1) % g] + base;
+        const int prev = order[(k + g - 1) % g] + base;
+        directions[2 * c].push_back({s, layout_.simulated_index[next], route(r, next)});
+        directions[2 * c + 1].push_back({s, layout_.simulated_index[prev], route(r, prev)});
+      }
+    }
+    const std::int64_t chunk = plan.quantization.wire_bytes(ceil_div(per_peer, 2 * channels));
+    f.bus_bandwidth = f.bus_bandwidth * (1.0 / channels);
     if (options_.fidelity == Fidelity::kAnalytic)
       return add_analytic(name, f, band, true, chunk, g - 1, directions, first);
     return add_ring_flows(name, f, g, chunk, directions, first);
@@ -294,23 +335,25 @@ std::vector<TaskId> Communicator::add_ring_flows(const std::string& name, const 
   const int steps = g - 1;
   const int merged = options_.max_ring_steps > 0 ? std::min(steps, options_.max_ring_steps) : steps;
   // own[d][s]: rank s's last send in direction d; into[d][s]: the last sends it received.
-  std::vector<std::vector<TaskId>> own(2, std::vector<TaskId>(sims));
-  std::vector<std::vector<std::vector<TaskId>>> into(2, std::vector<std::vector<TaskId>>(sims));
+  const std::size_t rings = directions.size();
+  std::vector<std::vector<TaskId>> own(rings, std::vector<TaskId>(sims));
+  std::vector<std::vector<std::vector<TaskId>>> into(rings, std::vector<std::vector<TaskId>>(sims));
   for (int step = 0; step < merged; ++step) {
     const std::int64_t chunks = steps / merged + (step < steps % merged ? 1 : 0);
-    std::vector<std::vector<std::vector<TaskId>>> next_into(2, std::vector<std::vector<TaskId>>(sims));
-    for (int d = 0; d < 2; ++d) {
+    std::vector<std::vector<std::vector<TaskId>>> next_into(rings, std::vector<std::vector<TaskId>>(sims));
+    for (std::size_t d = 0; d < rings; ++d) {
       for (const Flow& fl : directions[d]) {
         std::vector<TaskId> deps = first[fl.from];
         if (step > 0) {
           deps = into[d][fl.from];
           deps.push_back(own[d][fl.from]);
         }
-        const TaskId t = graph_.add(
-            fmt::format("{}.{}{}.r{}", name, d == 0 ? "cw" : "ccw", step, layout_.simulated[fl.from]), "communication",
-            TransferTask{fl.route, Bytes{chunk_bytes * chunks}, TimePs{f.step_latency.ps * chunks},
-                         f.bus_bandwidth * 0.5},
-            std::move(deps));
+        const TaskId t = graph_.add(fmt::format("{}.{}{}{}.r{}", name, rings > 2 ? fmt::format("ch{}.", d / 2) : "",
+                                                d % 2 == 0 ? "cw" : "ccw", step, layout_.simulated[fl.from]),
+                                    "communication",
+                                    TransferTask{fl.route, Bytes{chunk_bytes * chunks},
+                                                 TimePs{f.step_latency.ps * chunks}, f.bus_bandwidth * 0.5},
+                                    std::move(deps));
         own[d][fl.from] = t;
         next_into[d][fl.to].push_back(t);
       }
@@ -319,8 +362,11 @@ std::vector<TaskId> Communicator::add_ring_flows(const std::string& name, const 
   }
   std::vector<TaskId> done(sims);
   for (int s = 0; s < sims; ++s) {
-    std::vector<TaskId> deps{own[0][s], own[1][s]};
-    for (int d = 0; d < 2; ++d) deps.insert(deps.end(), into[d][s].begin(), into[d][s].end());
+    std::vector<TaskId> deps;
+    for (std::size_t d = 0; d < rings; ++d) {
+      deps.push_back(own[d][s]);
+      deps.insert(deps.end(), into[d][s].begin(), into[d][s].end());
+    }
     done[s] = graph_.add(fmt::format("{}.done.r{}", name, layout_.simulated[s]), "communication", BarrierTask{},
                          std::move(deps));
   }

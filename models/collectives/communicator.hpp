@@ -98,6 +98,8 @@ class Communicator {
                                         const std::vector<std::vector<sim::TaskId>>& first);
   // A kernel on the communication side of rank s: HBM traffic of `bytes`, after `deps`.
   sim::TaskId add_kernel(const std::string& name, int s, sim::Bytes bytes, std::vector<sim::TaskId> deps);
+  // The ring order of `members` (one subgroup, band order) for one channel.
+  [[nodiscard]] std::vector<int> channel_order(const std::vector<int>& members, int channel, int channels) const;
   // The constraints a flow from rank a to rank b crosses, with b's node mirrored.
   std::vector<sim::ConstraintId> route(int from_rank, int to_rank) const;
   const CollectiveFit& fit(const std::string& collective, int g);

@@ -40,6 +40,7 @@ enum class Fidelity { kFlow, kAnalytic };
 struct CollectiveOptions {
   Fidelity fidelity = Fidelity::kFlow;
   int max_ring_steps = 0;  // 0: every ring step; n: steps merged into at most n (latency kept)
+  int channels = 1;        // parallel rings, each entering and leaving the nodes at other devices
 };
 
 }  // namespace offsim::models

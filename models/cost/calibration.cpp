@@ -102,6 +102,7 @@ Table read_table(const std::filesystem::path& path) {
 struct Row {
   const Table* table;
   std::size_t index;
+  [[nodiscard]] bool has(const std::string& column) const { return table->column.contains(column); }
   [[nodiscard]] std::string text(const std::string& column) const {
     const auto it = table->column.find(column);
     return it == table->column.end() ? std::string() : table->rows[index][it->second];
@@ -150,8 +151,17 @@ std::string calibrate(const CalibrateOptions& o) {
     }
     for (std::size_t i = 0; i < t.rows.size(); ++i) {
       const Row r{&t, i};
-      if (std::all_of(filters.begin(), filters.end(), [&](const auto& f) { return r.text(f.first) == f.second; }))
-        rows.push_back(r);
+      // A filter value may list alternatives: --filter gcds=8|32|128.
+      const auto matches = [&](const auto& f) {
+        std::string_view alternatives = f.second;
+        while (true) {
+          const auto bar = alternatives.find('|');
+          if (r.text(f.first) == alternatives.substr(0, bar)) return true;
+          if (bar == std::string_view::npos) return false;
+          alternatives.remove_prefix(bar + 1);
+        }
+      };
+      if (std::all_of(filters.begin(), filters.end(), matches)) rows.push_back(r);
     }
   }
   if (rows.empty()) throw CalibrationError("no rows left to fit (check the files and --filter)");
@@ -216,8 +226,35 @@ std::string calibrate(const CalibrateOptions& o) {
           y.push_back(r.number("time_s"));
         }
         const LineFit f = fit_line(x, y);
-        out += fmt::format("    - {{ranks: {}, step_latency: {}, bus_bandwidth: {}, fit: {}}}\n", g,
-                           yaml_time(f.intercept / steps), yaml_bandwidth(1.0 / f.slope), yaml_fit(f));
+        // Whether the group spans nodes, when the CSV says (a `nodes` column).
+        std::string nodes;
+        if (group.front().has("nodes")) nodes = fmt::format("nodes: {:.0f}, ", group.front().number("nodes"));
+        if (f.slope > 0.0 && f.intercept >= 0.0) {
+          out += fmt::format("    - {{ranks: {}, {}step_latency: {}, bus_bandwidth: {}, fit: {},\n", g, nodes,
+                             yaml_time(f.intercept / steps), yaml_bandwidth(1.0 / f.slope), yaml_fit(f));
+        } else {
+          // No physical line through these points (the implementation's efficiency collapses at
+          // some sizes): the plateau stands in for the fit and the measured table carries the rest.
+          double plateau = 0.0;
+          for (std::size_t i = 0; i < x.size(); ++i) plateau = std::max(plateau, x[i] / y[i]);
+          out += fmt::format(
+              "    - {{ranks: {}, {}step_latency: \"0 us\", bus_bandwidth: {}, fit: {{rows: {}, note: \"no physical "
+              "alpha-beta line (fitted bus bandwidth {}); the highest measured bus bandwidth stands in\"}},\n",
+              g, nodes, yaml_bandwidth(plateau), f.rows, sim::format_bandwidth(sim::Bandwidth{1.0 / f.slope}));
+        }
+        // The measured bus bandwidth by size, for the collective-implementation efficiency layer
+        // (mean over rows of one size, sizes ascending).
+        std::map<double, std::pair<double, int>> by_size;
+        for (const auto& r : group) {
+          auto& [sum, n] = by_size[r.number("bytes")];
+          sum += per_rank * r.number("bytes") / r.number("time_s");
+          ++n;
+        }
+        std::vector<std::string> points;
+        for (const auto& [bytes, mean] : by_size) {
+          points.push_back(fmt::format("[{:.0f}, \"{:.4g} GB/s\"]", bytes, mean.first / mean.second / 1e9));
+        }
+        out += fmt::format("       measured: [{}]}}\n", fmt::join(points, ", "));
       }
     }
   }

@@ -139,6 +139,45 @@ const CollectiveFit& MeasuredCosts::collective(const std::string& name, int rank
   return *best;
 }
 
+namespace {
+
+// log-linear interpolation of a measured (bytes, busbw) curve at `bytes`, clamped at its ends.
+double interpolate_by_size(const std::vector<std::pair<double, double>>& curve, double bytes) {
+  if (bytes <= curve.front().first) return curve.front().second;
+  if (bytes >= curve.back().first) return curve.back().second;
+  const auto hi = std::lower_bound(curve.begin(), curve.end(), bytes,
+                                   [](const std::pair<double, double>& p, double b) { return p.first < b; });
+  const auto lo = hi - 1;
+  const double t = std::log(bytes / lo->first) / std::log(hi->first / lo->first);
+  return lo->second + t * (hi->second - lo->second);
+}
+
+}  // namespace
+
+std::optional<sim::Bandwidth> MeasuredCosts::measured_bus_bandwidth(const std::string& name, int ranks, double bytes,
+                                                                    bool spans_nodes) const {
+  const auto it = collectives.find(name);
+  if (it == collectives.end()) return std::nullopt;
+  std::vector<const CollectiveFit*> with_points;
+  for (const auto& f : it->second) {
+    if (!f.measured.empty() && (f.nodes == 0 || (f.nodes > 1) == spans_nodes)) with_points.push_back(&f);
+  }
+  if (with_points.empty()) return std::nullopt;
+  std::sort(with_points.begin(), with_points.end(), [](const auto* a, const auto* b) { return a->ranks < b->ranks; });
+  // At the same bytes per rank: a group of g measured ranks sees bytes x g / ranks.
+  const auto at = [&](const CollectiveFit* f) {
+    return interpolate_by_size(f->measured, bytes * f->ranks / static_cast<double>(ranks));
+  };
+  if (ranks <= with_points.front()->ranks) return sim::Bandwidth{at(with_points.front())};
+  if (ranks >= with_points.back()->ranks) return sim::Bandwidth{at(with_points.back())};
+  const auto hi =
+      std::find_if(with_points.begin(), with_points.end(), [&](const auto* f) { return f->ranks >= ranks; });
+  const auto lo = hi - 1;
+  const double t =
+      std::log(static_cast<double>(ranks) / (*lo)->ranks) / std::log(static_cast<double>((*hi)->ranks) / (*lo)->ranks);
+  return sim::Bandwidth{at(*lo) + t * (at(*hi) - at(*lo))};
+}
+
 std::optional<MeasuredCosts> parse_measured_costs(const Node& node) {
   auto& ctx = node.context();
   const std::size_t errors_before = ctx.error_count();
@@ -150,6 +189,7 @@ std::optional<MeasuredCosts> parse_measured_costs(const Node& node) {
       MapReader f(*fit);  // fit quality, kept for the reader; not used by the model
       (void)f.optional<int>("rows", 0);
       (void)f.optional<double>("max_relative_residual", 0.0);
+      (void)f.optional<std::string>("note", "");
     }
   };
   if (auto coll = r.child("collectives")) {
@@ -164,6 +204,9 @@ std::optional<MeasuredCosts> parse_measured_costs(const Node& node) {
         const auto ranks = f.required<int>("ranks");
         if (ranks.valid && ranks.value < 2) ctx.error(ranks.loc, item.child_path("ranks"), "expected at least 2 ranks");
         fit.ranks = ranks.value;
+        const auto nodes = f.optional<int>("nodes", 0);
+        if (nodes.valid && nodes.value < 0) ctx.error(nodes.loc, item.child_path("nodes"), "expected a count >= 1");
+        fit.nodes = nodes.value;
         fit.step_latency = f.required<sim::TimePs>("step_latency").value;
         const auto busbw = f.required<sim::Bandwidth>("bus_bandwidth");
         if (busbw.valid && !(busbw.value.bytes_per_s > 0.0)) {
@@ -171,6 +214,27 @@ std::optional<MeasuredCosts> parse_measured_costs(const Node& node) {
         }
         fit.bus_bandwidth = busbw.value;
         read_fit(f);
+        if (auto points = f.child("measured")) {
+          for (const auto& point : points->items()) {
+            const auto pair = point.items();
+            if (pair.size() != 2) {
+              ctx.error(point.location(), point.path(), "expected [bytes, \"bus bandwidth\"]");
+              continue;
+            }
+            const auto bytes = pair[0].as<double>();
+            const auto bw = pair[1].as<sim::Bandwidth>();
+            if (!bytes || !bw) continue;
+            if (!(*bytes > 0.0) || !(bw->bytes_per_s > 0.0)) {
+              ctx.error(point.location(), point.path(), "expected a positive size and bandwidth");
+              continue;
+            }
+            if (!fit.measured.empty() && *bytes <= fit.measured.back().first) {
+              ctx.error(point.location(), point.path(), "expected sizes in ascending order");
+              continue;
+            }
+            fit.measured.emplace_back(*bytes, bw->bytes_per_s);
+          }
+        }
         fits.push_back(fit);
       }
     }

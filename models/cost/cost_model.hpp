@@ -41,8 +41,12 @@ struct DeviceCosts {
 /// A fitted collective at one group size (offsim calibrate, ring model).
 struct CollectiveFit {
   int ranks = 0;
+  int nodes = 0;  // nodes the measured group spanned; 0: not recorded
   sim::TimePs step_latency;
   sim::Bandwidth bus_bandwidth;
+  // Measured bus bandwidth by buffer size (bytes, bytes/s), ascending: the collective
+  // implementation's efficiency, pathologies included. Empty: only the alpha-beta fit is known.
+  std::vector<std::pair<double, double>> measured;
 };
 
 struct CopyFit {
@@ -80,6 +84,13 @@ struct MeasuredCosts {
   /// The fit for `collective` at `ranks`; when that group size was not measured, the nearest
   /// measured one, and `note` says so. Throws std::out_of_range when the collective is absent.
   [[nodiscard]] const CollectiveFit& collective(const std::string& collective, int ranks, std::string* note) const;
+  /// The measured bus bandwidth of `collective` over `ranks` ranks for a buffer of `bytes`, when
+  /// the table has measured points: interpolated at the same bytes per rank (where the software
+  /// changes protocol) between the nearest measured group sizes, log-linear in size and in ranks,
+  /// clamped at the ends of the measured range. nullopt without measured points.
+  /// Groups within one node and across nodes are never mixed when the table records `nodes`.
+  [[nodiscard]] std::optional<sim::Bandwidth> measured_bus_bandwidth(const std::string& collective, int ranks,
+                                                                     double bytes, bool spans_nodes) const;
 };
 
 class CostModel {

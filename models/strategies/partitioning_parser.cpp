@@ -214,6 +214,11 @@ CollectiveOptions parse_collective_options(MapReader& r) {
     node->context().error(steps.loc, node->child_path("max_ring_steps"), "expected 0 (every step) or a positive count");
   }
   out.max_ring_steps = steps.value;
+  const auto channels = c.optional<int>("channels", 1);
+  if (channels.valid && channels.value < 1) {
+    node->context().error(channels.loc, node->child_path("channels"), "expected a positive count");
+  }
+  out.channels = channels.value;
   return out;
 }
 

@@ -67,7 +67,7 @@ contains "model count" "$tmp/model.json" '"total": 68976648192,'
 contains "model qkv shape at tp 8" "$tmp/model.txt" "qkv                                 4096  1280  8192"
 
 "$offsim" calibrate bench/data/frontier-rccl-collectives.csv --device mi250x-gcd --filter library=rccl --filter nodes=1 --out "$tmp/rccl.yaml" >/dev/null 2>&1; check "calibrate" 0 $?
-contains "calibrate fits all_gather at 8 ranks" "$tmp/rccl.yaml" 'ranks: 8, step_latency: "13.351 us", bus_bandwidth: "91.17 GB/s"'
+contains "calibrate fits all_gather at 8 ranks" "$tmp/rccl.yaml" 'ranks: 8, nodes: 1, step_latency: "13.351 us", bus_bandwidth: "91.17 GB/s"'
 "$offsim" calibrate bench/data/frontier-rccl-collectives.csv --device x --filter library=nccl --out "$tmp/none.yaml" >"$tmp/cal.txt" 2>&1; check "calibrate with no rows exits 2" 2 $?
 contains "calibrate says why" "$tmp/cal.txt" "no rows left to fit"
 

@@ -354,15 +354,36 @@ namespace offsim::models {
 namespace {
 
 TEST(CollectiveExperiment, AnUncontendedRingReproducesItsCalibration) {
-  // One Frontier node, 8 ranks, all-gather of S = 1 GiB. Every ring hop is a direct IF link of at
-  // least 50 GB/s and each direction is capped at half the fitted bus bandwidth (91.17 / 2 GB/s),
-  // so the flow simulation must give back the fitted line of configs/calibration/frontier-rccl.yaml:
-  //   t = 7 x 13.351 us + (7/8) x S / 91.17 GB/s
+  // One Frontier node, 8 ranks, one ring, all-gather of S = 1 GiB. Every ring hop is a direct IF
+  // link of at least 50 GB/s and each direction is capped at half the measured bus bandwidth at
+  // 1 GiB on 8 GCDs (89.86 GB/s in configs/calibration/frontier-rccl-multinode.yaml, latency
+  // included), so the flow simulation must give back the measurement:
+  //   t = (7/8) x S / 89.86 GB/s
   const std::string file = std::string(OFFSIM_SOURCE_DIR) + "/configs/experiments/allgather-frontier.yaml";
-  const ExperimentResult r = run_experiment(load_experiment(file, {"hardware.nodes=1"}));
+  const ExperimentResult r =
+      run_experiment(load_experiment(file, {"hardware.nodes=1", "strategy.collectives.channels=1"}));
+  const double S = 1073741824.0;
+  const double expected = 7.0 / 8.0 * S / 89.86e9;
+  EXPECT_NEAR(r.iteration_time.seconds() / expected, 1.0, 1e-6);
+}
+
+TEST(CollectiveExperiment, WithoutMeasuredPointsTheRingFollowsTheAlphaBetaFit) {
+  // The same ring with an alpha-beta fit alone (frontier-rccl.yaml's 8-GCD line, measured points
+  // dropped): t = 7 x 13.351 us + (7/8) x S / 91.17 GB/s.
+  const std::string file = std::string(OFFSIM_SOURCE_DIR) + "/configs/experiments/allgather-frontier.yaml";
+  ExperimentSpec spec = load_experiment(file, {"hardware.nodes=1", "strategy.collectives.channels=1"});
+  for (auto& [name, fits] : spec.collectives.collectives) {
+    for (auto& f : fits) {
+      f.measured.clear();
+      if (f.ranks == 8 && name == "all_gather") {
+        f.step_latency = sim::TimePs{13'351'000};
+        f.bus_bandwidth = sim::Bandwidth{91.17e9};
+      }
+    }
+  }
   const double S = 1073741824.0;
   const double expected = 7 * 13.351e-6 + 7.0 / 8.0 * S / 91.17e9;
-  EXPECT_NEAR(r.iteration_time.seconds() / expected, 1.0, 1e-6);
+  EXPECT_NEAR(run_experiment(spec).iteration_time.seconds() / expected, 1.0, 1e-6);
 }
 
 }  // namespace
