@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <tuple>
 
 #include "models/experiment.hpp"
 #include "sim/config/config_reader.hpp"
@@ -18,10 +19,22 @@ namespace {
 // Issue #7's bound on the mean absolute error of a group of timing cases.
 constexpr double kGroupMeanBound = 0.10;
 
+// One run of an experiment: the file and the overrides that set it up.
+struct Run {
+  std::filesystem::path experiment;
+  std::vector<std::string> overrides;
+  bool operator<(const Run& o) const { return std::tie(experiment, overrides) < std::tie(o.experiment, o.overrides); }
+};
+
+// A timing (`predicted`: phases or iteration, summed, of the case's experiment) or a ratio of one
+// summary figure between two runs (`ratio`: tflops_per_device or iteration_time of `of` over
+// `over`), as published studies report speedups.
 struct Metric {
   std::string name;
   std::vector<std::string> predicted;  // "iteration" or phase names, summed
-  double measured_s = 0.0;
+  double measured = 0.0;               // seconds, or the ratio
+  std::optional<std::string> ratio_figure;
+  Run of, over;
 };
 
 struct Claim {
@@ -36,8 +49,7 @@ const std::vector<std::string> kClaims{"backward_and_update_dominate", "gpu_idle
 struct Case {
   std::string name;
   std::string group;
-  std::filesystem::path experiment;
-  std::vector<std::string> overrides;
+  Run run;  // the case's experiment (none when every metric is a ratio)
   std::vector<Metric> metrics;
   double tolerance = 0.0;
   std::optional<std::string> known_gap;
@@ -52,12 +64,17 @@ Case parse_case(const std::filesystem::path& file) {
     sim::config::MapReader r(root);
     c.name = r.required<std::string>("name").value;
     c.group = r.required<std::string>("group").value;
-    c.experiment = file.parent_path() / r.required<std::string>("experiment").value;
-    if (auto set = r.child("set")) {
-      for (const auto& item : set->items()) {
-        if (auto v = item.as<std::string>()) c.overrides.push_back(*v);
+    const auto read_run = [&](sim::config::MapReader& m) {
+      Run run;
+      run.experiment = file.parent_path() / m.required<std::string>("experiment").value;
+      if (auto set = m.child("set")) {
+        for (const auto& item : set->items()) {
+          if (auto v = item.as<std::string>()) run.overrides.push_back(*v);
+        }
       }
-    }
+      return run;
+    };
+    if (r.has("experiment")) c.run = read_run(r);
     (void)r.required<std::string>("measured_source");
     (void)r.required<std::string>("inputs");
     (void)r.required<std::string>("uncertain");
@@ -70,10 +87,27 @@ Case parse_case(const std::filesystem::path& file) {
         sim::config::MapReader m(item);
         Metric metric;
         metric.name = m.required<std::string>("name").value;
-        metric.measured_s = m.required<sim::TimePs>("measured").value.seconds();
-        if (auto p = m.required_child("predicted", "a list of phases, or [iteration]")) {
-          for (const auto& phase : p->items()) {
-            if (auto v = phase.as<std::string>()) metric.predicted.push_back(*v);
+        if (auto ratio = m.child("ratio")) {
+          sim::config::MapReader rr(*ratio);
+          metric.ratio_figure = rr.choice("figure", {"tflops_per_device", "iteration_time"}).value;
+          if (auto of = rr.required_child("of", "a run: {experiment, set}")) {
+            sim::config::MapReader o(*of);
+            metric.of = read_run(o);
+          }
+          if (auto over = rr.required_child("over", "a run: {experiment, set}")) {
+            sim::config::MapReader o(*over);
+            metric.over = read_run(o);
+          }
+          metric.measured = m.required<double>("measured").value;
+        } else {
+          if (c.run.experiment.empty()) {
+            ctx.error(item.location(), item.path(), "a timing metric needs the case's experiment");
+          }
+          metric.measured = m.required<sim::TimePs>("measured").value.seconds();
+          if (auto p = m.required_child("predicted", "a list of phases, or [iteration], or give a ratio")) {
+            for (const auto& phase : p->items()) {
+              if (auto v = phase.as<std::string>()) metric.predicted.push_back(*v);
+            }
           }
         }
         c.metrics.push_back(std::move(metric));
@@ -233,11 +267,30 @@ ValidationReport validate(const std::filesystem::path& dir) {
   }
   std::sort(files.begin(), files.end());
   ValidationReport report;
+  // Ratio metrics share runs (a baseline appears in several ratios): each run is simulated once.
+  std::map<Run, ExperimentResult> runs;
+  const auto result_of = [&](const Run& run) -> const ExperimentResult& {
+    auto it = runs.find(run);
+    if (it == runs.end()) it = runs.emplace(run, run_experiment(load_experiment(run.experiment, run.overrides))).first;
+    return it->second;
+  };
+  const auto figure = [](const std::string& name, const ExperimentResult& r) {
+    return name == "tflops_per_device" ? r.tflops_per_device : r.iteration_time.seconds();
+  };
   for (const auto& file : files) {
     const Case c = parse_case(file);
-    const ExperimentResult result = run_experiment(load_experiment(c.experiment, c.overrides), {!c.claims.empty()});
+    ExperimentResult result;
+    if (!c.run.experiment.empty()) {
+      result = run_experiment(load_experiment(c.run.experiment, c.run.overrides), {!c.claims.empty()});
+    }
     for (const auto& m : c.metrics) {
-      report.rows.push_back({c.name, c.group, m.name, m.measured_s, predicted_of(m, result), c.tolerance, c.known_gap});
+      if (m.ratio_figure) {
+        const double predicted = figure(*m.ratio_figure, result_of(m.of)) / figure(*m.ratio_figure, result_of(m.over));
+        report.rows.push_back({c.name, c.group, m.name, m.measured, predicted, c.tolerance, c.known_gap, true});
+        continue;
+      }
+      report.rows.push_back(
+          {c.name, c.group, m.name, m.measured, predicted_of(m, result), c.tolerance, c.known_gap, false});
     }
     for (const auto& claim : c.claims) {
       report.claims.push_back(evaluate(c, claim, result));
@@ -280,8 +333,11 @@ ValidationReport validate(const std::filesystem::path& dir) {
 std::string validation_text(const ValidationReport& report) {
   sim::report::TextTable t({"case", "metric", "measured", "predicted", "error", "status"});
   for (const auto& r : report.rows) {
-    t.add_row({r.case_name, r.metric, sim::format_time(sim::seconds_to_time(r.measured_s)),
-               sim::format_time(sim::seconds_to_time(r.predicted_s)), fmt::format("{:+.1f}%", 100.0 * r.error()),
+    const auto value = [&](double v) {
+      return r.is_ratio ? fmt::format("{:.3f}x", v) : sim::format_time(sim::seconds_to_time(v));
+    };
+    t.add_row({r.case_name, r.metric, value(r.measured_s), value(r.predicted_s),
+               fmt::format("{:+.1f}%", 100.0 * r.error()),
                r.known_gap ? "known gap" : (r.within() ? "ok" : fmt::format("FAIL (> {:.0f}%)", 100.0 * r.tolerance))});
   }
   std::string out = t.str() + "\n";
@@ -323,7 +379,12 @@ std::string validation_json(const ValidationReport& report) {
   j.key("rows").begin_array();
   for (const auto& r : report.rows) {
     j.begin_object().field("case", r.case_name).field("group", r.group).field("metric", r.metric);
-    j.field("measured_s", r.measured_s).field("predicted_s", r.predicted_s).field("error", r.error());
+    if (r.is_ratio) {
+      j.field("measured_ratio", r.measured_s).field("predicted_ratio", r.predicted_s);
+    } else {
+      j.field("measured_s", r.measured_s).field("predicted_s", r.predicted_s);
+    }
+    j.field("error", r.error());
     j.field("tolerance", r.tolerance);
     if (r.known_gap) {
       j.field("known_gap", *r.known_gap);

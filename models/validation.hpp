@@ -4,7 +4,8 @@
 // A case file (configs/validation/**/*.yaml) names an experiment, the overrides that reproduce
 // the measured setup, the measured values and where they come from, what was uncertain, and
 // optionally a known gap (a measurement the model cannot explain yet, kept in the table but out
-// of the bounds). A metric's prediction is `iteration` or a sum of reported phases.
+// of the bounds). A metric's prediction is `iteration` or a sum of reported phases, or a ratio of
+// one summary figure between two runs (a published speedup).
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -20,6 +21,7 @@ struct ValidationRow {
   double predicted_s = 0.0;
   double tolerance = 0.0;
   std::optional<std::string> known_gap;
+  bool is_ratio = false;  // measured_s / predicted_s hold a ratio of two runs, not seconds
   [[nodiscard]] double error() const { return (predicted_s - measured_s) / measured_s; }
   [[nodiscard]] bool within() const;
 };
