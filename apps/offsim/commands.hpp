@@ -13,6 +13,7 @@ struct RunOptions {
   std::string config;
   std::vector<std::string> overrides;
   std::string out_dir;  // empty: no files
+  bool all_ranks = false;
 };
 
 struct GraphOptions {
@@ -47,12 +48,34 @@ struct CalibrateCliOptions {
   std::string command_line;
 };
 
+struct SweepCliOptions {
+  std::string file;
+  std::string out;
+  int jobs = 1;
+  bool resume = false;
+  std::string best;  // rank the finished points by this column
+  std::size_t top = 5;
+  bool best_only = false;  // --best on an existing file without running
+};
+
 int run_command(const RunOptions& options);
+int sweep_command(const SweepCliOptions& options);
 int validate_command(const std::string& dir, bool json);
 int calibrate_command(const CalibrateCliOptions& options);
 int model_command(const ModelOptions& options);
 int topo_command(const TopoOptions& options);
 int graph_command(const GraphOptions& options);
 int list_command();
+
+}  // namespace offsim::app
+
+namespace offsim::models {
+struct Sweep;
+}
+
+namespace offsim::app {
+/// Under mpirun (built with OFFSIM_WITH_MPI, more than one rank): runs the sweep across ranks,
+/// rank 0 appending each round's rows and writing the merged file. false when not distributed.
+bool run_distributed_sweep(const models::Sweep& sweep, const SweepCliOptions& options);
 
 }  // namespace offsim::app

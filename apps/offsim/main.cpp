@@ -20,6 +20,8 @@ int main(int argc, char** argv) {
   run_cmd->add_option("config", run.config, "experiment YAML (e.g. configs/experiments/gpt3-1.3b-dp8-frontier.yaml)")
       ->required();
   run_cmd->add_option("--set", run.overrides, "override a value: --set key.path=value (repeatable)");
+  run_cmd->add_flag("--all-ranks", run.all_ranks,
+                    "simulate every rank even when one node could stand for all (rank symmetry)");
   run_cmd->add_option("--out", run.out_dir,
                       "write DIR/summary.json, DIR/timeline.csv (memory and link rates over time) and DIR/trace.json "
                       "(Chrome trace for Perfetto), each atomically");
@@ -60,6 +62,20 @@ int main(int argc, char** argv) {
   cal_cmd->add_option("--filter", cal.filters, "keep rows where column=value (repeatable)");
   cal_cmd->add_option("--peak", cal.peak, "peak rate for GEMM efficiencies, e.g. \"191.5 TFLOP/s\"");
 
+  app::SweepCliOptions sweep_opts;
+  auto* sweep_cmd = app.add_subcommand(
+      "sweep", "run every point of a sweep file (axes of overrides over a base experiment) into one CSV");
+  sweep_cmd->add_option("file", sweep_opts.file, "sweep YAML (configs/sweeps/*.yaml)")->required();
+  sweep_cmd->add_option("--out", sweep_opts.out, "results CSV: one row per point, appended as points finish");
+  sweep_cmd->add_option("--jobs", sweep_opts.jobs, "points simulated at once (threads; default 1)")
+      ->check(CLI::PositiveNumber);
+  sweep_cmd->add_flag("--resume", sweep_opts.resume, "skip the points already in --out (after an interruption)");
+  sweep_cmd->add_option("--best", sweep_opts.best,
+                        "after the sweep, rank the feasible points by a column (e.g. tflops_per_device)");
+  sweep_cmd->add_option("--top", sweep_opts.top, "how many points --best shows (default 5)")
+      ->check(CLI::PositiveNumber);
+  sweep_cmd->add_flag("--rank-only", sweep_opts.best_only, "with --best: rank the existing --out without running");
+
   std::string validate_dir = "configs/validation";
   bool validate_json = false;
   auto* validate_cmd = app.add_subcommand("validate",
@@ -79,6 +95,7 @@ int main(int argc, char** argv) {
 
   try {
     if (*run_cmd) return app::run_command(run);
+    if (*sweep_cmd) return app::sweep_command(sweep_opts);
     if (*graph_cmd) return app::graph_command(graph);
     if (*topo_cmd) return app::topo_command(topo_opts);
     if (*model_cmd) return app::model_command(model_opts);

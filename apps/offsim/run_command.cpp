@@ -13,7 +13,9 @@
 namespace offsim::app {
 
 int run_command(const RunOptions& options) {
-  const models::ExperimentSpec spec = models::load_experiment(options.config, options.overrides);
+  std::vector<std::string> overrides = options.overrides;
+  if (options.all_ranks) overrides.push_back("strategy.simulate=all_ranks");
+  const models::ExperimentSpec spec = models::load_experiment(options.config, overrides);
   const models::ExperimentResult result = models::run_experiment(spec, {!options.out_dir.empty()});
   fmt::print("{}", models::text_report(spec, result));
   if (!options.out_dir.empty()) {

@@ -1,0 +1,84 @@
+// `offsim sweep`: run every point of a sweep file, locally on threads (and across MPI ranks when
+// built with OFFSIM_WITH_MPI and launched under mpirun), with a progress line and --resume.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include "apps/offsim/commands.hpp"
+#include "models/sweep.hpp"
+#include "sim/config/config_reader.hpp"
+
+namespace offsim::app {
+
+namespace {
+
+// A progress bar with ETA on a terminal; plain lines otherwise (logs, CI).
+class Progress {
+ public:
+  explicit Progress(std::size_t already) : already_(already), start_(std::chrono::steady_clock::now()) {}
+  void operator()(std::size_t done, std::size_t total) {
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    const std::size_t ran = done - already_;
+    const double eta = ran > 0 ? elapsed / static_cast<double>(ran) * static_cast<double>(total - done) : 0.0;
+    if (isatty(fileno(stderr)) != 0) {
+      constexpr int kWidth = 30;
+      const int filled = total > 0 ? static_cast<int>(kWidth * done / total) : kWidth;
+      fmt::print(stderr, "\r[{:<{}}] {}/{} points, ETA {:.0f} s   ", std::string(filled, '#'), kWidth, done, total,
+                 eta);
+      if (done == total) fmt::print(stderr, "\n");
+    } else {
+      fmt::print(stderr, "sweep: {}/{} points done, ETA {:.0f} s\n", done, total, eta);
+    }
+  }
+
+ private:
+  std::size_t already_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+int sweep_or_throw(const SweepCliOptions& options);
+
+}  // namespace
+
+int sweep_command(const SweepCliOptions& options) {
+  try {
+    return sweep_or_throw(options);
+  } catch (const sim::config::ConfigError&) {
+    throw;
+  } catch (const std::runtime_error& e) {
+    // An existing --out without --resume, or a file of another sweep: the user's input.
+    fmt::print(stderr, "error: {}\n", e.what());
+    return kExitBadInput;
+  }
+}
+
+namespace {
+
+int sweep_or_throw(const SweepCliOptions& options) {
+  const models::Sweep sweep = models::load_sweep(options.file);
+  if (options.out.empty()) {
+    if (options.best.empty()) throw std::runtime_error("give --out FILE (and --best METRIC to rank it)");
+  } else if (!options.best_only) {
+    if (run_distributed_sweep(sweep, options)) {
+      // MPI: rank 0 wrote the file and prints; the others stay quiet.
+      return 0;
+    }
+    models::SweepOptions run;
+    run.out = options.out;
+    run.jobs = options.jobs;
+    run.resume = options.resume;
+    Progress progress(options.resume ? models::finished_rows(sweep, options.out).size() : 0);
+    run.progress = [&](std::size_t done, std::size_t total) { progress(done, total); };
+    const auto summary = models::run_sweep(sweep, run);
+    fmt::print("sweep {}: {} points ({} run now, {} already in the file) -> {}\n", sweep.name, summary.points,
+               summary.ran, summary.skipped, options.out);
+  }
+  if (!options.best.empty()) fmt::print("{}", models::best_points(options.out, options.best, options.top));
+  return 0;
+}
+
+}  // namespace
+
+}  // namespace offsim::app

@@ -1,0 +1,446 @@
+#include "models/sweep.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <charconv>
+#include <cmath>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+#include "models/experiment.hpp"
+#include "sim/config/config_reader.hpp"
+#include "sim/report/atomic_file.hpp"
+#include "sim/report/text_table.hpp"
+
+namespace offsim::models {
+
+using sim::config::MapReader;
+using sim::config::Node;
+
+namespace {
+
+// One axis: a single key, or several keys zipped (same number of values each).
+struct Axis {
+  std::vector<std::string> keys;
+  std::vector<std::vector<std::string>> values;  // [value index][key]
+};
+
+std::string number_text(double v) {
+  if (std::fabs(v - std::round(v)) < 1e-9 && std::fabs(v) < 1e15) return fmt::format("{}", std::llround(v));
+  return fmt::format("{}", v);
+}
+
+std::optional<double> as_number(const std::string& s) {
+  double v = 0.0;
+  const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc{} || ptr != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
+// `{key, values: [...]}` or `{key, range: {from, to, step}}`: the key and its values.
+std::optional<std::pair<std::string, std::vector<std::string>>> parse_key_values(const Node& node) {
+  auto& ctx = node.context();
+  MapReader r(node);
+  const auto key = r.required<std::string>("key");
+  std::vector<std::string> values;
+  if (auto list = r.child("values")) {
+    for (const auto& item : list->items()) {
+      if (auto v = item.as<std::string>()) values.push_back(*v);
+    }
+  } else if (auto range = r.child("range")) {
+    MapReader rr(*range);
+    const auto from = rr.required<double>("from");
+    const auto to = rr.required<double>("to");
+    const auto step = rr.required<double>("step");
+    if (step.valid && !(step.value > 0.0)) {
+      ctx.error(step.loc, range->child_path("step"), "expected a positive step");
+    } else if (from.valid && to.valid && step.valid) {
+      // Inclusive of `to` (within a millionth of a step, so 0.1 steps land on it).
+      for (int i = 0;; ++i) {
+        const double v = from.value + i * step.value;
+        if (v > to.value + 1e-6 * step.value) break;
+        values.push_back(number_text(v));
+      }
+    }
+  } else {
+    ctx.error(node.location(), node.path(), "expected values: [...] or range: {from, to, step}");
+  }
+  if (!key.valid) return std::nullopt;
+  if (values.empty()) {
+    ctx.error(node.location(), node.path(), "the axis has no values");
+    return std::nullopt;
+  }
+  return std::pair{key.value, values};
+}
+
+struct Filter {
+  std::string key;
+  std::string op;
+  std::string value;
+  [[nodiscard]] bool keep(const std::string& actual) const {
+    const auto a = as_number(actual);
+    const auto b = as_number(value);
+    if (a && b) {
+      if (op == "<=") return *a <= *b;
+      if (op == ">=") return *a >= *b;
+      if (op == "<") return *a < *b;
+      if (op == ">") return *a > *b;
+      if (op == "==") return *a == *b;
+      return *a != *b;
+    }
+    if (op == "==") return actual == value;
+    if (op == "!=") return actual != value;
+    return false;
+  }
+};
+
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string out = "\"";
+  for (const char c : s) {
+    if (c == '"') out += '"';
+    out += c == '\n' ? ' ' : c;
+  }
+  return out + "\"";
+}
+
+const std::vector<std::string> kFigureColumns{"status",
+                                              "iteration_time_s",
+                                              "tflops_per_device",
+                                              "model_tflops_per_device",
+                                              "mfu",
+                                              "tokens_per_s",
+                                              "exposed_communication_s",
+                                              "model_states_bytes_per_device",
+                                              "hbm_peak_bytes",
+                                              "reason"};
+
+}  // namespace
+
+std::vector<std::string> parse_csv_line(const std::string& line) {
+  std::vector<std::string> out(1);
+  bool quoted = false;
+  for (std::size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quoted) {
+      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
+        out.back() += '"';
+        ++i;
+      } else if (c == '"') {
+        quoted = false;
+      } else {
+        out.back() += c;
+      }
+    } else if (c == '"') {
+      quoted = true;
+    } else if (c == ',') {
+      out.emplace_back();
+    } else {
+      out.back() += c;
+    }
+  }
+  return out;
+}
+
+Sweep load_sweep(const std::filesystem::path& file) {
+  sim::config::Context ctx;
+  const Node root = ctx.load_root(file);
+  Sweep sweep;
+  std::vector<Axis> axes;
+  std::vector<Filter> filters;
+  std::filesystem::path base;
+  {
+    MapReader r(root);
+    sweep.name = r.required<std::string>("name").value;
+    if (auto b = r.child("base")) {
+      if (auto v = b->as<std::string>()) base = file.parent_path() / *v;
+    }
+    if (auto list = r.required_child("axes", "a list of {key, values} or {zip: [...]}")) {
+      for (const auto& item : list->items()) {
+        Axis axis;
+        if (item.is_map() && item.yaml()["zip"]) {
+          MapReader z(item);
+          auto members = z.required_child("zip", "a list of {key, values}");
+          std::size_t length = 0;
+          bool ok = members.has_value();
+          if (members) {
+            for (const auto& m : members->items()) {
+              auto kv = parse_key_values(m);
+              if (!kv) {
+                ok = false;
+                continue;
+              }
+              if (!axis.keys.empty() && kv->second.size() != length) {
+                ctx.error(m.location(), m.path(),
+                          fmt::format("zipped axes need the same number of values: {} has {}, {} has {}",
+                                      axis.keys.front(), length, kv->first, kv->second.size()));
+                ok = false;
+                continue;
+              }
+              length = kv->second.size();
+              axis.keys.push_back(kv->first);
+              axis.values.resize(length);
+              for (std::size_t i = 0; i < length; ++i) axis.values[i].push_back(kv->second[i]);
+            }
+          }
+          if (!ok) continue;
+        } else if (auto kv = parse_key_values(item)) {
+          axis.keys.push_back(kv->first);
+          for (auto& v : kv->second) axis.values.push_back({v});
+        } else {
+          continue;
+        }
+        for (const auto& k : axis.keys) {
+          if (std::find(sweep.keys.begin(), sweep.keys.end(), k) != sweep.keys.end()) {
+            ctx.error(item.location(), item.path(), fmt::format("key '{}' is swept twice", k));
+          }
+          sweep.keys.push_back(k);
+        }
+        axes.push_back(std::move(axis));
+      }
+    }
+    if (auto where = r.child("where")) {
+      for (const auto& item : where->items()) {
+        const auto text = item.as<std::string>();
+        if (!text) continue;
+        Filter f;
+        for (const char* op : {"<=", ">=", "==", "!=", "<", ">"}) {
+          const auto at = text->find(op);
+          if (at == std::string::npos) continue;
+          const auto trim = [](std::string s) {
+            s.erase(0, s.find_first_not_of(' '));
+            s.erase(s.find_last_not_of(' ') + 1);
+            return s;
+          };
+          f = {trim(text->substr(0, at)), op, trim(text->substr(at + std::string_view(op).size()))};
+          break;
+        }
+        if (f.op.empty()) {
+          ctx.error(item.location(), item.path(),
+                    fmt::format("expected \"key OP value\" (OP: <= >= == != < >), got \"{}\"", *text));
+        } else if (std::find(sweep.keys.begin(), sweep.keys.end(), f.key) == sweep.keys.end()) {
+          ctx.error(item.location(), item.path(), fmt::format("'{}' is not a swept key", f.key));
+        } else {
+          filters.push_back(f);
+        }
+      }
+    }
+    const bool swaps_experiment = std::find(sweep.keys.begin(), sweep.keys.end(), "experiment") != sweep.keys.end();
+    if (base.empty() && !swaps_experiment) {
+      ctx.error(root.location(), "base", "a sweep needs base: EXPERIMENT.yaml or an axis with key: experiment");
+    }
+  }
+  ctx.finish();
+
+  // The grid, last axis fastest.
+  std::size_t total = 1;
+  for (const auto& a : axes) total *= a.values.size();
+  std::size_t index = 0;
+  for (std::size_t n = 0; n < total; ++n) {
+    SweepPoint p;
+    p.experiment = base;
+    std::size_t rest = n;
+    std::vector<std::size_t> pick(axes.size());
+    for (std::size_t a = axes.size(); a-- > 0;) {
+      pick[a] = rest % axes[a].values.size();
+      rest /= axes[a].values.size();
+    }
+    for (std::size_t a = 0; a < axes.size(); ++a) {
+      for (std::size_t k = 0; k < axes[a].keys.size(); ++k) {
+        const std::string& value = axes[a].values[pick[a]][k];
+        p.values.emplace_back(axes[a].keys[k], value);
+        if (axes[a].keys[k] == "experiment") p.experiment = file.parent_path() / value;
+      }
+    }
+    const bool keep = std::all_of(filters.begin(), filters.end(), [&](const Filter& f) {
+      const auto it = std::find_if(p.values.begin(), p.values.end(), [&](const auto& kv) { return kv.first == f.key; });
+      return f.keep(it->second);
+    });
+    if (!keep) continue;
+    p.index = index++;
+    sweep.points.push_back(std::move(p));
+  }
+  return sweep;
+}
+
+std::string sweep_header(const Sweep& sweep) {
+  std::vector<std::string> columns{"index"};
+  for (const auto& k : sweep.keys) columns.push_back(csv_field(k));
+  columns.insert(columns.end(), kFigureColumns.begin(), kFigureColumns.end());
+  return fmt::format("{}\n", fmt::join(columns, ","));
+}
+
+std::string run_sweep_point(const Sweep& sweep, const SweepPoint& point) {
+  (void)sweep;
+  std::vector<std::string> fields{std::to_string(point.index)};
+  std::vector<std::string> overrides;
+  for (const auto& [key, value] : point.values) {
+    fields.push_back(csv_field(value));
+    if (key != "experiment") overrides.push_back(fmt::format("{}={}", key, value));
+  }
+  std::string status = "ok";
+  std::string reason;
+  std::vector<std::string> figures(kFigureColumns.size() - 2);
+  try {
+    const ExperimentSpec spec = load_experiment(point.experiment, overrides);
+    const ExperimentResult r = run_experiment(spec);
+    if (!r.feasible) {
+      status = "infeasible";
+      reason = fmt::format("{}", fmt::join(r.infeasible_reasons, "; "));
+    }
+    std::int64_t hbm = 0;
+    for (const auto& m : r.memory) {
+      if (m.kind == "hbm") hbm = m.peak.count;
+    }
+    const auto phase = [&](const char* name) {
+      for (const auto& p : r.phases) {
+        if (p.phase == name) return p.time.seconds();
+      }
+      return 0.0;
+    };
+    figures = {fmt::format("{}", r.iteration_time.seconds()),
+               fmt::format("{}", r.tflops_per_device),
+               fmt::format("{}", r.model_tflops_per_device),
+               fmt::format("{}", r.mfu),
+               fmt::format("{}", r.tokens_per_s),
+               fmt::format("{}", phase("exposed_communication")),
+               std::to_string(r.model_states_per_device.count),
+               std::to_string(hbm)};
+  } catch (const std::exception& e) {
+    status = "error";
+    reason = e.what();
+  }
+  fields.push_back(status);
+  fields.insert(fields.end(), figures.begin(), figures.end());
+  fields.push_back(csv_field(reason));
+  return fmt::format("{}\n", fmt::join(fields, ","));
+}
+
+std::vector<std::string> finished_rows(const Sweep& sweep, const std::filesystem::path& out) {
+  std::vector<std::string> rows;
+  std::ifstream in(out, std::ios::binary);
+  if (!in) return rows;
+  std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string header = sweep_header(sweep);
+  if (content.empty()) return rows;
+  if (!content.starts_with(header)) {
+    throw std::runtime_error(
+        fmt::format("{}: its header is not this sweep's; refusing to resume into it", out.string()));
+  }
+  const std::size_t columns = parse_csv_line(header.substr(0, header.size() - 1)).size();
+  std::vector<bool> seen(sweep.points.size(), false);
+  std::size_t at = header.size();
+  while (at < content.size()) {
+    const std::size_t end = content.find('\n', at);
+    if (end == std::string::npos) break;  // a torn last line (interrupted write): run it again
+    const std::string line = content.substr(at, end - at);
+    at = end + 1;
+    const auto fields = parse_csv_line(line);
+    if (fields.size() != columns) continue;
+    const auto index = as_number(fields[0]);
+    if (!index || *index < 0 || static_cast<std::size_t>(*index) >= seen.size()) continue;
+    const auto i = static_cast<std::size_t>(*index);
+    if (seen[i]) continue;
+    seen[i] = true;
+    rows.push_back(line + "\n");
+  }
+  return rows;
+}
+
+void write_sorted(const Sweep& sweep, const std::filesystem::path& out, std::vector<std::string> rows) {
+  const auto index_of = [](const std::string& row) { return std::stoull(row.substr(0, row.find(','))); };
+  std::sort(rows.begin(), rows.end(),
+            [&](const std::string& a, const std::string& b) { return index_of(a) < index_of(b); });
+  std::string content = sweep_header(sweep);
+  for (const auto& r : rows) content += r;
+  sim::report::write_file_atomically(out, content);
+}
+
+SweepSummary run_sweep(const Sweep& sweep, const SweepOptions& options) {
+  SweepSummary summary;
+  summary.points = sweep.points.size();
+  if (!options.resume && std::filesystem::exists(options.out)) {
+    throw std::runtime_error(
+        fmt::format("{} exists: pass --resume to continue it, or choose another --out", options.out.string()));
+  }
+  std::vector<std::string> rows = finished_rows(sweep, options.out);
+  std::vector<bool> done(sweep.points.size(), false);
+  for (const auto& r : rows) done[std::stoull(r.substr(0, r.find(',')))] = true;
+  summary.skipped = rows.size();
+  // Start the file again from its complete rows (drops a torn line), then append.
+  write_sorted(sweep, options.out, rows);
+  std::vector<const SweepPoint*> todo;
+  for (const auto& p : sweep.points) {
+    if (!done[p.index]) todo.push_back(&p);
+  }
+  std::ofstream append(options.out, std::ios::binary | std::ios::app);
+  if (!append) throw std::runtime_error(fmt::format("cannot append to {}", options.out.string()));
+  std::mutex lock;
+  std::atomic<std::size_t> next{0};
+  std::size_t finished = summary.skipped;
+  const auto worker = [&] {
+    while (true) {
+      const std::size_t i = next.fetch_add(1);
+      if (i >= todo.size()) return;
+      std::string row = run_sweep_point(sweep, *todo[i]);
+      const std::lock_guard guard(lock);
+      append << row;
+      append.flush();
+      rows.push_back(std::move(row));
+      ++finished;
+      if (options.progress) options.progress(finished, summary.points);
+    }
+  };
+  const int jobs = std::max(1, std::min(options.jobs, static_cast<int>(todo.size())));
+  std::vector<std::thread> threads;
+  for (int j = 1; j < jobs; ++j) threads.emplace_back(worker);
+  worker();
+  for (auto& t : threads) t.join();
+  append.close();
+  summary.ran = todo.size();
+  write_sorted(sweep, options.out, std::move(rows));
+  return summary;
+}
+
+std::string best_points(const std::filesystem::path& csv, const std::string& metric, std::size_t top) {
+  std::ifstream in(csv);
+  if (!in) throw std::runtime_error(fmt::format("cannot read {}", csv.string()));
+  std::string line;
+  std::getline(in, line);
+  const auto header = parse_csv_line(line);
+  const auto column = std::find(header.begin(), header.end(), metric);
+  const auto status = std::find(header.begin(), header.end(), "status");
+  if (column == header.end() || status == header.end()) {
+    throw std::runtime_error(fmt::format("{}: no column '{}'", csv.string(), metric));
+  }
+  const std::size_t c = static_cast<std::size_t>(column - header.begin());
+  const std::size_t s = static_cast<std::size_t>(status - header.begin());
+  const bool larger_is_better =
+      metric.find("tflops") != std::string::npos || metric == "mfu" || metric == "tokens_per_s";
+  std::vector<std::pair<double, std::vector<std::string>>> ranked;
+  while (std::getline(in, line)) {
+    auto fields = parse_csv_line(line);
+    if (fields.size() != header.size() || fields[s] != "ok") continue;
+    if (const auto v = as_number(fields[c])) ranked.emplace_back(*v, std::move(fields));
+  }
+  std::stable_sort(ranked.begin(), ranked.end(), [&](const auto& a, const auto& b) {
+    return larger_is_better ? a.first > b.first : a.first < b.first;
+  });
+  std::vector<std::string> columns(header.begin(), status);
+  columns.push_back(metric);
+  sim::report::TextTable table(columns);
+  for (std::size_t i = 0; i < ranked.size() && i < top; ++i) {
+    std::vector<std::string> row(ranked[i].second.begin(), ranked[i].second.begin() + static_cast<long>(s));
+    row.push_back(ranked[i].second[c]);
+    table.add_row(row);
+  }
+  return fmt::format("best {} feasible points by {} ({} is better):\n{}", std::min(top, ranked.size()), metric,
+                     larger_is_better ? "larger" : "smaller", table.str());
+}
+
+}  // namespace offsim::models

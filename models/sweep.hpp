@@ -1,0 +1,80 @@
+#pragma once
+// Sweeps: one base experiment, axes of overrides, one CSV row per point (docs/sweeps.md).
+//
+//   name: scaling
+//   base: ../experiments/neox20b-frontier-3level.yaml
+//   axes:
+//     - {key: experiment, values: [../experiments/neox20b-frontier-zero3.yaml, ...]}   # swaps the base
+//     - zip:                                            # these vary together
+//         - {key: hardware.nodes, values: [2, 6, 48]}
+//         - {key: strategy.dp, values: [16, 48, 384]}
+//     - {key: training.micro_batch, range: {from: 1, to: 4, step: 1}}
+//   where: ["training.micro_batch <= 2"]               # optional: keep points that satisfy all
+//
+// Points are the grid (cartesian product) of the axes, a zip counting as one axis, in order with
+// the last axis varying fastest; `where` filters them. Point indices never change with --jobs,
+// ranks or resumption, so the final CSV (rows sorted by index) is always the same.
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace offsim::models {
+
+struct SweepPoint {
+  std::size_t index = 0;
+  std::filesystem::path experiment;
+  std::vector<std::pair<std::string, std::string>> values;  // axis key -> value, in axis order
+};
+
+struct Sweep {
+  std::string name;
+  std::vector<std::string> keys;  // axis keys in column order
+  std::vector<SweepPoint> points;
+};
+
+/// Reads a sweep file. Throws sim::config::ConfigError naming file:line:col for bad input.
+[[nodiscard]] Sweep load_sweep(const std::filesystem::path& file);
+
+/// The CSV header: index, the axis keys, then the figures of each point.
+[[nodiscard]] std::string sweep_header(const Sweep& sweep);
+/// Simulates one point and returns its CSV row (with a trailing newline). Never throws: a point
+/// whose configuration is invalid or whose simulation fails gets status "error" and the message.
+[[nodiscard]] std::string run_sweep_point(const Sweep& sweep, const SweepPoint& point);
+
+struct SweepOptions {
+  std::filesystem::path out;
+  int jobs = 1;
+  bool resume = false;
+  // Called after each finished point (done, total) from the thread that finished it, under the
+  // output lock; for progress display.
+  std::function<void(std::size_t, std::size_t)> progress;
+};
+
+struct SweepSummary {
+  std::size_t points = 0;
+  std::size_t skipped = 0;  // already in the file (--resume)
+  std::size_t ran = 0;
+};
+
+/// Runs the points not yet in `out` (when resuming), appending and flushing each row as it
+/// finishes, then rewrites `out` atomically with the rows sorted by index. Without --resume an
+/// existing `out` is an error (nothing a user produced is overwritten by accident).
+SweepSummary run_sweep(const Sweep& sweep, const SweepOptions& options);
+
+/// Indices of the rows already complete in `out` (a torn last line is ignored); empty when the
+/// file does not exist. Throws std::runtime_error when the header differs from the sweep's.
+[[nodiscard]] std::vector<std::string> finished_rows(const Sweep& sweep, const std::filesystem::path& out);
+
+/// Rewrites `out` atomically: header, then `rows` sorted by their index.
+void write_sorted(const Sweep& sweep, const std::filesystem::path& out, std::vector<std::string> rows);
+
+/// The `top` feasible rows of a finished sweep CSV ranked by `metric` (a column; larger is better
+/// for tflops, mfu and tokens, smaller for times and bytes), as a text table.
+[[nodiscard]] std::string best_points(const std::filesystem::path& csv, const std::string& metric, std::size_t top);
+
+/// Parses one CSV line (RFC 4180 quoting).
+[[nodiscard]] std::vector<std::string> parse_csv_line(const std::string& line);
+
+}  // namespace offsim::models

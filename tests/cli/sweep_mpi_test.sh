@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# A 2-rank sweep on localhost gives the same file as one process (issue: "CI runs a 2-rank sweep").
+# usage: sweep_mpi_test.sh OFFSIM MPIEXEC SOURCE_DIR
+set -euo pipefail
+offsim=$1
+mpiexec=$2
+src=$3
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cat > "$tmp/tiny.yaml" <<YAML
+name: tiny
+base: $src/tests/data/tiny-dp2.yaml
+axes:
+  - {key: strategy.zero_stage, range: {from: 0, to: 3, step: 1}}
+  - {key: training.micro_batch, values: [1, 2, 3]}
+YAML
+"$offsim" sweep "$tmp/tiny.yaml" --out "$tmp/one.csv" >/dev/null 2>&1
+# Root in containers needs --allow-run-as-root; --oversubscribe lets 2 ranks share fewer cores.
+extra=()
+[ "$(id -u)" -eq 0 ] && extra+=(--allow-run-as-root)
+"$mpiexec" "${extra[@]}" --oversubscribe -np 2 "$offsim" sweep "$tmp/tiny.yaml" --out "$tmp/two.csv" >"$tmp/log" 2>&1 ||
+  { cat "$tmp/log"; exit 1; }
+grep -q "on 2 ranks" "$tmp/log" || { echo "FAIL: the sweep did not run on 2 ranks"; cat "$tmp/log"; exit 1; }
+cmp "$tmp/one.csv" "$tmp/two.csv" || { echo "FAIL: 2-rank file differs"; diff "$tmp/one.csv" "$tmp/two.csv"; exit 1; }
+echo "sweep_mpi: 2 ranks gave the single-process file ($(($(wc -l <"$tmp/one.csv") - 1)) rows)"

@@ -1,0 +1,147 @@
+// Sweeps: the grid, zipped axes, ranges and filters; resumption after an interruption; the final
+// file independent of --jobs (models/sweep.hpp).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "models/sweep.hpp"
+#include "sim/config/config_reader.hpp"
+
+namespace offsim::models {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path scratch() {
+  const fs::path dir = fs::temp_directory_path() / "offsim-sweep-test";
+  fs::create_directories(dir);
+  return dir;
+}
+
+fs::path write(const std::string& name, const std::string& text) {
+  const fs::path file = scratch() / name;
+  std::ofstream(file) << text;
+  return file;
+}
+
+std::string read(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// Eight points on the two-GPU test machine: ZeRO stage 0..3 x micro-batch 1..2.
+fs::path tiny_sweep() {
+  return write("tiny.yaml", fmt::format("name: tiny\n"
+                                        "base: {}/tests/data/tiny-dp2.yaml\n"
+                                        "axes:\n"
+                                        "  - {{key: strategy.zero_stage, range: {{from: 0, to: 3, step: 1}}}}\n"
+                                        "  - {{key: training.micro_batch, values: [1, 2]}}\n",
+                                        OFFSIM_SOURCE_DIR));
+}
+
+TEST(Sweep, GridZipRangeAndFiltersMakeThePoints) {
+  const fs::path file = write("grid.yaml",
+                              "name: grid\n"
+                              "base: x.yaml\n"
+                              "axes:\n"
+                              "  - {key: a, values: [p, q]}\n"
+                              "  - zip:\n"
+                              "      - {key: b, values: [1, 2, 3]}\n"
+                              "      - {key: c, values: [10, 20, 30]}\n"
+                              "  - {key: d, range: {from: 0.5, to: 1.5, step: 0.5}}\n"
+                              "where: [\"d != 1\", \"b <= 2\"]\n");
+  const Sweep s = load_sweep(file);
+  EXPECT_EQ(s.keys, (std::vector<std::string>{"a", "b", "c", "d"}));
+  // 2 x 3 x 3 = 18 grid points; b <= 2 keeps 2 of 3 zipped pairs, d != 1 keeps 2 of 3 values.
+  ASSERT_EQ(s.points.size(), 8u);
+  const auto values = [](const SweepPoint& p) {
+    std::string out;
+    for (const auto& [k, v] : p.values) out += k + "=" + v + " ";
+    return out;
+  };
+  EXPECT_EQ(values(s.points.front()), "a=p b=1 c=10 d=0.5 ");
+  EXPECT_EQ(values(s.points[1]), "a=p b=1 c=10 d=1.5 ");  // the last axis varies fastest
+  EXPECT_EQ(values(s.points.back()), "a=q b=2 c=20 d=1.5 ");
+  EXPECT_EQ(s.points.back().index, 7u);
+}
+
+TEST(Sweep, BadSweepsNameTheLocation) {
+  const fs::path file = write("bad.yaml",
+                              "name: bad\n"
+                              "base: x.yaml\n"
+                              "axes:\n"
+                              "  - zip:\n"
+                              "      - {key: b, values: [1, 2]}\n"
+                              "      - {key: c, values: [1]}\n"
+                              "where: [\"e = 1\"]\n");
+  try {
+    (void)load_sweep(file);
+    FAIL() << "expected a ConfigError";
+  } catch (const sim::config::ConfigError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("bad.yaml:6:9: axes.0.zip.1: zipped axes need the same number of values: b has 2, c has 1"),
+              std::string::npos)
+        << what;
+    EXPECT_NE(what.find("bad.yaml:7:9: where.0: expected \"key OP value\""), std::string::npos) << what;
+  }
+}
+
+TEST(Sweep, ThreadsAndResumptionGiveTheSameFile) {
+  const Sweep s = load_sweep(tiny_sweep());
+  ASSERT_EQ(s.points.size(), 8u);
+  const fs::path one = scratch() / "one.csv";
+  const fs::path two = scratch() / "two.csv";
+  fs::remove(one);
+  fs::remove(two);
+  (void)run_sweep(s, {one, 1, false, {}});
+  (void)run_sweep(s, {two, 2, false, {}});
+  const std::string expected = read(one);
+  EXPECT_EQ(read(two), expected);
+  // Every point ran: 8 rows after the header, all feasible on this machine.
+  EXPECT_EQ(std::count(expected.begin(), expected.end(), '\n'), 9);
+  EXPECT_EQ(expected.find(",error,"), std::string::npos) << expected;
+
+  // An interruption: three rows in completion order and a torn fourth line.
+  const std::string header = sweep_header(s);
+  std::istringstream lines(expected.substr(header.size()));
+  std::vector<std::string> rows;
+  for (std::string line; std::getline(lines, line);) rows.push_back(line + "\n");
+  std::ofstream(two, std::ios::binary | std::ios::trunc) << header << rows[5] << rows[0] << rows[2] << "3,1,";
+  EXPECT_EQ(finished_rows(s, two).size(), 3u);
+  EXPECT_THROW((void)run_sweep(s, {two, 2, false, {}}), std::runtime_error);  // exists: needs --resume
+  const SweepSummary summary = run_sweep(s, {two, 2, true, {}});
+  EXPECT_EQ(summary.skipped, 3u);
+  EXPECT_EQ(summary.ran, 5u);
+  EXPECT_EQ(read(two), expected);
+}
+
+TEST(Sweep, ResumingIntoAnotherSweepsFileIsRefused) {
+  const Sweep s = load_sweep(tiny_sweep());
+  const fs::path other = write("other.csv", "index,x,status\n0,1,ok\n");
+  EXPECT_THROW((void)finished_rows(s, other), std::runtime_error);
+}
+
+TEST(Sweep, BestRanksFeasiblePointsByTheMetric) {
+  const fs::path csv = write("best.csv",
+                             "index,a,status,tflops_per_device,iteration_time_s,reason\n"
+                             "0,x,ok,10,3,\n"
+                             "1,y,infeasible,50,1,\"too big, by far\"\n"
+                             "2,z,ok,30,2,\n");
+  const std::string table = best_points(csv, "tflops_per_device", 5);
+  EXPECT_LT(table.find("2      z"), table.find("0      x")) << table;
+  EXPECT_EQ(table.find("  y"), std::string::npos) << table;  // infeasible points are not ranked
+  const std::string by_time = best_points(csv, "iteration_time_s", 1);
+  EXPECT_NE(by_time.find("smaller is better"), std::string::npos);
+  EXPECT_NE(by_time.find("2      z"), std::string::npos) << by_time;
+}
+
+TEST(Sweep, CsvLinesKeepQuotedCommas) {
+  EXPECT_EQ(parse_csv_line("1,\"a, \"\"b\"\"\",c"), (std::vector<std::string>{"1", "a, \"b\"", "c"}));
+}
+
+}  // namespace
+}  // namespace offsim::models
