@@ -61,6 +61,7 @@ struct SweepCliOptions {
 int run_command(const RunOptions& options);
 int sweep_command(const SweepCliOptions& options);
 int validate_command(const std::string& dir, bool json);
+int check_command(const std::string& dir, bool update);
 int calibrate_command(const CalibrateCliOptions& options);
 int model_command(const ModelOptions& options);
 int topo_command(const TopoOptions& options);

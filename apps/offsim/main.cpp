@@ -84,6 +84,13 @@ int main(int argc, char** argv) {
   validate_cmd->add_option("dir", validate_dir, "folder of case files (default configs/validation)");
   validate_cmd->add_flag("--json", validate_json, "as JSON");
 
+  std::string check_dir = "configs/regression";
+  bool check_update = false;
+  auto* check_cmd = app.add_subcommand(
+      "check", "re-run every regression case and name each predicted figure that moved; exit 1 if any did");
+  check_cmd->add_option("dir", check_dir, "folder of regression cases (default configs/regression)");
+  check_cmd->add_flag("--update", check_update, "re-record the predictions instead of checking them");
+
   auto* list_cmd = app.add_subcommand("list", "list the strategies offsim knows");
 
   try {
@@ -96,6 +103,7 @@ int main(int argc, char** argv) {
   try {
     if (*run_cmd) return app::run_command(run);
     if (*sweep_cmd) return app::sweep_command(sweep_opts);
+    if (*check_cmd) return app::check_command(check_dir, check_update);
     if (*graph_cmd) return app::graph_command(graph);
     if (*topo_cmd) return app::topo_command(topo_opts);
     if (*model_cmd) return app::model_command(model_opts);

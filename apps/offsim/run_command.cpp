@@ -4,6 +4,7 @@
 #include "apps/offsim/commands.hpp"
 #include "models/cost/calibration.hpp"
 #include "models/experiment.hpp"
+#include "models/regression.hpp"
 #include "models/transformer/model_parser.hpp"
 #include "models/transformer/model_report.hpp"
 #include "models/validation.hpp"
@@ -89,6 +90,12 @@ int validate_command(const std::string& dir, bool json) {
   const models::ValidationReport report = models::validate(dir);
   fmt::print("{}", json ? models::validation_json(report) : models::validation_text(report));
   return report.passed ? 0 : 1;
+}
+
+int check_command(const std::string& dir, bool update) {
+  const models::RegressionReport report = models::check_regressions(dir, update);
+  fmt::print("{}", models::regression_text(report));
+  return report.passed() ? 0 : 1;
 }
 
 int list_command() {

@@ -1,0 +1,147 @@
+#include "models/regression.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <map>
+
+#include "models/experiment.hpp"
+#include "sim/config/config_reader.hpp"
+#include "sim/report/atomic_file.hpp"
+#include "sim/report/text_table.hpp"
+
+namespace offsim::models {
+
+namespace {
+
+// The figures a case records, in this order.
+const std::vector<std::string> kFigures{"feasible",
+                                        "iteration_time_s",
+                                        "tflops_per_device",
+                                        "model_tflops_per_device",
+                                        "mfu",
+                                        "exposed_communication_s",
+                                        "model_states_bytes_per_device",
+                                        "hbm_peak_bytes"};
+
+std::map<std::string, double> figures_of(const ExperimentResult& r) {
+  double exposed = 0.0;
+  for (const auto& p : r.phases) {
+    if (p.phase == "exposed_communication") exposed += p.time.seconds();
+  }
+  double hbm = 0.0;
+  for (const auto& m : r.memory) {
+    if (m.kind == "hbm") hbm = m.peak.as_double();
+  }
+  return {{"feasible", r.feasible ? 1.0 : 0.0},
+          {"iteration_time_s", r.iteration_time.seconds()},
+          {"tflops_per_device", r.tflops_per_device},
+          {"model_tflops_per_device", r.model_tflops_per_device},
+          {"mfu", r.mfu},
+          {"exposed_communication_s", exposed},
+          {"model_states_bytes_per_device", r.model_states_per_device.as_double()},
+          {"hbm_peak_bytes", hbm}};
+}
+
+}  // namespace
+
+bool RegressionFigure::drifted() const {
+  if (recorded_missing) return true;
+  return std::fabs(predicted - recorded) > tolerance * std::fabs(recorded);
+}
+
+bool RegressionReport::passed() const {
+  return std::none_of(figures.begin(), figures.end(), [](const auto& f) { return f.drifted(); });
+}
+
+RegressionReport check_regressions(const std::filesystem::path& dir, bool update) {
+  std::vector<std::filesystem::path> files;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
+    if (e.path().extension() == ".yaml") files.push_back(e.path());
+  }
+  std::sort(files.begin(), files.end());
+  RegressionReport report;
+  for (const auto& file : files) {
+    sim::config::Context ctx;
+    const auto root = ctx.load_root(file);
+    std::string name;
+    std::filesystem::path experiment;
+    std::vector<std::string> overrides;
+    double tolerance = 0.0;
+    std::map<std::string, double> recorded;
+    {
+      sim::config::MapReader r(root);
+      name = r.required<std::string>("name").value;
+      experiment = file.parent_path() / r.required<std::string>("experiment").value;
+      if (auto set = r.child("set")) {
+        for (const auto& item : set->items()) {
+          if (auto v = item.as<std::string>()) overrides.push_back(*v);
+        }
+      }
+      const auto tol = r.required<double>("tolerance");
+      if (tol.valid && !(tol.value >= 0.0)) ctx.error(tol.loc, "tolerance", "expected a relative tolerance >= 0");
+      tolerance = tol.value;
+      if (auto rec = r.child("recorded")) {
+        sim::config::MapReader rr(*rec);
+        for (const auto& figure : kFigures) {
+          if (rr.has(figure)) recorded[figure] = rr.required<double>(figure).value;
+        }
+      }
+    }
+    ctx.finish();
+    const auto predicted = figures_of(run_experiment(load_experiment(experiment, overrides)));
+    if (update) {
+      // Keep everything above `recorded:` (comments and all), write the new figures below it.
+      std::ifstream in(file, std::ios::binary);
+      std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      const auto at = text.find("\nrecorded:");
+      std::string head = at == std::string::npos ? text : text.substr(0, at + 1);
+      if (!head.empty() && head.back() != '\n') head += '\n';
+      head += "recorded:  # written by offsim check --update\n";
+      for (const auto& figure : kFigures) head += fmt::format("  {}: {}\n", figure, predicted.at(figure));
+      sim::report::write_file_atomically(file, head);
+      report.updated.push_back(file.string());
+      continue;
+    }
+    for (const auto& figure : kFigures) {
+      RegressionFigure f{name, figure, 0.0, predicted.at(figure), tolerance, !recorded.contains(figure)};
+      if (!f.recorded_missing) f.recorded = recorded.at(figure);
+      report.figures.push_back(f);
+    }
+  }
+  return report;
+}
+
+std::string regression_text(const RegressionReport& report) {
+  if (!report.updated.empty()) {
+    return fmt::format("recorded new figures in {} case files:\n  {}\n", report.updated.size(),
+                       fmt::join(report.updated, "\n  "));
+  }
+  sim::report::TextTable table({"case", "figure", "recorded", "predicted", "change", "status"});
+  std::size_t drifted = 0;
+  std::size_t cases = 0;
+  std::string last;
+  for (const auto& f : report.figures) {
+    if (f.case_name != last) ++cases;
+    last = f.case_name;
+    if (!f.drifted()) continue;
+    ++drifted;
+    table.add_row({f.case_name, f.figure, f.recorded_missing ? "-" : fmt::format("{:.6g}", f.recorded),
+                   fmt::format("{:.6g}", f.predicted),
+                   f.recorded_missing || f.recorded == 0.0
+                       ? "-"
+                       : fmt::format("{:+.3f}%", 100.0 * (f.predicted - f.recorded) / std::fabs(f.recorded)),
+                   f.recorded_missing ? "NOT RECORDED" : fmt::format("DRIFTED (> {:g}%)", 100.0 * f.tolerance)});
+  }
+  if (drifted == 0) {
+    return fmt::format("{} cases, {} figures: every prediction within its tolerance\n", cases, report.figures.size());
+  }
+  return fmt::format(
+      "{}\n{} of {} figures in {} cases moved; if the change is intended, re-record with "
+      "`offsim check DIR --update` and commit the diff\n",
+      table.str(), drifted, report.figures.size(), cases);
+}
+
+}  // namespace offsim::models
