@@ -62,6 +62,7 @@ int run_command(const RunOptions& options);
 int sweep_command(const SweepCliOptions& options);
 int validate_command(const std::string& dir, bool json);
 int check_command(const std::string& dir, bool update);
+int diff_command(const std::string& a, const std::string& b);
 int calibrate_command(const CalibrateCliOptions& options);
 int model_command(const ModelOptions& options);
 int topo_command(const TopoOptions& options);

@@ -84,6 +84,12 @@ int main(int argc, char** argv) {
   validate_cmd->add_option("dir", validate_dir, "folder of case files (default configs/validation)");
   validate_cmd->add_flag("--json", validate_json, "as JSON");
 
+  std::vector<std::string> diff_runs;
+  auto* diff_cmd = app.add_subcommand("diff", "two runs side by side: changed settings, then every figure and its change");
+  diff_cmd->add_option("runs", diff_runs, "two summary.json files or run --out folders (A then B)")
+      ->required()
+      ->expected(2);
+
   std::string check_dir = "configs/regression";
   bool check_update = false;
   auto* check_cmd = app.add_subcommand(
@@ -104,6 +110,7 @@ int main(int argc, char** argv) {
     if (*run_cmd) return app::run_command(run);
     if (*sweep_cmd) return app::sweep_command(sweep_opts);
     if (*check_cmd) return app::check_command(check_dir, check_update);
+    if (*diff_cmd) return app::diff_command(diff_runs[0], diff_runs[1]);
     if (*graph_cmd) return app::graph_command(graph);
     if (*topo_cmd) return app::topo_command(topo_opts);
     if (*model_cmd) return app::model_command(model_opts);
@@ -128,6 +135,11 @@ int main(int argc, char** argv) {
   } catch (const sim::SimulationError& e) {
     fmt::print(stderr, "simulation error: {}\n", e.what());
     return app::kExitSimulationError;
+  } catch (const std::invalid_argument& e) {
+    // What the input asks for cannot be done (a missing run to diff, a strategy the machine
+    // cannot host): bad input.
+    fmt::print(stderr, "error: {}\n", e.what());
+    return app::kExitBadInput;
   } catch (const std::exception& e) {
     fmt::print(stderr, "error: {}\n", e.what());
     return app::kExitSimulationError;

@@ -32,6 +32,10 @@ ls "$tmp/a" | grep -q tmp; check "no temporary file left behind" 1 $?
 
 "$offsim" run "$demo" --set training.micro_batch=64 --out "$tmp/c" >"$tmp/c.txt" 2>&1; check "infeasible is a result" 0 $?
 contains "infeasible summary" "$tmp/c/summary.json" '"feasible": false'
+"$offsim" diff "$tmp/a" "$tmp/c/summary.json" >"$tmp/diff.txt" 2>&1; check "diff two runs" 0 $?
+contains "diff names the changed setting" "$tmp/diff.txt" "training.micro_batch  4  64"
+contains "diff shows the change of a figure" "$tmp/diff.txt" "iteration_time_s"
+"$offsim" diff "$tmp/a" "$tmp/nothing" >"$tmp/diff2.txt" 2>&1; check "diff of a missing run exits 2" 2 $?
 
 "$offsim" run tests/config_errors/bad-values.yaml >"$tmp/bad.txt" 2>&1; check "bad input exits 2" 2 $?
 contains "bad input is located" "$tmp/bad.txt" "tests/config_errors/bad-values.yaml:10:15: strategy.zero_stage:"
