@@ -93,6 +93,40 @@ std::optional<std::vector<std::string>> parse_devices(MapReader& r, const Node& 
   return out;
 }
 
+// `cost:` {currency, price_per_node_hour: {value, source}, power_per_node: {watts, source},
+// token_budget}: every number with its source, as everywhere else.
+std::optional<CostSpec> parse_cost(const Node& node) {
+  auto& ctx = node.context();
+  const std::size_t errors_before = ctx.error_count();
+  MapReader r(node);
+  CostSpec c;
+  const auto positive = [&](const sim::config::Located<double>& v, const std::string& path) {
+    if (v.valid && !(v.value > 0.0)) ctx.error(v.loc, path, fmt::format("expected a positive number, got {}", v.value));
+  };
+  if (auto price = r.child("price_per_node_hour")) {
+    MapReader p(*price);
+    const auto value = p.required<double>("value");
+    positive(value, price->child_path("value"));
+    (void)p.required<std::string>("source");
+    c.price_per_node_hour = value.value;
+    c.currency = r.required<std::string>("currency").value;
+  }
+  if (auto power = r.child("power_per_node")) {
+    MapReader p(*power);
+    const auto watts = p.required<double>("watts");
+    positive(watts, power->child_path("watts"));
+    (void)p.required<std::string>("source");
+    c.power_per_node_w = watts.value;
+  }
+  if (r.has("token_budget")) {
+    const auto budget = r.required<double>("token_budget");
+    positive(budget, node.child_path("token_budget"));
+    c.token_budget = budget.value;
+  }
+  if (ctx.error_count() != errors_before) return std::nullopt;
+  return c;
+}
+
 std::optional<StrategySpec> parse_strategy(const Node& node, const topo::Topology* topology) {
   auto& ctx = node.context();
   const std::size_t errors_before = ctx.error_count();
@@ -284,6 +318,7 @@ ExperimentSpec load_experiment(const std::filesystem::path& file, const std::vec
         if (auto t = parse_training(*n)) spec.training = *t;
       }
     }
+    if (auto c = r.child("cost")) spec.cost = parse_cost(*c);
     if (hw) spec.hardware = std::move(*hw);
   }
   ctx.finish();
@@ -317,6 +352,12 @@ ExperimentResult run_experiment(const ExperimentSpec& spec, const RunExperimentO
   r.ranks = built.devices.size();
   r.simulated_ranks = static_cast<std::size_t>(built.simulated_ranks);
   r.model_states_per_device = built.model_states_per_device;
+  {
+    std::vector<int> nodes;
+    for (const auto d : built.devices) nodes.push_back(spec.hardware.topology.device(d).node);
+    std::sort(nodes.begin(), nodes.end());
+    r.nodes = static_cast<std::size_t>(std::unique(nodes.begin(), nodes.end()) - nodes.begin());
+  }
   r.tasks = built.graph.size();
   r.events = run.events_processed;
   r.approximations = built.approximations;
@@ -427,6 +468,27 @@ double bus_bandwidth(const CollectiveSpec& c, const ExperimentResult& r) {
 
 }  // namespace
 
+CostFigures cost_figures(const CostSpec& c, const ExperimentResult& r) {
+  CostFigures f;
+  const double seconds = r.iteration_time.seconds();
+  const double nodes = static_cast<double>(r.nodes);
+  f.node_hours_per_iteration = nodes * seconds / 3600.0;
+  const double tokens = r.tokens_per_s * seconds;
+  const double per_million = tokens > 0.0 ? 1e6 / tokens : 0.0;
+  if (c.power_per_node_w) f.energy_kwh_per_iteration = *c.power_per_node_w * nodes * seconds / 3.6e6;
+  if (c.price_per_node_hour) f.price_per_iteration = *c.price_per_node_hour * f.node_hours_per_iteration;
+  if (f.energy_kwh_per_iteration) f.energy_kwh_per_million_tokens = *f.energy_kwh_per_iteration * per_million;
+  if (f.price_per_iteration) f.price_per_million_tokens = *f.price_per_iteration * per_million;
+  if (c.token_budget && tokens > 0.0) {
+    const double iterations = *c.token_budget / tokens;
+    f.time_to_train_s = iterations * seconds;
+    f.node_hours_to_train = iterations * f.node_hours_per_iteration;
+    if (f.energy_kwh_per_iteration) f.energy_kwh_to_train = iterations * *f.energy_kwh_per_iteration;
+    if (f.price_per_iteration) f.price_to_train = iterations * *f.price_per_iteration;
+  }
+  return f;
+}
+
 std::string summary_json(const ExperimentSpec& spec, const ExperimentResult& r, const Provenance& p) {
   sim::report::JsonWriter j;
   j.begin_object();
@@ -474,6 +536,24 @@ std::string summary_json(const ExperimentSpec& spec, const ExperimentResult& r, 
     j.end_object();
   }
   j.end_object();
+  if (spec.cost) {
+    const CostFigures f = cost_figures(*spec.cost, r);
+    j.key("cost").begin_object();
+    j.field("nodes", static_cast<std::uint64_t>(r.nodes)).field("node_hours_per_iteration", f.node_hours_per_iteration);
+    const auto optional = [&](const char* key, const std::optional<double>& v) {
+      if (v) j.field(key, *v);
+    };
+    if (!spec.cost->currency.empty()) j.field("currency", spec.cost->currency);
+    optional("energy_kwh_per_iteration", f.energy_kwh_per_iteration);
+    optional("price_per_iteration", f.price_per_iteration);
+    optional("energy_kwh_per_million_tokens", f.energy_kwh_per_million_tokens);
+    optional("price_per_million_tokens", f.price_per_million_tokens);
+    optional("time_to_train_s", f.time_to_train_s);
+    optional("node_hours_to_train", f.node_hours_to_train);
+    optional("energy_kwh_to_train", f.energy_kwh_to_train);
+    optional("price_to_train", f.price_to_train);
+    j.end_object();
+  }
   j.key("simulation").begin_object();
   j.field("ranks", static_cast<std::uint64_t>(r.ranks));
   j.field("ranks_simulated", static_cast<std::uint64_t>(r.simulated_ranks));
@@ -545,6 +625,29 @@ std::string text_report(const ExperimentSpec& spec, const ExperimentResult& r) {
   }
   out += links.str() + "\n";
 
+  if (spec.cost && !collective) {
+    const CostFigures f = cost_figures(*spec.cost, r);
+    const std::string& cur = spec.cost->currency;
+    out += fmt::format("cost                 {} node{}: {:.4g} node-hours per iteration", r.nodes,
+                       r.nodes == 1 ? "" : "s", f.node_hours_per_iteration);
+    if (f.energy_kwh_per_iteration) out += fmt::format(", {:.4g} kWh", *f.energy_kwh_per_iteration);
+    if (f.price_per_iteration) out += fmt::format(", {:.4g} {}", *f.price_per_iteration, cur);
+    out += "\n";
+    if (f.energy_kwh_per_million_tokens || f.price_per_million_tokens) {
+      out += "per million tokens  ";
+      if (f.energy_kwh_per_million_tokens) out += fmt::format(" {:.4g} kWh", *f.energy_kwh_per_million_tokens);
+      if (f.price_per_million_tokens) out += fmt::format(" {:.4g} {}", *f.price_per_million_tokens, cur);
+      out += "\n";
+    }
+    if (f.time_to_train_s) {
+      out += fmt::format("to train on {:.3g} tokens: {:.1f} days, {:.4g} node-hours", *spec.cost->token_budget,
+                         *f.time_to_train_s / 86400.0, *f.node_hours_to_train);
+      if (f.energy_kwh_to_train) out += fmt::format(", {:.4g} MWh", *f.energy_kwh_to_train / 1000.0);
+      if (f.price_to_train) out += fmt::format(", {:.4g} {}", *f.price_to_train, cur);
+      out += "\n";
+    }
+    out += "\n";
+  }
   if (largest && total > 0 && !collective) {
     out += fmt::format("bottleneck: {} takes {:.0f}% of the iteration", largest->phase,
                        100.0 * largest->time.seconds() / total);

@@ -15,6 +15,15 @@
 
 namespace offsim::models {
 
+/// Optional `cost:` section: what an iteration costs in node-hours, energy and money, and what a
+/// token budget takes. Each number carries its source in the YAML.
+struct CostSpec {
+  std::optional<double> price_per_node_hour;  // in `currency`
+  std::string currency;
+  std::optional<double> power_per_node_w;  // average draw of one node while training
+  std::optional<double> token_budget;      // tokens to train on, for time-to-train
+};
+
 struct ExperimentSpec {
   std::string name;
   std::string file;
@@ -25,6 +34,7 @@ struct ExperimentSpec {
   ModelSpec model;
   TrainingSpec training;
   StrategySpec strategy;
+  std::optional<CostSpec> cost;
   std::vector<std::pair<std::string, std::string>> effective;  // key path -> value, after overrides
   std::vector<sim::config::Diagnostic> warnings;
 };
@@ -67,6 +77,7 @@ struct ExperimentResult {
   std::vector<LinkClassSummary> links;
   std::size_t ranks = 0;
   std::size_t simulated_ranks = 0;
+  std::size_t nodes = 0;  // nodes the ranks occupy
   std::size_t tasks = 0;
   std::uint64_t events = 0;
   std::vector<std::string> approximations;
@@ -92,6 +103,15 @@ struct ExperimentResult {
 struct RunExperimentOptions {
   bool outputs_over_time = false;  // record link timelines; fill timeline_csv and trace_json
 };
+
+/// What an iteration (and a token budget) costs; fields absent when the cost section lacks the input.
+struct CostFigures {
+  double node_hours_per_iteration = 0.0;
+  std::optional<double> energy_kwh_per_iteration, price_per_iteration;
+  std::optional<double> energy_kwh_per_million_tokens, price_per_million_tokens;
+  std::optional<double> time_to_train_s, node_hours_to_train, energy_kwh_to_train, price_to_train;
+};
+[[nodiscard]] CostFigures cost_figures(const CostSpec& cost, const ExperimentResult& result);
 
 /// Builds and simulates one iteration.
 [[nodiscard]] ExperimentResult run_experiment(const ExperimentSpec& spec, const RunExperimentOptions& options = {});

@@ -85,7 +85,8 @@ int main(int argc, char** argv) {
   validate_cmd->add_flag("--json", validate_json, "as JSON");
 
   std::vector<std::string> diff_runs;
-  auto* diff_cmd = app.add_subcommand("diff", "two runs side by side: changed settings, then every figure and its change");
+  auto* diff_cmd =
+      app.add_subcommand("diff", "two runs side by side: changed settings, then every figure and its change");
   diff_cmd->add_option("runs", diff_runs, "two summary.json files or run --out folders (A then B)")
       ->required()
       ->expected(2);

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "models/experiment.hpp"
 #include "sim/report/atomic_file.hpp"
 #include "sim/report/json_writer.hpp"
 #include "sim/report/text_table.hpp"
@@ -58,3 +59,27 @@ TEST(AtomicFile, ReplacesTheWholeFileAndLeavesNoTemporary) {
 
 }  // namespace
 }  // namespace offsim::sim::report
+
+namespace offsim::models {
+namespace {
+
+TEST(Cost, NodeHoursEnergyPriceAndTimeToTrainFollowTheIteration) {
+  // tests/data/tiny-dp2-cost.yaml: 1 node, 3 USD per node-hour, 1800 W, budget 1e9 tokens.
+  //   node-hours = 1 x t / 3600; energy = 1800 W x t / 3.6e6 kWh; price = 3 x node-hours;
+  //   per million tokens: x 1e6 / (tokens per iteration); to train: x 1e9 / (tokens per iteration).
+  const ExperimentSpec spec = load_experiment(std::string(OFFSIM_SOURCE_DIR) + "/tests/data/tiny-dp2-cost.yaml", {});
+  const ExperimentResult r = run_experiment(spec);
+  const double t = r.iteration_time.seconds();
+  const double tokens = 2 * 32;  // 2 ranks x micro-batch 1 x 32 tokens
+  ASSERT_EQ(r.nodes, 1u);
+  const CostFigures f = cost_figures(*spec.cost, r);
+  EXPECT_NEAR(f.node_hours_per_iteration, t / 3600, 1e-12 * t);
+  EXPECT_NEAR(*f.energy_kwh_per_iteration, 1800 * t / 3.6e6, 1e-12);
+  EXPECT_NEAR(*f.price_per_iteration, 3 * t / 3600, 1e-12);
+  EXPECT_NEAR(*f.price_per_million_tokens, 3 * t / 3600 * 1e6 / tokens, 1e-9);
+  EXPECT_NEAR(*f.time_to_train_s, t * 1e9 / tokens, 1e-6 * t * 1e9 / tokens);
+  EXPECT_NEAR(*f.price_to_train, 3 * t / 3600 * 1e9 / tokens, 1e-9);
+}
+
+}  // namespace
+}  // namespace offsim::models
