@@ -161,6 +161,53 @@ std::optional<StrategySpec> parse_strategy(const Node& node, const topo::Topolog
     if (ctx.error_count() != errors_before) return std::nullopt;
     return StrategySpec{c};
   }
+  if (kind.value == "megatron") {
+    MegatronSpec mg;
+    const auto positive = [&](const char* key) {
+      const auto v = r.required<int>(key);
+      if (v.valid && v.value < 1) ctx.error(v.loc, node.child_path(key), fmt::format("expected >= 1, got {}", v.value));
+      return v.value;
+    };
+    mg.tp = positive("tp");
+    mg.pp = positive("pp");
+    mg.dp = positive("dp");
+    const auto schedule = r.choice("schedule", {"1f1b", "interleaved"});
+    if (schedule.valid && schedule.value == "interleaved") {
+      const auto v = r.required<int>("virtual_stages");
+      if (v.valid && v.value < 2) {
+        ctx.error(v.loc, node.child_path("virtual_stages"),
+                  fmt::format("expected >= 2 for interleaved, got {}", v.value));
+      }
+      mg.virtual_stages = v.value;
+    }
+    mg.sequence_parallel = r.required<bool>("sequence_parallel").value;
+    const auto zero = r.required<int>("zero_stage");
+    if (zero.valid && zero.value != 0 && zero.value != 1) {
+      ctx.error(zero.loc, node.child_path("zero_stage"),
+                fmt::format("expected 0 or 1 (Megatron's distributed optimizer) with pipelines, got {}", zero.value));
+    }
+    mg.zero_stage = zero.value;
+    mg.collectives = parse_collective_options(r);
+    mg.all_ranks = parse_all_ranks(r);
+    const std::size_t ranks = static_cast<std::size_t>(std::max(1, mg.tp) * std::max(1, mg.pp) * std::max(1, mg.dp));
+    if (auto devices = parse_devices(r, node, topology, false)) {
+      mg.devices = std::move(*devices);
+      if (mg.devices.size() != ranks && ctx.error_count() == errors_before) {
+        ctx.error(node.location(), node.child_path("devices"),
+                  fmt::format("tp x pp x dp = {} ranks but the devices list {}", ranks, mg.devices.size()));
+      }
+    } else if (topology) {
+      const auto gpus = topology->devices_of(topo::DeviceKind::kGpu);
+      if (ranks > gpus.size()) {
+        ctx.error(node.location(), node.path(),
+                  fmt::format("tp x pp x dp = {} ranks but the machine has {} GPUs", ranks, gpus.size()));
+      } else {
+        for (std::size_t i = 0; i < ranks; ++i) mg.devices.push_back(topology->device(gpus[i]).name);
+      }
+    }
+    if (ctx.error_count() != errors_before) return std::nullopt;
+    return StrategySpec{mg};
+  }
   DataParallelSpec dp;
   const auto stage = r.required<int>("zero_stage");
   if (stage.valid && (stage.value < 0 || stage.value > 3)) {
@@ -297,6 +344,7 @@ ExperimentSpec load_experiment(const std::filesystem::path& file, const std::vec
         // More than one rank needs the collectives the strategy runs.
         std::size_t ranks = 0;
         if (const auto* dp = std::get_if<DataParallelSpec>(&*s)) ranks = dp->devices.size();
+        if (const auto* mg = std::get_if<MegatronSpec>(&*s)) ranks = mg->devices.size();
         if (const auto* c = std::get_if<CollectiveSpec>(&*s)) {
           ranks = c->devices.size();
           needs_model = false;

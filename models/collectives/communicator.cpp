@@ -51,6 +51,11 @@ std::string asymmetry(const topo::Topology& t, const std::vector<std::size_t>& d
 
 }  // namespace
 
+TaskId Communicator::pass_through(const std::string& name, int s, std::vector<TaskId> deps) {
+  return graph_.add(fmt::format("{}.skip.r{}", name, layout_.simulated[s]), "communication", BarrierTask{},
+                    std::move(deps));
+}
+
 std::vector<int> Communicator::channel_order(const std::vector<int>& members, int channel, int channels) const {
   if (channel == 0) return members;
   // Blocks of consecutive members on one node, each rotated by channel x size / channels.
@@ -69,7 +74,7 @@ std::vector<int> Communicator::channel_order(const std::vector<int>& members, in
 }
 
 RankLayout make_rank_layout(const topo::Topology& topology, std::vector<std::size_t> devices, bool all_ranks,
-                            std::string* note) {
+                            std::string* note, int block_ranks) {
   RankLayout layout;
   layout.devices = std::move(devices);
   const int ranks = layout.ranks();
@@ -80,9 +85,17 @@ RankLayout make_rank_layout(const topo::Topology& topology, std::vector<std::siz
     const int node0 = topology.device(layout.devices[0]).node;
     while (per_node < ranks && topology.device(layout.devices[per_node]).node == node0) ++per_node;
   }
-  const std::string why_not =
-      all_ranks || per_node == ranks ? std::string{} : asymmetry(topology, layout.devices, per_node);
-  layout.symmetric = !all_ranks && per_node < ranks && why_not.empty();
+  // The representative block: whole nodes, at least `block_ranks` ranks, dividing the ranks.
+  int block = per_node;
+  if (block_ranks > per_node && per_node > 0) block = (block_ranks + per_node - 1) / per_node * per_node;
+  std::string why_not;
+  if (!all_ranks && block < ranks) {
+    why_not = asymmetry(topology, layout.devices, per_node);
+    if (why_not.empty() && ranks % block != 0) {
+      why_not = fmt::format("{} ranks do not split into blocks of {}", ranks, block);
+    }
+  }
+  layout.symmetric = !all_ranks && block < ranks && why_not.empty();
   if (!layout.symmetric) {
     for (int r = 0; r < ranks; ++r) {
       layout.simulated.push_back(r);
@@ -93,21 +106,29 @@ RankLayout make_rank_layout(const topo::Topology& topology, std::vector<std::siz
     }
     return layout;
   }
-  for (int r = 0; r < per_node; ++r) layout.simulated.push_back(r);
-  for (int r = 0; r < ranks; ++r) layout.simulated_index.push_back(r % per_node);
-  const int representative = topology.device(layout.devices[0]).node;
+  for (int r = 0; r < block; ++r) layout.simulated.push_back(r);
+  for (int r = 0; r < ranks; ++r) layout.simulated_index.push_back(r % block);
+  // Each node maps onto the node of the representative block in the same position.
+  std::map<int, int> representative_node;
+  for (int r = 0; r < ranks; ++r) {
+    representative_node[topology.device(layout.devices[r]).node] = topology.device(layout.devices[r % block]).node;
+  }
   for (std::size_t d = 0; d < layout.mirror_of.size(); ++d) {
     const auto& dev = topology.device(d);
-    if (dev.node < 0 || dev.node == representative) continue;
-    if (const auto m = topology.find_device(fmt::format("n{}.{}", representative, local_name(dev)))) {
+    const auto it = representative_node.find(dev.node);
+    if (dev.node < 0 || it == representative_node.end() || it->second == dev.node) continue;
+    if (const auto m = topology.find_device(fmt::format("n{}.{}", it->second, local_name(dev)))) {
       layout.mirror_of[d] = *m;
     }
   }
   if (note) {
+    const int first = topology.device(layout.devices[0]).node;
+    const int nodes = block / per_node;
     *note = fmt::format(
-        "rank symmetry: the {} ranks of node {} are simulated and stand for all {} ranks (every node does the same "
-        "work; traffic into other nodes is mirrored onto node {}'s links); run with --all-ranks to simulate every rank",
-        per_node, representative, ranks, representative);
+        "rank symmetry: the {} ranks of {} stand for all {} ranks (every {} does the same work; traffic into "
+        "other nodes is mirrored onto the representative links); run with --all-ranks to simulate every rank",
+        block, nodes == 1 ? fmt::format("node {}", first) : fmt::format("nodes {}-{}", first, first + nodes - 1), ranks,
+        nodes == 1 ? "node" : fmt::format("block of {} nodes", nodes));
   }
   return layout;
 }
@@ -145,7 +166,7 @@ std::vector<sim::ConstraintId> Communicator::route(int from_rank, int to_rank) c
   const std::size_t src = layout_.devices[from_rank];
   const std::size_t dst = layout_.devices[to_rank];
   const int dst_node = topology_.device(dst).node;
-  if (!layout_.symmetric || dst_node == topology_.device(src).node) return machine_.transfer_route(topology_, src, dst);
+  if (!layout_.symmetric || layout_.mirror_of[dst] == dst) return machine_.transfer_route(topology_, src, dst);
   // Out of the source's node and through the network as routed; the links inside the
   // destination's node replaced by their counterparts inside the representative node.
   std::vector<sim::ConstraintId> out;
@@ -173,13 +194,16 @@ std::vector<sim::ConstraintId> Communicator::route(int from_rank, int to_rank) c
 }
 
 TaskId Communicator::add_kernel(const std::string& name, int s, Bytes bytes, std::vector<TaskId> deps) {
+  if (!active(s)) return pass_through(name, s, std::move(deps));
   return graph_.add(fmt::format("{}.r{}", name, layout_.simulated[s]), "communication",
                     TransferTask{{}, Bytes{0}, costs_.memory_bound_time(bytes), {}}, std::move(deps));
 }
 
 std::vector<TaskId> Communicator::add(CollectiveKind kind, const std::string& name, std::int64_t elements,
-                                      const CollectivePlan& plan, const std::vector<std::vector<TaskId>>& deps) {
+                                      const CollectivePlan& plan, const std::vector<std::vector<TaskId>>& deps,
+                                      const std::vector<bool>& participants) {
   const int sims = layout_.simulated_ranks();
+  active_ = participants;
   std::vector<std::vector<TaskId>> first = deps;
   std::vector<TaskId> done(sims);
   const auto advance = [&](const std::vector<TaskId>& stage_done) {
@@ -285,6 +309,7 @@ std::vector<TaskId> Communicator::add_stage(const std::string& name, const std::
       std::vector<int> place(g);
       for (int k = 0; k < g; ++k) place[position(order[k])] = k;
       for (int s = 0; s < sims; ++s) {
+        if (!active(s)) continue;
         const int r = layout_.simulated[s];
         const int base = member(r, 0) - member(layout_.simulated[0], 0);  // this subgroup's offset
         const int k = place[position(r)];
@@ -303,6 +328,7 @@ std::vector<TaskId> Communicator::add_stage(const std::string& name, const std::
   // All-to-all: one flow from each simulated rank to each peer, all in one step.
   std::vector<std::vector<Flow>> flows(1);
   for (int s = 0; s < sims; ++s) {
+    if (!active(s)) continue;
     const int r = layout_.simulated[s];
     for (int k = 1; k < g; ++k) {
       const int peer = member(r, (position(r) + k) % g);
@@ -321,6 +347,10 @@ std::vector<TaskId> Communicator::add_stage(const std::string& name, const std::
   }
   std::vector<TaskId> done(sims);
   for (int s = 0; s < sims; ++s) {
+    if (!active(s)) {
+      done[s] = pass_through(name, s, first[s]);
+      continue;
+    }
     done[s] = graph_.add(fmt::format("{}.done.r{}", name, layout_.simulated[s]), "communication", BarrierTask{},
                          std::move(finish[s]));
   }
@@ -362,6 +392,10 @@ std::vector<TaskId> Communicator::add_ring_flows(const std::string& name, const 
   }
   std::vector<TaskId> done(sims);
   for (int s = 0; s < sims; ++s) {
+    if (!active(s)) {
+      done[s] = pass_through(name, s, first[s]);
+      continue;
+    }
     std::vector<TaskId> deps;
     for (std::size_t d = 0; d < rings; ++d) {
       deps.push_back(own[d][s]);
@@ -405,6 +439,10 @@ std::vector<TaskId> Communicator::add_analytic(const std::string& name, const Co
   }
   std::vector<TaskId> done(sims);
   for (int s = 0; s < sims; ++s) {
+    if (!active(s)) {
+      done[s] = pass_through(name, s, first[s]);
+      continue;
+    }
     const double rate = subgroup_rate.at(subgroup(s));
     done[s] = graph_.add(
         fmt::format("{}.analytic.r{}", name, layout_.simulated[s]), "communication",

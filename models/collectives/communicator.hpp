@@ -59,9 +59,10 @@ struct RankLayout {
 
 /// Lays out the ranks. Uses the representative-node form when `all_ranks` is false and the layout
 /// is symmetric (node-major, the same local device order in every node, more than one node);
-/// otherwise simulates every rank. `note` says which, and why.
+/// otherwise simulates every rank. `block_ranks`: the representative block spans at least that
+/// many ranks (whole nodes; a pipeline replica, say). `note` says which, and why.
 [[nodiscard]] RankLayout make_rank_layout(const topo::Topology& topology, std::vector<std::size_t> devices,
-                                          bool all_ranks, std::string* note);
+                                          bool all_ranks, std::string* note, int block_ranks = 0);
 
 class Communicator {
  public:
@@ -72,8 +73,11 @@ class Communicator {
   /// Adds one collective of a buffer of `elements` bf16 elements (all-gather output, reduce-scatter
   /// input). `deps[s]`: what simulated rank s waits for first. Returns, per simulated rank, a
   /// barrier that ends when the rank holds its result.
+  /// `participants` (per simulated rank; empty: all) restricts the collective to some ranks (with
+  /// their subgroups); the others pass through at their dependencies.
   std::vector<sim::TaskId> add(CollectiveKind kind, const std::string& name, std::int64_t elements,
-                               const CollectivePlan& plan, const std::vector<std::vector<sim::TaskId>>& deps);
+                               const CollectivePlan& plan, const std::vector<std::vector<sim::TaskId>>& deps,
+                               const std::vector<bool>& participants = {});
 
   /// The flat plan over the first `ranks` ranks: one ring, no quantization.
   [[nodiscard]] static CollectivePlan flat(int ranks);
@@ -96,6 +100,9 @@ class Communicator {
                                         std::int64_t bytes_per_flow, int steps,
                                         const std::vector<std::vector<Flow>>& flows,
                                         const std::vector<std::vector<sim::TaskId>>& first);
+  [[nodiscard]] bool active(int s) const { return active_.empty() || active_[s]; }
+  // A rank outside the collective: a barrier on its dependencies.
+  sim::TaskId pass_through(const std::string& name, int s, std::vector<sim::TaskId> deps);
   // A kernel on the communication side of rank s: HBM traffic of `bytes`, after `deps`.
   sim::TaskId add_kernel(const std::string& name, int s, sim::Bytes bytes, std::vector<sim::TaskId> deps);
   // The ring order of `members` (one subgroup, band order) for one channel.
@@ -112,6 +119,7 @@ class Communicator {
   const CostModel& costs_;
   CollectiveOptions options_;
   std::vector<std::string>& notes_;
+  std::vector<bool> active_;  // participants of the collective being added (empty: all)
 };
 
 }  // namespace offsim::models

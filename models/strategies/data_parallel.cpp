@@ -23,6 +23,7 @@
 #include <stdexcept>
 
 #include "models/collectives/communicator.hpp"
+#include "models/strategies/layer_kernels.hpp"
 #include "models/strategies/strategy.hpp"
 
 namespace offsim::models {
@@ -36,60 +37,6 @@ using sim::ComputeTask;
 using sim::TaskId;
 using sim::TimePs;
 using sim::TransferTask;
-
-// Bytes per element of each state under bf16 mixed precision with Adam.
-constexpr std::int64_t kBf16Bytes = 2;
-constexpr std::int64_t kFp32Bytes = 4;
-// fp32 master weights, Adam momentum and variance.
-constexpr std::int64_t kOptimizerStateBytesPerParam = 3 * kFp32Bytes;
-// Adam's HBM traffic per parameter: read fp32 p, m, v and the bf16 gradient (14 B), write fp32
-// p, m, v and the bf16 working copy of p (14 B).
-constexpr std::int64_t kAdamTrafficBytesPerParam = 3 * kFp32Bytes + kBf16Bytes + 3 * kFp32Bytes + kBf16Bytes;
-// DeepSpeed's CPU Adam on fp32 host states: read p, g, m, v and write p, m, v (deepspeed-offload.md
-// section 5).
-constexpr std::int64_t kHostAdamTrafficBytesPerParam = 4 * kFp32Bytes + 3 * kFp32Bytes;
-// Logits kept for the loss's backward: bf16 logits and their fp32 softmax.
-constexpr std::int64_t kLogitBytesPerElement = kBf16Bytes + kFp32Bytes;
-
-struct KernelTimes {
-  TimePs embed_fwd, embed_bwd, layer_fwd, layer_bwd, head_fwd, head_bwd, adam;
-};
-
-KernelTimes kernel_times(const IterationInputs& in, std::int64_t params_on_rank) {
-  const auto& m = in.model;
-  const auto& t = in.training;
-  const auto& c = in.costs;
-  const LayerWork w = layer_forward(m, t.micro_batch, t.flash_attention);
-  const std::int64_t tokens = t.micro_batch * m.seq;
-  // GEMMs by shape (one tensor-parallel rank: tp = 1 here). Backward runs two GEMMs of each
-  // forward shape (input and weight gradients), costed as twice the forward shape's time.
-  TimePs gemms{0};
-  TimePs attention_core{0};
-  for (const auto& g : layer_gemms(m, t.micro_batch, 1)) {
-    const TimePs d = c.gemm_time(g, g.attention_core && t.flash_attention);
-    gemms += d;
-    if (g.attention_core) attention_core += d;
-  }
-  // Non-GEMM kernels (norms, softmax, activation functions, residual adds, dropout) are charged
-  // as HBM traffic of twice the bytes the layer stashes: each stashed tensor is written once and
-  // read once. A coarse stand-in until kernel tables cover them.
-  const Bytes elementwise = w.activations * 2;
-  const TimePs layer_fwd = gemms + c.memory_bound_time(elementwise);
-  TimePs recompute{0};
-  if (t.recompute == Recompute::kFull) recompute = layer_fwd;
-  if (t.recompute == Recompute::kSelective) recompute = attention_core;
-  KernelTimes k;
-  k.layer_fwd = layer_fwd;
-  k.layer_bwd = recompute + gemms + gemms + c.memory_bound_time(elementwise * 2);
-  const GemmShape head = head_gemm(m, t.micro_batch, 1);
-  const Bytes logits{tokens * m.vocab * kLogitBytesPerElement};
-  k.head_fwd = c.gemm_time(head) + c.memory_bound_time(logits);
-  k.head_bwd = c.gemm_time(head) + c.gemm_time(head) + c.memory_bound_time(logits);
-  k.embed_fwd = c.memory_bound_time(Bytes{tokens * m.hidden * kBf16Bytes});
-  k.embed_bwd = c.memory_bound_time(Bytes{tokens * m.hidden * kBf16Bytes * 2});
-  k.adam = c.memory_bound_time(Bytes{params_on_rank * kAdamTrafficBytesPerParam});
-  return k;
-}
 
 // The CPU fewest hops from `gpu` (the first declared among equals): the host of its offload.
 std::size_t nearest_cpu(const topo::Topology& t, std::size_t gpu) {
@@ -191,7 +138,7 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
     for (std::size_t j = 0; j < cpu_subgroups; ++j) cpu_params += subgroups[j];
   }
   const double cpu_fraction = offload ? static_cast<double>(cpu_params) / static_cast<double>(updated_on_rank) : 0.0;
-  const KernelTimes k = kernel_times(in, updated_on_rank);
+  const KernelTimes k = kernel_times(in, updated_on_rank, 1);
   const Bytes stored = stored_activation_bytes(m, train.micro_batch, train.recompute, train.flash_attention);
   const Bytes logits{train.micro_batch * m.seq * m.vocab * kLogitBytesPerElement};
   const LayerWork w = layer_forward(m, train.micro_batch, train.flash_attention);

@@ -11,6 +11,9 @@ std::vector<StrategyInfo> list_strategies() {
            "data parallelism with ZeRO stage 0-3: bucketed ring all-reduce or reduce-scatter of gradients, "
            "partitioned optimizer states (1+), gradients (2+) and parameters with per-module all-gathers (3), Adam on "
            "GPU, ZeRO-3 CPU optimizer offload"},
+          {"megatron",
+           "3D parallelism as Megatron-LM/DeepSpeed run it: tensor parallelism (column/row split, all-reduces per "
+           "layer), pipeline stages with the 1F1B or interleaved schedule, data-parallel replicas with ZeRO-0/1"},
           {"collective", "one all-gather, reduce-scatter or all-reduce over the listed ranks (collective benchmarks)"}};
 }
 
@@ -58,6 +61,7 @@ BuiltIteration build_iteration(const IterationInputs& in, const StrategySpec& st
     const IterationInputs& in;
     BuiltIteration operator()(const DataParallelSpec& s) const { return build_data_parallel(in, s); }
     BuiltIteration operator()(const CollectiveSpec& s) const { return build_collective(in, s); }
+    BuiltIteration operator()(const MegatronSpec& s) const { return build_megatron(in, s); }
   };
   return std::visit(Visitor{in}, strategy);
 }

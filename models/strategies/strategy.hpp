@@ -81,7 +81,24 @@ struct CollectiveSpec {
   bool all_ranks = false;
 };
 
-using StrategySpec = std::variant<DataParallelSpec, CollectiveSpec>;
+/// Megatron-style 3D parallelism (models/strategies/megatron.cpp states the model): tensor
+/// parallelism inside a group of `tp` consecutive ranks, a pipeline of `pp` stages (1F1B, or
+/// interleaved with `virtual_stages` chunks per rank), `dp` replicas whose gradients are
+/// all-reduced (zero_stage 0) or reduce-scattered with a distributed optimizer (zero_stage 1).
+/// Rank r = t + tp x (s + pp x d) for tensor rank t, stage s, replica d.
+struct MegatronSpec {
+  int tp = 1;
+  int pp = 1;
+  int dp = 1;
+  int virtual_stages = 1;  // > 1: the interleaved schedule
+  bool sequence_parallel = false;
+  int zero_stage = 0;
+  std::vector<std::string> devices;
+  CollectiveOptions collectives;
+  bool all_ranks = false;
+};
+
+using StrategySpec = std::variant<DataParallelSpec, CollectiveSpec, MegatronSpec>;
 
 struct StrategyInfo {
   std::string kind;
@@ -144,5 +161,6 @@ struct IterationInputs {
 
 [[nodiscard]] BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallelSpec& spec);
 [[nodiscard]] BuiltIteration build_collective(const IterationInputs& in, const CollectiveSpec& spec);
+[[nodiscard]] BuiltIteration build_megatron(const IterationInputs& in, const MegatronSpec& spec);
 
 }  // namespace offsim::models

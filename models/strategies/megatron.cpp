@@ -1,0 +1,422 @@
+// Megatron-style 3D parallelism: tensor (TP), pipeline (PP) and data (DP) parallelism.
+//
+// Ranks: r = t + tp x (s + pp x d) for tensor rank t, pipeline stage s, replica d, so a TP group is
+// tp consecutive ranks (inside a node when tp divides the GPUs per node) and replica d is the
+// block of tp x pp ranks starting at d x tp x pp. Under rank symmetry one replica is simulated and
+// stands for all (its DP all-reduce flows are mirrored, docs/collectives.md).
+//
+// Model per rank:
+// - Layers are split evenly over pp x v virtual stages (v = virtual_stages); rank stage s holds
+//   chunks c = 0..v-1, virtual stage c x pp + s. The embedding is on virtual stage 0, the output
+//   head on the last. Each GEMM is split Megatron-style over the TP group (layer_gemms with tp):
+//   every layer's forward ends its attention and MLP blocks with an all-reduce of the activations
+//   (b x s x h bf16) over the TP group, and so does backward (twice more with full recomputation,
+//   which re-runs the forward). The layer's compute is split into two equal halves around them
+//   (an approximation: the attention and MLP halves differ). Sequence parallelism replaces each
+//   all-reduce with a reduce-scatter and an all-gather of the same total bytes, so it is costed as
+//   the all-reduce; it divides the stored activations by tp.
+// - Stages exchange activations (forward) and their gradients (backward) point to point: b x s x h
+//   bf16 split over the TP group (Megatron's scatter-gather of pipeline tensors), from each TP rank
+//   to the same TP rank of the next (previous) stage.
+// - Schedule, per rank, in Megatron's order: 1F1B (pp - s - 1 warm-up forwards, then one forward
+//   one backward, then the cool-down backwards) or, with v > 1, the interleaved schedule
+//   (warm-up (pp - s - 1) x 2 + (v - 1) x pp, micro-batches in groups of pp through the chunks).
+//   An operation starts when the previous one on the rank ended and its input arrived.
+// - After the last backward: all-reduce of the rank's gradients over its DP group (ZeRO-0) or a
+//   reduce-scatter, Adam on 1/dp of them, and an all-gather of the updated parameters (ZeRO-1,
+//   Megatron's distributed optimizer). Adam on the GPU.
+// - Memory: bf16 parameters and gradients of the rank's chunks, fp32 master + m + v (divided by
+//   dp at ZeRO-1), stored activations of each in-flight micro-batch (allocated by its forward,
+//   freed by its backward; Korthikanti's count with TP: /tp with sequence parallelism, otherwise
+//   only the split part shrinks), and the logits on the last stage.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <deque>
+#include <map>
+#include <stdexcept>
+
+#include "models/collectives/communicator.hpp"
+#include "models/strategies/layer_kernels.hpp"
+#include "models/strategies/strategy.hpp"
+
+namespace offsim::models {
+
+namespace {
+
+using sim::AllocTask;
+using sim::BarrierTask;
+using sim::Bytes;
+using sim::ComputeTask;
+using sim::TaskId;
+using sim::TimePs;
+using sim::TransferTask;
+
+struct Op {
+  bool forward = true;
+  int chunk = 0;
+  int micro_batch = 0;
+};
+
+// Megatron's per-rank operation order (megatron/core/pipeline_parallel/schedules.py).
+std::vector<Op> schedule(int pp, int stage, int v, int m) {
+  const int total = m * v;
+  const auto chunk_of = [&](int k, bool forward) {
+    const int c = (k / pp) % v;
+    return forward ? c : v - 1 - c;
+  };
+  const auto micro_batch_of = [&](int k) { return (k / (pp * v)) * pp + k % pp; };
+  int warmup = 0;
+  if (v == 1) {
+    warmup = std::min(pp - stage - 1, m);
+  } else {
+    warmup = std::min((pp - stage - 1) * 2 + (v - 1) * pp, total);
+  }
+  std::vector<Op> ops;
+  int f = 0;
+  int b = 0;
+  const auto forward = [&] {
+    ops.push_back({true, v == 1 ? 0 : chunk_of(f, true), v == 1 ? f : micro_batch_of(f)});
+    ++f;
+  };
+  const auto backward = [&] {
+    ops.push_back({false, v == 1 ? 0 : chunk_of(b, false), v == 1 ? b : micro_batch_of(b)});
+    ++b;
+  };
+  for (int i = 0; i < warmup; ++i) forward();
+  while (f < total) {
+    forward();
+    backward();
+  }
+  while (b < total) backward();
+  return ops;
+}
+
+}  // namespace
+
+BuiltIteration build_megatron(const IterationInputs& in, const MegatronSpec& spec) {
+  BuiltIteration out;
+  out.machine = make_machine_resources(in.topology);
+  auto& g = out.graph;
+  const auto& m = in.model;
+  const auto& train = in.training;
+  const int tp = spec.tp;
+  const int pp = spec.pp;
+  const int dp = spec.dp;
+  const int v = spec.virtual_stages;
+  const int ranks = tp * pp * dp;
+  const int micro_batches = static_cast<int>(train.grad_accum);
+  if (static_cast<int>(spec.devices.size()) != ranks) {
+    throw std::invalid_argument(
+        fmt::format("megatron: tp x pp x dp = {} ranks but {} devices", ranks, spec.devices.size()));
+  }
+  if (m.layers % (pp * v) != 0) {
+    throw std::invalid_argument(
+        fmt::format("megatron: {} layers do not split into pp x virtual_stages = {} chunks", m.layers, pp * v));
+  }
+  if (v > 1 && micro_batches % pp != 0) {
+    throw std::invalid_argument(
+        fmt::format("megatron: the interleaved schedule needs micro-batches (grad_accum {}) divisible by pp ({})",
+                    micro_batches, pp));
+  }
+  for (const auto& name : spec.devices) {
+    const auto d = in.topology.find_device(name);
+    if (!d || in.topology.device(*d).kind != topo::DeviceKind::kGpu) {
+      throw std::invalid_argument(fmt::format("megatron: '{}' is not a GPU of the machine", name));
+    }
+    out.devices.push_back(*d);
+  }
+  std::string layout_note;
+  const RankLayout layout = make_rank_layout(in.topology, out.devices, spec.all_ranks, &layout_note, tp * pp);
+  if (!layout_note.empty()) out.approximations.push_back(layout_note);
+  const int sims = layout.simulated_ranks();
+  out.simulated_ranks = sims;
+  Communicator dp_comm(g, out.machine, in.topology, layout, in.collectives, in.costs, spec.collectives,
+                       out.approximations);
+
+  // Work and states of one rank.
+  const ParameterCounts params = count_parameters(m);
+  const std::int64_t layers_per_chunk = m.layers / (pp * v);
+  const int last_virtual = pp * v - 1;
+  const auto params_of_stage = [&](int stage) {
+    std::int64_t n = layers_per_chunk * v * params.per_layer;
+    if (stage == 0) n += params.embedding + params.position;
+    if (stage == (last_virtual % pp)) n += params.final_norm + (m.tied_embeddings ? 0 : params.output_head);
+    return (n + tp - 1) / tp;
+  };
+  const std::int64_t tokens = train.micro_batch * m.seq;
+  const std::int64_t activation_elements = tokens * m.hidden;
+  Bytes stored = stored_activation_bytes(m, train.micro_batch, train.recompute, train.flash_attention);
+  if (spec.sequence_parallel) {
+    stored = Bytes{stored.count / tp};
+  } else if (train.recompute != Recompute::kFull) {
+    // Korthikanti et al. section 4.2: sbh(10 + 24/t + 5as/(ht)) of the sbh(34 + 5as/h) split by t.
+    stored = Bytes{static_cast<std::int64_t>(static_cast<double>(stored.count) * (10.0 + 24.0 / tp) / 34.0)};
+  }
+  const Bytes logits{tokens * ((m.vocab + tp - 1) / tp) * kLogitBytesPerElement};
+  const Bytes p2p_bytes{activation_elements * kBf16Bytes / tp};
+  const LayerWork w = layer_forward(m, train.micro_batch, train.flash_attention);
+  sim::Flops recomputed{};
+  if (train.recompute == Recompute::kFull) recomputed = w.gemm + w.attention;
+  if (train.recompute == Recompute::kSelective) recomputed = w.attention;
+  const sim::Flops head_flops = head_forward_flops(m, train.micro_batch);
+  const int tp_reductions_backward = train.recompute == Recompute::kFull ? 4 : 2;
+
+  // One TP communicator per (replica, stage) group of simulated ranks: ranks outside a TP group
+  // never take part in its all-reduces.
+  std::deque<RankLayout> tp_layouts;
+  std::map<int, Communicator> tp_comms;  // by the group's first rank
+  const CollectivePlan tp_plan = Communicator::flat(tp);
+  struct RankState {
+    int rank = 0;
+    int t = 0;
+    int stage = 0;
+    std::uint32_t unit = 0;
+    std::uint32_t pool = 0;
+    std::size_t device = 0;
+    std::int64_t params = 0;
+    KernelTimes k;
+  };
+  std::vector<RankState> rank_state(sims);
+  std::map<int, int> sim_of_rank;
+  for (int s = 0; s < sims; ++s) {
+    RankState& rs = rank_state[s];
+    rs.rank = layout.simulated[s];
+    rs.t = rs.rank % tp;
+    rs.stage = (rs.rank / tp) % pp;
+    rs.device = out.devices[rs.rank];
+    rs.unit = *out.machine.unit_of_device[rs.device];
+    rs.pool = *out.machine.pool_of_device[rs.device];
+    rs.params = params_of_stage(rs.stage);
+    rs.k = kernel_times(in, spec.zero_stage == 1 ? (rs.params + dp - 1) / dp : rs.params, tp);
+    sim_of_rank[rs.rank] = s;
+  }
+  if (tp > 1) {
+    for (int s = 0; s < sims; ++s) {
+      const int first = rank_state[s].rank - rank_state[s].t;
+      if (tp_comms.contains(first)) continue;
+      std::vector<std::size_t> group;
+      for (int t = 0; t < tp; ++t) group.push_back(out.devices[first + t]);
+      tp_layouts.push_back(make_rank_layout(in.topology, group, true, nullptr));
+      tp_comms.emplace(std::piecewise_construct, std::forward_as_tuple(first),
+                       std::forward_as_tuple(g, out.machine, in.topology, tp_layouts.back(), in.collectives, in.costs,
+                                             spec.collectives, out.approximations));
+    }
+  }
+
+  const auto compute = [&](int s, const std::string& name, const char* phase, TimePs d, sim::Flops flops,
+                           const char* kernel, std::vector<TaskId> deps) {
+    return g.add(fmt::format("r{}.{}", rank_state[s].rank, name), phase,
+                 ComputeTask{rank_state[s].unit, d, flops, Bytes{0}, kernel}, std::move(deps));
+  };
+  const auto alloc = [&](int s, const std::string& name, const char* tenant, Bytes bytes, std::vector<TaskId> deps,
+                         bool release = false) {
+    const std::string full = fmt::format("r{}.{}", rank_state[s].rank, name);
+    if (release) return g.add(full, "memory", sim::FreeTask{rank_state[s].pool, tenant, bytes}, std::move(deps));
+    return g.add(full, "setup", AllocTask{rank_state[s].pool, tenant, bytes}, std::move(deps));
+  };
+
+  // Model states.
+  std::vector<TaskId> ready(sims);
+  for (int s = 0; s < sims; ++s) {
+    const std::int64_t n = rank_state[s].params;
+    const TaskId a = alloc(s, "alloc.parameters", "parameters (bf16)", Bytes{n * kBf16Bytes}, {});
+    const TaskId b = alloc(s, "alloc.gradients", "gradients (bf16)", Bytes{n * kBf16Bytes}, {a});
+    ready[s] = alloc(s, "alloc.optimizer", "optimizer states (fp32 master, m, v)",
+                     Bytes{(spec.zero_stage == 1 ? (n + dp - 1) / dp : n) * kOptimizerStateBytesPerParam}, {b});
+  }
+
+  // The operations, built group by group (the TP ranks of one stage run the same schedule in
+  // lockstep through their all-reduces). entry[s][(forward, vs, mb)]: the barrier at which the
+  // operation may start; exit: its last task.
+  using OpKey = std::tuple<bool, int, int>;
+  std::vector<std::map<OpKey, TaskId>> entry(sims), exit(sims);
+  std::vector<TaskId> last_op = ready;
+  std::map<int, std::vector<int>> groups;  // first rank of the TP group -> simulated indices
+  for (int s = 0; s < sims; ++s) groups[rank_state[s].rank - rank_state[s].t].push_back(s);
+  for (const auto& [first, members] : groups) {
+    const int stage = rank_state[members.front()].stage;
+    const std::vector<Op> ops = schedule(pp, stage, v, micro_batches);
+    std::vector<TaskId> previous(members.size());
+    for (std::size_t i = 0; i < members.size(); ++i) previous[i] = ready[members[i]];
+    for (const Op& op : ops) {
+      const int vs = op.chunk * pp + stage;
+      const std::string tag = fmt::format("{}{}.mb{}", op.forward ? "F" : "B", vs, op.micro_batch);
+      // Each half-layer ends with a TP all-reduce; without TP the chunk is one kernel per rank.
+      std::vector<TaskId> at(members.size());
+      for (std::size_t i = 0; i < members.size(); ++i) {
+        const int s = members[i];
+        at[i] = g.add(fmt::format("r{}.{}.ready", rank_state[s].rank, tag), "pipeline", BarrierTask{}, {previous[i]});
+        entry[s][{op.forward, vs, op.micro_batch}] = at[i];
+      }
+      const KernelTimes& k = rank_state[members.front()].k;
+      TimePs edge{0};
+      sim::Flops edge_flops{};
+      if (op.forward) {
+        if (vs == 0) edge = edge + k.embed_fwd;
+        if (vs == last_virtual) {
+          edge = edge + k.head_fwd;
+          edge_flops = head_flops * (1.0 / tp);
+        }
+      } else {
+        if (vs == 0) edge = edge + k.embed_bwd;
+        if (vs == last_virtual) {
+          edge = edge + k.head_bwd;
+          edge_flops = head_flops * (2.0 / tp);
+        }
+      }
+      const TimePs layer = op.forward ? k.layer_fwd : k.layer_bwd;
+      const sim::Flops layer_flops =
+          (op.forward ? (w.gemm + w.attention) : (w.gemm + w.attention) * 2.0 + recomputed) * (1.0 / tp);
+      const char* phase = op.forward ? "forward" : "backward";
+      if (op.forward) {
+        for (std::size_t i = 0; i < members.size(); ++i) {
+          const int s = members[i];
+          at[i] = alloc(s, tag + ".alloc.activations", "activations",
+                        Bytes{stored.count * layers_per_chunk + (vs == last_virtual ? logits.count : 0)}, {at[i]});
+        }
+      }
+      if (tp == 1) {
+        for (std::size_t i = 0; i < members.size(); ++i) {
+          at[i] = compute(members[i], tag, phase, TimePs{layer.ps * layers_per_chunk} + edge,
+                          layer_flops * static_cast<double>(layers_per_chunk) + edge_flops, "layer", {at[i]});
+        }
+      } else {
+        Communicator& comm = tp_comms.at(first);
+        const int reductions = op.forward ? 2 : tp_reductions_backward;
+        const TimePs piece{layer.ps / reductions};
+        for (std::size_t i = 0; i < members.size(); ++i) {
+          if (edge.ps > 0) at[i] = compute(members[i], tag + ".edge", phase, edge, edge_flops, "gemm", {at[i]});
+        }
+        for (std::int64_t l = 0; l < layers_per_chunk; ++l) {
+          for (int half = 0; half < reductions; ++half) {
+            std::vector<std::vector<TaskId>> deps(members.size());
+            for (std::size_t i = 0; i < members.size(); ++i) {
+              deps[i] = {compute(members[i], fmt::format("{}.l{}.{}", tag, l, half), phase, piece,
+                                 layer_flops * (1.0 / reductions), "layer", {at[i]})};
+            }
+            at = comm.add(CollectiveKind::kAllReduce, fmt::format("tp{}.{}.l{}.{}", first, tag, l, half),
+                          activation_elements, tp_plan, deps);
+          }
+        }
+      }
+      for (std::size_t i = 0; i < members.size(); ++i) {
+        const int s = members[i];
+        if (!op.forward) {
+          at[i] =
+              alloc(s, tag + ".free.activations", "activations",
+                    Bytes{stored.count * layers_per_chunk + (vs == last_virtual ? logits.count : 0)}, {at[i]}, true);
+        }
+        exit[s][{op.forward, vs, op.micro_batch}] = at[i];
+        previous[i] = at[i];
+        // Rank 0's phases: its busy time per operation; the waits before them are the bubble.
+        if (rank_state[s].rank == 0) {
+          const TaskId start = entry[s][{op.forward, vs, op.micro_batch}];
+          out.spans.push_back({"pipeline_bubble", last_op[s], start, true});
+          out.spans.push_back({phase, start, at[i], true});
+        }
+        last_op[s] = at[i];
+      }
+    }
+  }
+
+  // Point-to-point: each operation's input comes from the same TP rank of the neighbouring virtual
+  // stage (forward: the previous one's activations; backward: the next one's gradients).
+  const auto rank_of = [&](int t, int stage, int replica) { return t + tp * (stage + pp * replica); };
+  for (int s = 0; s < sims; ++s) {
+    const RankState& rs = rank_state[s];
+    const int replica = rs.rank / (tp * pp);
+    for (const auto& [key, start] : entry[s]) {
+      const auto [forward, vs, mb] = key;
+      const int from_vs = forward ? vs - 1 : vs + 1;
+      if (from_vs < 0 || from_vs > last_virtual) continue;
+      const int from_rank = rank_of(rs.t, from_vs % pp, replica);
+      const auto found = sim_of_rank.find(from_rank);
+      if (found == sim_of_rank.end()) continue;
+      const int from = found->second;
+      const TaskId sent = exit[from].at({forward, from_vs, mb});
+      const TaskId p2p = g.add(
+          fmt::format("p2p.{}{}.mb{}.r{}to{}", forward ? "act" : "grad", from_vs, mb, from_rank, rs.rank),
+          "communication",
+          TransferTask{
+              out.machine.transfer_route(in.topology, rank_state[from].device, rs.device), p2p_bytes, TimePs{0}, {}},
+          {sent});
+      g.add_dependency(start, p2p);
+    }
+  }
+
+  // Data parallelism: the rank's gradients over its DP group (ranks tp x pp apart), then Adam.
+  const CollectivePlan dp_plan{{Band{"dp", tp * pp, ranks}}, StageAlgorithm::kRing, {}};
+  std::vector<std::vector<TaskId>> after_backward(sims);
+  for (int s = 0; s < sims; ++s) after_backward[s] = {last_op[s]};
+  std::vector<TaskId> reduced(sims);
+  std::vector<TaskId> end(sims);
+  if (dp > 1) {
+    // Ranks of different stages hold different amounts: one collective per distinct size, each
+    // rank taking part in its own (the others pass through).
+    std::map<std::int64_t, std::vector<int>> by_size;
+    for (int s = 0; s < sims; ++s) by_size[rank_state[s].params].push_back(s);
+    for (const auto& [n, members] : by_size) {
+      std::vector<bool> taking_part(sims, false);
+      for (const int s : members) taking_part[s] = true;
+      const auto done = dp_comm.add(spec.zero_stage == 1 ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce,
+                                    fmt::format("dp.gradients.{}", n), n, dp_plan, after_backward, taking_part);
+      for (const int s : members) reduced[s] = done[s];
+    }
+  } else {
+    for (int s = 0; s < sims; ++s) reduced[s] = last_op[s];
+  }
+  for (int s = 0; s < sims; ++s) {
+    const RankState& rs = rank_state[s];
+    const std::int64_t updated = spec.zero_stage == 1 ? (rs.params + dp - 1) / dp : rs.params;
+    end[s] =
+        g.add(fmt::format("r{}.adam", rs.rank), "optimizer",
+              ComputeTask{rs.unit, rs.k.adam, {}, Bytes{updated * kAdamTrafficBytesPerParam}, "adam"}, {reduced[s]});
+    if (rs.rank == 0) {
+      out.spans.push_back({"gradient_reduction", last_op[s], reduced[s], true});
+      out.spans.push_back({"optimizer", reduced[s], end[s], true});
+    }
+  }
+  if (spec.zero_stage == 1 && dp > 1) {
+    std::map<std::int64_t, std::vector<int>> by_size;
+    for (int s = 0; s < sims; ++s) by_size[rank_state[s].params].push_back(s);
+    std::vector<TaskId> gathered = end;
+    for (const auto& [n, members] : by_size) {
+      std::vector<std::vector<TaskId>> deps(sims);
+      for (int s = 0; s < sims; ++s) deps[s] = {end[s]};
+      std::vector<bool> taking_part(sims, false);
+      for (const int s : members) taking_part[s] = true;
+      const auto done =
+          dp_comm.add(CollectiveKind::kAllGather, fmt::format("dp.parameters.{}", n), n, dp_plan, deps, taking_part);
+      for (const int s : members) gathered[s] = done[s];
+    }
+    for (int s = 0; s < sims; ++s) {
+      if (rank_state[s].rank == 0) out.spans.push_back({"parameter_allgather", end[s], gathered[s], true});
+    }
+    end = gathered;
+  }
+  (void)g.add("iteration.end", "end", BarrierTask{}, end);
+
+  const double sequences = static_cast<double>(train.micro_batch * train.grad_accum);
+  // Per device: the replica's work split over its tp x pp devices.
+  out.model_flops_per_device = model_flops_per_sequence(m) * (sequences / (tp * pp));
+  out.hardware_flops_per_device = hardware_flops_per_sequence(m, train.recompute) * (sequences / (tp * pp));
+  out.tokens_per_iteration = sequences * static_cast<double>(m.seq) * dp;
+  {
+    const std::int64_t n = rank_state.front().params;
+    out.model_states_per_device =
+        Bytes{n * 2 * kBf16Bytes + (spec.zero_stage == 1 ? (n + dp - 1) / dp : n) * kOptimizerStateBytesPerParam};
+  }
+  const auto cost_notes = in.costs.approximations();
+  out.approximations.insert(out.approximations.begin(), cost_notes.begin(), cost_notes.end());
+  out.approximations.push_back("non-GEMM layer kernels are charged as HBM traffic of twice the stashed activations");
+  if (tp > 1) {
+    out.approximations.push_back(
+        "tensor parallelism: each layer's compute split in equal halves around its all-reduces; sequence parallelism "
+        "costed as the all-reduce it replaces");
+  }
+  out.approximations.push_back("pipeline: gradients reduced after the last backward (no overlap with the cool-down)");
+  return out;
+}
+
+}  // namespace offsim::models

@@ -1,0 +1,146 @@
+// Megatron 3D parallelism (models/strategies/megatron.cpp): the pipeline bubble of the 1F1B and
+// interleaved schedules against their closed forms, and agreement with the data-parallel builder
+// where the two describe the same run.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "models/experiment.hpp"
+
+namespace offsim::models {
+namespace {
+
+namespace fs = std::filesystem;
+
+// GPT-3 175B (96 layers) on one Frontier node: stages of 24 layers make the embedding and head a
+// small imbalance (the head is about a third of a layer), and the point-to-point activations
+// (50 MB over Infinity Fabric, ~1 ms) are small next to a stage's compute (~1 s per micro-batch).
+std::string experiment(const std::string& name, const std::string& strategy, int micro_batches) {
+  const fs::path dir = fs::temp_directory_path() / "offsim-megatron-test";
+  fs::create_directories(dir);
+  const fs::path file = dir / (name + ".yaml");
+  std::ofstream(file) << fmt::format(
+      "name: {0}\n"
+      "hardware: !include {1}/configs/hardware/frontier-node.yaml\n"
+      "calibration:\n"
+      "  device: !include {1}/configs/calibration/mi250x-gcd.yaml\n"
+      "  collectives: !include {1}/configs/calibration/frontier-rccl.yaml\n"
+      "model: !include {1}/configs/models/gpt3-175b.yaml\n"
+      "training: {{micro_batch: 1, grad_accum: {2}, precision: bf16, recompute: full, flash_attention: true}}\n"
+      "strategy:\n{3}",
+      name, OFFSIM_SOURCE_DIR, micro_batches, strategy);
+  return file.string();
+}
+
+double seconds(const std::string& file) {
+  return run_experiment(load_experiment(file, {})).iteration_time.seconds();
+}
+
+std::string megatron(int pp, const std::string& schedule) {
+  return fmt::format("  kind: megatron\n  tp: 1\n  pp: {}\n  dp: 1\n{}  sequence_parallel: false\n  zero_stage: 0\n",
+                     pp, schedule);
+}
+
+TEST(Megatron, OneFOneBBubbleFollowsTheClosedForm) {
+  // With m micro-batches of per-stage time t = T1 / (p m) (T1: the whole model on one GCD), 1F1B
+  // takes (m + p - 1) t: the bubble is (p - 1) / (m + p - 1) of the iteration (Narayanan et al.,
+  // SC21). The optimizer (Adam on 1/p of the parameters) is outside the pipeline on both sides.
+  const int m = 8;
+  const int p = 4;
+  const ExperimentResult one =
+      run_experiment(load_experiment(experiment("pp1", megatron(1, "  schedule: 1f1b\n"), m), {}));
+  const ExperimentResult four =
+      run_experiment(load_experiment(experiment("pp4", megatron(p, "  schedule: 1f1b\n"), m), {}));
+  const auto phase = [](const ExperimentResult& r, const char* name) {
+    double t = 0.0;
+    for (const auto& ph : r.phases) {
+      if (ph.phase == name) t += ph.time.seconds();
+    }
+    return t;
+  };
+  const double pipeline_one = one.iteration_time.seconds() - phase(one, "optimizer");
+  const double pipeline_four = four.iteration_time.seconds() - phase(four, "optimizer");
+  EXPECT_NEAR(pipeline_four / (pipeline_one / p * (m + p - 1) / m), 1.0, 0.03);
+  EXPECT_NEAR(phase(four, "pipeline_bubble") / pipeline_four, (p - 1.0) / (m + p - 1.0), 0.02);
+  EXPECT_NEAR(phase(one, "pipeline_bubble"), 0.0, 1e-9);
+}
+
+TEST(Megatron, InterleavingDividesTheBubbleByTheVirtualStages) {
+  // Interleaved with v chunks per rank: (p - 1) t / v of bubble, t = T1 / (p m):
+  // pipeline = T1 / p x (1 + (p - 1) / (v m)) (Narayanan et al., SC21, section 2.2).
+  const int m = 8;
+  const int p = 4;
+  const int v = 2;
+  const double one = seconds(experiment("i1", megatron(1, "  schedule: 1f1b\n"), m));
+  const double interleaved =
+      seconds(experiment("i4", megatron(p, fmt::format("  schedule: interleaved\n  virtual_stages: {}\n", v)), m));
+  const double plain = seconds(experiment("p4", megatron(p, "  schedule: 1f1b\n"), m));
+  EXPECT_NEAR(interleaved / (one / p * (1.0 + (p - 1.0) / (v * m))), 1.0, 0.03);
+  EXPECT_LT(interleaved, plain);
+}
+
+TEST(Megatron, OneStageOneRankIsTheDataParallelIteration) {
+  // tp = pp = dp = 1 is the same run as data parallelism over one rank (ZeRO-0): same kernels,
+  // same Adam, nothing to communicate.
+  const double mg = seconds(experiment("single", megatron(1, "  schedule: 1f1b\n"), 2));
+  const double dp = seconds(experiment("dp1",
+                                       "  kind: data_parallel\n  zero_stage: 0\n  dp: 1\n"
+                                       "  reduce_bucket_elements: 500000000\n  overlap_comm: true\n",
+                                       2));
+  EXPECT_NEAR(mg, dp, 1e-9 * dp);
+}
+
+TEST(Megatron, TensorParallelismAddsItsAllReduces) {
+  // tp = 8 on one node: each layer's compute shrinks about 8x and four all-reduces of b s h bf16
+  // per layer and micro-batch appear (forward two, backward four with full recomputation):
+  // the iteration is longer than 1/8 of one GCD's, shorter than one GCD's.
+  const std::string tp8 =
+      "  kind: megatron\n  tp: 8\n  pp: 1\n  dp: 1\n  schedule: 1f1b\n  sequence_parallel: true\n  zero_stage: 0\n";
+  const ExperimentResult r = run_experiment(load_experiment(experiment("tp8", tp8, 1), {}));
+  const double one = seconds(experiment("tp1", megatron(1, "  schedule: 1f1b\n"), 1));
+  EXPECT_GT(r.iteration_time.seconds(), one / 8);
+  EXPECT_LT(r.iteration_time.seconds(), one / 2);
+  bool moved = false;
+  for (const auto& l : r.links) moved = moved || (l.link_class == "gpu-gpu" && l.bytes > 0);
+  EXPECT_TRUE(moved);
+}
+
+}  // namespace
+}  // namespace offsim::models
+
+namespace offsim::models {
+namespace {
+
+TEST(Megatron, OneReplicaStandsForAll) {
+  // tp 4 x pp 2 = one node per replica, 2 replicas (ZeRO-1 across them): simulating replica 0
+  // with the other's traffic mirrored gives the time of simulating both.
+  const fs::path dir = fs::temp_directory_path() / "offsim-megatron-test";
+  const auto write = [&](const std::string& name, const std::string& extra) {
+    const fs::path file = dir / (name + ".yaml");
+    std::ofstream(file) << fmt::format(
+        "name: {0}\n"
+        "hardware: !include {1}/configs/hardware/frontier.yaml\n"
+        "set: [\"hardware.nodes=2\"]\n"
+        "calibration:\n"
+        "  device: !include {1}/configs/calibration/mi250x-gcd.yaml\n"
+        "  collectives: !include {1}/configs/calibration/frontier-rccl-multinode.yaml\n"
+        "model: !include {1}/configs/models/gpt3-1.3b.yaml\n"
+        "training: {{micro_batch: 1, grad_accum: 4, precision: bf16, recompute: full, flash_attention: true}}\n"
+        "strategy:\n"
+        "  kind: megatron\n  tp: 4\n  pp: 2\n  dp: 2\n  schedule: 1f1b\n  sequence_parallel: false\n"
+        "  zero_stage: 1\n  devices_per_node: [gcd0, gcd1, gcd3, gcd2, gcd4, gcd5, gcd7, gcd6]\n{2}",
+        name, OFFSIM_SOURCE_DIR, extra);
+    return file.string();
+  };
+  const ExperimentResult one = run_experiment(load_experiment(write("replica", ""), {}));
+  const ExperimentResult all = run_experiment(load_experiment(write("replicas", "  simulate: all_ranks\n"), {}));
+  EXPECT_EQ(one.simulated_ranks, 8u);
+  EXPECT_EQ(all.simulated_ranks, 16u);
+  EXPECT_NEAR(one.iteration_time.seconds(), all.iteration_time.seconds(), 1e-9 * all.iteration_time.seconds());
+}
+
+}  // namespace
+}  // namespace offsim::models
