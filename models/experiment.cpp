@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <map>
 
+#include "models/strategies/deepspeed_config.hpp"
 #include "models/strategies/partitioning_parser.hpp"
 #include "models/transformer/model_parser.hpp"
 #include "sim/report/json_writer.hpp"
@@ -127,7 +128,15 @@ std::optional<CostSpec> parse_cost(const Node& node) {
   return c;
 }
 
-std::optional<StrategySpec> parse_strategy(const Node& node, const topo::Topology* topology) {
+// Training values a strategy section may carry (a DeepSpeed config's batch settings).
+struct TrainingFromStrategy {
+  std::optional<std::int64_t> micro_batch;
+  std::optional<std::int64_t> grad_accum;
+  sim::config::Location at;
+};
+
+std::optional<StrategySpec> parse_strategy(const Node& node, const topo::Topology* topology,
+                                           TrainingFromStrategy* training) {
   auto& ctx = node.context();
   const std::size_t errors_before = ctx.error_count();
   MapReader r(node);
@@ -160,6 +169,39 @@ std::optional<StrategySpec> parse_strategy(const Node& node, const topo::Topolog
     c.all_ranks = parse_all_ranks(r);
     if (ctx.error_count() != errors_before) return std::nullopt;
     return StrategySpec{c};
+  }
+  if (kind.value == "deepspeed") {
+    const auto runtime = r.choice("runtime", {"deepspeed-0.13", "deepspeed-0.16"});
+    std::optional<Quantization> qwz, qgz;
+    if (auto q = r.child("qwz")) qwz = parse_quantization_format(*q);
+    if (auto q = r.child("qgz")) qgz = parse_quantization_format(*q);
+    const auto degree = r.required<int>("dp");
+    std::vector<std::string> devices;
+    if (auto d = parse_devices(r, node, topology, false)) {
+      devices = std::move(*d);
+    } else if (topology && degree.valid && degree.value >= 1) {
+      const auto gpus = topology->devices_of(topo::DeviceKind::kGpu);
+      for (int i = 0; i < degree.value && static_cast<std::size_t>(i) < gpus.size(); ++i) {
+        devices.push_back(topology->device(gpus[i]).name);
+      }
+    }
+    if (degree.valid && static_cast<int>(devices.size()) != degree.value) {
+      ctx.error(degree.loc, node.child_path("dp"),
+                fmt::format("dp is {} but {} devices are listed or available", degree.value, devices.size()));
+    }
+    levels.ranks = static_cast<int>(devices.size());
+    auto config = r.required_child("config", "a DeepSpeed ds_config (usually !include ../strategies/ds/x.json)");
+    const auto collectives = parse_collective_options(r);
+    const bool all_ranks = parse_all_ranks(r);
+    if (!config || levels.ranks < 1) return std::nullopt;
+    auto imported =
+        import_deepspeed_config(*config, devices, levels, qwz, qgz,
+                                runtime.value == "deepspeed-0.16" ? Runtime::kDeepSpeed016 : Runtime::kDeepSpeed013);
+    if (!imported || ctx.error_count() != errors_before) return std::nullopt;
+    imported->strategy.collectives = collectives;
+    imported->strategy.all_ranks = all_ranks;
+    if (training) *training = {imported->micro_batch, imported->grad_accum, config->location()};
+    return StrategySpec{imported->strategy};
   }
   if (kind.value == "megatron") {
     MegatronSpec mg;
@@ -338,8 +380,9 @@ ExperimentSpec load_experiment(const std::filesystem::path& file, const std::vec
       }
     }
     bool needs_model = true;
+    TrainingFromStrategy from_strategy;
     if (auto n = r.required_child("strategy", "a strategy mapping with kind")) {
-      if (auto s = parse_strategy(*n, hw ? &hw->topology : nullptr)) {
+      if (auto s = parse_strategy(*n, hw ? &hw->topology : nullptr, &from_strategy)) {
         spec.strategy = *s;
         // More than one rank needs the collectives the strategy runs.
         std::size_t ranks = 0;
@@ -365,6 +408,22 @@ ExperimentSpec load_experiment(const std::filesystem::path& file, const std::vec
       if (auto n = r.required_child("training", "a mapping with micro_batch, grad_accum, ...")) {
         if (auto t = parse_training(*n)) spec.training = *t;
       }
+      // A DeepSpeed config's batch settings win over the training section, with a warning when
+      // they differ: the config is what DeepSpeed would run.
+      const auto adopt = [&](const std::optional<std::int64_t>& v, std::int64_t& field, const char* what) {
+        if (!v) return;
+        if (*v < 1) {
+          ctx.error(from_strategy.at, "strategy.config", fmt::format("{} must be positive, got {}", what, *v));
+          return;
+        }
+        if (*v != field) {
+          ctx.warning(from_strategy.at, "strategy.config",
+                      fmt::format("{} {} from the DeepSpeed config replaces training's {}", what, *v, field));
+        }
+        field = *v;
+      };
+      adopt(from_strategy.micro_batch, spec.training.micro_batch, "train_micro_batch_size_per_gpu");
+      adopt(from_strategy.grad_accum, spec.training.grad_accum, "gradient_accumulation_steps");
     }
     if (auto c = r.child("cost")) spec.cost = parse_cost(*c);
     if (hw) spec.hardware = std::move(*hw);

@@ -108,6 +108,13 @@ std::optional<std::vector<Band>> parse_stages(MapReader& r, const Node& node, st
 std::optional<Quantization> parse_quantization(MapReader& r) {
   auto node = r.child("quantization");
   if (!node) return Quantization{};
+  return parse_quantization_format(*node);
+}
+
+}  // namespace
+
+std::optional<Quantization> parse_quantization_format(const Node& format) {
+  const std::optional<Node> node = format;
   auto& ctx = node->context();
   const std::size_t errors_before = ctx.error_count();
   MapReader q(*node);
@@ -127,6 +134,8 @@ std::optional<Quantization> parse_quantization(MapReader& r) {
   if (ctx.error_count() != errors_before) return std::nullopt;
   return out;
 }
+
+namespace {
 
 StageAlgorithm parse_algorithm(MapReader& r) {
   return r.choice("algorithm", {"ring", "all_to_all"}, "ring").value == "all_to_all" ? StageAlgorithm::kAllToAll

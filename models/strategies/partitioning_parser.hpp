@@ -22,6 +22,9 @@ struct LevelSizes {
   int gpus_per_node = 0;  // node
 };
 
+/// A quantization format {bits, group_elements, scale_bytes, source} (configs/strategies/zeropp-*.yaml).
+[[nodiscard]] std::optional<Quantization> parse_quantization_format(const sim::config::Node& node);
+
 /// Parses `partitioning:`; nullopt (with errors recorded) when it is invalid.
 [[nodiscard]] std::optional<Partitioning> parse_partitioning(const sim::config::Node& node, const LevelSizes& levels);
 

@@ -11,6 +11,9 @@ std::vector<StrategyInfo> list_strategies() {
            "data parallelism with ZeRO stage 0-3: bucketed ring all-reduce or reduce-scatter of gradients, "
            "partitioned optimizer states (1+), gradients (2+) and parameters with per-module all-gathers (3), Adam on "
            "GPU, ZeRO-3 CPU optimizer offload"},
+          {"deepspeed",
+           "a DeepSpeed ds_config.json as the strategy: ZeRO stage, buckets, overlap, CPU optimizer offload, "
+           "ZeRO++ (qwZ, hpZ, qgZ) and batch settings mapped onto data_parallel; ignored keys listed"},
           {"megatron",
            "3D parallelism as Megatron-LM/DeepSpeed run it: tensor parallelism (column/row split, all-reduces per "
            "layer), pipeline stages with the 1F1B or interleaved schedule, data-parallel replicas with ZeRO-0/1"},

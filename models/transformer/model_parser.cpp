@@ -2,9 +2,97 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace offsim::models {
 
+namespace {
+
+// A Hugging Face config.json (`model: !include llama.config.json`): the keys offsim maps, by
+// model_type; every other key is listed in one warning, never silently dropped.
+std::optional<ModelSpec> parse_hf_model(const sim::config::Node& node) {
+  auto& ctx = node.context();
+  const std::size_t errors_before = ctx.error_count();
+  sim::config::MapReader r(node);
+  const std::string type = r.choice("model_type", {"llama", "mistral", "gpt_neox", "gpt2"}).value;
+  ModelSpec m;
+  const auto positive = [&](std::string_view key) {
+    const auto v = r.required<std::int64_t>(key);
+    if (v.valid && v.value <= 0)
+      ctx.error(v.loc, node.child_path(key), fmt::format("expected a positive integer, got {}", v.value));
+    return v.value;
+  };
+  const bool gpt2 = type == "gpt2";
+  m.name = r.optional<std::string>("_name_or_path", type).value;
+  m.layers = positive(gpt2 ? "n_layer" : "num_hidden_layers");
+  m.hidden = positive(gpt2 ? "n_embd" : "hidden_size");
+  m.heads = positive(gpt2 ? "n_head" : "num_attention_heads");
+  m.vocab = positive("vocab_size");
+  m.seq = positive(gpt2 ? "n_positions" : "max_position_embeddings");
+  if (type == "llama" || type == "mistral") {
+    // transformers' LlamaConfig defaults: num_key_value_heads = num_attention_heads,
+    // tie_word_embeddings false, attention_bias false.
+    m.kv_heads = r.optional<std::int64_t>("num_key_value_heads", m.heads).value;
+    m.ffn = positive("intermediate_size");
+    (void)r.choice("hidden_act", {"silu"});
+    m.ffn_kind = FfnKind::kSwiglu;
+    m.norm = NormKind::kRmsNorm;
+    m.position = PositionKind::kRope;
+    m.tied_embeddings = r.optional<bool>("tie_word_embeddings", false).value;
+    m.linear_bias = r.optional<bool>("attention_bias", false).value;
+  } else if (type == "gpt_neox") {
+    // GPTNeoXConfig: rotary on rotary_pct of each head, LayerNorm, biases, untied by default.
+    m.kv_heads = m.heads;
+    m.ffn = positive("intermediate_size");
+    m.ffn_kind = FfnKind::kGelu;
+    m.norm = NormKind::kLayerNorm;
+    m.position = PositionKind::kRope;
+    m.tied_embeddings = r.optional<bool>("tie_word_embeddings", false).value;
+    m.linear_bias = true;
+  } else {
+    // GPT2Config: n_inner null means 4 x n_embd; learned positions; tied embeddings.
+    m.kv_heads = m.heads;
+    std::int64_t inner = 4 * m.hidden;
+    if (auto c = r.child("n_inner"); c && !c->is_null()) inner = c->as<std::int64_t>().value_or(inner);
+    m.ffn = inner;
+    m.ffn_kind = FfnKind::kGelu;
+    m.norm = NormKind::kLayerNorm;
+    m.position = PositionKind::kLearned;
+    m.tied_embeddings = r.optional<bool>("tie_word_embeddings", true).value;
+    m.linear_bias = true;
+  }
+  // The keys read above, per family; the rest are reported.
+  std::vector<std::string> mapped{"model_type", "_name_or_path", "vocab_size"};
+  if (gpt2) {
+    mapped.insert(mapped.end(), {"n_layer", "n_embd", "n_head", "n_positions", "n_inner", "tie_word_embeddings"});
+  } else {
+    mapped.insert(mapped.end(), {"num_hidden_layers", "hidden_size", "num_attention_heads", "max_position_embeddings",
+                                 "intermediate_size", "tie_word_embeddings"});
+    if (type != "gpt_neox") mapped.insert(mapped.end(), {"num_key_value_heads", "hidden_act", "attention_bias"});
+  }
+  std::vector<std::string> ignored;
+  for (const auto& kv : node.yaml()) {
+    const std::string key = kv.first.Scalar();
+    if (std::find(mapped.begin(), mapped.end(), key) != mapped.end()) continue;
+    (void)r.child(key);
+    ignored.push_back(key);
+  }
+  if (!ignored.empty()) {
+    ctx.warning(node.location(), node.path(),
+                fmt::format("Hugging Face config keys offsim does not model, ignored: {}", fmt::join(ignored, ", ")));
+  }
+  if (m.hidden > 0 && m.heads > 0 && m.hidden % m.heads != 0) {
+    ctx.error(node.location(), node.path(),
+              fmt::format("hidden ({}) is not a multiple of heads ({})", m.hidden, m.heads));
+  }
+  if (ctx.error_count() != errors_before) return std::nullopt;
+  return m;
+}
+
+}  // namespace
+
 std::optional<ModelSpec> parse_model(const sim::config::Node& node) {
+  if (node.is_map() && node.yaml()["model_type"]) return parse_hf_model(node);
   auto& ctx = node.context();
   const std::size_t errors_before = ctx.error_count();
   sim::config::MapReader r(node);

@@ -1,0 +1,179 @@
+#include "models/strategies/deepspeed_config.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace offsim::models {
+
+using sim::config::MapReader;
+using sim::config::Node;
+
+namespace {
+
+// DeepSpeed 0.13.3 defaults (runtime/zero/config.py, offload_config.py; deepspeed-offload.md
+// section 4). Applied only when the ds_config leaves the key out, and named in a warning.
+constexpr double kDefaultReduceBucketSize = 5e8;
+constexpr double kDefaultParamPersistenceThreshold = 1e5;
+constexpr double kDefaultSubGroupSize = 1e9;
+constexpr bool kDefaultPinMemory = false;
+constexpr double kDefaultRatio = 1.0;
+
+// Reads every key of `node` not in `mapped` so none is reported unknown, and returns them.
+std::vector<std::string> unmapped_keys(MapReader& r, const Node& node, const std::vector<std::string>& mapped) {
+  std::vector<std::string> out;
+  for (const auto& kv : node.yaml()) {
+    const std::string key = kv.first.Scalar();
+    if (std::find(mapped.begin(), mapped.end(), key) != mapped.end()) continue;
+    (void)r.child(key);
+    out.push_back(key);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::optional<DeepSpeedImport> import_deepspeed_config(const Node& node, const std::vector<std::string>& devices,
+                                                       const LevelSizes& levels, std::optional<Quantization> qwz,
+                                                       std::optional<Quantization> qgz, Runtime runtime) {
+  auto& ctx = node.context();
+  const std::size_t errors_before = ctx.error_count();
+  DeepSpeedImport out;
+  DataParallelSpec& dp = out.strategy;
+  dp.devices = devices;
+  std::vector<std::string> defaults;
+  std::vector<std::string> ignored;
+  MapReader r(node);
+  if (auto mb = r.child("train_micro_batch_size_per_gpu")) out.micro_batch = mb->as<std::int64_t>();
+  if (auto ga = r.child("gradient_accumulation_steps")) out.grad_accum = ga->as<std::int64_t>();
+  if (auto total = r.child("train_batch_size")) {
+    const auto v = total->as<std::int64_t>();
+    if (v && out.micro_batch && out.grad_accum &&
+        *v != *out.micro_batch * *out.grad_accum * static_cast<std::int64_t>(devices.size())) {
+      ctx.error(total->location(), total->path(),
+                fmt::format("train_batch_size {} != micro-batch {} x accumulation {} x {} ranks", *v, *out.micro_batch,
+                            *out.grad_accum, devices.size()));
+    }
+  }
+  if (auto bf16 = r.child("bf16")) {
+    MapReader b(*bf16);
+    if (!b.required<bool>("enabled").value) {
+      ctx.error(bf16->location(), bf16->path(), "offsim models bf16 mixed precision: bf16.enabled must be true");
+    }
+    for (const auto& k : unmapped_keys(b, *bf16, {"enabled"})) ignored.push_back("bf16." + k);
+  } else {
+    ctx.error(node.location(), node.path(), "offsim models bf16 mixed precision: give bf16: {enabled: true}");
+  }
+  std::optional<Node> zero = r.required_child("zero_optimization", "a mapping with stage, ...");
+  if (zero) {
+    MapReader z(*zero);
+    const auto stage = z.required<int>("stage");
+    if (stage.valid && (stage.value < 0 || stage.value > 3)) {
+      ctx.error(stage.loc, zero->child_path("stage"), fmt::format("expected 0 to 3, got {}", stage.value));
+    }
+    dp.zero_stage = stage.value;
+    const auto number = [&](const char* key, double fallback) {
+      if (!z.has(key)) {
+        defaults.push_back(fmt::format("{}={:g}", key, fallback));
+        return fallback;
+      }
+      return z.required<double>(key).value;
+    };
+    dp.reduce_bucket_elements = static_cast<std::int64_t>(number("reduce_bucket_size", kDefaultReduceBucketSize));
+    if (z.has("overlap_comm")) {
+      dp.overlap_comm = z.required<bool>("overlap_comm").value;
+    } else {
+      dp.overlap_comm = dp.zero_stage == 3;  // DeepSpeed: None -> True iff stage 3
+      defaults.push_back(fmt::format("overlap_comm={}", dp.overlap_comm));
+    }
+    dp.param_persistence_threshold =
+        static_cast<std::int64_t>(number("stage3_param_persistence_threshold", kDefaultParamPersistenceThreshold));
+    std::vector<std::string> mapped{"stage",
+                                    "reduce_bucket_size",
+                                    "overlap_comm",
+                                    "stage3_param_persistence_threshold",
+                                    "offload_optimizer",
+                                    "sub_group_size",
+                                    "zero_quantized_weights",
+                                    "zero_hpz_partition_size",
+                                    "zero_quantized_gradients"};
+    if (auto off = z.child("offload_optimizer")) {
+      MapReader o(*off);
+      const std::string device = o.choice("device", {"cpu", "none", "nvme"}).value;
+      if (device == "nvme") {
+        ctx.error(off->location(), off->child_path("device"), "NVMe optimizer offload is not modelled yet");
+      }
+      if (device == "cpu") {
+        OptimizerOffload offload;
+        offload.pin_memory = o.has("pin_memory") ? o.required<bool>("pin_memory").value : kDefaultPinMemory;
+        if (!o.has("pin_memory")) defaults.push_back(fmt::format("offload_optimizer.pin_memory={}", kDefaultPinMemory));
+        offload.ratio = o.has("ratio") ? o.required<double>("ratio").value : kDefaultRatio;
+        offload.sub_group_size = static_cast<std::int64_t>(number("sub_group_size", kDefaultSubGroupSize));
+        offload.runtime = runtime;
+        if (dp.zero_stage != 3) {
+          ctx.error(off->location(), off->path(), "optimizer offload is implemented for stage 3 only");
+        }
+        dp.offload = offload;
+      }
+      for (const auto& k : unmapped_keys(o, *off, {"device", "pin_memory", "ratio"})) {
+        ignored.push_back("zero_optimization.offload_optimizer." + k);
+      }
+    }
+    // ZeRO++ as DeepSpeed builds its groups: hpZ over zero_hpz_partition_size consecutive ranks,
+    // qgZ's all-to-all in two hops (node, then across nodes), qwZ on the forward gathers.
+    const bool quantized_weights = z.has("zero_quantized_weights") && z.required<bool>("zero_quantized_weights").value;
+    const bool quantized_gradients =
+        z.has("zero_quantized_gradients") && z.required<bool>("zero_quantized_gradients").value;
+    const int hpz = z.has("zero_hpz_partition_size") ? z.required<int>("zero_hpz_partition_size").value : 1;
+    if (quantized_weights || quantized_gradients || hpz > 1) {
+      if (dp.zero_stage != 3) ctx.error(zero->location(), zero->path(), "ZeRO++ options need stage 3");
+      Partitioning p;
+      p.shard_ranks = levels.ranks;
+      p.parameter_gather.stages = {Band{"cluster", 1, levels.ranks}};
+      p.gradient_reduce.stages = {Band{"cluster", 1, levels.ranks}};
+      if (quantized_weights) {
+        if (!qwz)
+          ctx.error(zero->location(), zero->path(), "zero_quantized_weights needs strategy.qwz (the int8 format)");
+        p.parameter_gather.quantization = qwz.value_or(Quantization{});
+      }
+      if (hpz > 1) {
+        if (levels.ranks % hpz != 0) {
+          ctx.error(zero->location(), zero->path(),
+                    fmt::format("zero_hpz_partition_size {} does not divide the {} ranks", hpz, levels.ranks));
+        } else {
+          p.secondary_ranks = hpz;
+          p.secondary_gather.stages = {Band{"hpz", 1, hpz}};
+        }
+      }
+      if (quantized_gradients) {
+        if (!qgz) {
+          ctx.error(zero->location(), zero->path(), "zero_quantized_gradients needs strategy.qgz (the int4 format)");
+        }
+        p.gradient_reduce.algorithm = StageAlgorithm::kAllToAll;
+        p.gradient_reduce.quantization = qgz.value_or(Quantization{});
+        const int per_node = std::min(levels.gpus_per_node, levels.ranks);
+        p.gradient_reduce.stages = {Band{"node", 1, per_node}};
+        if (per_node < levels.ranks) p.gradient_reduce.stages.push_back(Band{"cluster", per_node, levels.ranks});
+      }
+      dp.partitioning = p;
+    }
+    for (const auto& k : unmapped_keys(z, *zero, mapped)) ignored.push_back("zero_optimization." + k);
+  }
+  for (const auto& k : unmapped_keys(r, node,
+                                     {"train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
+                                      "train_batch_size", "bf16", "zero_optimization"})) {
+    ignored.push_back(k);
+  }
+  if (!defaults.empty()) {
+    ctx.warning(node.location(), node.path(),
+                fmt::format("DeepSpeed 0.13.3 defaults applied: {}", fmt::join(defaults, ", ")));
+  }
+  if (!ignored.empty()) {
+    ctx.warning(node.location(), node.path(),
+                fmt::format("ds_config keys offsim does not model, ignored: {}", fmt::join(ignored, ", ")));
+  }
+  if (ctx.error_count() != errors_before) return std::nullopt;
+  return out;
+}
+
+}  // namespace offsim::models

@@ -1,0 +1,37 @@
+#pragma once
+// A DeepSpeed ds_config.json standing in for the strategy section (docs/strategies.md):
+//
+//   strategy:
+//     kind: deepspeed
+//     config: !include ../strategies/ds/zero3-offload.json
+//     dp: 4
+//     devices_per_node: [...]
+//     runtime: deepspeed-0.13                 # whose offload mechanics to simulate
+//     qwz: !include ../strategies/zeropp-qwz-int8.yaml   # needed when zero_quantized_weights
+//     qgz: !include ../strategies/zeropp-qgz-int4.yaml   # needed when zero_quantized_gradients
+//
+// Every key offsim maps becomes the matching data_parallel setting; keys DeepSpeed leaves to its
+// defaults take DeepSpeed 0.13.3's (runtime/zero/config.py, deepspeed-offload.md section 4), each
+// named in a warning; keys offsim does not model are listed in a warning, never dropped silently.
+#include <optional>
+
+#include "models/strategies/partitioning_parser.hpp"
+#include "models/strategies/strategy.hpp"
+#include "sim/config/config_reader.hpp"
+
+namespace offsim::models {
+
+struct DeepSpeedImport {
+  DataParallelSpec strategy;
+  std::optional<std::int64_t> micro_batch;  // train_micro_batch_size_per_gpu
+  std::optional<std::int64_t> grad_accum;   // gradient_accumulation_steps
+};
+
+/// `node`: the ds_config mapping. `devices` already parsed; `levels` for ZeRO++ groups.
+[[nodiscard]] std::optional<DeepSpeedImport> import_deepspeed_config(const sim::config::Node& node,
+                                                                     const std::vector<std::string>& devices,
+                                                                     const LevelSizes& levels,
+                                                                     std::optional<Quantization> qwz,
+                                                                     std::optional<Quantization> qgz, Runtime runtime);
+
+}  // namespace offsim::models

@@ -1,0 +1,108 @@
+// Inputs people already have: Hugging Face config.json models and DeepSpeed ds_config.json
+// strategies give the same runs as the hand-written YAML (models/strategies/deepspeed_config.hpp,
+// models/transformer/model_parser.cpp).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "models/experiment.hpp"
+#include "models/transformer/model_parser.hpp"
+#include "sim/config/config_reader.hpp"
+
+namespace offsim::models {
+namespace {
+
+namespace fs = std::filesystem;
+const std::string kRoot = OFFSIM_SOURCE_DIR;
+
+ModelSpec hf_model(const std::string& file, std::vector<sim::config::Diagnostic>* warnings) {
+  sim::config::Context ctx;
+  const auto root = ctx.load_root(kRoot + "/configs/models/hf/" + file);
+  auto m = parse_model(root);
+  ctx.finish();
+  if (warnings) *warnings = ctx.warnings();
+  return *m;
+}
+
+TEST(HuggingFace, ConfigsGiveTheExactParameterCounts) {
+  // Published counts: Llama 2 7B 6,738,415,616 (the llama2-7b.yaml pin), GPT-NeoX-20B
+  // 20,554,567,680 (Black et al., Table 1), GPT-2 124,439,808 (tied embeddings, learned positions).
+  std::vector<sim::config::Diagnostic> warnings;
+  EXPECT_EQ(count_parameters(hf_model("llama-2-7b-hf.config.json", &warnings)).total, 6'738'415'616);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].message.find("ignored: architectures, bos_token_id, eos_token_id, initializer_range, "
+                                     "pretraining_tp, rms_norm_eps, rope_scaling, torch_dtype"),
+            std::string::npos)
+      << warnings[0].message;
+  EXPECT_EQ(count_parameters(hf_model("gpt-neox-20b.config.json", nullptr)).total, 20'554'567'680);
+  const ModelSpec gpt2 = hf_model("gpt2.config.json", nullptr);
+  EXPECT_EQ(count_parameters(gpt2).total, 124'439'808);
+  EXPECT_EQ(gpt2.ffn, 4 * 768);  // n_inner: null
+  EXPECT_TRUE(gpt2.tied_embeddings);
+}
+
+TEST(DeepSpeedConfig, GivesTheRunOfTheEquivalentYaml) {
+  // The offload study's printed ds_config against the hand-written experiment of the same run.
+  const double from_ds =
+      run_experiment(load_experiment(kRoot + "/configs/experiments/llama-13b-offload-polaris-dsconfig.yaml", {}))
+          .iteration_time.seconds();
+  const double from_yaml =
+      run_experiment(load_experiment(kRoot + "/configs/experiments/llama-13b-offload-polaris.yaml", {}))
+          .iteration_time.seconds();
+  EXPECT_NEAR(from_ds, from_yaml, 1e-12 * from_yaml);
+}
+
+TEST(DeepSpeedConfig, ZeroPlusPlusKeysBuildTheZeroPlusPlusPartitioning) {
+  // zero_quantized_weights, zero_hpz_partition_size 8 and zero_quantized_gradients on 16 GCDs:
+  // the same iteration as the partitioning written out (neox20b-frontier-zeropp.yaml's scheme).
+  const fs::path dir = fs::temp_directory_path() / "offsim-import-test";
+  fs::create_directories(dir);
+  const std::string head = fmt::format(
+      "hardware: !include {0}/configs/hardware/frontier.yaml\n"
+      "set: [\"hardware.nodes=2\"]\n"
+      "calibration:\n"
+      "  device: !include {0}/configs/calibration/mi250x-gcd.yaml\n"
+      "  collectives: !include {0}/configs/calibration/frontier-rccl-multinode.yaml\n"
+      "model: !include {0}/configs/models/gpt3-1.3b.yaml\n"
+      "training: {{micro_batch: 4, grad_accum: 1, precision: bf16, recompute: full, flash_attention: true}}\n",
+      kRoot);
+  std::ofstream(dir / "ds.yaml") << "name: ds\n"
+                                 << head
+                                 << fmt::format(
+                                        "strategy:\n  kind: deepspeed\n"
+                                        "  config: !include {0}/configs/strategies/ds/zeropp-frontier.json\n"
+                                        "  dp: 16\n  runtime: deepspeed-0.13\n"
+                                        "  qwz: !include {0}/configs/strategies/zeropp-qwz-int8.yaml\n"
+                                        "  qgz: !include {0}/configs/strategies/zeropp-qgz-int4.yaml\n",
+                                        kRoot);
+  std::ofstream(dir / "yaml.yaml")
+      << "name: yaml\n"
+      << head
+      << fmt::format(
+             "strategy:\n  kind: data_parallel\n  zero_stage: 3\n  dp: 16\n"
+             "  reduce_bucket_elements: 500000000\n  overlap_comm: true\n"
+             "  param_persistence_threshold: 100000\n"
+             "  partitioning:\n"
+             "    parameters: {{over: cluster, quantization: !include "
+             "{0}/configs/strategies/zeropp-qwz-int8.yaml}}\n"
+             "    secondary_parameters: {{over: node}}\n"
+             "    gradients: {{over: cluster, reduce: [node, cluster], algorithm: all_to_all, "
+             "quantization: !include {0}/configs/strategies/zeropp-qgz-int4.yaml}}\n"
+             "    optimizer: {{over: cluster}}\n",
+             kRoot);
+  const ExperimentSpec ds = load_experiment(dir / "ds.yaml", {});
+  const double a = run_experiment(ds).iteration_time.seconds();
+  const double b = run_experiment(load_experiment(dir / "yaml.yaml", {})).iteration_time.seconds();
+  EXPECT_NEAR(a, b, 1e-12 * b);
+  // DeepSpeed's default for overlap_comm at stage 3 is named, and the ignored keys are listed.
+  std::string warnings;
+  for (const auto& w : ds.warnings) warnings += w.str() + "\n";
+  EXPECT_NE(warnings.find("DeepSpeed 0.13.3 defaults applied: overlap_comm=true"), std::string::npos) << warnings;
+  EXPECT_NE(warnings.find("ignored: gradient_clipping, optimizer"), std::string::npos) << warnings;
+}
+
+}  // namespace
+}  // namespace offsim::models
