@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Executes every notebook headless (Debian's jupyter-nbconvert); any failing cell fails the test.
+# usage: notebooks_test.sh SOURCE_DIR BUILD_DIR
+set -euo pipefail
+src=$1
+build=$2
+export OFFSIM_NOTEBOOK_OUT="$build/notebooks"
+mkdir -p "$build/notebooks-executed"
+cd "$src/notebooks"
+for nb in *.ipynb; do
+  jupyter-nbconvert --to notebook --execute --ExecutePreprocessor.timeout=600 \
+    --output-dir "$build/notebooks-executed" "$nb" >"$build/notebooks-executed/${nb%.ipynb}.log" 2>&1 ||
+    { cat "$build/notebooks-executed/${nb%.ipynb}.log"; exit 1; }
+  echo "notebook ok: $nb"
+done
