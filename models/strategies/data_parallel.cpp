@@ -100,18 +100,8 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
   const int stage = spec.zero_stage;
   if (ranks < 1) throw std::invalid_argument("data_parallel needs at least one device");
   if (stage < 0 || stage > 3) throw std::invalid_argument("data_parallel: zero_stage must be 0 to 3");
-  for (const auto& name : spec.devices) {
-    const auto d = in.topology.find_device(name);
-    if (!d || in.topology.device(*d).kind != topo::DeviceKind::kGpu) {
-      throw std::invalid_argument(fmt::format("data_parallel: '{}' is not a GPU of the machine", name));
-    }
-    out.devices.push_back(*d);
-  }
-  std::string layout_note;
-  const RankLayout layout = make_rank_layout(in.topology, out.devices, spec.all_ranks, &layout_note);
-  if (!layout_note.empty()) out.approximations.push_back(layout_note);
+  const RankLayout layout = lay_out_ranks(out, in.topology, spec.devices, "data_parallel", spec.all_ranks);
   const int sims = layout.simulated_ranks();
-  out.simulated_ranks = sims;
   Communicator comm(g, out.machine, in.topology, layout, in.collectives, in.costs, spec.collectives,
                     out.approximations);
   // Stage 3 follows the partitioning (by default: every state over all ranks, flat rings).

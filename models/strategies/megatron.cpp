@@ -119,18 +119,8 @@ BuiltIteration build_megatron(const IterationInputs& in, const MegatronSpec& spe
         fmt::format("megatron: the interleaved schedule needs micro-batches (grad_accum {}) divisible by pp ({})",
                     micro_batches, pp));
   }
-  for (const auto& name : spec.devices) {
-    const auto d = in.topology.find_device(name);
-    if (!d || in.topology.device(*d).kind != topo::DeviceKind::kGpu) {
-      throw std::invalid_argument(fmt::format("megatron: '{}' is not a GPU of the machine", name));
-    }
-    out.devices.push_back(*d);
-  }
-  std::string layout_note;
-  const RankLayout layout = make_rank_layout(in.topology, out.devices, spec.all_ranks, &layout_note, tp * pp);
-  if (!layout_note.empty()) out.approximations.push_back(layout_note);
+  const RankLayout layout = lay_out_ranks(out, in.topology, spec.devices, "megatron", spec.all_ranks, tp * pp);
   const int sims = layout.simulated_ranks();
-  out.simulated_ranks = sims;
   Communicator dp_comm(g, out.machine, in.topology, layout, in.collectives, in.costs, spec.collectives,
                        out.approximations);
 

@@ -69,20 +69,26 @@ BuiltIteration build_iteration(const IterationInputs& in, const StrategySpec& st
   return std::visit(Visitor{in}, strategy);
 }
 
-BuiltIteration build_collective(const IterationInputs& in, const CollectiveSpec& spec) {
-  BuiltIteration out;
-  out.machine = make_machine_resources(in.topology);
-  for (const auto& name : spec.devices) {
-    const auto d = in.topology.find_device(name);
-    if (!d || in.topology.device(*d).kind != topo::DeviceKind::kGpu) {
-      throw std::invalid_argument(fmt::format("collective: '{}' is not a GPU of the machine", name));
+RankLayout lay_out_ranks(BuiltIteration& out, const topo::Topology& topology, const std::vector<std::string>& names,
+                         const char* strategy, bool all_ranks, int block_ranks) {
+  for (const auto& name : names) {
+    const auto d = topology.find_device(name);
+    if (!d || topology.device(*d).kind != topo::DeviceKind::kGpu) {
+      throw std::invalid_argument(fmt::format("{}: '{}' is not a GPU of the machine", strategy, name));
     }
     out.devices.push_back(*d);
   }
-  std::string layout_note;
-  const RankLayout layout = make_rank_layout(in.topology, out.devices, spec.all_ranks, &layout_note);
-  if (!layout_note.empty()) out.approximations.push_back(layout_note);
+  std::string note;
+  RankLayout layout = make_rank_layout(topology, out.devices, all_ranks, &note, block_ranks);
+  if (!note.empty()) out.approximations.push_back(note);
   out.simulated_ranks = layout.simulated_ranks();
+  return layout;
+}
+
+BuiltIteration build_collective(const IterationInputs& in, const CollectiveSpec& spec) {
+  BuiltIteration out;
+  out.machine = make_machine_resources(in.topology);
+  const RankLayout layout = lay_out_ranks(out, in.topology, spec.devices, "collective", spec.all_ranks);
   Communicator comm(out.graph, out.machine, in.topology, layout, in.collectives, in.costs, spec.options,
                     out.approximations);
   const CollectivePlan plan = spec.plan.stages.empty() ? Communicator::flat(layout.ranks()) : spec.plan;
