@@ -289,10 +289,13 @@ std::optional<StrategySpec> parse_strategy(const Node& node, const topo::Topolog
     const auto runtime = r.choice("runtime", {"deepspeed-0.13", "deepspeed-0.16"});
     offload.runtime = runtime.value == "deepspeed-0.16" ? Runtime::kDeepSpeed016 : Runtime::kDeepSpeed013;
     if (device.value == "cpu") {
-      if (stage.valid && stage.value != 3) {
+      if (stage.valid && stage.value != 2 && stage.value != 3) {
         ctx.error(
             device.loc, off->child_path("device"),
-            fmt::format("optimizer offload is implemented for zero_stage 3 only, got zero_stage {}", stage.value));
+            fmt::format("optimizer offload is implemented for zero_stage 2 and 3, got zero_stage {}", stage.value));
+      }
+      if (stage.valid && stage.value == 2 && ratio.valid && ratio.value != 1.0) {
+        ctx.error(ratio.loc, off->child_path("ratio"), "Twin-Flow (ratio < 1) is a ZeRO-3 feature in DeepSpeed");
       }
       dp.offload = offload;
     }

@@ -121,8 +121,10 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
   std::size_t cpu_subgroups = 0;
   std::int64_t cpu_params = 0;
   if (offload) {
-    for (std::int64_t left = updated_on_rank; left > 0; left -= off.sub_group_size) {
-      subgroups.push_back(std::min(left, off.sub_group_size));
+    // ZeRO-2 runs CPU Adam over the whole partition at once (one parameter group here).
+    const std::int64_t group_size = stage == 2 ? updated_on_rank : off.sub_group_size;
+    for (std::int64_t left = updated_on_rank; left > 0; left -= group_size) {
+      subgroups.push_back(std::min(left, group_size));
     }
     cpu_subgroups = static_cast<std::size_t>(off.ratio * static_cast<double>(subgroups.size()));
     for (std::size_t j = 0; j < cpu_subgroups; ++j) cpu_params += subgroups[j];
@@ -289,8 +291,10 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
       last = host_alloc("alloc.host_optimizer", "optimizer states on host (fp32 master, m, v)",
                         Bytes{cpu_params * kOptimizerStateBytesPerParam}, last);
       last = host_alloc("alloc.host_gradients", "fp32 gradients on host", Bytes{cpu_params * kFp32Bytes}, last);
-      last = host_alloc("alloc.host_gradient_buffer", "bf16 gradient buffer on host",
-                        Bytes{updated_on_rank * kBf16Bytes}, last);
+      if (stage == 3) {
+        last = host_alloc("alloc.host_gradient_buffer", "bf16 gradient buffer on host",
+                          Bytes{updated_on_rank * kBf16Bytes}, last);
+      }
     }
     if (stage >= 2) {
       last = alloc(r, "alloc.reduce_bucket", "setup", "gradient reduce bucket (bf16)",
@@ -402,6 +406,26 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
       const std::int64_t e =
           static_cast<std::int64_t>(std::llround(cpu_fraction * static_cast<double>(partition(buckets[b].elements))));
       if (e == 0) continue;
+      if (stage == 2) {
+        // ZeRO-2 offload (stage_1_and_2.py, deepspeed-offload.md section 2): on the compute stream,
+        // up-cast the reduced partition on the GPU and copy it to the host fp32 gradient (4 B per
+        // element, non-blocking). Before the boundary the host gradient accumulates through the GPU:
+        // H2D of the host fp32 gradient, add, D2H back.
+        for (int r = 0; r < sims; ++r) {
+          const std::string name = bucket + ".offload";
+          std::vector<TaskId> after{reduce_stream[r]};
+          if (!boundary || mb > 0) {
+            after = {copy(r, name + ".h2d_accumulate", "backward", false, Bytes{e * kFp32Bytes}, after)};
+          }
+          const TaskId cast =
+              compute(r, name + ".gpu_upcast", "backward",
+                      in.costs.memory_bound_time(Bytes{e * (kBf16Bytes + 2 * kFp32Bytes)}), {}, "memory", after);
+          reduce_stream[r] = copy(r, name + ".d2h_fp32", "backward", true, Bytes{e * kFp32Bytes}, {cast});
+          const std::size_t next = bucket_last_item[b] + 1;
+          if (next < backward_tasks[r].size()) g.add_dependency(backward_tasks[r][next], cast);
+        }
+        continue;
+      }
       for (int r = 0; r < sims; ++r) {
         const std::string name = bucket + ".offload";
         TaskId last;

@@ -110,8 +110,8 @@ std::optional<DeepSpeedImport> import_deepspeed_config(const Node& node, const s
         offload.ratio = o.has("ratio") ? o.required<double>("ratio").value : kDefaultRatio;
         offload.sub_group_size = static_cast<std::int64_t>(number("sub_group_size", kDefaultSubGroupSize));
         offload.runtime = runtime;
-        if (dp.zero_stage != 3) {
-          ctx.error(off->location(), off->path(), "optimizer offload is implemented for stage 3 only");
+        if (dp.zero_stage != 2 && dp.zero_stage != 3) {
+          ctx.error(off->location(), off->path(), "optimizer offload is implemented for stages 2 and 3");
         }
         dp.offload = offload;
       }
