@@ -274,7 +274,7 @@ std::optional<StrategySpec> parse_strategy(const Node& node, const topo::Topolog
   }
   if (auto off = r.child("offload_optimizer")) {
     MapReader o(*off);
-    const auto device = o.choice("device", {"cpu", "none"});
+    const auto device = o.choice("device", {"cpu", "nvme", "none"});
     OptimizerOffload offload;
     offload.pin_memory = o.required<bool>("pin_memory").value;
     const auto ratio = o.optional<double>("ratio", 1.0);
@@ -288,6 +288,25 @@ std::optional<StrategySpec> parse_strategy(const Node& node, const topo::Topolog
     offload.sub_group_size = sub.value;
     const auto runtime = r.choice("runtime", {"deepspeed-0.13", "deepspeed-0.16"});
     offload.runtime = runtime.value == "deepspeed-0.16" ? Runtime::kDeepSpeed016 : Runtime::kDeepSpeed013;
+    if (device.value == "nvme") {
+      offload.nvme = true;
+      offload.pipeline_read = o.required<bool>("pipeline_read").value;
+      offload.pipeline_write = o.required<bool>("pipeline_write").value;
+      const auto buffers = o.required<int>("buffer_count");
+      if (buffers.valid && buffers.value < 1) {
+        ctx.error(buffers.loc, off->child_path("buffer_count"), "expected a positive count");
+      }
+      offload.buffer_count = buffers.value;
+      if (stage.valid && stage.value != 3) {
+        ctx.error(
+            device.loc, off->child_path("device"),
+            fmt::format("NVMe optimizer offload is implemented for zero_stage 3, got zero_stage {}", stage.value));
+      }
+      if (ratio.valid && ratio.value != 1.0) {
+        ctx.error(ratio.loc, off->child_path("ratio"), "Twin-Flow with an NVMe tier is not modelled");
+      }
+      dp.offload = offload;
+    }
     if (device.value == "cpu") {
       if (stage.valid && stage.value != 2 && stage.value != 3) {
         ctx.error(

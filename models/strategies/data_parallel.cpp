@@ -174,6 +174,8 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
     std::size_t host = 0;  // the nearest CPU (offload)
     std::uint32_t host_pool = 0;
     sim::ConstraintId host_memory;  // its DDR, crossed by host copies and CPU work
+    std::size_t nvme = 0;           // ZeRO-Infinity: the node's NVMe device
+    std::uint32_t nvme_pool = 0;
   };
   std::vector<Rank> rank_info;
   for (int r = 0; r < sims; ++r) {
@@ -192,6 +194,21 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
       }
       info.host_memory = *mem;
       info.host_pool = *out.machine.pool_of_device[info.host];
+      if (off.nvme) {
+        std::optional<std::size_t> nvme;
+        for (const auto d : in.topology.devices_of(topo::DeviceKind::kNvme)) {
+          if (in.topology.device(d).node == in.topology.device(device).node && out.machine.pool_of_device[d]) {
+            nvme = d;
+            break;
+          }
+        }
+        if (!nvme) {
+          throw std::invalid_argument(fmt::format("NVMe offload: the node of '{}' has no NVMe device with a capacity",
+                                                  in.topology.device(device).name));
+        }
+        info.nvme = *nvme;
+        info.nvme_pool = *out.machine.pool_of_device[*nvme];
+      }
     }
     rank_info.push_back(std::move(info));
   }
@@ -209,6 +226,18 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
     return g.add(fmt::format("{}.{}", rank_info[r].prefix, name), phase,
                  TransferTask{to_host ? out.machine.transfer_route(in.topology, gpu, cpu)
                                       : out.machine.transfer_route(in.topology, cpu, gpu),
+                              bytes,
+                              TimePs{0},
+                              {}},
+                 std::move(deps));
+  };
+  // ZeRO-Infinity swaps: NVMe to host memory (read) or back (write), through the NVMe links and DDR.
+  const auto swap = [&](int r, const std::string& name, bool to_nvme, Bytes bytes, std::vector<TaskId> deps) {
+    const std::size_t cpu = rank_info[r].host;
+    const std::size_t nvme = rank_info[r].nvme;
+    return g.add(fmt::format("{}.{}", rank_info[r].prefix, name), "optimizer",
+                 TransferTask{to_nvme ? out.machine.transfer_route(in.topology, cpu, nvme)
+                                      : out.machine.transfer_route(in.topology, nvme, cpu),
                               bytes,
                               TimePs{0},
                               {}},
@@ -288,9 +317,20 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
         return g.add(fmt::format("{}.{}", rank_info[r].prefix, name), "setup",
                      AllocTask{rank_info[r].host_pool, tenant, bytes}, {after});
       };
-      last = host_alloc("alloc.host_optimizer", "optimizer states on host (fp32 master, m, v)",
-                        Bytes{cpu_params * kOptimizerStateBytesPerParam}, last);
-      last = host_alloc("alloc.host_gradients", "fp32 gradients on host", Bytes{cpu_params * kFp32Bytes}, last);
+      if (off.nvme) {
+        // States and fp32 gradients on the NVMe; the host keeps the pinned swap buffers.
+        last = g.add(fmt::format("{}.alloc.nvme_states", rank_info[r].prefix), "setup",
+                     AllocTask{rank_info[r].nvme_pool, "optimizer states and fp32 gradients on NVMe",
+                               Bytes{cpu_params * (kOptimizerStateBytesPerParam + kFp32Bytes)}},
+                     {last});
+        const std::int64_t largest = *std::max_element(subgroups.begin(), subgroups.end());
+        last = host_alloc("alloc.swap_buffers", "pinned NVMe swap buffers",
+                          Bytes{off.buffer_count * largest * kFp32Bytes}, last);
+      } else {
+        last = host_alloc("alloc.host_optimizer", "optimizer states on host (fp32 master, m, v)",
+                          Bytes{cpu_params * kOptimizerStateBytesPerParam}, last);
+        last = host_alloc("alloc.host_gradients", "fp32 gradients on host", Bytes{cpu_params * kFp32Bytes}, last);
+      }
       if (stage == 3) {
         last = host_alloc("alloc.host_gradient_buffer", "bf16 gradient buffer on host",
                           Bytes{updated_on_rank * kBf16Bytes}, last);
@@ -364,7 +404,8 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
   // stream. Stages 0-1 reduce only at the accumulation boundary (the last micro-batch); stages 2-3
   // reduce every micro-batch into the gradient partition.
   const CollectiveKind reduction = stage >= 2 ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce;
-  std::vector<TaskId> reduce_stream;  // empty until the first bucket
+  std::vector<std::vector<TaskId>> gradient_swaps(sims);  // ZeRO-Infinity gradient writes
+  std::vector<TaskId> reduce_stream;                      // empty until the first bucket
   std::vector<TaskId> last_backward(sims);
   const auto reduce_micro_batch = [&](std::int64_t mb, bool boundary) {
     std::vector<GradientItem> buckets;
@@ -452,6 +493,11 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
         }
         const std::size_t next = bucket_last_item[b] + 1;
         if (next < backward_tasks[r].size()) g.add_dependency(backward_tasks[r][next], blocking);
+        if (off.nvme) {
+          // ZeRO-Infinity: the fp32 gradient goes on to the NVMe (AsyncTensorSwapper).
+          gradient_swaps[r].push_back(
+              swap(r, name + ".swap_out_gradient", true, Bytes{e * kFp32Bytes}, {reduce_stream[r]}));
+        }
       }
     }
   };
@@ -540,21 +586,52 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
       // runs CPU Adam, then the blocking copy-back: down-cast on the CPU and H2D of the bf16
       // parameters. A GPU subgroup runs Adam on the GPU. No overlap between subgroups.
       TaskId last = ready;
+      // ZeRO-Infinity: each subgroup's fp32 p, m, v and gradient are read from the NVMe before CPU
+      // Adam (the next one prefetched with pipeline_read) and p, m, v written back after it (the
+      // next subgroup waits for the write unless pipeline_write).
+      std::vector<TaskId> nvme_writes;
+      std::optional<TaskId> prefetched;
+      if (off.nvme) {
+        std::vector<TaskId> swapped{ready};
+        swapped.insert(swapped.end(), gradient_swaps[r].begin(), gradient_swaps[r].end());
+        last = g.add(fmt::format("{}.gradients_on_nvme", rank_info[r].prefix), "optimizer", BarrierTask{}, swapped);
+        if (r == 0) out.spans.push_back({"nvme_gradient_flush", ready, last, true});
+      }
       for (std::size_t j = 0; j < subgroups.size(); ++j) {
         const std::int64_t n = subgroups[j];
         const std::string name = fmt::format("subgroup{}", j);
         if (j < cpu_subgroups) {
+          std::vector<TaskId> adam_deps{last};
+          if (off.nvme) {
+            const Bytes in_bytes{n * (kOptimizerStateBytesPerParam + kFp32Bytes)};
+            const TaskId read = prefetched ? *prefetched : swap(r, name + ".swap_in", false, in_bytes, {last});
+            adam_deps.push_back(read);
+            prefetched.reset();
+            if (off.pipeline_read && j + 1 < cpu_subgroups) {
+              const Bytes next_bytes{subgroups[j + 1] * (kOptimizerStateBytesPerParam + kFp32Bytes)};
+              prefetched = swap(r, fmt::format("subgroup{}.swap_in", j + 1), false, next_bytes, {read});
+            }
+          }
           const TaskId step = host_traffic(r, name + ".cpu_adam", "optimizer", Bytes{n * kHostAdamTrafficBytesPerParam},
-                                           cpu_adam_bound, {last});
+                                           cpu_adam_bound, adam_deps);
           const TaskId down = host_traffic(r, name + ".cpu_downcast", "optimizer", Bytes{n * (kFp32Bytes + kBf16Bytes)},
                                            cpu_downcast_bound, {step});
-          last = copy(r, name + ".h2d_params", "optimizer", false, Bytes{n * kBf16Bytes}, {down});
+          std::vector<TaskId> copy_deps{down};
+          if (off.nvme) {
+            nvme_writes.push_back(swap(r, name + ".swap_out", true, Bytes{n * kOptimizerStateBytesPerParam}, {step}));
+            if (!off.pipeline_write) copy_deps.push_back(nvme_writes.back());
+          }
+          last = copy(r, name + ".h2d_params", "optimizer", false, Bytes{n * kBf16Bytes}, copy_deps);
           if (j == 0) first_step = step;
         } else {
           last = compute(r, name + ".gpu_adam", "optimizer",
                          in.costs.memory_bound_time(Bytes{n * kAdamTrafficBytesPerParam}), {}, "adam", {last});
           if (j == 0) first_step = last;
         }
+      }
+      if (!nvme_writes.empty()) {
+        nvme_writes.push_back(last);
+        last = g.add(fmt::format("{}.states_on_nvme", rank_info[r].prefix), "optimizer", BarrierTask{}, nvme_writes);
       }
       adam[r] = last;
     }

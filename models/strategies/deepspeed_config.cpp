@@ -100,22 +100,34 @@ std::optional<DeepSpeedImport> import_deepspeed_config(const Node& node, const s
     if (auto off = z.child("offload_optimizer")) {
       MapReader o(*off);
       const std::string device = o.choice("device", {"cpu", "none", "nvme"}).value;
-      if (device == "nvme") {
-        ctx.error(off->location(), off->child_path("device"), "NVMe optimizer offload is not modelled yet");
-      }
-      if (device == "cpu") {
+      if (device == "cpu" || device == "nvme") {
         OptimizerOffload offload;
         offload.pin_memory = o.has("pin_memory") ? o.required<bool>("pin_memory").value : kDefaultPinMemory;
         if (!o.has("pin_memory")) defaults.push_back(fmt::format("offload_optimizer.pin_memory={}", kDefaultPinMemory));
         offload.ratio = o.has("ratio") ? o.required<double>("ratio").value : kDefaultRatio;
         offload.sub_group_size = static_cast<std::int64_t>(number("sub_group_size", kDefaultSubGroupSize));
         offload.runtime = runtime;
+        if (device == "nvme") {
+          // DeepSpeed defaults: buffer_count 4, pipeline_read / pipeline_write false.
+          offload.nvme = true;
+          const auto flag = [&](const char* key) {
+            if (o.has(key)) return o.required<bool>(key).value;
+            defaults.push_back(fmt::format("offload_optimizer.{}=false", key));
+            return false;
+          };
+          offload.pipeline_read = flag("pipeline_read");
+          offload.pipeline_write = flag("pipeline_write");
+          offload.buffer_count = o.has("buffer_count") ? o.required<int>("buffer_count").value : 4;
+          if (!o.has("buffer_count")) defaults.push_back("offload_optimizer.buffer_count=4");
+          if (dp.zero_stage != 3) ctx.error(off->location(), off->path(), "NVMe optimizer offload needs stage 3");
+        }
         if (dp.zero_stage != 2 && dp.zero_stage != 3) {
           ctx.error(off->location(), off->path(), "optimizer offload is implemented for stages 2 and 3");
         }
         dp.offload = offload;
       }
-      for (const auto& k : unmapped_keys(o, *off, {"device", "pin_memory", "ratio"})) {
+      for (const auto& k : unmapped_keys(
+               o, *off, {"device", "pin_memory", "ratio", "pipeline_read", "pipeline_write", "buffer_count"})) {
         ignored.push_back("zero_optimization.offload_optimizer." + k);
       }
     }

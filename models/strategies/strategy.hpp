@@ -36,6 +36,14 @@ struct OptimizerOffload {
   double ratio = 1.0;  // Twin-Flow: the first ratio x subgroups update on the CPU, the rest on the GPU
   std::int64_t sub_group_size = 0;
   Runtime runtime = Runtime::kDeepSpeed013;
+  // ZeRO-Infinity (`device: nvme`, stage 3): the host subgroups' fp32 states and gradients live on
+  // the node's NVMe and are swapped through `buffer_count` pinned host buffers of the largest
+  // subgroup; pipeline_read prefetches the next subgroup during CPU Adam, pipeline_write lets the
+  // next subgroup start before the write-back ends (deepspeed-offload.md section 6).
+  bool nvme = false;
+  bool pipeline_read = false;
+  bool pipeline_write = false;
+  int buffer_count = 0;
 };
 
 /// Hierarchical partitioning of the ZeRO-3 states (docs/strategies.md): each state is sharded
