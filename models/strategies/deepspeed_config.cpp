@@ -126,8 +126,10 @@ std::optional<DeepSpeedImport> import_deepspeed_config(const Node& node, const s
         }
         dp.offload = offload;
       }
-      for (const auto& k : unmapped_keys(
-               o, *off, {"device", "pin_memory", "ratio", "pipeline_read", "pipeline_write", "buffer_count"})) {
+      std::vector<std::string> offload_keys{"device", "pin_memory", "ratio"};
+      if (device == "nvme")
+        offload_keys.insert(offload_keys.end(), {"pipeline_read", "pipeline_write", "buffer_count"});
+      for (const auto& k : unmapped_keys(o, *off, offload_keys)) {
         ignored.push_back("zero_optimization.offload_optimizer." + k);
       }
     }
