@@ -1,7 +1,10 @@
 #include "models/experiment.hpp"
 
 #include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
 #include <algorithm>
+#include <cctype>
 #include <map>
 
 #include "models/strategies/deepspeed_config.hpp"
@@ -616,6 +619,68 @@ CostFigures cost_figures(const CostSpec& c, const ExperimentResult& r) {
     if (f.price_per_iteration) f.price_to_train = iterations * *f.price_per_iteration;
   }
   return f;
+}
+
+namespace {
+
+// The effective configuration as a tree: maps keep reading order, numeric keys make sequences.
+struct ConfigTree {
+  std::string value;
+  bool leaf = false;
+  std::vector<std::pair<std::string, ConfigTree>> children;
+  ConfigTree& child(const std::string& key) {
+    for (auto& [k, c] : children) {
+      if (k == key) return c;
+    }
+    children.emplace_back(key, ConfigTree{});
+    return children.back().second;
+  }
+  void emit(YAML::Emitter& out) const {
+    if (leaf) {
+      out << value;
+      return;
+    }
+    const bool sequence = !children.empty() && std::all_of(children.begin(), children.end(), [](const auto& kv) {
+      return !kv.first.empty() &&
+             std::all_of(kv.first.begin(), kv.first.end(), [](unsigned char c) { return std::isdigit(c); });
+    });
+    if (sequence) {
+      out << YAML::BeginSeq;
+      for (const auto& [k, c] : children) c.emit(out);
+      out << YAML::EndSeq;
+      return;
+    }
+    out << YAML::BeginMap;
+    for (const auto& [k, c] : children) {
+      out << YAML::Key << k << YAML::Value;
+      c.emit(out);
+    }
+    out << YAML::EndMap;
+  }
+};
+
+}  // namespace
+
+std::string resolved_config_yaml(const ExperimentSpec& spec) {
+  ConfigTree root;
+  for (const auto& [path, value] : spec.effective) {
+    ConfigTree* node = &root;
+    std::size_t start = 0;
+    while (true) {
+      const std::size_t dot = path.find('.', start);
+      node = &node->child(path.substr(start, dot == std::string::npos ? std::string::npos : dot - start));
+      if (dot == std::string::npos) break;
+      start = dot + 1;
+    }
+    node->leaf = true;
+    node->value = value;
+  }
+  YAML::Emitter out;
+  root.emit(out);
+  return fmt::format(
+      "# The configuration offsim simulated for {}: every value it read, after !include, set: and --set\n"
+      "# (sources and notes omitted). It loads as an experiment by itself.\n{}\n",
+      spec.file, out.c_str());
 }
 
 std::string summary_json(const ExperimentSpec& spec, const ExperimentResult& r, const Provenance& p) {

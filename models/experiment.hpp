@@ -104,6 +104,9 @@ struct RunExperimentOptions {
   bool outputs_over_time = false;  // record link timelines; fill timeline_csv and trace_json
 };
 
+/// The effective configuration (every value read, after includes and overrides) as YAML.
+[[nodiscard]] std::string resolved_config_yaml(const ExperimentSpec& spec);
+
 /// What an iteration (and a token budget) costs; fields absent when the cost section lacks the input.
 struct CostFigures {
   double node_hours_per_iteration = 0.0;

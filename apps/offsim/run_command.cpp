@@ -24,10 +24,11 @@ int run_command(const RunOptions& options) {
     std::filesystem::create_directories(dir);
     sim::report::write_file_atomically(dir / "timeline.csv", result.timeline_csv);
     sim::report::write_file_atomically(dir / "trace.json", result.trace_json);
+    sim::report::write_file_atomically(dir / "config.resolved.yaml", models::resolved_config_yaml(spec));
     // summary.json last: its presence means the run's outputs are complete.
     sim::report::write_file_atomically(dir / "summary.json",
                                        models::summary_json(spec, result, {OFFSIM_VERSION, OFFSIM_GIT_HASH}));
-    fmt::print("\nwrote {}/{{summary.json, timeline.csv, trace.json}}\n", dir.string());
+    fmt::print("\nwrote {}/{{summary.json, timeline.csv, trace.json, config.resolved.yaml}}\n", dir.string());
   }
   return 0;
 }

@@ -32,6 +32,9 @@ ls "$tmp/a" | grep -q tmp; check "no temporary file left behind" 1 $?
 
 "$offsim" run "$demo" --set training.micro_batch=64 --out "$tmp/c" >"$tmp/c.txt" 2>&1; check "infeasible is a result" 0 $?
 contains "infeasible summary" "$tmp/c/summary.json" '"feasible": false'
+"$offsim" run "$tmp/a/config.resolved.yaml" --out "$tmp/resolved" >/dev/null 2>&1; check "config.resolved.yaml runs by itself" 0 $?
+[ "$(grep '"iteration_time_s"' "$tmp/a/summary.json")" = "$(grep '"iteration_time_s"' "$tmp/resolved/summary.json")" ]
+check "config.resolved.yaml gives the same iteration" 0 $?
 "$offsim" diff "$tmp/a" "$tmp/c/summary.json" >"$tmp/diff.txt" 2>&1; check "diff two runs" 0 $?
 contains "diff names the changed setting" "$tmp/diff.txt" "training.micro_batch  4  64"
 contains "diff shows the change of a figure" "$tmp/diff.txt" "iteration_time_s"
