@@ -219,16 +219,30 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
     return g.add(fmt::format("{}.{}", rank_info[r].prefix, name), phase,
                  TransferTask{{rank_info[r].host_memory}, bytes, TimePs{0}, bound}, std::move(deps));
   };
+  // Host copies of pinned or pageable buffers (offload_optimizer.pin_memory) follow the copy fits
+  // measured for the host (calibration.host copies: latency and bandwidth); without a fit only the
+  // links limit them, and the report says pinned and pageable are not told apart.
+  const auto copy_fit = [&](bool to_host) -> const CopyFit* {
+    const std::string key = fmt::format("{}_{}", to_host ? "d2h" : "h2d", off.pin_memory ? "pinned" : "pageable");
+    const auto it = in.host.copies.find(key);
+    return it == in.host.copies.end() ? nullptr : &it->second;
+  };
+  if (offload && (!copy_fit(true) || !copy_fit(false))) {
+    out.approximations.push_back(fmt::format(
+        "host copies ({} memory): no measured copy fit in calibration.host, so only the links limit them (pinned "
+        "and pageable buffers are not told apart)",
+        off.pin_memory ? "pinned" : "pageable"));
+  }
   const auto copy = [&](int r, const std::string& name, const char* phase, bool to_host, Bytes bytes,
                         std::vector<TaskId> deps) {
     const std::size_t gpu = out.devices[layout.simulated[r]];
     const std::size_t cpu = rank_info[r].host;
+    const CopyFit* fit = copy_fit(to_host);
     return g.add(fmt::format("{}.{}", rank_info[r].prefix, name), phase,
                  TransferTask{to_host ? out.machine.transfer_route(in.topology, gpu, cpu)
                                       : out.machine.transfer_route(in.topology, cpu, gpu),
-                              bytes,
-                              TimePs{0},
-                              {}},
+                              bytes, fit ? fit->latency : TimePs{0},
+                              fit ? std::optional<sim::Bandwidth>(fit->bandwidth) : std::nullopt},
                  std::move(deps));
   };
   // ZeRO-Infinity swaps: NVMe to host memory (read) or back (write), through the NVMe links and DDR.

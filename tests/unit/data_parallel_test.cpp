@@ -439,3 +439,27 @@ TEST(Offload, NvmeTierSwapsStatesAndGradientsThroughTheHost) {
 
 }  // namespace
 }  // namespace offsim::models
+
+namespace offsim::models {
+namespace {
+
+TEST(Offload, HostCopiesFollowTheMeasuredPinnedOrPageableFit) {
+  // tests/data/test-host-copies.yaml: pinned copies 10 us + bytes / 1 GB/s, pageable 20 us +
+  // bytes / 0.5 GB/s. The update (one rank, 3 subgroups of at most 40,000 of P = 118,528): per
+  // subgroup CPU Adam (1e-6 s per parameter), down-cast (5e-8 s) and the H2D of 2 B per parameter:
+  //   pinned:   P x (1e-6 + 5e-8 + 2e-9) + 3 x 10 us;   pageable: P x (1e-6 + 5e-8 + 4e-9) + 3 x 20 us.
+  const std::string file = std::string(OFFSIM_SOURCE_DIR) + "/tests/data/tiny-offload-copies.yaml";
+  const auto optimizer = [&](bool pinned) {
+    const auto r = run_experiment(
+        load_experiment(file, {fmt::format("strategy.offload_optimizer.pin_memory={}", pinned ? "true" : "false")}));
+    for (const auto& p : r.phases) {
+      if (p.phase == "optimizer") return p.time.seconds();
+    }
+    return 0.0;
+  };
+  EXPECT_NEAR(optimizer(true), P * (1e-6 + 5e-8 + 2e-9) + 3 * 10e-6, 1e-9);
+  EXPECT_NEAR(optimizer(false), P * (1e-6 + 5e-8 + 4e-9) + 3 * 20e-6, 1e-9);
+}
+
+}  // namespace
+}  // namespace offsim::models
