@@ -322,6 +322,22 @@ std::optional<StrategySpec> parse_strategy(const Node& node, const topo::Topolog
       dp.offload = offload;
     }
   }
+  if (auto op = r.child("offload_param")) {
+    MapReader o(*op);
+    const auto device = o.choice("device", {"cpu", "none"});
+    const auto pin = o.required<bool>("pin_memory");
+    if (device.valid && device.value == "cpu") {
+      if (stage.valid && stage.value != 3) {
+        ctx.error(device.loc, op->child_path("device"),
+                  fmt::format("parameter offload needs zero_stage 3, got zero_stage {}", stage.value));
+      } else if (!dp.offload) {
+        ctx.error(device.loc, op->child_path("device"),
+                  "parameter offload is modelled together with offload_optimizer (as ZeRO-Infinity runs it)");
+      }
+      dp.offload_param = true;
+      dp.param_pin_memory = pin.value;
+    }
+  }
   const std::vector<std::size_t> gpus =
       topology ? topology->devices_of(topo::DeviceKind::kGpu) : std::vector<std::size_t>{};
   if (auto devices = parse_devices(r, node, topology, false)) {

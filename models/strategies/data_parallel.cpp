@@ -222,22 +222,22 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
   // Host copies of pinned or pageable buffers (offload_optimizer.pin_memory) follow the copy fits
   // measured for the host (calibration.host copies: latency and bandwidth); without a fit only the
   // links limit them, and the report says pinned and pageable are not told apart.
-  const auto copy_fit = [&](bool to_host) -> const CopyFit* {
-    const std::string key = fmt::format("{}_{}", to_host ? "d2h" : "h2d", off.pin_memory ? "pinned" : "pageable");
+  const auto copy_fit = [&](bool to_host, bool pinned) -> const CopyFit* {
+    const std::string key = fmt::format("{}_{}", to_host ? "d2h" : "h2d", pinned ? "pinned" : "pageable");
     const auto it = in.host.copies.find(key);
     return it == in.host.copies.end() ? nullptr : &it->second;
   };
-  if (offload && (!copy_fit(true) || !copy_fit(false))) {
+  if (offload && (!copy_fit(true, off.pin_memory) || !copy_fit(false, off.pin_memory))) {
     out.approximations.push_back(fmt::format(
         "host copies ({} memory): no measured copy fit in calibration.host, so only the links limit them (pinned "
         "and pageable buffers are not told apart)",
         off.pin_memory ? "pinned" : "pageable"));
   }
   const auto copy = [&](int r, const std::string& name, const char* phase, bool to_host, Bytes bytes,
-                        std::vector<TaskId> deps) {
+                        std::vector<TaskId> deps, bool pinned) {
     const std::size_t gpu = out.devices[layout.simulated[r]];
     const std::size_t cpu = rank_info[r].host;
-    const CopyFit* fit = copy_fit(to_host);
+    const CopyFit* fit = copy_fit(to_host, pinned);
     return g.add(fmt::format("{}.{}", rank_info[r].prefix, name), phase,
                  TransferTask{to_host ? out.machine.transfer_route(in.topology, gpu, cpu)
                                       : out.machine.transfer_route(in.topology, cpu, gpu),
@@ -313,9 +313,13 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
   constexpr const char* kGathered = "gathered parameters (bf16)";
   std::vector<TaskId> prev(sims);
   for (int r = 0; r < sims; ++r) {
-    const TaskId a0 =
-        alloc(r, "alloc.parameters", "setup", stage == 3 ? "parameter partition (bf16)" : "parameters (bf16)",
-              Bytes{parameters_on_rank * kBf16Bytes}, {});
+    const TaskId a0 = spec.offload_param ? g.add(fmt::format("{}.alloc.parameters", rank_info[r].prefix), "setup",
+                                                 AllocTask{rank_info[r].host_pool, "parameter partition on host (bf16)",
+                                                           Bytes{parameters_on_rank * kBf16Bytes}},
+                                                 {})
+                                         : alloc(r, "alloc.parameters", "setup",
+                                                 stage == 3 ? "parameter partition (bf16)" : "parameters (bf16)",
+                                                 Bytes{parameters_on_rank * kBf16Bytes}, {});
     // With offload, the GPU keeps the states of its GPU-resident subgroups (fp32 master, m, v and
     // fp32 gradients); the host keeps the rest and a bf16 buffer for the whole gradient partition.
     const std::int64_t gpu_updated = updated_on_rank - cpu_params;
@@ -374,7 +378,15 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
     // Backward gathers come from the secondary partition inside its group when there is one (hpZ).
     const bool from_secondary = part.secondary_ranks > 0 && when.ends_with(".bwd");
     std::vector<TaskId> done = allocated;
+    const int group = from_secondary ? part.secondary_ranks : part.shard_ranks;
     for (std::size_t i = 0; i < mod.gathers.size(); ++i) {
+      if (spec.offload_param) {
+        // ZeRO-Infinity: the rank's shard comes from host memory first.
+        for (int r = 0; r < sims; ++r) {
+          done[r] = copy(r, fmt::format("{}.fetch.{}.{}", when, mod.name, i), "communication", false,
+                         Bytes{(mod.gathers[i] + group - 1) / group * kBf16Bytes}, {done[r]}, spec.param_pin_memory);
+        }
+      }
       done = comm.add(CollectiveKind::kAllGather, fmt::format("gather.{}.{}.{}", when, mod.name, i), mod.gathers[i],
                       from_secondary ? part.secondary_gather : part.parameter_gather, per_rank(done));
     }
@@ -470,12 +482,14 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
           const std::string name = bucket + ".offload";
           std::vector<TaskId> after{reduce_stream[r]};
           if (!boundary || mb > 0) {
-            after = {copy(r, name + ".h2d_accumulate", "backward", false, Bytes{e * kFp32Bytes}, after)};
+            after = {
+                copy(r, name + ".h2d_accumulate", "backward", false, Bytes{e * kFp32Bytes}, after, off.pin_memory)};
           }
           const TaskId cast =
               compute(r, name + ".gpu_upcast", "backward",
                       in.costs.memory_bound_time(Bytes{e * (kBf16Bytes + 2 * kFp32Bytes)}), {}, "memory", after);
-          reduce_stream[r] = copy(r, name + ".d2h_fp32", "backward", true, Bytes{e * kFp32Bytes}, {cast});
+          reduce_stream[r] =
+              copy(r, name + ".d2h_fp32", "backward", true, Bytes{e * kFp32Bytes}, {cast}, off.pin_memory);
           const std::size_t next = bucket_last_item[b] + 1;
           if (next < backward_tasks[r].size()) g.add_dependency(backward_tasks[r][next], cast);
         }
@@ -485,25 +499,28 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
         const std::string name = bucket + ".offload";
         TaskId last;
         if (mb == 0) {
-          const TaskId d2h = copy(r, name + ".d2h", "backward", true, Bytes{e * kBf16Bytes}, {reduce_stream[r]});
-          last = copy(r, name + ".h2d", "backward", false, Bytes{e * kBf16Bytes}, {d2h});
+          const TaskId d2h =
+              copy(r, name + ".d2h", "backward", true, Bytes{e * kBf16Bytes}, {reduce_stream[r]}, off.pin_memory);
+          last = copy(r, name + ".h2d", "backward", false, Bytes{e * kBf16Bytes}, {d2h}, off.pin_memory);
         } else {
-          const TaskId h2d =
-              copy(r, name + ".h2d_accumulate", "backward", false, Bytes{e * kBf16Bytes}, {reduce_stream[r]});
-          last = copy(r, name + ".d2h_accumulate", "backward", true, Bytes{e * kBf16Bytes}, {h2d});
+          const TaskId h2d = copy(r, name + ".h2d_accumulate", "backward", false, Bytes{e * kBf16Bytes},
+                                  {reduce_stream[r]}, off.pin_memory);
+          last = copy(r, name + ".d2h_accumulate", "backward", true, Bytes{e * kBf16Bytes}, {h2d}, off.pin_memory);
         }
         reduce_stream[r] = last;
         if (!boundary) continue;
         TaskId blocking;
         if (off.runtime == Runtime::kDeepSpeed013) {
-          const TaskId d2h_blocking = copy(r, name + ".d2h_blocking", "backward", true, Bytes{e * kBf16Bytes}, {last});
+          const TaskId d2h_blocking =
+              copy(r, name + ".d2h_blocking", "backward", true, Bytes{e * kBf16Bytes}, {last}, off.pin_memory);
           blocking = host_traffic(r, name + ".cpu_upcast", "backward", Bytes{e * (kBf16Bytes + kFp32Bytes)},
                                   cpu_upcast_bound, {d2h_blocking});
           reduce_stream[r] = blocking;
         } else {
           blocking = compute(r, name + ".gpu_upcast", "backward",
                              in.costs.memory_bound_time(Bytes{e * (kBf16Bytes + kFp32Bytes)}), {}, "memory", {last});
-          reduce_stream[r] = copy(r, name + ".d2h_fp32", "backward", true, Bytes{e * kFp32Bytes}, {blocking});
+          reduce_stream[r] =
+              copy(r, name + ".d2h_fp32", "backward", true, Bytes{e * kFp32Bytes}, {blocking}, off.pin_memory);
         }
         const std::size_t next = bucket_last_item[b] + 1;
         if (next < backward_tasks[r].size()) g.add_dependency(backward_tasks[r][next], blocking);
@@ -635,7 +652,11 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
             nvme_writes.push_back(swap(r, name + ".swap_out", true, Bytes{n * kOptimizerStateBytesPerParam}, {step}));
             if (!off.pipeline_write) copy_deps.push_back(nvme_writes.back());
           }
-          last = copy(r, name + ".h2d_params", "optimizer", false, Bytes{n * kBf16Bytes}, copy_deps);
+          // With parameter offload the down-cast writes the host partition: nothing goes back.
+          last = spec.offload_param ? g.add(fmt::format("{}.{}.params_on_host", rank_info[r].prefix, name), "optimizer",
+                                            BarrierTask{}, copy_deps)
+                                    : copy(r, name + ".h2d_params", "optimizer", false, Bytes{n * kBf16Bytes},
+                                           copy_deps, off.pin_memory);
           if (j == 0) first_step = step;
         } else {
           last = compute(r, name + ".gpu_adam", "optimizer",
@@ -673,7 +694,7 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
     // Model states on one GPU: parameters, gradients, optimizer states (the setup allocations) and
     // the hpZ secondary partition.
     const std::int64_t gpu_updated = updated_on_rank - cpu_params;
-    const std::int64_t parameters = parameters_on_rank * kBf16Bytes;
+    const std::int64_t parameters = spec.offload_param ? 0 : parameters_on_rank * kBf16Bytes;
     const std::int64_t gradients = offload ? gpu_updated * kFp32Bytes : (stage >= 2 ? partition(P) : P) * kBf16Bytes;
     out.model_states_per_device =
         Bytes{parameters + gradients + gpu_updated * kOptimizerStateBytesPerParam + secondary_elements * kBf16Bytes};

@@ -70,7 +70,12 @@ struct DataParallelSpec {
   // Stage 3: parameters of submodules smaller than this stay whole on every rank and are never
   // gathered (DeepSpeed stage3_param_persistence_threshold; its default is 1e5).
   std::int64_t param_persistence_threshold = 0;
-  std::optional<OptimizerOffload> offload;   // stage 3 only
+  std::optional<OptimizerOffload> offload;  // stages 2-3
+  // ZeRO-Infinity parameter offload (`offload_param: {device: cpu}`, stage 3, with the optimizer
+  // offloaded too): the bf16 parameter partition (and the hpZ secondary) live in host memory; each
+  // gather first copies the rank's shard to the GPU; the updated parameters stay on the host.
+  bool offload_param = false;
+  bool param_pin_memory = true;
   std::optional<Partitioning> partitioning;  // stage 3 only; absent: everything over all ranks, flat
   CollectiveOptions collectives;
   bool all_ranks = false;  // simulate every rank even when one node could stand for all

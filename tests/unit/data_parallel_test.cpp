@@ -463,3 +463,30 @@ TEST(Offload, HostCopiesFollowTheMeasuredPinnedOrPageableFit) {
 
 }  // namespace
 }  // namespace offsim::models
+
+namespace offsim::models {
+namespace {
+
+TEST(Offload, ParameterOffloadFetchesEveryShardAndKeepsUpdatesOnTheHost) {
+  // ZeRO-Infinity parameters on the host (one rank, every parameter gathered: threshold 0): each
+  // module's shard crosses the host link before its forward and again before its backward
+  // (2 x 2 B per parameter, H2D), and the update's copy-back disappears (-2 B per parameter).
+  // GPU model states lose the bf16 partition (2 B per parameter).
+  const std::string base = std::string(OFFSIM_SOURCE_DIR) + "/tests/data/tiny-offload.yaml";
+  const std::string with = std::string(OFFSIM_SOURCE_DIR) + "/tests/data/tiny-offload-param.yaml";
+  const auto host_link = [](const ExperimentResult& r) {
+    double bytes = 0.0;
+    for (const auto& l : r.links) {
+      if (l.link_class == "cpu-gpu") bytes += l.bytes;
+    }
+    return bytes;
+  };
+  const ExperimentResult gpu_params = run_experiment(load_experiment(base, {}));
+  const ExperimentResult host_params = run_experiment(load_experiment(with, {}));
+  EXPECT_NEAR(host_link(host_params) - host_link(gpu_params), 4 * P - 2 * P, 1e-6 * P);
+  EXPECT_EQ(gpu_params.model_states_per_device.count - host_params.model_states_per_device.count,
+            static_cast<std::int64_t>(2 * P));
+}
+
+}  // namespace
+}  // namespace offsim::models
