@@ -704,7 +704,9 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
   const auto cost_notes = in.costs.approximations();
   out.approximations.insert(out.approximations.begin(), cost_notes.begin(), cost_notes.end());
   out.approximations.push_back("non-GEMM layer kernels are charged as HBM traffic of twice the stashed activations");
-  out.approximations.push_back("collectives: bidirectional rings in rank order; reduction arithmetic not modelled");
+  out.approximations.push_back(
+      "collectives: bidirectional rings (all-to-all for qgZ) over each stage of the plan, in rank order; reduction "
+      "arithmetic not modelled");
   if (stage == 3) out.approximations.push_back("ZeRO-3 prefetch: one module ahead, at most two modules gathered");
   return out;
 }

@@ -9,10 +9,11 @@ namespace offsim::models {
 std::vector<StrategyInfo> list_strategies() {
   return {{"data_parallel",
            "data parallelism with ZeRO stage 0-3: bucketed ring all-reduce or reduce-scatter of gradients, "
-           "partitioned optimizer states (1+), gradients (2+) and parameters with per-module all-gathers (3), Adam on "
-           "GPU, ZeRO-3 CPU optimizer offload"},
+           "partitioned optimizer states (1+), gradients (2+) and parameters with per-submodule all-gathers (3), "
+           "hierarchical partitioning (ZeRO++, MiCS, 3-level), optimizer offload to CPU (stages 2-3) or NVMe, "
+           "parameter offload"},
           {"deepspeed",
-           "a DeepSpeed ds_config.json as the strategy: ZeRO stage, buckets, overlap, CPU optimizer offload, "
+           "a DeepSpeed ds_config.json as the strategy: ZeRO stage, buckets, overlap, optimizer offload, "
            "ZeRO++ (qwZ, hpZ, qgZ) and batch settings mapped onto data_parallel; ignored keys listed"},
           {"megatron",
            "3D parallelism as Megatron-LM/DeepSpeed run it: tensor parallelism (column/row split, all-reduces per "
