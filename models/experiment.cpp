@@ -166,7 +166,7 @@ std::optional<StrategySpec> parse_strategy(const Node& node, const topo::Topolog
     }
     levels.ranks = static_cast<int>(c.devices.size());
     if (levels.ranks > 0) {
-      if (auto plan = parse_collective_plan(r, node, levels)) c.plan = *plan;
+      if (auto plan = parse_collective_plan(r, node, levels, c.operation == CollectiveKind::kAllReduce)) c.plan = *plan;
     }
     c.options = parse_collective_options(r);
     c.all_ranks = parse_all_ranks(r);

@@ -29,13 +29,13 @@
 #include <mpi.h>
 #endif
 
-#define NCCL_CHECK(call)                                                                                     \
-  do {                                                                                                       \
-    const ncclResult_t nccl_status = (call);                                                                 \
-    if (nccl_status != ncclSuccess) {                                                                        \
+#define NCCL_CHECK(call)                                                                                          \
+  do {                                                                                                            \
+    const ncclResult_t nccl_status = (call);                                                                      \
+    if (nccl_status != ncclSuccess) {                                                                             \
       std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, ncclGetErrorString(nccl_status)); \
-      std::exit(1);                                                                                          \
-    }                                                                                                        \
+      std::exit(1);                                                                                               \
+    }                                                                                                             \
   } while (0)
 
 namespace {
@@ -82,8 +82,8 @@ void launch(const std::string& op, std::vector<Local>& locals, long long element
     } else if (op == "reduce_scatter") {
       NCCL_CHECK(ncclReduceScatter(l.send, l.recv, per_rank, ncclBfloat16, ncclSum, l.comm, l.stream));
     } else {
-      NCCL_CHECK(ncclAllReduce(l.send, l.recv, static_cast<std::size_t>(elements), ncclBfloat16, ncclSum, l.comm,
-                               l.stream));
+      NCCL_CHECK(
+          ncclAllReduce(l.send, l.recv, static_cast<std::size_t>(elements), ncclBfloat16, ncclSum, l.comm, l.stream));
     }
   }
   NCCL_CHECK(ncclGroupEnd());

@@ -21,24 +21,35 @@
 #include <hipblas/hipblas.h>
 using BlasHandle = hipblasHandle_t;
 #define BLAS_OK HIPBLAS_STATUS_SUCCESS
-inline int blas_create(BlasHandle* h) { return static_cast<int>(hipblasCreate(h)); }
-inline int blas_destroy(BlasHandle h) { return static_cast<int>(hipblasDestroy(h)); }
-inline int blas_set_stream(BlasHandle h, gpuStream_t s) { return static_cast<int>(hipblasSetStream(h, s)); }
+inline int blas_create(BlasHandle* h) {
+  return static_cast<int>(hipblasCreate(h));
+}
+inline int blas_destroy(BlasHandle h) {
+  return static_cast<int>(hipblasDestroy(h));
+}
+inline int blas_set_stream(BlasHandle h, gpuStream_t s) {
+  return static_cast<int>(hipblasSetStream(h, s));
+}
 inline int blas_gemm_bf16(BlasHandle h, int m, int n, int k, const void* a, const void* b, void* c) {
   const float alpha = 1.0f;
   const float beta = 0.0f;
   // Column-major: C^T = B^T . A^T gives row-major C = A . B without transposes.
-  return static_cast<int>(hipblasGemmEx(h, HIPBLAS_OP_N, HIPBLAS_OP_N, n, m, k, &alpha, b, HIP_R_16BF, n, a,
-                                        HIP_R_16BF, k, &beta, c, HIP_R_16BF, n, HIPBLAS_COMPUTE_32F,
-                                        HIPBLAS_GEMM_DEFAULT));
+  return static_cast<int>(hipblasGemmEx(h, HIPBLAS_OP_N, HIPBLAS_OP_N, n, m, k, &alpha, b, HIP_R_16BF, n, a, HIP_R_16BF,
+                                        k, &beta, c, HIP_R_16BF, n, HIPBLAS_COMPUTE_32F, HIPBLAS_GEMM_DEFAULT));
 }
 #else
 #include <cublas_v2.h>
 using BlasHandle = cublasHandle_t;
 #define BLAS_OK CUBLAS_STATUS_SUCCESS
-inline int blas_create(BlasHandle* h) { return static_cast<int>(cublasCreate(h)); }
-inline int blas_destroy(BlasHandle h) { return static_cast<int>(cublasDestroy(h)); }
-inline int blas_set_stream(BlasHandle h, gpuStream_t s) { return static_cast<int>(cublasSetStream(h, s)); }
+inline int blas_create(BlasHandle* h) {
+  return static_cast<int>(cublasCreate(h));
+}
+inline int blas_destroy(BlasHandle h) {
+  return static_cast<int>(cublasDestroy(h));
+}
+inline int blas_set_stream(BlasHandle h, gpuStream_t s) {
+  return static_cast<int>(cublasSetStream(h, s));
+}
 inline int blas_gemm_bf16(BlasHandle h, int m, int n, int k, const void* a, const void* b, void* c) {
   const float alpha = 1.0f;
   const float beta = 0.0f;
@@ -48,14 +59,13 @@ inline int blas_gemm_bf16(BlasHandle h, int m, int n, int k, const void* a, cons
 }
 #endif
 
-#define BLAS_CHECK(call)                                                       \
-  do {                                                                         \
-    const int blas_status = (call);                                            \
-    if (blas_status != static_cast<int>(BLAS_OK)) {                            \
-      std::fprintf(stderr, "%s:%d: %s failed: status %d\n", __FILE__, __LINE__, \
-                   #call, blas_status);                                        \
-      std::exit(1);                                                            \
-    }                                                                          \
+#define BLAS_CHECK(call)                                                                             \
+  do {                                                                                               \
+    const int blas_status = (call);                                                                  \
+    if (blas_status != static_cast<int>(BLAS_OK)) {                                                  \
+      std::fprintf(stderr, "%s:%d: %s failed: status %d\n", __FILE__, __LINE__, #call, blas_status); \
+      std::exit(1);                                                                                  \
+    }                                                                                                \
   } while (0)
 
 namespace {

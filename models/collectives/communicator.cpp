@@ -212,6 +212,20 @@ std::vector<TaskId> Communicator::add(CollectiveKind kind, const std::string& na
   };
   const Quantization& q = plan.quantization;
   std::int64_t held = elements;  // elements each rank holds before the next stage
+  if (plan.algorithm == StageAlgorithm::kTree) {
+    if (kind != CollectiveKind::kAllReduce)
+      throw std::invalid_argument(name + ": the tree algorithm runs all-reduce only");
+    for (std::size_t j = 0; j < plan.stages.size(); ++j) {
+      if (plan.stages[j].group() < 2) continue;
+      advance(add_tree_stage(fmt::format("{}.tree{}", name, j), plan.stages[j], plan.quantization.wire_bytes(elements),
+                             first));
+    }
+    for (int s = 0; s < sims; ++s) {
+      done[s] =
+          graph_.add(fmt::format("{}.done.r{}", name, layout_.simulated[s]), "communication", BarrierTask{}, first[s]);
+    }
+    return done;
+  }
   if (kind == CollectiveKind::kReduceScatter || kind == CollectiveKind::kAllReduce) {
     for (std::size_t j = 0; j < plan.stages.size(); ++j) {
       const Band& band = plan.stages[j];
@@ -353,6 +367,57 @@ std::vector<TaskId> Communicator::add_stage(const std::string& name, const std::
     }
     done[s] = graph_.add(fmt::format("{}.done.r{}", name, layout_.simulated[s]), "communication", BarrierTask{},
                          std::move(finish[s]));
+  }
+  return done;
+}
+
+std::vector<TaskId> Communicator::add_tree_stage(const std::string& name, const Band& band, std::int64_t bytes,
+                                                 const std::vector<std::vector<TaskId>>& first) {
+  // A binary tree over the subgroup in band order (parent of position k: (k - 1) / 2), pipelined as
+  // NCCL's tree all-reduce is: the reduction climbing and the broadcast descending stream at once
+  // in opposite directions of each link, so every edge carries the whole buffer each way and the
+  // time is about S / (slowest edge) + 2 x depth x step latency. No measured tree efficiency:
+  // only the links limit it (the report says so).
+  const int g = band.group();
+  const int sims = layout_.simulated_ranks();
+  const auto member = [&](int r, int k) { return r - r % band.hi + r % band.lo + k * band.lo; };
+  const auto position = [&](int r) { return (r % band.hi) / band.lo; };
+  int depth = 0;
+  while ((1 << (depth + 1)) - 1 < g) ++depth;  // levels below the root
+  // The per-hop latency is the ring fit's per-step latency (no tree was measured).
+  CollectiveFit f = fit("all_gather", g);
+  const std::string note = "tree all-reduce: pipelined, link-limited, hop latency from the all-gather ring fit";
+  if (std::find(notes_.begin(), notes_.end(), note) == notes_.end()) notes_.push_back(note);
+  f.step_latency = TimePs{f.step_latency.ps * 2 * std::max(1, depth)};
+  std::vector<std::vector<Flow>> flows(1);
+  for (int s = 0; s < sims; ++s) {
+    if (!active(s)) continue;
+    const int r = layout_.simulated[s];
+    const int k = position(r);
+    std::vector<int> peers;
+    if (k > 0) peers.push_back((k - 1) / 2);      // up: the reduction
+    for (const int c : {2 * k + 1, 2 * k + 2}) {  // down: the broadcast
+      if (c < g) peers.push_back(c);
+    }
+    for (const int p : peers) {
+      const int peer = member(r, p);
+      flows[0].push_back({s, layout_.simulated_index[peer], route(r, peer)});
+    }
+  }
+  if (options_.fidelity == Fidelity::kAnalytic) return add_analytic(name, f, band, false, bytes, 1, flows, first);
+  std::vector<std::vector<TaskId>> finish(sims);
+  for (const Flow& fl : flows[0]) {
+    const TaskId t =
+        graph_.add(fmt::format("{}.r{}to{}", name, layout_.simulated[fl.from], layout_.simulated[fl.to]),
+                   "communication", TransferTask{fl.route, Bytes{bytes}, f.step_latency, {}}, first[fl.from]);
+    finish[fl.from].push_back(t);
+    finish[fl.to].push_back(t);
+  }
+  std::vector<TaskId> done(sims);
+  for (int s = 0; s < sims; ++s) {
+    done[s] = !active(s) || finish[s].empty() ? pass_through(name, s, first[s])
+                                              : graph_.add(fmt::format("{}.done.r{}", name, layout_.simulated[s]),
+                                                           "communication", BarrierTask{}, std::move(finish[s]));
   }
   return done;
 }

@@ -17,7 +17,8 @@
 // g - 1 steps of H/(2g)... bytes per direction, each step waiting the calibrated per-step latency,
 // each direction capped at half the calibrated bus bandwidth (so an uncontended flat ring
 // reproduces t = (g-1) alpha + (g-1)/g x S / busbw, its calibration). All-to-all: every rank sends
-// its share to every peer directly in one step (DeepSpeed's qgZ).
+// its share to every peer directly in one step (DeepSpeed's qgZ). Tree (all-reduce only): a
+// pipelined binary tree, the whole buffer up and down every edge at once (add_tree_stage).
 //
 // Quantization (ZeRO++ qwZ, qgZ): a quantized stage moves q bytes per element instead of 2 plus
 // one scale per group of elements; the quantize and dequantize(-reduce) kernels are charged as
@@ -100,6 +101,8 @@ class Communicator {
   std::vector<sim::TaskId> add_stage(const std::string& name, const std::string& collective, const Band& band,
                                      const CollectivePlan& plan, std::int64_t per_peer,
                                      const std::vector<std::vector<sim::TaskId>>& first);
+  std::vector<sim::TaskId> add_tree_stage(const std::string& name, const Band& band, std::int64_t bytes,
+                                          const std::vector<std::vector<sim::TaskId>>& first);
   std::vector<sim::TaskId> add_ring_flows(const std::string& name, const CollectiveFit& fit, int g,
                                           std::int64_t chunk_bytes, const std::vector<std::vector<Flow>>& directions,
                                           const std::vector<std::vector<sim::TaskId>>& first);

@@ -26,7 +26,7 @@ struct Quantization {
   [[nodiscard]] std::int64_t wire_bytes(std::int64_t elements) const;
 };
 
-enum class StageAlgorithm { kRing, kAllToAll };
+enum class StageAlgorithm { kRing, kAllToAll, kTree };  // tree: all-reduce only
 
 /// How one collective runs: its stages in order, the algorithm and the quantization of the wire.
 struct CollectivePlan {

@@ -137,9 +137,14 @@ std::optional<Quantization> parse_quantization_format(const Node& format) {
 
 namespace {
 
-StageAlgorithm parse_algorithm(MapReader& r) {
-  return r.choice("algorithm", {"ring", "all_to_all"}, "ring").value == "all_to_all" ? StageAlgorithm::kAllToAll
-                                                                                     : StageAlgorithm::kRing;
+StageAlgorithm parse_algorithm(MapReader& r, bool tree_allowed) {
+  const std::string a = r.choice("algorithm", {"ring", "all_to_all", "tree"}, "ring").value;
+  if (a == "tree" && !tree_allowed) {
+    r.node().context().error(
+        r.node().location(), r.node().child_path("algorithm"),
+        "the tree algorithm runs all-reduce only (collective benchmarks with operation: all_reduce)");
+  }
+  return a == "all_to_all" ? StageAlgorithm::kAllToAll : a == "tree" ? StageAlgorithm::kTree : StageAlgorithm::kRing;
 }
 
 }  // namespace
@@ -178,7 +183,7 @@ std::optional<Partitioning> parse_partitioning(const Node& node, const LevelSize
     if (grads_over) {
       if (auto stages = parse_stages(gr, *n, "reduce", *grads_over, levels)) p.gradient_reduce.stages = *stages;
     }
-    p.gradient_reduce.algorithm = parse_algorithm(gr);
+    p.gradient_reduce.algorithm = parse_algorithm(gr, false);
     if (auto q = parse_quantization(gr)) p.gradient_reduce.quantization = *q;
   }
   if (auto n = r.required_child("optimizer", "a mapping with over")) {
@@ -198,14 +203,15 @@ std::optional<Partitioning> parse_partitioning(const Node& node, const LevelSize
   return p;
 }
 
-std::optional<CollectivePlan> parse_collective_plan(MapReader& r, const Node& node, const LevelSizes& levels) {
+std::optional<CollectivePlan> parse_collective_plan(MapReader& r, const Node& node, const LevelSizes& levels,
+                                                    bool all_reduce) {
   auto& ctx = node.context();
   const std::size_t errors_before = ctx.error_count();
   CollectivePlan plan;
   if (r.has("stages")) {
     if (auto stages = parse_stages(r, node, "stages", levels.ranks, levels)) plan.stages = *stages;
   }
-  plan.algorithm = parse_algorithm(r);
+  plan.algorithm = parse_algorithm(r, all_reduce);
   if (auto q = parse_quantization(r)) plan.quantization = *q;
   if (ctx.error_count() != errors_before) return std::nullopt;
   return plan;

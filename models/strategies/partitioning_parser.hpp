@@ -29,9 +29,10 @@ struct LevelSizes {
 [[nodiscard]] std::optional<Partitioning> parse_partitioning(const sim::config::Node& node, const LevelSizes& levels);
 
 /// Reads the optional `stages`, `algorithm` and `quantization` keys of a collective benchmark.
+/// `all_reduce`: whether the collective is an all-reduce (the only one the tree algorithm runs).
 [[nodiscard]] std::optional<CollectivePlan> parse_collective_plan(sim::config::MapReader& r,
                                                                   const sim::config::Node& node,
-                                                                  const LevelSizes& levels);
+                                                                  const LevelSizes& levels, bool all_reduce);
 
 /// Reads the optional `collectives: {fidelity, max_ring_steps}` and `simulate` keys.
 [[nodiscard]] CollectiveOptions parse_collective_options(sim::config::MapReader& r);

@@ -92,7 +92,8 @@ BuiltIteration build_collective(const IterationInputs& in, const CollectiveSpec&
   const RankLayout layout = lay_out_ranks(out, in.topology, spec.devices, "collective", spec.all_ranks);
   Communicator comm(out.graph, out.machine, in.topology, layout, in.collectives, in.costs, spec.options,
                     out.approximations);
-  const CollectivePlan plan = spec.plan.stages.empty() ? Communicator::flat(layout.ranks()) : spec.plan;
+  CollectivePlan plan = spec.plan;  // its algorithm and quantization; no stages: one flat stage
+  if (plan.stages.empty()) plan.stages = Communicator::flat(layout.ranks()).stages;
   const auto start = out.graph.add("start", "setup", sim::BarrierTask{});
   const std::vector<std::vector<sim::TaskId>> deps(layout.simulated_ranks(), std::vector<sim::TaskId>{start});
   // The buffer as bf16 elements (the wire format of an unquantized collective).

@@ -189,3 +189,37 @@ TEST(Partitioning, HpzAddsTheSecondaryPartitionToTheModelStates) {
 
 }  // namespace
 }  // namespace offsim::models
+
+namespace offsim::models {
+namespace {
+
+TEST(TreeCollective, TwoRanksExchangeTheWholeBufferBothWaysAtOnce) {
+  // A tree of two ranks is one edge: the reduction goes up and the broadcast comes down at the same
+  // time on the two directions of the 200 GB/s quad link between the GCDs of one MI250X:
+  //   t = 2 x depth (1) x alpha + S / 200 GB/s, alpha = the 8-GCD all-gather step latency 13.351 us.
+  const std::string body =
+      "  kind: collective\n  operation: all_reduce\n  bytes: \"1 GiB\"\n  devices: [gcd0, gcd1]\n"
+      "  algorithm: tree\n";
+  const std::string file = write_experiment("tree2", 1, body, false);
+  const double t = iteration_seconds(file);
+  const double S = 1073741824.0;
+  EXPECT_NEAR(t, 2 * 13.351e-6 + S / 200e9, 1e-9);
+}
+
+TEST(TreeCollective, AnalyticAgreesWithFlowAndOnlyAllReduceRunsOnATree) {
+  std::string body = std::string(kAllGather16) + "  algorithm: tree\n  stages: [node, cluster]\n";
+  body.replace(body.find("all_gather"), 10, "all_reduce");
+  const double flow = iteration_seconds(write_experiment("tree-flow", 2, body, false));
+  const double analytic =
+      iteration_seconds(write_experiment("tree-analytic", 2, body + "  collectives: {fidelity: analytic}\n", false));
+  EXPECT_NEAR(analytic, flow, 0.05 * flow);
+  try {
+    (void)load_experiment(write_experiment("tree-ag", 2, std::string(kAllGather16) + "  algorithm: tree\n", false), {});
+    FAIL() << "expected a ConfigError";
+  } catch (const sim::config::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("the tree algorithm runs all-reduce only"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace offsim::models
