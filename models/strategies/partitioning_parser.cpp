@@ -138,10 +138,11 @@ std::optional<Quantization> parse_quantization_format(const Node& format) {
 namespace {
 
 StageAlgorithm parse_algorithm(MapReader& r, bool tree_allowed) {
-  const std::string a = r.choice("algorithm", {"ring", "all_to_all", "tree"}, "ring").value;
+  const auto choice = r.choice("algorithm", {"ring", "all_to_all", "tree"}, "ring");
+  const std::string& a = choice.value;
   if (a == "tree" && !tree_allowed) {
     r.node().context().error(
-        r.node().location(), r.node().child_path("algorithm"),
+        choice.loc, r.node().child_path("algorithm"),
         "the tree algorithm runs all-reduce only (collective benchmarks with operation: all_reduce)");
   }
   return a == "all_to_all" ? StageAlgorithm::kAllToAll : a == "tree" ? StageAlgorithm::kTree : StageAlgorithm::kRing;
