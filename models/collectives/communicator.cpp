@@ -51,6 +51,16 @@ std::string asymmetry(const topo::Topology& t, const std::vector<std::size_t>& d
 
 }  // namespace
 
+TaskId Communicator::quantization_buffer(const std::string& name, int s, Bytes bytes, bool release,
+                                         std::vector<TaskId> deps) {
+  const auto pool = machine_.pool_of_device[layout_.devices[layout_.simulated[s]]];
+  if (!active(s) || !pool) return pass_through(name, s, std::move(deps));
+  constexpr const char* kTenant = "quantized collective buffers";
+  const std::string full = fmt::format("{}.r{}", name, layout_.simulated[s]);
+  if (release) return graph_.add(full, "communication", sim::FreeTask{*pool, kTenant, bytes}, std::move(deps));
+  return graph_.add(full, "communication", sim::AllocTask{*pool, kTenant, bytes}, std::move(deps));
+}
+
 TaskId Communicator::pass_through(const std::string& name, int s, std::vector<TaskId> deps) {
   return graph_.add(fmt::format("{}.skip.r{}", name, layout_.simulated[s]), "communication", BarrierTask{},
                     std::move(deps));
@@ -226,6 +236,16 @@ std::vector<TaskId> Communicator::add(CollectiveKind kind, const std::string& na
     }
     return done;
   }
+  // Quantized collectives hold their wire data in a send and a receive buffer of the whole
+  // buffer's quantized size while they run.
+  const Bytes quantized_buffers{q.quantized() ? 2 * q.wire_bytes(elements) : 0};
+  if (q.quantized()) {
+    std::vector<TaskId> allocated(sims);
+    for (int s = 0; s < sims; ++s) {
+      allocated[s] = quantization_buffer(name + ".alloc.quantized", s, quantized_buffers, false, first[s]);
+    }
+    advance(allocated);
+  }
   if (kind == CollectiveKind::kReduceScatter || kind == CollectiveKind::kAllReduce) {
     for (std::size_t j = 0; j < plan.stages.size(); ++j) {
       const Band& band = plan.stages[j];
@@ -282,6 +302,13 @@ std::vector<TaskId> Communicator::add(CollectiveKind kind, const std::string& na
       }
       advance(dequantized);
     }
+  }
+  if (q.quantized()) {
+    std::vector<TaskId> freed(sims);
+    for (int s = 0; s < sims; ++s) {
+      freed[s] = quantization_buffer(name + ".free.quantized", s, quantized_buffers, true, first[s]);
+    }
+    advance(freed);
   }
   // Nothing to move (one rank, or groups of one): the result is ready when the inputs are.
   for (int s = 0; s < sims; ++s) {

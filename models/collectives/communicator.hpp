@@ -111,6 +111,9 @@ class Communicator {
                                         const std::vector<std::vector<Flow>>& flows,
                                         const std::vector<std::vector<sim::TaskId>>& first);
   [[nodiscard]] bool active(int s) const { return active_.empty() || active_[s]; }
+  // Allocates (or releases) the quantized wire buffers of rank s on its GPU.
+  sim::TaskId quantization_buffer(const std::string& name, int s, sim::Bytes bytes, bool release,
+                                  std::vector<sim::TaskId> deps);
   // A rank outside the collective: a barrier on its dependencies.
   sim::TaskId pass_through(const std::string& name, int s, std::vector<sim::TaskId> deps);
   // A kernel on the communication side of rank s: HBM traffic of `bytes`, after `deps`.
