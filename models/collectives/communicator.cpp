@@ -378,24 +378,7 @@ std::vector<TaskId> Communicator::add_stage(const std::string& name, const std::
   }
   const std::int64_t bytes = plan.quantization.wire_bytes(per_peer);
   if (options_.fidelity == Fidelity::kAnalytic) return add_analytic(name, f, band, false, bytes, 1, flows, first);
-  std::vector<std::vector<TaskId>> finish(sims);
-  for (const Flow& fl : flows[0]) {
-    const TaskId t =
-        graph_.add(fmt::format("{}.r{}to{}", name, layout_.simulated[fl.from], layout_.simulated[fl.to]),
-                   "communication", TransferTask{fl.route, Bytes{bytes}, f.step_latency, {}}, first[fl.from]);
-    finish[fl.from].push_back(t);
-    finish[fl.to].push_back(t);
-  }
-  std::vector<TaskId> done(sims);
-  for (int s = 0; s < sims; ++s) {
-    if (!active(s)) {
-      done[s] = pass_through(name, s, first[s]);
-      continue;
-    }
-    done[s] = graph_.add(fmt::format("{}.done.r{}", name, layout_.simulated[s]), "communication", BarrierTask{},
-                         std::move(finish[s]));
-  }
-  return done;
+  return add_one_step_flows(name, f.step_latency, bytes, flows[0], first);
 }
 
 std::vector<TaskId> Communicator::add_tree_stage(const std::string& name, const Band& band, std::int64_t bytes,
@@ -432,11 +415,18 @@ std::vector<TaskId> Communicator::add_tree_stage(const std::string& name, const 
     }
   }
   if (options_.fidelity == Fidelity::kAnalytic) return add_analytic(name, f, band, false, bytes, 1, flows, first);
+  return add_one_step_flows(name, f.step_latency, bytes, flows[0], first);
+}
+
+std::vector<TaskId> Communicator::add_one_step_flows(const std::string& name, TimePs latency, std::int64_t bytes,
+                                                     const std::vector<Flow>& flows,
+                                                     const std::vector<std::vector<TaskId>>& first) {
+  // Every flow starts with its sender; a rank is done when its sends and the sends into it are.
+  const int sims = layout_.simulated_ranks();
   std::vector<std::vector<TaskId>> finish(sims);
-  for (const Flow& fl : flows[0]) {
-    const TaskId t =
-        graph_.add(fmt::format("{}.r{}to{}", name, layout_.simulated[fl.from], layout_.simulated[fl.to]),
-                   "communication", TransferTask{fl.route, Bytes{bytes}, f.step_latency, {}}, first[fl.from]);
+  for (const Flow& fl : flows) {
+    const TaskId t = graph_.add(fmt::format("{}.r{}to{}", name, layout_.simulated[fl.from], layout_.simulated[fl.to]),
+                                "communication", TransferTask{fl.route, Bytes{bytes}, latency, {}}, first[fl.from]);
     finish[fl.from].push_back(t);
     finish[fl.to].push_back(t);
   }

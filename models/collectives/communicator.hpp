@@ -103,6 +103,9 @@ class Communicator {
                                      const std::vector<std::vector<sim::TaskId>>& first);
   std::vector<sim::TaskId> add_tree_stage(const std::string& name, const Band& band, std::int64_t bytes,
                                           const std::vector<std::vector<sim::TaskId>>& first);
+  std::vector<sim::TaskId> add_one_step_flows(const std::string& name, sim::TimePs latency, std::int64_t bytes,
+                                              const std::vector<Flow>& flows,
+                                              const std::vector<std::vector<sim::TaskId>>& first);
   std::vector<sim::TaskId> add_ring_flows(const std::string& name, const CollectiveFit& fit, int g,
                                           std::int64_t chunk_bytes, const std::vector<std::vector<Flow>>& directions,
                                           const std::vector<std::vector<sim::TaskId>>& first);
