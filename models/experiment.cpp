@@ -598,13 +598,6 @@ std::string phase_key(const std::string& phase) {
   return phase + "_s";
 }
 
-double phase_seconds(const ExperimentResult& r, std::string_view phase) {
-  for (const auto& p : r.phases) {
-    if (p.phase == phase) return p.time.seconds();
-  }
-  return 0.0;
-}
-
 // nccl-tests' bus bandwidth: (g-1)/g x S / t for all-gather and reduce-scatter, twice that for
 // all-reduce (the convention of bench/data/frontier-rccl-collectives.csv).
 double bus_bandwidth(const CollectiveSpec& c, const ExperimentResult& r) {
@@ -615,6 +608,20 @@ double bus_bandwidth(const CollectiveSpec& c, const ExperimentResult& r) {
 }
 
 }  // namespace
+
+double ExperimentResult::phase_seconds(std::string_view phase) const {
+  for (const auto& p : phases) {
+    if (p.phase == phase) return p.time.seconds();
+  }
+  return 0.0;
+}
+
+std::int64_t ExperimentResult::peak_bytes(std::string_view kind) const {
+  for (const auto& m : memory) {
+    if (m.kind == kind) return m.peak.count;
+  }
+  return 0;
+}
 
 CostFigures cost_figures(const CostSpec& c, const ExperimentResult& r) {
   CostFigures f;
@@ -714,14 +721,14 @@ std::string summary_json(const ExperimentSpec& spec, const ExperimentResult& r, 
   j.field("model_tflops_per_device", r.model_tflops_per_device);
   j.field("tflops_per_device", r.tflops_per_device);
   j.field("mfu", r.mfu);
-  j.field("exposed_communication_s", phase_seconds(r, "exposed_communication"));
+  j.field("exposed_communication_s", r.phase_seconds("exposed_communication"));
   j.field("model_states_bytes_per_device", r.model_states_per_device.count);
   if (const auto* c = std::get_if<CollectiveSpec>(&spec.strategy))
     j.field("bus_bandwidth_bytes_per_s", bus_bandwidth(*c, r));
   j.key("phases").begin_object();
   // The three headline phases are always present, then any others the strategy reports.
   for (const std::string_view key : {"forward", "backward", "optimizer"})
-    j.field(phase_key(std::string(key)), phase_seconds(r, key));
+    j.field(phase_key(std::string(key)), r.phase_seconds(key));
   for (const auto& ph : r.phases) {
     if (ph.phase != "forward" && ph.phase != "backward" && ph.phase != "optimizer")
       j.field(phase_key(ph.phase), ph.time.seconds());
@@ -861,7 +868,7 @@ std::string text_report(const ExperimentSpec& spec, const ExperimentResult& r) {
   if (largest && total > 0 && !collective) {
     out += fmt::format("bottleneck: {} takes {:.0f}% of the iteration", largest->phase,
                        100.0 * largest->time.seconds() / total);
-    const double exposed = phase_seconds(r, "exposed_communication");
+    const double exposed = r.phase_seconds("exposed_communication");
     out += fmt::format("; communication left exposed after backward is {:.1f}%.\n", 100.0 * exposed / total);
   }
   out += "\napproximations in this model:\n";

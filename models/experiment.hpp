@@ -81,6 +81,10 @@ struct ExperimentResult {
   std::size_t tasks = 0;
   std::uint64_t events = 0;
   std::vector<std::string> approximations;
+  /// Seconds rank 0 spent in `phase` (0 when the strategy reports no such phase).
+  [[nodiscard]] double phase_seconds(std::string_view phase) const;
+  /// Peak bytes of the fullest pool of one memory kind ("hbm", "dram", ...); 0 when absent.
+  [[nodiscard]] std::int64_t peak_bytes(std::string_view kind) const;
   std::string timeline_csv;  // filled when asked for (RunExperimentOptions)
   std::string trace_json;
 

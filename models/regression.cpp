@@ -27,22 +27,14 @@ const std::vector<std::string> kFigures{"feasible",
                                         "hbm_peak_bytes"};
 
 std::map<std::string, double> figures_of(const ExperimentResult& r) {
-  double exposed = 0.0;
-  for (const auto& p : r.phases) {
-    if (p.phase == "exposed_communication") exposed += p.time.seconds();
-  }
-  double hbm = 0.0;
-  for (const auto& m : r.memory) {
-    if (m.kind == "hbm") hbm = m.peak.as_double();
-  }
   return {{"feasible", r.feasible ? 1.0 : 0.0},
           {"iteration_time_s", r.iteration_time.seconds()},
           {"tflops_per_device", r.tflops_per_device},
           {"model_tflops_per_device", r.model_tflops_per_device},
           {"mfu", r.mfu},
-          {"exposed_communication_s", exposed},
+          {"exposed_communication_s", r.phase_seconds("exposed_communication")},
           {"model_states_bytes_per_device", r.model_states_per_device.as_double()},
-          {"hbm_peak_bytes", hbm}};
+          {"hbm_peak_bytes", static_cast<double>(r.peak_bytes("hbm"))}};
 }
 
 }  // namespace

@@ -293,24 +293,14 @@ std::string run_sweep_point(const Sweep& sweep, const SweepPoint& point) {
       status = "infeasible";
       reason = fmt::format("{}", fmt::join(r.infeasible_reasons, "; "));
     }
-    std::int64_t hbm = 0;
-    for (const auto& m : r.memory) {
-      if (m.kind == "hbm") hbm = m.peak.count;
-    }
-    const auto phase = [&](const char* name) {
-      for (const auto& p : r.phases) {
-        if (p.phase == name) return p.time.seconds();
-      }
-      return 0.0;
-    };
     figures = {fmt::format("{}", r.iteration_time.seconds()),
                fmt::format("{}", r.tflops_per_device),
                fmt::format("{}", r.model_tflops_per_device),
                fmt::format("{}", r.mfu),
                fmt::format("{}", r.tokens_per_s),
-               fmt::format("{}", phase("exposed_communication")),
+               fmt::format("{}", r.phase_seconds("exposed_communication")),
                std::to_string(r.model_states_per_device.count),
-               std::to_string(hbm)};
+               std::to_string(r.peak_bytes("hbm"))};
   } catch (const std::exception& e) {
     status = "error";
     reason = e.what();
