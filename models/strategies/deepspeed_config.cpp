@@ -18,18 +18,7 @@ constexpr double kDefaultParamPersistenceThreshold = 1e5;
 constexpr double kDefaultSubGroupSize = 1e9;
 constexpr bool kDefaultPinMemory = false;
 constexpr double kDefaultRatio = 1.0;
-
-// Reads every key of `node` not in `mapped` so none is reported unknown, and returns them.
-std::vector<std::string> unmapped_keys(MapReader& r, const Node& node, const std::vector<std::string>& mapped) {
-  std::vector<std::string> out;
-  for (const auto& kv : node.yaml()) {
-    const std::string key = kv.first.Scalar();
-    if (std::find(mapped.begin(), mapped.end(), key) != mapped.end()) continue;
-    (void)r.child(key);
-    out.push_back(key);
-  }
-  return out;
-}
+constexpr int kDefaultBufferCount = 4;  // offload_optimizer.buffer_count
 
 }  // namespace
 
@@ -60,7 +49,7 @@ std::optional<DeepSpeedImport> import_deepspeed_config(const Node& node, const s
     if (!b.required<bool>("enabled").value) {
       ctx.error(bf16->location(), bf16->path(), "offsim models bf16 mixed precision: bf16.enabled must be true");
     }
-    for (const auto& k : unmapped_keys(b, *bf16, {"enabled"})) ignored.push_back("bf16." + k);
+    for (const auto& k : b.take_unread_keys()) ignored.push_back("bf16." + k);
   } else {
     ctx.error(node.location(), node.path(), "offsim models bf16 mixed precision: give bf16: {enabled: true}");
   }
@@ -88,15 +77,6 @@ std::optional<DeepSpeedImport> import_deepspeed_config(const Node& node, const s
     }
     dp.param_persistence_threshold =
         static_cast<std::int64_t>(number("stage3_param_persistence_threshold", kDefaultParamPersistenceThreshold));
-    std::vector<std::string> mapped{"stage",
-                                    "reduce_bucket_size",
-                                    "overlap_comm",
-                                    "stage3_param_persistence_threshold",
-                                    "offload_optimizer",
-                                    "sub_group_size",
-                                    "zero_quantized_weights",
-                                    "zero_hpz_partition_size",
-                                    "zero_quantized_gradients"};
     if (auto off = z.child("offload_optimizer")) {
       MapReader o(*off);
       const std::string device = o.choice("device", {"cpu", "none", "nvme"}).value;
@@ -108,7 +88,7 @@ std::optional<DeepSpeedImport> import_deepspeed_config(const Node& node, const s
         offload.sub_group_size = static_cast<std::int64_t>(number("sub_group_size", kDefaultSubGroupSize));
         offload.runtime = runtime;
         if (device == "nvme") {
-          // DeepSpeed defaults: buffer_count 4, pipeline_read / pipeline_write false.
+          // DeepSpeed defaults: buffer_count above, pipeline_read / pipeline_write false.
           offload.nvme = true;
           const auto flag = [&](const char* key) {
             if (o.has(key)) return o.required<bool>(key).value;
@@ -117,8 +97,10 @@ std::optional<DeepSpeedImport> import_deepspeed_config(const Node& node, const s
           };
           offload.pipeline_read = flag("pipeline_read");
           offload.pipeline_write = flag("pipeline_write");
-          offload.buffer_count = o.has("buffer_count") ? o.required<int>("buffer_count").value : 4;
-          if (!o.has("buffer_count")) defaults.push_back("offload_optimizer.buffer_count=4");
+          offload.buffer_count = o.has("buffer_count") ? o.required<int>("buffer_count").value : kDefaultBufferCount;
+          if (!o.has("buffer_count")) {
+            defaults.push_back(fmt::format("offload_optimizer.buffer_count={}", kDefaultBufferCount));
+          }
           if (dp.zero_stage != 3) ctx.error(off->location(), off->path(), "NVMe optimizer offload needs stage 3");
         }
         if (dp.zero_stage != 2 && dp.zero_stage != 3) {
@@ -126,12 +108,7 @@ std::optional<DeepSpeedImport> import_deepspeed_config(const Node& node, const s
         }
         dp.offload = offload;
       }
-      std::vector<std::string> offload_keys{"device", "pin_memory", "ratio"};
-      if (device == "nvme")
-        offload_keys.insert(offload_keys.end(), {"pipeline_read", "pipeline_write", "buffer_count"});
-      for (const auto& k : unmapped_keys(o, *off, offload_keys)) {
-        ignored.push_back("zero_optimization.offload_optimizer." + k);
-      }
+      for (const auto& k : o.take_unread_keys()) ignored.push_back("zero_optimization.offload_optimizer." + k);
     }
     // ZeRO++ as DeepSpeed builds its groups: hpZ over zero_hpz_partition_size consecutive ranks,
     // qgZ's all-to-all in two hops (node, then across nodes), qwZ on the forward gathers.
@@ -171,13 +148,9 @@ std::optional<DeepSpeedImport> import_deepspeed_config(const Node& node, const s
       }
       dp.partitioning = p;
     }
-    for (const auto& k : unmapped_keys(z, *zero, mapped)) ignored.push_back("zero_optimization." + k);
+    for (const auto& k : z.take_unread_keys()) ignored.push_back("zero_optimization." + k);
   }
-  for (const auto& k : unmapped_keys(r, node,
-                                     {"train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
-                                      "train_batch_size", "bf16", "zero_optimization"})) {
-    ignored.push_back(k);
-  }
+  for (const auto& k : r.take_unread_keys()) ignored.push_back(k);
   if (!defaults.empty()) {
     ctx.warning(node.location(), node.path(),
                 fmt::format("DeepSpeed 0.13.3 defaults applied: {}", fmt::join(defaults, ", ")));

@@ -61,22 +61,7 @@ std::optional<ModelSpec> parse_hf_model(const sim::config::Node& node) {
     m.tied_embeddings = r.optional<bool>("tie_word_embeddings", true).value;
     m.linear_bias = true;
   }
-  // The keys read above, per family; the rest are reported.
-  std::vector<std::string> mapped{"model_type", "_name_or_path", "vocab_size"};
-  if (gpt2) {
-    mapped.insert(mapped.end(), {"n_layer", "n_embd", "n_head", "n_positions", "n_inner", "tie_word_embeddings"});
-  } else {
-    mapped.insert(mapped.end(), {"num_hidden_layers", "hidden_size", "num_attention_heads", "max_position_embeddings",
-                                 "intermediate_size", "tie_word_embeddings"});
-    if (type != "gpt_neox") mapped.insert(mapped.end(), {"num_key_value_heads", "hidden_act", "attention_bias"});
-  }
-  std::vector<std::string> ignored;
-  for (const auto& kv : node.yaml()) {
-    const std::string key = kv.first.Scalar();
-    if (std::find(mapped.begin(), mapped.end(), key) != mapped.end()) continue;
-    (void)r.child(key);
-    ignored.push_back(key);
-  }
+  const std::vector<std::string> ignored = r.take_unread_keys();
   if (!ignored.empty()) {
     ctx.warning(node.location(), node.path(),
                 fmt::format("Hugging Face config keys offsim does not model, ignored: {}", fmt::join(ignored, ", ")));

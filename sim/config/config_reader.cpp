@@ -309,6 +309,19 @@ MapReader::~MapReader() {
   }
 }
 
+std::vector<std::string> MapReader::take_unread_keys() {
+  std::vector<std::string> unread;
+  if (!valid_) return unread;
+  for (const auto& kv : node_.yaml()) {
+    const std::string key = kv.first.Scalar();
+    if (std::find(asked_.begin(), asked_.end(), key) != asked_.end()) continue;
+    if (std::find(kDocumentationKeys.begin(), kDocumentationKeys.end(), key) != kDocumentationKeys.end()) continue;
+    unread.push_back(key);
+  }
+  asked_.insert(asked_.end(), unread.begin(), unread.end());
+  return unread;
+}
+
 bool MapReader::has(std::string_view key) {
   if (std::find(asked_.begin(), asked_.end(), key) == asked_.end()) asked_.emplace_back(key);
   return valid_ && node_.yaml()[std::string(key)].IsDefined();

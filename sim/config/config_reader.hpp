@@ -192,6 +192,10 @@ class MapReader {
     }
     return out;
   }
+  /// The keys not asked for so far, in file order, now counted as read: for formats offsim reads
+  /// in part (a Hugging Face or DeepSpeed config), whose other keys are listed in a warning
+  /// instead of being errors.
+  [[nodiscard]] std::vector<std::string> take_unread_keys();
   /// A string that must be one of `choices`.
   Located<std::string> choice(std::string_view key, const std::vector<std::string>& choices,
                               std::optional<std::string> fallback = std::nullopt);
