@@ -476,12 +476,12 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
       if (stage == 2) {
         // ZeRO-2 offload (stage_1_and_2.py, deepspeed-offload.md section 2): on the compute stream,
         // up-cast the reduced partition on the GPU and copy it to the host fp32 gradient (4 B per
-        // element, non-blocking). Before the boundary the host gradient accumulates through the GPU:
-        // H2D of the host fp32 gradient, add, D2H back.
+        // element, non-blocking). From the second micro-step on, the host gradient accumulates
+        // through the GPU: H2D of the host fp32 gradient, add, D2H back.
         for (int r = 0; r < sims; ++r) {
           const std::string name = bucket + ".offload";
           std::vector<TaskId> after{reduce_stream[r]};
-          if (!boundary || mb > 0) {
+          if (mb > 0) {
             after = {
                 copy(r, name + ".h2d_accumulate", "backward", false, Bytes{e * kFp32Bytes}, after, off.pin_memory)};
           }

@@ -289,6 +289,16 @@ TEST(Offload, ZeroStage2MovesFp32GradientsDownAndBf16ParametersUp) {
     if (m.kind == "dram") dram = m.peak.count;
   }
   EXPECT_EQ(dram, static_cast<std::int64_t>(16 * P));
+
+  // Two micro-steps: both send the fp32 partition down (2 x 4 B), the second first brings the host
+  // sum back up to add to it (4 B), then the parameters come back (2 B): 14 B per parameter.
+  const ExperimentResult accumulated =
+      run_experiment(load_experiment(kTinyOffload, {"strategy.zero_stage=2", "training.grad_accum=2"}));
+  double accumulated_link = 0.0;
+  for (const auto& l : accumulated.links) {
+    if (l.link_class == "cpu-gpu") accumulated_link += l.bytes;
+  }
+  EXPECT_NEAR(accumulated_link, 14 * P, 1e-6 * P);
 }
 
 }  // namespace
