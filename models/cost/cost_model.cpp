@@ -259,6 +259,15 @@ std::optional<MeasuredCosts> parse_measured_costs(const Node& node) {
       (void)f.optional<int>("rows", 0);
     }
   }
+  if (auto work = r.child("cpu_work")) {
+    MapReader w(*work);
+    const auto bw = w.required<sim::Bandwidth>("bandwidth");
+    if (bw.valid && !(bw.value.bytes_per_s > 0.0)) {
+      ctx.error(bw.loc, work->child_path("bandwidth"), "expected a positive bandwidth");
+    }
+    c.cpu_work_bandwidth = bw.value;
+    read_fit(w);
+  }
   if (auto gemm = r.child("gemm")) {
     MapReader g(*gemm);
     if (auto table = g.required_child("efficiency_table", "a list of {m, n, k, efficiency}"))

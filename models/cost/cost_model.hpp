@@ -79,6 +79,12 @@ struct MeasuredCosts {
   std::vector<CpuRateFit> cpu_adam;                               // elements per second by thread count
   std::vector<CpuRateFit> cpu_upcast;                             // bf16 -> fp32 on the host
   std::vector<CpuRateFit> cpu_downcast;                           // fp32 -> bf16 on the host
+  // The memory traffic a host's cores sustain for streaming CPU work (CPU Adam, casts), shared by
+  // every rank on the host; nullopt: only the DDR bandwidth (or a per-rank rate above) limits it.
+  std::optional<sim::Bandwidth> cpu_work_bandwidth;
+  // `collectives: roofline`: no measured collectives for this machine; rings are limited by the
+  // links alone (no step latency, no implementation efficiency) and every report says so.
+  bool roofline_collectives = false;
   std::vector<GemmPoint> gemm;
 
   /// The fit for `collective` at `ranks`; when that group size was not measured, the nearest

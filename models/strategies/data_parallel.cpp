@@ -19,6 +19,7 @@
 #include <fmt/format.h>
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <optional>
 #include <stdexcept>
 
@@ -173,11 +174,15 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
     std::string prefix;
     std::size_t host = 0;  // the nearest CPU (offload)
     std::uint32_t host_pool = 0;
-    sim::ConstraintId host_memory;  // its DDR, crossed by host copies and CPU work
-    std::size_t nvme = 0;           // ZeRO-Infinity: the node's NVMe device
+    sim::ConstraintId host_memory;                // its DDR, crossed by host copies and CPU work
+    std::optional<sim::ConstraintId> host_cores;  // its cores' streaming throughput, crossed by CPU work
+    std::size_t nvme = 0;                         // ZeRO-Infinity: the node's NVMe device
     std::uint32_t nvme_pool = 0;
   };
   std::vector<Rank> rank_info;
+  // Host cores are one resource per CPU, shared by the ranks offloading to it (calibration.host
+  // cpu_work: the streaming throughput its cores sustain for CPU Adam and casts).
+  std::map<std::size_t, sim::ConstraintId> cores_of_host;
   for (int r = 0; r < sims; ++r) {
     Rank info;
     const std::size_t device = out.devices[layout.simulated[r]];
@@ -193,6 +198,17 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
                         in.topology.device(info.host).name));
       }
       info.host_memory = *mem;
+      if (in.host.cpu_work_bandwidth) {
+        auto it = cores_of_host.find(info.host);
+        if (it == cores_of_host.end()) {
+          const std::string& cpu = in.topology.device(info.host).name;
+          it = cores_of_host
+                   .emplace(info.host, out.machine.platform.add_constraint(
+                                           {cpu + ".cores", *in.host.cpu_work_bandwidth, "cpu-work", ""}))
+                   .first;
+        }
+        info.host_cores = it->second;
+      }
       info.host_pool = *out.machine.pool_of_device[info.host];
       if (off.nvme) {
         std::optional<std::size_t> nvme;
@@ -212,12 +228,15 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
     }
     rank_info.push_back(std::move(info));
   }
-  // Host-side work (CPU Adam, casts) is traffic through the host's DDR: a flow on that constraint
-  // alone, capped at a measured rate when the host table has one.
+  // Host-side work (CPU Adam, casts) is traffic through the host's DDR and, when the host table
+  // measures it, through the cores' streaming throughput that every rank on the host shares; each
+  // rank's work is also capped at a measured per-thread-count rate when the table has one.
   const auto host_traffic = [&](int r, const std::string& name, const char* phase, Bytes bytes,
                                 std::optional<sim::Bandwidth> bound, std::vector<TaskId> deps) {
+    std::vector<sim::ConstraintId> route{rank_info[r].host_memory};
+    if (rank_info[r].host_cores) route.push_back(*rank_info[r].host_cores);
     return g.add(fmt::format("{}.{}", rank_info[r].prefix, name), phase,
-                 TransferTask{{rank_info[r].host_memory}, bytes, TimePs{0}, bound}, std::move(deps));
+                 TransferTask{std::move(route), bytes, TimePs{0}, bound}, std::move(deps));
   };
   // Host copies of pinned or pageable buffers (offload_optimizer.pin_memory) follow the copy fits
   // measured for the host (calibration.host copies: latency and bandwidth); without a fit only the
@@ -227,11 +246,21 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
     const auto it = in.host.copies.find(key);
     return it == in.host.copies.end() ? nullptr : &it->second;
   };
-  if (offload && (!copy_fit(true, off.pin_memory) || !copy_fit(false, off.pin_memory))) {
-    out.approximations.push_back(fmt::format(
-        "host copies ({} memory): no measured copy fit in calibration.host, so only the links limit them (pinned "
-        "and pageable buffers are not told apart)",
-        off.pin_memory ? "pinned" : "pageable"));
+  if (offload) {
+    // Pageable copies happen whatever pin_memory says (dtype-changing copies, below).
+    std::vector<std::string> missing;
+    for (const bool pinned : {true, false}) {
+      if (pinned && !off.pin_memory) continue;
+      for (const bool to_host : {true, false}) {
+        if (!copy_fit(to_host, pinned))
+          missing.push_back(fmt::format("{}_{}", to_host ? "d2h" : "h2d", pinned ? "pinned" : "pageable"));
+      }
+    }
+    if (!missing.empty()) {
+      out.approximations.push_back(fmt::format(
+          "host copies: no measured copy fit for {} in calibration.host, so only the links limit those copies",
+          fmt::join(missing, ", ")));
+    }
   }
   const auto copy = [&](int r, const std::string& name, const char* phase, bool to_host, Bytes bytes,
                         std::vector<TaskId> deps, bool pinned) {
@@ -270,9 +299,11 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
       const CpuRateFit* best = nearest(
           fits, [](const CpuRateFit& f) { return f.threads; }, threads);
       if (!best) {
-        out.approximations.push_back(fmt::format(
-            "{} on {}: no measured rate (calibration.host); bounded only by host memory bandwidth (roofline)", what,
-            host_kind));
+        if (!in.host.cpu_work_bandwidth) {
+          out.approximations.push_back(fmt::format(
+              "{} on {}: no measured rate (calibration.host); bounded only by host memory bandwidth (roofline)", what,
+              host_kind));
+        }
         return std::nullopt;
       }
       if (best->threads != threads) {
@@ -284,6 +315,13 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
     cpu_adam_bound = measured(in.host.cpu_adam, "CPU Adam", kHostAdamTrafficBytesPerParam);
     cpu_upcast_bound = measured(in.host.cpu_upcast, "CPU up-cast (bf16 to fp32)", kBf16Bytes + kFp32Bytes);
     cpu_downcast_bound = measured(in.host.cpu_downcast, "CPU down-cast (fp32 to bf16)", kBf16Bytes + kFp32Bytes);
+    if (in.host.cpu_work_bandwidth) {
+      out.approximations.push_back(fmt::format(
+          "CPU Adam and casts on {} share its cores' streaming throughput ({}, calibration.host cpu_work), each "
+          "costed by its DDR traffic: Adam {} B, a cast {} B per element",
+          host_kind, sim::format_bandwidth(*in.host.cpu_work_bandwidth), kHostAdamTrafficBytesPerParam,
+          kBf16Bytes + kFp32Bytes));
+    }
     out.approximations.push_back("Twin-Flow: each gradient bucket is offloaded in the CPU share of the partition");
   }
   const auto compute = [&](int r, const std::string& name, const char* phase, TimePs duration, sim::Flops flops,
@@ -511,8 +549,11 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
         if (!boundary) continue;
         TaskId blocking;
         if (off.runtime == Runtime::kDeepSpeed013) {
+          // `fp32_grad_tensor.copy_(grad_buffer)` changes dtype across devices: PyTorch copies into a
+          // fresh pageable bf16 temporary and up-casts on the CPU, so this copy is pageable whatever
+          // pin_memory says (deepspeed-offload.md section 2, step d).
           const TaskId d2h_blocking =
-              copy(r, name + ".d2h_blocking", "backward", true, Bytes{e * kBf16Bytes}, {last}, off.pin_memory);
+              copy(r, name + ".d2h_blocking", "backward", true, Bytes{e * kBf16Bytes}, {last}, /*pinned=*/false);
           blocking = host_traffic(r, name + ".cpu_upcast", "backward", Bytes{e * (kBf16Bytes + kFp32Bytes)},
                                   cpu_upcast_bound, {d2h_blocking});
           reduce_stream[r] = blocking;
@@ -617,6 +658,11 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
       // runs CPU Adam, then the blocking copy-back: down-cast on the CPU and H2D of the bf16
       // parameters. A GPU subgroup runs Adam on the GPU. No overlap between subgroups.
       TaskId last = ready;
+      // The copy-back `bf16_partition.copy_(fp32_partition)` changes dtype across devices: PyTorch
+      // down-casts into a fresh pageable temporary on the CPU and copies that, so the H2D is pageable
+      // whatever pin_memory says (stage 3, and stage 2 before 0.14.1). ZeRO-2 from 0.14.1 (PR #5301)
+      // copies from the pinned fp32 partition.
+      const bool copy_back_pinned = stage == 2 && off.runtime != Runtime::kDeepSpeed013 && off.pin_memory;
       // ZeRO-Infinity: each subgroup's fp32 p, m, v and gradient are read from the NVMe before CPU
       // Adam (the next one prefetched with pipeline_read) and p, m, v written back after it (the
       // next subgroup waits for the write unless pipeline_write).
@@ -656,7 +702,7 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
           last = spec.offload_param ? g.add(fmt::format("{}.{}.params_on_host", rank_info[r].prefix, name), "optimizer",
                                             BarrierTask{}, copy_deps)
                                     : copy(r, name + ".h2d_params", "optimizer", false, Bytes{n * kBf16Bytes},
-                                           copy_deps, off.pin_memory);
+                                           copy_deps, copy_back_pinned);
           if (j == 0) first_step = step;
         } else {
           last = compute(r, name + ".gpu_adam", "optimizer",

@@ -453,11 +453,13 @@ TEST(Offload, NvmeTierSwapsStatesAndGradientsThroughTheHost) {
 namespace offsim::models {
 namespace {
 
-TEST(Offload, HostCopiesFollowTheMeasuredPinnedOrPageableFit) {
+TEST(Offload, TheCopyBackIsPageableWhateverPinMemorySays) {
   // tests/data/test-host-copies.yaml: pinned copies 10 us + bytes / 1 GB/s, pageable 20 us +
   // bytes / 0.5 GB/s. The update (one rank, 3 subgroups of at most 40,000 of P = 118,528): per
-  // subgroup CPU Adam (1e-6 s per parameter), down-cast (5e-8 s) and the H2D of 2 B per parameter:
-  //   pinned:   P x (1e-6 + 5e-8 + 2e-9) + 3 x 10 us;   pageable: P x (1e-6 + 5e-8 + 4e-9) + 3 x 20 us.
+  // subgroup CPU Adam (1e-6 s per parameter), down-cast (5e-8 s) and the H2D of 2 B per parameter.
+  // ZeRO-3's copy-back changes dtype across devices, so PyTorch stages it through a pageable
+  // temporary whatever pin_memory says (deepspeed-offload.md section 3):
+  //   P x (1e-6 + 5e-8 + 4e-9) + 3 x 20 us  with pin_memory true or false.
   const std::string file = std::string(OFFSIM_SOURCE_DIR) + "/tests/data/tiny-offload-copies.yaml";
   const auto optimizer = [&](bool pinned) {
     const auto r = run_experiment(
@@ -467,7 +469,7 @@ TEST(Offload, HostCopiesFollowTheMeasuredPinnedOrPageableFit) {
     }
     return 0.0;
   };
-  EXPECT_NEAR(optimizer(true), P * (1e-6 + 5e-8 + 2e-9) + 3 * 10e-6, 1e-9);
+  EXPECT_NEAR(optimizer(true), P * (1e-6 + 5e-8 + 4e-9) + 3 * 20e-6, 1e-9);
   EXPECT_NEAR(optimizer(false), P * (1e-6 + 5e-8 + 4e-9) + 3 * 20e-6, 1e-9);
 }
 
@@ -476,6 +478,22 @@ TEST(Offload, HostCopiesFollowTheMeasuredPinnedOrPageableFit) {
 
 namespace offsim::models {
 namespace {
+
+TEST(Offload, RanksOfOneHostShareItsCoresForCpuAdamAndCasts) {
+  // tests/data/test-host-cpu-work.yaml: the host's cores stream 34 MB/s of CPU work, shared by
+  // the ranks on it; CPU Adam (28 B) and the down-cast (6 B) cost u = 34 B / 34 MB/s = 1e-6 s per
+  // element; the pageable copy-back v = 2 B / 0.5 GB/s = 4e-9 s plus 20 us per subgroup. The ranks
+  // go through equal subgroups together, so their copies do not overlap the other's CPU work:
+  //   dp 1: P (u + v) + 3 x 20 us                      (3 subgroups of at most 40,000)
+  //   dp 2: N (2 u + v) + 2 x 20 us, N = P / 2 = 59,264 (2 subgroups per rank)
+  const std::string file = std::string(OFFSIM_SOURCE_DIR) + "/tests/data/tiny-offload-cpu-work.yaml";
+  const auto optimizer = [&](int dp) {
+    return run_experiment(load_experiment(file, {fmt::format("strategy.dp={}", dp)})).phase_seconds("optimizer");
+  };
+  constexpr double u = 1e-6, v = 4e-9, N = P / 2;
+  EXPECT_NEAR(optimizer(1), P * (u + v) + 3 * 20e-6, 1e-9);
+  EXPECT_NEAR(optimizer(2), N * (2 * u + v) + 2 * 20e-6, 1e-9);
+}
 
 TEST(Offload, ParameterOffloadFetchesEveryShardAndKeepsUpdatesOnTheHost) {
   // ZeRO-Infinity parameters on the host (one rank, every parameter gathered: threshold 0): each
