@@ -416,7 +416,17 @@ ExperimentSpec load_experiment(const std::filesystem::path& file, const std::vec
         if (auto costs = parse_measured_costs(*host)) spec.host = *costs;
       }
       if (auto coll = c.child("collectives")) {
-        if (auto costs = parse_measured_costs(*coll)) spec.collectives = *costs;
+        if (coll->is_scalar()) {
+          // `collectives: roofline`: the machine has no measured collectives; say so explicitly.
+          if (coll->as<std::string>() == "roofline") {
+            spec.collectives.roofline_collectives = true;
+          } else {
+            ctx.error(coll->location(), coll->path(),
+                      "expected a table of measured collectives (!include ../calibration/x.yaml) or \"roofline\"");
+          }
+        } else if (auto costs = parse_measured_costs(*coll)) {
+          spec.collectives = *costs;
+        }
         collectives_loc = coll->location();
       }
     }
@@ -434,7 +444,7 @@ ExperimentSpec load_experiment(const std::filesystem::path& file, const std::vec
           needs_model = false;
         }
         for (const char* needed : {"reduce_scatter", "all_gather"}) {
-          if (ranks > 1 && !spec.collectives.collectives.contains(needed)) {
+          if (ranks > 1 && !spec.collectives.roofline_collectives && !spec.collectives.collectives.contains(needed)) {
             ctx.error(collectives_loc, "calibration.collectives",
                       fmt::format("no {} fits (the strategy over {} ranks needs them)", needed, ranks));
           }

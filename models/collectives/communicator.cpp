@@ -165,8 +165,17 @@ Communicator::Communicator(sim::TaskGraph& graph, const MachineResources& machin
       options_(options),
       notes_(notes) {}
 
-const CollectiveFit& Communicator::fit(const std::string& collective, int g) {
+CollectiveFit Communicator::fit(const std::string& collective, int g) {
   std::string note;
+  if (measured_.roofline_collectives && !measured_.collectives.contains(collective)) {
+    // No measurement: the links alone limit the ring (an upper bound on the collective's speed).
+    note = fmt::format(
+        "{}: no measured collective for this machine (calibration.collectives: roofline); rings "
+        "run at the links' rates with no step latency, an upper bound",
+        collective);
+    if (std::find(notes_.begin(), notes_.end(), note) == notes_.end()) notes_.push_back(note);
+    return CollectiveFit{g, 0, TimePs{0}, sim::Bandwidth{std::numeric_limits<double>::infinity()}, {}};
+  }
   const CollectiveFit& f = measured_.collective(collective, g, &note);
   if (!note.empty() && std::find(notes_.begin(), notes_.end(), note) == notes_.end()) notes_.push_back(note);
   return f;

@@ -125,7 +125,7 @@ class Communicator {
   [[nodiscard]] std::vector<int> channel_order(const std::vector<int>& members, int channel, int channels) const;
   // The constraints a flow from rank a to rank b crosses, with b's node mirrored.
   std::vector<sim::ConstraintId> route(int from_rank, int to_rank) const;
-  const CollectiveFit& fit(const std::string& collective, int g);
+  CollectiveFit fit(const std::string& collective, int g);
 
   sim::TaskGraph& graph_;
   const MachineResources& machine_;
