@@ -45,6 +45,7 @@ struct CalibrateCliOptions {
   std::string out;
   std::vector<std::string> filters;
   std::string peak;
+  std::string pinned_bandwidth;
   std::string command_line;
 };
 

@@ -2,6 +2,9 @@
 // main() is the only place that maps exceptions to exit codes: 2 = bad input, 3 = simulation error.
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cctype>
+#include <string_view>
 
 #include "apps/offsim/commands.hpp"
 #include "models/cost/calibration.hpp"
@@ -54,13 +57,16 @@ int main(int argc, char** argv) {
   model_cmd->add_option("--set", model_opts.overrides, "override a value: --set key.path=value (repeatable)");
 
   app::CalibrateCliOptions cal;
-  auto* cal_cmd = app.add_subcommand("calibrate", "fit a cost table to microbenchmark CSVs (bench/hip/README.md)");
+  auto* cal_cmd = app.add_subcommand(
+      "calibrate", "fit a cost table to microbenchmark CSVs (bench/hip/README.md) or offload training timings");
   cal_cmd->add_option("csv", cal.files, "measurement CSV files")->required();
   cal_cmd->add_option("--device", cal.device_kind, "device kind the table is for (e.g. mi250x-gcd)")->required();
   cal_cmd->add_option("--out", cal.out, "the YAML table to write (e.g. configs/calibration/KIND.measured.yaml)")
       ->required();
   cal_cmd->add_option("--filter", cal.filters, "keep rows where column=value (repeatable)");
   cal_cmd->add_option("--peak", cal.peak, "peak rate for GEMM efficiencies, e.g. \"191.5 TFLOP/s\"");
+  cal_cmd->add_option("--pinned-bandwidth", cal.pinned_bandwidth,
+                      "the host link's pinned copy rate, for offload training timings, e.g. \"25 GB/s\"");
 
   app::SweepCliOptions sweep_opts;
   auto* sweep_cmd = app.add_subcommand(
@@ -117,9 +123,17 @@ int main(int argc, char** argv) {
     if (*model_cmd) return app::model_command(model_opts);
     if (*validate_cmd) return app::validate_command(validate_dir, validate_json);
     if (*cal_cmd) {
-      // The command line is recorded in the table, with the program name as users type it.
+      // The command line is recorded in the table, with the program name as users type it and
+      // arguments a shell would split or interpret ("25 GB/s", gcds=8|32) quoted, so it re-runs.
       std::string line = "offsim";
-      for (int i = 1; i < argc; ++i) line += fmt::format(" {}", argv[i]);
+      for (int i = 1; i < argc; ++i) {
+        const std::string_view arg = argv[i];
+        const bool plain = !arg.empty() && std::all_of(arg.begin(), arg.end(), [](char c) {
+          return std::isalnum(static_cast<unsigned char>(c)) ||
+                 std::string_view("_-./=:,+").find(c) != std::string_view::npos;
+        });
+        line += plain ? fmt::format(" {}", arg) : fmt::format(" '{}'", arg);
+      }
       cal.command_line = line;
       return app::calibrate_command(cal);
     }

@@ -81,6 +81,13 @@ int calibrate_command(const CalibrateCliOptions& options) {
       throw models::CalibrationError(fmt::format("--peak: {}", e.what()));
     }
   }
+  if (!options.pinned_bandwidth.empty()) {
+    try {
+      o.pinned_bandwidth = sim::parse_bandwidth(options.pinned_bandwidth);
+    } catch (const sim::UnitError& e) {
+      throw models::CalibrationError(fmt::format("--pinned-bandwidth: {}", e.what()));
+    }
+  }
   const std::string table = models::calibrate(o);
   sim::report::write_file_atomically(options.out, table);
   fmt::print("wrote {}\n", options.out);

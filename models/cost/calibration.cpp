@@ -8,6 +8,8 @@
 #include <fstream>
 #include <map>
 
+#include "models/strategies/layer_kernels.hpp"
+
 namespace offsim::models {
 
 LineFit fit_line(const std::vector<double>& x, const std::vector<double>& y) {
@@ -34,6 +36,66 @@ LineFit fit_line(const std::vector<double>& x, const std::vector<double>& y) {
   for (std::size_t i = 0; i < x.size(); ++i) {
     const double predicted = f.intercept + f.slope * x[i];
     f.max_relative_residual = std::max(f.max_relative_residual, std::fabs(predicted - y[i]) / y[i]);
+  }
+  return f;
+}
+
+OffloadHostFit fit_offload_host(const std::vector<OffloadTimingRow>& rows, sim::Bandwidth pinned) {
+  // Bytes per element of the simulator's host path (layer_kernels.hpp).
+  constexpr double kNodeSharedBytes = kHostAdamTrafficBytesPerParam + kBf16Bytes + kFp32Bytes;  // Adam + down-cast
+  constexpr double kCopyBytes = kBf16Bytes;
+  constexpr double kUpcastBytes = kBf16Bytes + kFp32Bytes;
+  if (std::all_of(rows.begin(), rows.end(),
+                  [&](const auto& r) { return r.ranks_per_node == rows.front().ranks_per_node; })) {
+    throw CalibrationError(
+        "offload timings: the fit needs runs with different numbers of ranks per node (they separate the "
+        "node-shared CPU work from the per-rank copy-back)");
+  }
+  // Per element and relative: row i says (k_i u + v) / y_i = 1, y_i = step / N.
+  const auto n = static_cast<Eigen::Index>(rows.size());
+  Eigen::MatrixXd a(n, 2);
+  Eigen::VectorXd b = Eigen::VectorXd::Ones(n);
+  for (Eigen::Index i = 0; i < n; ++i) {
+    const auto& r = rows[static_cast<std::size_t>(i)];
+    const double y = r.step_s / r.params_per_rank;
+    a(i, 0) = r.ranks_per_node / y;
+    a(i, 1) = 1.0 / y;
+  }
+  const Eigen::Vector2d x = a.colPivHouseholderQr().solve(b);
+  const double u = x(0), v = x(1);
+  if (!(u > 0.0) || !(v > 0.0)) {
+    throw CalibrationError(fmt::format(
+        "offload timings: no positive rates explain these steps (u = {:.4g} s, v = {:.4g} s per element)", u, v));
+  }
+  OffloadHostFit f;
+  f.cpu_work = sim::Bandwidth{kNodeSharedBytes / u};
+  f.h2d_pageable = sim::Bandwidth{kCopyBytes / v};
+  f.step_rows = rows.size();
+  for (const auto& r : rows) {
+    const double predicted = r.params_per_rank * (r.ranks_per_node * u + v);
+    f.step_max_relative_residual = std::max(f.step_max_relative_residual, std::fabs(predicted - r.step_s) / r.step_s);
+  }
+  // Backward: what the boundary copies leave to the pageable D2H, per element.
+  const double known = 2.0 * kCopyBytes / pinned.bytes_per_s + kUpcastBytes * u / kNodeSharedBytes;
+  std::vector<const OffloadTimingRow*> backward;
+  double w = 0.0;
+  for (const auto& r : rows) {
+    if (r.ranks_per_node != 1 || r.grad_accum != 1) continue;
+    backward.push_back(&r);
+    w += (r.backward_s - 3.0 * r.forward_s) / r.params_per_rank - known;
+  }
+  if (!backward.empty()) {
+    w /= static_cast<double>(backward.size());
+    if (!(w > 0.0)) {
+      throw CalibrationError("offload timings: the backward leaves no time for the pageable D2H copies");
+    }
+    f.d2h_pageable = sim::Bandwidth{kCopyBytes / w};
+    f.backward_rows = backward.size();
+    for (const auto* r : backward) {
+      const double predicted = 3.0 * r->forward_s + r->params_per_rank * (known + w);
+      f.backward_max_relative_residual =
+          std::max(f.backward_max_relative_residual, std::fabs(predicted - r->backward_s) / r->backward_s);
+    }
   }
   return f;
 }
@@ -93,8 +155,14 @@ Table read_table(const std::filesystem::path& path) {
     t.rows.push_back(std::move(fields));
     t.lines.push_back(number);
   }
-  for (const char* needed : {"benchmark", "bytes", "time_s"}) {
-    if (!t.column.contains(needed)) throw CalibrationError(fmt::format("{}:1: missing column '{}'", t.file, needed));
+  // Training timings (bench/data/offload-polaris-a100.csv) or microbenchmark rows.
+  const std::vector<const char*> needed =
+      t.column.contains("step_ms")
+          ? std::vector<const char*>{"actual_params_B", "gpus",   "nodes",  "grad_accum", "offload_ratio",
+                                     "deepspeed",       "fwd_ms", "bwd_ms", "step_ms"}
+          : std::vector<const char*>{"benchmark", "bytes", "time_s"};
+  for (const char* column : needed) {
+    if (!t.column.contains(column)) throw CalibrationError(fmt::format("{}:1: missing column '{}'", t.file, column));
   }
   return t;
 }
@@ -174,8 +242,34 @@ std::string calibrate(const CalibrateOptions& o) {
   const std::vector<std::string> kRateBenchmarks{"cpu_adam", "cpu_upcast", "cpu_downcast"};
   std::map<std::string, std::map<int, std::vector<Row>>> rates;
   std::vector<Row> gemm;
+  std::vector<OffloadTimingRow> offload;
   std::size_t ignored = 0;
   for (const auto& r : rows) {
+    if (r.has("step_ms")) {
+      // Only what the fit's model covers: DeepSpeed 0.13, whole optimizer on the host, no TP.
+      const auto where = [&](const char* column) {
+        return fmt::format("{}:{}: column '{}'", r.table->file, r.table->lines[r.index], column);
+      };
+      if (!r.text("deepspeed").starts_with("0.13")) {
+        throw CalibrationError(fmt::format("{}: the offload fit models DeepSpeed 0.13's path, got \"{}\"",
+                                           where("deepspeed"), r.text("deepspeed")));
+      }
+      if (r.number("offload_ratio") != 1.0) {
+        throw CalibrationError(
+            fmt::format("{}: the offload fit needs the whole optimizer on the host (ratio 1)", where("offload_ratio")));
+      }
+      if (r.has("tp") && r.number("tp") != 1.0) {
+        throw CalibrationError(fmt::format("{}: the offload fit needs tp = 1", where("tp")));
+      }
+      const double gpus = r.number("gpus"), nodes = r.number("nodes");
+      if (!(gpus >= 1.0) || !(nodes >= 1.0) || std::fmod(gpus, nodes) != 0.0) {
+        throw CalibrationError(fmt::format("{}: expected whole GPUs per node", where("gpus")));
+      }
+      offload.push_back({r.number("actual_params_B") * 1e9 / gpus, static_cast<int>(gpus / nodes),
+                         static_cast<int>(r.number("grad_accum")), r.number("fwd_ms") / 1e3, r.number("bwd_ms") / 1e3,
+                         r.number("step_ms") / 1e3});
+      continue;
+    }
     const std::string b = r.text("benchmark");
     if (b == "h2d" || b == "d2h" || b == "peer") {
       const std::string key = b == "peer" ? b : b + "_" + r.text("memory");
@@ -200,18 +294,46 @@ std::string calibrate(const CalibrateOptions& o) {
   for (const auto& t : tables) names.push_back(t.file);
   out += fmt::format("source: \"least-squares fits by offsim calibrate of {}{}\"\n", fmt::join(names, ", "),
                      filters.empty() ? "" : fmt::format(" (rows where {})", fmt::join(o.filters, ", ")));
-  if (!copy_keys.empty()) {
-    out += "copies:  # t = latency + bytes / bandwidth\n";
-    for (const auto& key : copy_keys) {
-      std::vector<double> x, y;
-      for (const auto& r : copies[key]) {
-        x.push_back(r.number("bytes"));
-        y.push_back(r.number("time_s"));
-      }
-      const LineFit f = fit_line(x, y);
-      out += fmt::format("  {}: {{latency: {}, bandwidth: {}, fit: {}}}\n", key, yaml_time(f.intercept),
-                         yaml_bandwidth(1.0 / f.slope), yaml_fit(f));
+  std::vector<std::string> copy_lines;  // measured copies, then copies fitted from training timings
+  if (!offload.empty()) {
+    if (!o.pinned_bandwidth) {
+      throw CalibrationError(
+          "training-timing rows need --pinned-bandwidth (the host link's pinned copy rate, e.g. \"25 GB/s\")");
     }
+    const OffloadHostFit f = fit_offload_host(offload, *o.pinned_bandwidth);
+    out += fmt::format(
+        "# Host rates fitted from DeepSpeed 0.13 ZeRO-3 offload timings through the simulator's model of that path\n"
+        "# (models/cost/calibration.hpp, fit_offload_host). N: elements per rank, k: ranks per node.\n"
+        "#   step:     N (k 34 B / cpu_work + 2 B / h2d_pageable)  (ranks in step: CPU work shared, then the copies)\n"
+        "#   backward: k = 1, one micro-step: 3 x forward + N (4 B / {} pinned + 2 B / d2h_pageable + 6 B / "
+        "cpu_work)\n",
+        sim::format_bandwidth(*o.pinned_bandwidth));
+    out += fmt::format("cpu_work: {{bandwidth: {}, fit: {{rows: {}, max_relative_residual: {:.3f}}}}}\n",
+                       yaml_bandwidth(f.cpu_work.bytes_per_s), f.step_rows, f.step_max_relative_residual);
+    copy_lines.push_back(fmt::format(
+        "  h2d_pageable: {{latency: \"0 us\", bandwidth: {}, fit: {{rows: {}, max_relative_residual: {:.3f}, note: "
+        "\"fitted from step times\"}}}}\n",
+        yaml_bandwidth(f.h2d_pageable.bytes_per_s), f.step_rows, f.step_max_relative_residual));
+    if (f.d2h_pageable) {
+      copy_lines.push_back(fmt::format(
+          "  d2h_pageable: {{latency: \"0 us\", bandwidth: {}, fit: {{rows: {}, max_relative_residual: {:.3f}, "
+          "note: \"fitted from backward times\"}}}}\n",
+          yaml_bandwidth(f.d2h_pageable->bytes_per_s), f.backward_rows, f.backward_max_relative_residual));
+    }
+  }
+  for (const auto& key : copy_keys) {
+    std::vector<double> x, y;
+    for (const auto& r : copies[key]) {
+      x.push_back(r.number("bytes"));
+      y.push_back(r.number("time_s"));
+    }
+    const LineFit f = fit_line(x, y);
+    copy_lines.push_back(fmt::format("  {}: {{latency: {}, bandwidth: {}, fit: {}}}\n", key, yaml_time(f.intercept),
+                                     yaml_bandwidth(1.0 / f.slope), yaml_fit(f)));
+  }
+  if (!copy_lines.empty()) {
+    out += "copies:  # t = latency + bytes / bandwidth\n";
+    for (const auto& line : copy_lines) out += line;
   }
   if (!collective_keys.empty()) {
     out += "collectives:  # ring model: t = steps x step_latency + (bytes through each rank) / bus_bandwidth\n";

@@ -87,6 +87,48 @@ TEST_F(CalibrateTest, BadInputNamesTheFileLineAndColumn) {
   EXPECT_THROW((void)calibrate(o), CalibrationError);  // no rows left
 }
 
+TEST(FitOffloadHost, RecoversTheHostRatesThatGeneratedTheTimings) {
+  // Timings written from the fit's model with cpu_work C = 68 GB/s, h2d_pageable 12 GB/s,
+  // d2h_pageable 5 GB/s and pinned copies at 25 GB/s (N elements per rank, k ranks per node):
+  //   step = N (k 34 / C + 2 / 12e9);  backward (k = 1, one micro-step) = 3 fwd + N (4 / 25e9 + 2 / 5e9 + 6 / C).
+  const double C = 68e9, u = 34.0 / C, v = 2.0 / 12e9;
+  std::vector<OffloadTimingRow> rows;
+  for (const auto& [n, k] : std::vector<std::pair<double, int>>{{5.9e9, 1}, {2.95e9, 2}, {1.475e9, 4}, {11.2e9, 1}}) {
+    const double forward = 0.5;
+    rows.push_back({n, k, 1, forward, 3 * forward + n * (4 / 25e9 + 2 / 5e9 + 6 / C), n * (k * u + v)});
+  }
+  const OffloadHostFit f = fit_offload_host(rows, sim::Bandwidth{25e9});
+  EXPECT_NEAR(f.cpu_work.bytes_per_s, C, C * 1e-9);
+  EXPECT_NEAR(f.h2d_pageable.bytes_per_s, 12e9, 12e9 * 1e-9);
+  ASSERT_TRUE(f.d2h_pageable);
+  EXPECT_NEAR(f.d2h_pageable->bytes_per_s, 5e9, 5e9 * 1e-9);
+  EXPECT_EQ(f.step_rows, 4u);
+  EXPECT_EQ(f.backward_rows, 2u);  // only the single-rank rows say what the pageable D2H costs
+  EXPECT_LT(f.step_max_relative_residual, 1e-9);
+  // One rank count per node cannot separate the shared CPU work from the per-rank copy.
+  rows.erase(rows.begin() + 1, rows.begin() + 3);
+  EXPECT_THROW((void)fit_offload_host(rows, sim::Bandwidth{25e9}), CalibrationError);
+}
+
+TEST(ShippedCalibration, PolarisHostTableIsWhatCalibrateWritesFromTheShippedData) {
+  // configs/calibration/polaris-host.yaml: fitted on the 7B DP1 and DP4 one-micro-step runs only,
+  // so every other Polaris run of the study validates it (configs/validation/offload-polaris-a100).
+  fs::current_path(OFFSIM_SOURCE_DIR);
+  std::ifstream in("configs/calibration/polaris-host.yaml");
+  std::stringstream shipped;
+  shipped << in.rdbuf();
+  CalibrateOptions o;
+  o.files = {"bench/data/offload-polaris-a100.csv"};
+  o.device_kind = "epyc-7543p";
+  o.filters = {"testbed=Polaris", "model=7B", "dp=1|4", "grad_accum=1"};
+  o.pinned_bandwidth = sim::Bandwidth{25e9};
+  o.command_line =
+      "offsim calibrate bench/data/offload-polaris-a100.csv --device epyc-7543p --filter testbed=Polaris --filter "
+      "model=7B --filter 'dp=1|4' --filter grad_accum=1 --pinned-bandwidth '25 GB/s' --out "
+      "configs/calibration/polaris-host.yaml";
+  EXPECT_EQ(calibrate(o), shipped.str());
+}
+
 TEST(ShippedCalibration, FrontierRcclTableIsWhatCalibrateWritesFromTheShippedData) {
   // configs/calibration/frontier-rccl.yaml must be reproducible from bench/data with the command
   // recorded in it; this fails if either is edited by hand.
