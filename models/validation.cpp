@@ -366,31 +366,20 @@ std::string validation_text(const ValidationReport& report) {
              ? fmt::format("\noverall mean |error| over bounded rows: {:.1f}%; {}\n",
                            100.0 * report.overall_mean_abs_error, report.passed ? "all bounds hold" : "BOUNDS FAILED")
              : "\nno bounded rows: every case is a known gap\n";
-  // One line per reason: the cases (and, where the reason is not the whole case's, metrics) it covers.
-  std::map<std::string, std::vector<std::string>> rows_of_gap;
-  std::vector<std::string> reasons;  // first-appearance order
+  // One line per reason, naming what it covers: a whole case when every metric of the case has
+  // this reason, else the case's metric.
+  std::map<std::string, std::vector<std::string>> covered_by_reason;
   for (const auto& r : report.rows) {
     if (!r.known_gap) continue;
-    auto [it, fresh] = rows_of_gap.try_emplace(*r.known_gap);
-    if (fresh) reasons.push_back(*r.known_gap);
-    it->second.push_back(fmt::format("{} {}", r.case_name, r.metric));
+    const bool whole_case = std::all_of(report.rows.begin(), report.rows.end(), [&](const auto& o) {
+      return o.case_name != r.case_name || o.known_gap == r.known_gap;
+    });
+    auto& names = covered_by_reason[*r.known_gap];
+    const std::string name = whole_case ? r.case_name : fmt::format("{} {}", r.case_name, r.metric);
+    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
   }
   std::map<std::string, std::string> gaps;
-  for (const auto& why : reasons) {
-    // Whole cases when every metric of each case is covered, else the case-metric pairs.
-    std::vector<std::string> names;
-    for (const auto& r : report.rows) {
-      const auto& covered = rows_of_gap[why];
-      const std::string key = fmt::format("{} {}", r.case_name, r.metric);
-      if (std::find(covered.begin(), covered.end(), key) == covered.end()) continue;
-      const bool whole_case = std::all_of(report.rows.begin(), report.rows.end(), [&](const auto& o) {
-        return o.case_name != r.case_name || o.known_gap == r.known_gap;
-      });
-      const std::string name = whole_case ? r.case_name : key;
-      if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
-    }
-    gaps[fmt::format("{}", fmt::join(names, ", "))] = why;
-  }
+  for (const auto& [why, names] : covered_by_reason) gaps[fmt::format("{}", fmt::join(names, ", "))] = why;
   for (const auto& c : report.claims) {
     if (c.known_gap && !c.holds) gaps[c.case_name + " " + c.claim] = *c.known_gap;
   }

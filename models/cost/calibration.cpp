@@ -40,11 +40,20 @@ LineFit fit_line(const std::vector<double>& x, const std::vector<double>& y) {
   return f;
 }
 
+namespace {
+
+// Bytes per element of the simulator's DeepSpeed 0.13 ZeRO-3 host path (layer_kernels.hpp), which
+// fit_offload_host inverts: CPU Adam plus the down-cast through the shared cores, a bf16 copy,
+// the CPU up-cast of the boundary gradient.
+constexpr std::int64_t kNodeSharedBytes = kHostAdamTrafficBytesPerParam + kBf16Bytes + kFp32Bytes;
+constexpr std::int64_t kCopyBytes = kBf16Bytes;
+constexpr std::int64_t kUpcastBytes = kBf16Bytes + kFp32Bytes;
+// With full recomputation the backward computes the forward again and then twice its FLOPs.
+constexpr double kBackwardComputeInForwards = 3.0;
+
+}  // namespace
+
 OffloadHostFit fit_offload_host(const std::vector<OffloadTimingRow>& rows, sim::Bandwidth pinned) {
-  // Bytes per element of the simulator's host path (layer_kernels.hpp).
-  constexpr double kNodeSharedBytes = kHostAdamTrafficBytesPerParam + kBf16Bytes + kFp32Bytes;  // Adam + down-cast
-  constexpr double kCopyBytes = kBf16Bytes;
-  constexpr double kUpcastBytes = kBf16Bytes + kFp32Bytes;
   if (std::all_of(rows.begin(), rows.end(),
                   [&](const auto& r) { return r.ranks_per_node == rows.front().ranks_per_node; })) {
     throw CalibrationError(
@@ -68,31 +77,32 @@ OffloadHostFit fit_offload_host(const std::vector<OffloadTimingRow>& rows, sim::
         "offload timings: no positive rates explain these steps (u = {:.4g} s, v = {:.4g} s per element)", u, v));
   }
   OffloadHostFit f;
-  f.cpu_work = sim::Bandwidth{kNodeSharedBytes / u};
-  f.h2d_pageable = sim::Bandwidth{kCopyBytes / v};
+  f.cpu_work = sim::Bandwidth{static_cast<double>(kNodeSharedBytes) / u};
+  f.h2d_pageable = sim::Bandwidth{static_cast<double>(kCopyBytes) / v};
   f.step_rows = rows.size();
   for (const auto& r : rows) {
     const double predicted = r.params_per_rank * (r.ranks_per_node * u + v);
     f.step_max_relative_residual = std::max(f.step_max_relative_residual, std::fabs(predicted - r.step_s) / r.step_s);
   }
   // Backward: what the boundary copies leave to the pageable D2H, per element.
-  const double known = 2.0 * kCopyBytes / pinned.bytes_per_s + kUpcastBytes * u / kNodeSharedBytes;
+  const double known = 2.0 * static_cast<double>(kCopyBytes) / pinned.bytes_per_s +
+                       static_cast<double>(kUpcastBytes) * u / static_cast<double>(kNodeSharedBytes);
   std::vector<const OffloadTimingRow*> backward;
   double w = 0.0;
   for (const auto& r : rows) {
     if (r.ranks_per_node != 1 || r.grad_accum != 1) continue;
     backward.push_back(&r);
-    w += (r.backward_s - 3.0 * r.forward_s) / r.params_per_rank - known;
+    w += (r.backward_s - kBackwardComputeInForwards * r.forward_s) / r.params_per_rank - known;
   }
   if (!backward.empty()) {
     w /= static_cast<double>(backward.size());
     if (!(w > 0.0)) {
       throw CalibrationError("offload timings: the backward leaves no time for the pageable D2H copies");
     }
-    f.d2h_pageable = sim::Bandwidth{kCopyBytes / w};
+    f.d2h_pageable = sim::Bandwidth{static_cast<double>(kCopyBytes) / w};
     f.backward_rows = backward.size();
     for (const auto* r : backward) {
-      const double predicted = 3.0 * r->forward_s + r->params_per_rank * (known + w);
+      const double predicted = kBackwardComputeInForwards * r->forward_s + r->params_per_rank * (known + w);
       f.backward_max_relative_residual =
           std::max(f.backward_max_relative_residual, std::fabs(predicted - r->backward_s) / r->backward_s);
     }
@@ -304,10 +314,12 @@ std::string calibrate(const CalibrateOptions& o) {
     out += fmt::format(
         "# Host rates fitted from DeepSpeed 0.13 ZeRO-3 offload timings through the simulator's model of that path\n"
         "# (models/cost/calibration.hpp, fit_offload_host). N: elements per rank, k: ranks per node.\n"
-        "#   step:     N (k 34 B / cpu_work + 2 B / h2d_pageable)  (ranks in step: CPU work shared, then the copies)\n"
-        "#   backward: k = 1, one micro-step: 3 x forward + N (4 B / {} pinned + 2 B / d2h_pageable + 6 B / "
+        "#   step:     N (k {0} B / cpu_work + {1} B / h2d_pageable)  (ranks in step: CPU work shared, then the "
+        "copies)\n"
+        "#   backward: k = 1, one micro-step: {2} x forward + N ({3} B / {4} pinned + {1} B / d2h_pageable + {5} B / "
         "cpu_work)\n",
-        sim::format_bandwidth(*o.pinned_bandwidth));
+        kNodeSharedBytes, kCopyBytes, kBackwardComputeInForwards, 2 * kCopyBytes,
+        sim::format_bandwidth(*o.pinned_bandwidth), kUpcastBytes);
     out += fmt::format("cpu_work: {{bandwidth: {}, fit: {{rows: {}, max_relative_residual: {:.3f}}}}}\n",
                        yaml_bandwidth(f.cpu_work.bytes_per_s), f.step_rows, f.step_max_relative_residual);
     copy_lines.push_back(fmt::format(

@@ -252,11 +252,7 @@ TEST(Offload, TheUpdateRunsAtTheMeasuredHostRates) {
   // then the 2n-byte H2D at the 10 GB/s link; the 100 GB/s DDR never binds. One after another:
   //   optimizer = P (1e-6 + 5e-8 + 2e-10) s.
   const ExperimentResult r = run_experiment(load_experiment(kTinyOffload, {}));
-  double optimizer = 0.0;
-  for (const auto& p : r.phases) {
-    if (p.phase == "optimizer") optimizer = p.time.seconds();
-  }
-  EXPECT_NEAR(optimizer, P * (1e-6 + 5e-8 + 2e-10), 1e-9);
+  EXPECT_NEAR(r.phase_seconds("optimizer"), P * (1e-6 + 5e-8 + 2e-10), 1e-9);
   for (const auto& note : r.approximations) EXPECT_EQ(note.find("no measured rate"), std::string::npos) << note;
 }
 
@@ -462,22 +458,12 @@ TEST(Offload, TheCopyBackIsPageableWhateverPinMemorySays) {
   //   P x (1e-6 + 5e-8 + 4e-9) + 3 x 20 us  with pin_memory true or false.
   const std::string file = std::string(OFFSIM_SOURCE_DIR) + "/tests/data/tiny-offload-copies.yaml";
   const auto optimizer = [&](bool pinned) {
-    const auto r = run_experiment(
-        load_experiment(file, {fmt::format("strategy.offload_optimizer.pin_memory={}", pinned ? "true" : "false")}));
-    for (const auto& p : r.phases) {
-      if (p.phase == "optimizer") return p.time.seconds();
-    }
-    return 0.0;
+    return run_experiment(load_experiment(file, {fmt::format("strategy.offload_optimizer.pin_memory={}", pinned)}))
+        .phase_seconds("optimizer");
   };
   EXPECT_NEAR(optimizer(true), P * (1e-6 + 5e-8 + 4e-9) + 3 * 20e-6, 1e-9);
   EXPECT_NEAR(optimizer(false), P * (1e-6 + 5e-8 + 4e-9) + 3 * 20e-6, 1e-9);
 }
-
-}  // namespace
-}  // namespace offsim::models
-
-namespace offsim::models {
-namespace {
 
 TEST(Offload, RanksOfOneHostShareItsCoresForCpuAdamAndCasts) {
   // tests/data/test-host-cpu-work.yaml: the host's cores stream 34 MB/s of CPU work, shared by
