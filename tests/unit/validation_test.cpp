@@ -35,7 +35,19 @@ TEST(Validate, ErrorsBoundsAndKnownGaps) {
   EXPECT_TRUE(report.rows[0].within());
   EXPECT_TRUE(report.passed);
   EXPECT_EQ(report.groups[0].known_gaps, 1u);
-  EXPECT_NEAR(report.groups[0].mean_abs_error, 0.05, 1e-9);
+  // Bounded rows: a only (5%). All rows: a and c, (5% + 100%) / 2 = 52.5%; the known gap counts.
+  EXPECT_EQ(report.groups[0].bounded.rows, 1u);
+  EXPECT_NEAR(report.groups[0].bounded.mean_abs_error, 0.05, 1e-9);
+  EXPECT_EQ(report.groups[0].all.rows, 2u);
+  EXPECT_NEAR(report.groups[0].all.mean_abs_error, 0.525, 1e-9);
+  EXPECT_NEAR(report.overall_all.mean_abs_error, 0.525, 1e-9);
+  EXPECT_NEAR(report.overall_all.worst_abs_error, 1.0, 1e-9);
+  EXPECT_NEAR(report.overall_bounded.mean_abs_error, 0.05, 1e-9);
+  const std::string text = validation_text(report);
+  EXPECT_NE(text.find("mean |error| over all 2 rows: 52.5% (worst c iteration +100.0%)"), std::string::npos) << text;
+  EXPECT_NE(text.find("mean |error| over the 1 bounded rows: 5.0%; all bounds hold"), std::string::npos) << text;
+  const std::string json = validation_json(report);
+  EXPECT_NE(json.find("\"all_rows\""), std::string::npos) << json;
   write_case("b", p / 2, "");
   report = validate(dir);
   EXPECT_FALSE(report.passed);
