@@ -364,8 +364,8 @@ std::string validation_text(const ValidationReport& report) {
     out += claims.str() + "\n";
   }
   // Every row first (known gaps included): a known gap is still an error.
-  sim::report::TextTable g({"group", "rows", "mean |error| (all)", "worst (all)", "bounded rows",
-                            "mean |error| (bounded)", "known gaps"});
+  sim::report::TextTable g(
+      {"group", "rows", "mean |error| (all)", "worst (all)", "bounded rows", "mean |error| (bounded)", "known gaps"});
   const auto percent = [](const ErrorSummary& e) {
     return e.rows ? fmt::format("{:.1f}%", 100.0 * e.mean_abs_error) : std::string("-");
   };

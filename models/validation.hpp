@@ -61,7 +61,7 @@ struct ValidationReport {
   std::vector<ValidationGroup> groups;
   ErrorSummary overall_all;      // every row of every group, known gaps included
   ErrorSummary overall_bounded;  // the rows inside the bounds
-  bool passed = true;  // every bounded row within its tolerance, every group's mean within kGroupMeanBound
+  bool passed = true;            // every bounded row within its tolerance, every group's mean within kGroupMeanBound
 };
 
 /// Runs every case under `dir` (sorted by path). Throws sim::config::ConfigError for bad cases.

@@ -22,9 +22,26 @@ CostModel::CostModel(DeviceCosts device) : device_(std::move(device)) {
             [](const GemmPoint& a, const GemmPoint& b) { return work(a.m, a.n, a.k) < work(b.m, b.n, b.k); });
 }
 
+double tile_wave_utilization(const GemmTiling& tiling, std::int64_t m, std::int64_t n, std::int64_t batch) {
+  const auto ceil_div = [](std::int64_t a, std::int64_t b) { return (a + b - 1) / b; };
+  const double useful = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(batch);
+  double best = 0.0;
+  for (const auto& [tm, tn] : tiling.tiles) {
+    const std::int64_t tiles = ceil_div(m, tm) * ceil_div(n, tn) * batch;
+    const std::int64_t waves = ceil_div(tiles, tiling.compute_units);
+    const double issued = static_cast<double>(waves) * static_cast<double>(tiling.compute_units) *
+                          static_cast<double>(tm) * static_cast<double>(tn);
+    best = std::max(best, useful / issued);
+  }
+  return best;
+}
+
 double CostModel::efficiency_for(const GemmShape& g) const {
   const auto& table = device_.gemm_table;
-  if (table.empty()) return device_.gemm_efficiency;
+  if (table.empty()) {
+    if (!device_.gemm_tiling) return device_.gemm_efficiency;
+    return device_.gemm_efficiency * tile_wave_utilization(*device_.gemm_tiling, g.m, g.n, g.batch);
+  }
   const double w = work(g.m, g.n, g.k);
   if (w < work(table.front().m, table.front().n, table.front().k)) {
     const std::string note =
@@ -63,7 +80,12 @@ sim::TimePs CostModel::memory_bound_time(sim::Bytes bytes) const {
 
 std::vector<std::string> CostModel::approximations() const {
   std::vector<std::string> out;
-  if (device_.gemm_table.empty()) {
+  if (device_.gemm_table.empty() && device_.gemm_tiling) {
+    out.push_back(fmt::format(
+        "GEMMs on {}: the best-shape efficiency ({:.3f} of peak) times tile and wave quantization over {} compute "
+        "units; other shape effects (short K, small tiles' lower efficiency) are not modelled: an upper bound",
+        device_.device_kind, device_.gemm_efficiency, device_.gemm_tiling->compute_units));
+  } else if (device_.gemm_table.empty()) {
     out.push_back(fmt::format("GEMMs on {} use one efficiency ({:.3f} of peak) for every shape: an upper bound",
                               device_.device_kind, device_.gemm_efficiency));
   }
@@ -102,6 +124,36 @@ std::vector<GemmPoint> parse_gemm_table(const Node& table) {
   return out;
 }
 
+// tiling: {compute_units: 108, tiles: [[256, 128], [128, 128]], source: "..."}
+GemmTiling parse_gemm_tiling(const Node& node) {
+  MapReader r(node);
+  GemmTiling t;
+  const auto units = r.required<int>("compute_units");
+  if (units.valid && units.value < 1)
+    node.context().error(units.loc, node.child_path("compute_units"), "expected a positive integer");
+  t.compute_units = units.value;
+  (void)r.required<std::string>("source");
+  if (auto tiles = r.required_child("tiles", "a list of [rows, columns] tile sizes")) {
+    for (const auto& item : tiles->items()) {
+      const auto dims = item.is_sequence() ? item.items() : std::vector<Node>{};
+      if (dims.size() != 2) {
+        item.context().error(item.location(), item.path(), "expected [rows, columns], e.g. [128, 128]");
+        continue;
+      }
+      const auto rows = dims[0].as<std::int64_t>();
+      const auto columns = dims[1].as<std::int64_t>();
+      if (!rows || !columns) continue;  // reported by as()
+      if (*rows < 1 || *columns < 1) {
+        item.context().error(item.location(), item.path(), "expected positive tile sizes");
+        continue;
+      }
+      t.tiles.emplace_back(*rows, *columns);
+    }
+    if (t.tiles.empty()) tiles->context().error(tiles->location(), tiles->path(), "expected at least one tile size");
+  }
+  return t;
+}
+
 }  // namespace
 
 std::optional<DeviceCosts> parse_device_costs(const Node& node) {
@@ -119,6 +171,7 @@ std::optional<DeviceCosts> parse_device_costs(const Node& node) {
     MapReader g(*gemm);
     d.gemm_efficiency = fraction(g, *gemm, "efficiency");
     if (auto table = g.child("efficiency_table")) d.gemm_table = parse_gemm_table(*table);
+    if (auto tiling = g.child("tiling")) d.gemm_tiling = parse_gemm_tiling(*tiling);
   }
   if (auto mem = r.child("memory_bound")) {
     MapReader m(*mem);

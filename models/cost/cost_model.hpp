@@ -29,11 +29,29 @@ struct GemmPoint {
   double efficiency = 0.0;
 };
 
+/// How a GEMM library covers an M x N output with tiles spread over the device's compute units
+/// (SMs, CUs): the tile sizes it can choose from and how many tiles run at once.
+struct GemmTiling {
+  int compute_units = 0;
+  std::vector<std::pair<std::int64_t, std::int64_t>> tiles;  // (rows, columns) of the output
+};
+
+/// Tile and wave quantization (NVIDIA Deep Learning Performance guide, "Matrix Multiplication
+/// Background"): the output is cut into ceil(m/tm) x ceil(n/tn) tiles per batch entry, run in
+/// waves of `compute_units` tiles; the last wave and the ragged edge tiles do work nobody asked
+/// for. Utilization = useful output elements / (waves x compute_units x tm x tn), the best over
+/// the library's tiles (its heuristics pick a good one). In (0, 1].
+[[nodiscard]] double tile_wave_utilization(const GemmTiling& tiling, std::int64_t m, std::int64_t n,
+                                           std::int64_t batch);
+
 struct DeviceCosts {
   std::string device_kind;
   sim::FlopRate peak_matrix_bf16;
   sim::Bandwidth memory_bandwidth;
-  double gemm_efficiency = 0.0;             // for every shape, when there is no table
+  // For every shape when there is no table: with `tiling`, the best-shape efficiency, scaled by
+  // each shape's tile and wave utilization; without, one efficiency for all (an upper bound).
+  double gemm_efficiency = 0.0;
+  std::optional<GemmTiling> gemm_tiling;
   std::vector<GemmPoint> gemm_table;        // measured efficiencies by shape (may be empty)
   std::optional<double> memory_efficiency;  // nullopt: roofline ceiling, with a warning
 };
@@ -107,7 +125,8 @@ class CostModel {
   /// its shape and its memory time (reading A and B, writing C). With a measured table, the
   /// efficiency is interpolated in log(m n k) between the two nearest measured sizes and held at
   /// the largest one above it; a GEMM smaller than every measured one gets the roofline ceiling
-  /// (efficiency 1) and a warning in approximations(). Without a table, the single efficiency.
+  /// (efficiency 1) and a warning in approximations(). Without a table, the best-shape efficiency
+  /// times the shape's tile and wave utilization (with a tiling), or the single efficiency.
   /// `fused` GEMMs (flash attention's cores) keep their operands and result on chip: compute only.
   [[nodiscard]] sim::TimePs gemm_time(const GemmShape& gemm, bool fused = false) const;
   [[nodiscard]] sim::TimePs memory_bound_time(sim::Bytes bytes) const;

@@ -32,6 +32,36 @@ TEST(CostModel, InterpolatesGemmEfficiencyInLogSize) {
   for (const auto& a : c.approximations()) EXPECT_EQ(a.find("roofline"), std::string::npos) << a;
 }
 
+TEST(CostModel, TileAndWaveQuantization) {
+  // 108 compute units, 128 x 128 tiles. Utilization = m n b / (waves x 108 x 128^2).
+  GemmTiling t{108, {{128, 128}}};
+  // 1536 x 1152: 12 x 9 = 108 tiles, one full wave -> 1.
+  EXPECT_DOUBLE_EQ(tile_wave_utilization(t, 1536, 1152, 1), 1.0);
+  // 1536 x 1280: 120 tiles -> 2 waves; 1536 x 1280 / (2 x 108 x 16384) = 0.55556.
+  EXPECT_DOUBLE_EQ(tile_wave_utilization(t, 1536, 1280, 1), 1536.0 * 1280.0 / (2.0 * 108.0 * 16384.0));
+  // A ragged tile: 100 x 128 is one tile of one wave: 12800 / (108 x 16384).
+  EXPECT_DOUBLE_EQ(tile_wave_utilization(t, 100, 128, 1), 12800.0 / (108.0 * 16384.0));
+  // Batch entries are tiled apart: 8 x (128 x 128) = 8 tiles, one wave -> 8 / 108.
+  EXPECT_DOUBLE_EQ(tile_wave_utilization(t, 128, 128, 8), 8.0 / 108.0);
+  // With a 64 x 64 tile too the better one wins: 24 x 20 = 480 tiles -> 5 waves;
+  // 1536 x 1280 / (5 x 108 x 4096) = 0.88889 > 0.55556.
+  t.tiles.emplace_back(64, 64);
+  EXPECT_DOUBLE_EQ(tile_wave_utilization(t, 1536, 1280, 1), 1536.0 * 1280.0 / (5.0 * 108.0 * 4096.0));
+
+  // In the cost model (no table): efficiency = best-shape 0.8 x utilization.
+  DeviceCosts d = device_with_table();
+  d.gemm_table.clear();
+  d.gemm_efficiency = 0.8;
+  d.gemm_tiling = GemmTiling{108, {{128, 128}}};
+  const CostModel c(d);
+  const GemmShape g{"g", 1536, 1280, 8192, 1};
+  EXPECT_EQ(c.gemm_time(g), sim::duration_of(g.flops(), 0.8 * (1536.0 * 1280.0 / (2.0 * 108.0 * 16384.0)) * 100e12));
+  bool named = false;
+  for (const auto& a : c.approximations())
+    named = named || a.find("tile and wave quantization over 108") != std::string::npos;
+  EXPECT_TRUE(named);
+}
+
 TEST(CostModel, SmallerThanEveryMeasuredShapeFallsBackToTheRooflineWithAWarning) {
   // 64 x 64 x 64: compute at peak 2 x 64^3 / 100 TFLOP/s = 5.24 ns; memory 2 B x 3 x 64^2 / 1 TB/s
   // = 24.6 ns: memory-bound on the roofline.
