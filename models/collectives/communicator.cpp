@@ -163,7 +163,19 @@ Communicator::Communicator(sim::TaskGraph& graph, const MachineResources& machin
       measured_(measured),
       costs_(costs),
       options_(options),
-      notes_(notes) {}
+      notes_(notes) {
+  if (!layout_.symmetric) return;
+  // Links that enter a device of the representative block from another node (a NIC's link from its
+  // network switch): the counterparts of the links that enter any other node, whichever switch
+  // (dragonfly group) that node hangs off. First in link order, so the choice is deterministic.
+  const auto& links = topology_.links();
+  for (std::size_t l = 0; l < links.size(); ++l) {
+    const std::size_t a = *topology_.find_device(links[l].src);
+    const std::size_t b = *topology_.find_device(links[l].dst);
+    if (layout_.mirror_of[b] != b || topology_.device(a).node == topology_.device(b).node) continue;
+    entry_link_into_.try_emplace(b, l);
+  }
+}
 
 CollectiveFit Communicator::fit(const std::string& collective, int g) {
   std::string note;
@@ -198,7 +210,12 @@ std::vector<sim::ConstraintId> Communicator::route(int from_rank, int to_rank) c
       out.push_back(machine_.constraint_of_link[l]);
       continue;
     }
-    const auto mirrored = topology_.direct_link(layout_.mirror_of[a], layout_.mirror_of[b]);
+    std::optional<std::size_t> mirrored;
+    if (topology_.device(a).node == dst_node) {
+      mirrored = topology_.direct_link(layout_.mirror_of[a], layout_.mirror_of[b]);
+    } else if (const auto entry = entry_link_into_.find(layout_.mirror_of[b]); entry != entry_link_into_.end()) {
+      mirrored = entry->second;  // the link into the node from its switch: the representative's own
+    }
     if (!mirrored) {
       throw std::logic_error(
           fmt::format("rank symmetry: link {}->{} has no counterpart in the representative node", link.src, link.dst));

@@ -37,6 +37,7 @@
 // replaced by their counterparts inside the representative node: by symmetry, the representative
 // node receives exactly that traffic from its own predecessor. Shared links (NICs, host memory,
 // the network) therefore still see all the traffic that crosses them.
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -136,6 +137,9 @@ class Communicator {
   CollectiveOptions options_;
   std::vector<std::string>& notes_;
   std::vector<bool> active_;  // participants of the collective being added (empty: all)
+  // Rank symmetry: per device of the representative block, the link that enters it from another
+  // node (from its network switch), standing for the entry link into any mirrored node.
+  std::map<std::size_t, std::size_t> entry_link_into_;
 };
 
 }  // namespace offsim::models

@@ -118,6 +118,31 @@ TEST(RankSymmetry, RepresentativeNodeAgreesWithAllRanks) {
   }
 }
 
+TEST(RankSymmetry, HoldsAcrossDragonflyGroups) {
+  // Four nodes in dragonfly groups of two: the rings leave group 0 through the global links and
+  // enter the nodes of group 1 from group 1's switch. The representative node mirrors that entry
+  // link onto its own (group 0's) and agrees with simulating all 32 ranks.
+  const std::string strategy =
+      "  kind: data_parallel\n  zero_stage: 3\n  dp: 32\n  reduce_bucket_elements: 50000\n"
+      "  overlap_comm: true\n  param_persistence_threshold: 0\n";
+  const auto file = [&](const std::string& name, const std::string& extra) {
+    std::string path = write_experiment(name, 4, strategy + extra, true);
+    std::string text;
+    {
+      std::ifstream in(path);
+      text.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    const std::string nodes = "set: [\"hardware.nodes=4\"]";
+    text.replace(text.find(nodes), nodes.size(), "set: [\"hardware.nodes=4\", \"hardware.network.group_size=2\"]");
+    std::ofstream(path) << text;
+    return path;
+  };
+  const double representative = iteration_seconds(file("groups-rep", ""));
+  const double all = iteration_seconds(file("groups-all", "  simulate: all_ranks\n"));
+  EXPECT_GT(representative, 0.0);
+  EXPECT_NEAR(representative, all, 1e-9 * all);
+}
+
 TEST(CollectiveFidelity, AnalyticAgreesWithFlowOnAnUncontendedCollective) {
   // Within 5% (issue: "on an uncontended case the two agree within 5%"), flat and hierarchical.
   for (const std::string stages :
