@@ -4,10 +4,13 @@
 // (hipblasGemmEx, HIP_R_16BF, HIPBLAS_COMPUTE_32F) or cuBLAS on CUDA (cublasGemmEx, CUDA_R_16BF,
 // CUBLAS_COMPUTE_32F), the library calls PyTorch uses for these layers. Shapes: the square sizes
 // 256..16384 and, with --shapes "m,n,k;m,n,k", any list (offsim model FILE --tp T prints a model's
-// GEMM shapes). Each shape: 3 warm-up runs, then repetitions until about 0.2 s (at least 5),
-// timed with GPU events; the row holds the mean time per GEMM.
+// GEMM shapes). Each shape: 3 warm-up runs, then repetitions until about --min-ms milliseconds
+// (default 200, at least 5 runs), timed with GPU events; the row holds the mean time per GEMM.
+// Operands are filled with pseudo-random values in [-1, 1): all-zero operands run measurably
+// faster on recent GPUs (less switching power, higher sustained clocks), which real training
+// data does not.
 //
-//   gemm_bench [--device-kind NAME] [--host NAME] [--shapes "m,n,k;..."]
+//   gemm_bench [--device-kind NAME] [--host NAME] [--shapes "m,n,k;..."] [--min-ms MS]
 // Output: the CSV of bench_csv.hpp on stdout (benchmark=gemm, m, n, k, dtype=bf16, time_s).
 #include <cstdlib>
 #include <sstream>
@@ -70,6 +73,24 @@ inline int blas_gemm_bf16(BlasHandle h, int m, int n, int k, const void* a, cons
 
 namespace {
 
+// bf16 bit patterns of pseudo-random values in [-1, 1) (a hash of the index: no RNG library).
+__global__ void fill_random_bf16(unsigned short* data, long long count, unsigned seed) {
+  for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<long long>(gridDim.x) * blockDim.x) {
+    unsigned h = static_cast<unsigned>(i) * 2654435761u ^ seed;
+    h ^= h >> 15;
+    h *= 2246822519u;
+    h ^= h >> 13;
+    const float value = static_cast<float>(h & 0xFFFFFFu) / 8388608.0f - 1.0f;
+    data[i] = static_cast<unsigned short>(__float_as_uint(value) >> 16);  // truncation to bf16
+  }
+}
+
+void fill_random(void* data, long long count, unsigned seed) {
+  fill_random_bf16<<<1024, 256>>>(static_cast<unsigned short*>(data), count, seed);
+  GPU_CHECK(gpuDeviceSynchronize());
+}
+
 struct Shape {
   long long m, n, k;
 };
@@ -78,6 +99,7 @@ struct Options {
   std::string device_kind = "unknown";
   std::string host = "unknown";
   std::vector<Shape> shapes;
+  float min_ms = 200.0f;
 };
 
 Options parse(int argc, char** argv) {
@@ -99,8 +121,11 @@ Options parse(int argc, char** argv) {
         }
         o.shapes.push_back(s);
       }
+    } else if (a == "--min-ms" && i + 1 < argc) {
+      o.min_ms = static_cast<float>(std::atof(argv[++i]));
     } else {
-      std::fprintf(stderr, "usage: gemm_bench [--device-kind NAME] [--host NAME] [--shapes \"m,n,k;...\"]\n");
+      std::fprintf(stderr,
+                   "usage: gemm_bench [--device-kind NAME] [--host NAME] [--shapes \"m,n,k;...\"] [--min-ms MS]\n");
       std::exit(2);
     }
   }
@@ -132,8 +157,8 @@ int main(int argc, char** argv) {
     GPU_CHECK(gpuMalloc(&a, static_cast<std::size_t>(s.m * s.k * bf16)));
     GPU_CHECK(gpuMalloc(&b, static_cast<std::size_t>(s.k * s.n * bf16)));
     GPU_CHECK(gpuMalloc(&c, static_cast<std::size_t>(s.m * s.n * bf16)));
-    GPU_CHECK(gpuMemset(a, 0, static_cast<std::size_t>(s.m * s.k * bf16)));
-    GPU_CHECK(gpuMemset(b, 0, static_cast<std::size_t>(s.k * s.n * bf16)));
+    fill_random(a, s.m * s.k, 1u);
+    fill_random(b, s.k * s.n, 2u);
     const int m = static_cast<int>(s.m);
     const int n = static_cast<int>(s.n);
     const int k = static_cast<int>(s.k);
@@ -141,7 +166,7 @@ int main(int argc, char** argv) {
     GPU_CHECK(gpuStreamSynchronize(stream));
     int reps = 0;
     float total_ms = 0.0f;
-    while (reps < 5 || (total_ms < 200.0f && reps < 1000)) {
+    while (reps < 5 || (total_ms < o.min_ms && reps < 1000)) {
       GPU_CHECK(gpuEventRecord(start, stream));
       BLAS_CHECK(blas_gemm_bf16(blas, m, n, k, a, b, c));
       GPU_CHECK(gpuEventRecord(stop, stream));
