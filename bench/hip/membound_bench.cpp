@@ -48,7 +48,7 @@ __device__ void store(bf16* p, long long i, float v) {
   p[i] = static_cast<bf16>(__float_as_uint(v) >> 16);
 }
 
-#define GRID_STRIDE(i, count)                                                                   \
+#define GRID_STRIDE(i, count)                                                                    \
   for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < (count); \
        i += static_cast<long long>(gridDim.x) * blockDim.x)
 
@@ -256,7 +256,9 @@ int main(int argc, char** argv) {
     offsim::bench::print_row(stdout, row);
   };
   const int threads = 256;
-  const auto blocks = [&](long long n) { return static_cast<int>(std::min<long long>((n + threads - 1) / threads, 65535LL * 8)); };
+  const auto blocks = [&](long long n) {
+    return static_cast<int>(std::min<long long>((n + threads - 1) / threads, 65535LL * 8));
+  };
   const auto x8 = static_cast<const uint4*>(a);
   const auto y8 = static_cast<uint4*>(b);
   const auto z8 = static_cast<uint4*>(c);

@@ -404,8 +404,8 @@ std::string calibrate(const CalibrateOptions& o) {
   }
   if (!gemm.empty()) {
     if (!o.peak) throw CalibrationError("gemm rows need --peak (the device's peak rate, e.g. \"191.5 TFLOP/s\")");
-    out +=
-        fmt::format("gemm:  # efficiency = 2 m n k / time / {}\n  efficiency_table:\n", sim::format_flop_rate(*o.peak));
+    out += fmt::format("gemm:  # efficiency = 2 m n k / time / peak\n  peak: \"{}\"\n  efficiency_table:\n",
+                       sim::format_flop_rate(*o.peak));
     std::sort(gemm.begin(), gemm.end(), [](const Row& a, const Row& b) {
       return a.number("m") * a.number("n") * a.number("k") < b.number("m") * b.number("n") * b.number("k");
     });

@@ -10,6 +10,9 @@ using sim::config::MapReader;
 using sim::config::Node;
 
 namespace {
+// The non-GEMM kernels a calibration table may name (transformer.hpp, ElementwiseKernel).
+constexpr const char* kNamedKernels[] = {"layernorm", "activation",   "attention_scale", "attention_softmax",
+                                         "dropout",   "residual_add", "bias_grad"};
 // bf16 operands and result.
 constexpr double kGemmElementBytes = 2.0;
 double work(std::int64_t m, std::int64_t n, std::int64_t k) {
@@ -20,6 +23,83 @@ double work(std::int64_t m, std::int64_t n, std::int64_t k) {
 CostModel::CostModel(DeviceCosts device) : device_(std::move(device)) {
   std::sort(device_.gemm_table.begin(), device_.gemm_table.end(),
             [](const GemmPoint& a, const GemmPoint& b) { return work(a.m, a.n, a.k) < work(b.m, b.n, b.k); });
+  grid_ = GemmGrid::of(device_.gemm_table);
+}
+
+std::optional<GemmGrid> GemmGrid::of(const std::vector<GemmPoint>& points) {
+  if (points.empty()) return std::nullopt;
+  std::vector<std::int64_t> ms, ns, ks;
+  for (const auto& p : points) {
+    ms.push_back(p.m);
+    ns.push_back(p.n);
+    ks.push_back(p.k);
+  }
+  for (auto* axis : {&ms, &ns, &ks}) {
+    std::sort(axis->begin(), axis->end());
+    axis->erase(std::unique(axis->begin(), axis->end()), axis->end());
+  }
+  // A grid needs at least two values on some axis to interpolate anything, and every combination.
+  const std::size_t cells = ms.size() * ns.size() * ks.size();
+  if (cells < 2 || points.size() < cells) return std::nullopt;
+  GemmGrid g;
+  std::vector<double> sum(cells, 0.0);
+  std::vector<int> count(cells, 0);
+  const auto index_of = [](const std::vector<std::int64_t>& axis, std::int64_t v) {
+    return static_cast<std::size_t>(std::lower_bound(axis.begin(), axis.end(), v) - axis.begin());
+  };
+  for (const auto& p : points) {
+    const std::size_t i = (index_of(ms, p.m) * ns.size() + index_of(ns, p.n)) * ks.size() + index_of(ks, p.k);
+    sum[i] += p.efficiency;  // repeated measurements of one shape: their mean
+    ++count[i];
+  }
+  for (std::size_t i = 0; i < cells; ++i) {
+    if (count[i] == 0) return std::nullopt;
+    g.efficiency.push_back(sum[i] / count[i]);
+  }
+  const auto logs = [](const std::vector<std::int64_t>& axis) {
+    std::vector<double> out;
+    for (const auto v : axis) out.push_back(std::log(static_cast<double>(v)));
+    return out;
+  };
+  g.log_m = logs(ms);
+  g.log_n = logs(ns);
+  g.log_k = logs(ks);
+  g.min_m = ms.front();
+  g.max_m = ms.back();
+  g.min_n = ns.front();
+  g.max_n = ns.back();
+  g.min_k = ks.front();
+  g.max_k = ks.back();
+  return g;
+}
+
+double GemmGrid::at(std::int64_t m, std::int64_t n, std::int64_t k) const {
+  // Per axis: the lower cell index and the weight of the upper one, held at the ends.
+  const auto locate = [](const std::vector<double>& axis, std::int64_t v) -> std::pair<std::size_t, double> {
+    const double x = std::log(static_cast<double>(v));
+    if (axis.size() == 1 || x <= axis.front()) return {0, 0.0};
+    if (x >= axis.back()) return {axis.size() - 2, 1.0};
+    const std::size_t hi = static_cast<std::size_t>(std::upper_bound(axis.begin(), axis.end(), x) - axis.begin());
+    return {hi - 1, (x - axis[hi - 1]) / (axis[hi] - axis[hi - 1])};
+  };
+  const auto [im, wm] = locate(log_m, m);
+  const auto [in, wn] = locate(log_n, n);
+  const auto [ik, wk] = locate(log_k, k);
+  const std::size_t nn = log_n.size(), nk = log_k.size();
+  double e = 0.0;
+  for (std::size_t dm = 0; dm < 2; ++dm) {
+    for (std::size_t dn = 0; dn < 2; ++dn) {
+      for (std::size_t dk = 0; dk < 2; ++dk) {
+        const double w = (dm ? wm : 1.0 - wm) * (dn ? wn : 1.0 - wn) * (dk ? wk : 1.0 - wk);
+        if (w == 0.0) continue;
+        const std::size_t cm = std::min(im + dm, log_m.size() - 1);
+        const std::size_t cn = std::min(in + dn, nn - 1);
+        const std::size_t ck = std::min(ik + dk, nk - 1);
+        e += w * efficiency[(cm * nn + cn) * nk + ck];
+      }
+    }
+  }
+  return e;
 }
 
 double tile_wave_utilization(const GemmTiling& tiling, std::int64_t m, std::int64_t n, std::int64_t batch) {
@@ -41,6 +121,19 @@ double CostModel::efficiency_for(const GemmShape& g) const {
   if (table.empty()) {
     if (!device_.gemm_tiling) return device_.gemm_efficiency;
     return device_.gemm_efficiency * tile_wave_utilization(*device_.gemm_tiling, g.m, g.n, g.batch);
+  }
+  if (grid_) {
+    const std::int64_t rows = g.m * g.batch;
+    if (rows < grid_->min_m || rows > grid_->max_m || g.n < grid_->min_n || g.n > grid_->max_n || g.k < grid_->min_k ||
+        g.k > grid_->max_k) {
+      const std::string note = fmt::format(
+          "GEMM {} x {} x {} on {} lies outside the measured grid (m {}..{}, n {}..{}, k {}..{}): the nearest edge's "
+          "efficiency is used",
+          rows, g.n, g.k, device_.device_kind, grid_->min_m, grid_->max_m, grid_->min_n, grid_->max_n, grid_->min_k,
+          grid_->max_k);
+      if (std::find(fallbacks_.begin(), fallbacks_.end(), note) == fallbacks_.end()) fallbacks_.push_back(note);
+    }
+    return grid_->at(rows, g.n, g.k);
   }
   const double w = work(g.m, g.n, g.k);
   if (w < work(table.front().m, table.front().n, table.front().k)) {
@@ -68,14 +161,24 @@ sim::TimePs CostModel::gemm_time(const GemmShape& g, bool fused) const {
       (static_cast<double>(g.m) * static_cast<double>(g.k) + static_cast<double>(g.k) * static_cast<double>(g.n) +
        static_cast<double>(g.m) * static_cast<double>(g.n));
   const sim::TimePs compute = sim::Flops{g.flops()} / (device_.peak_matrix_bf16 * efficiency_for(g));
-  if (fused) return compute;
+  if (fused) return std::max(compute, kernel_floor());
   const sim::TimePs memory =
       sim::duration_of(bytes, device_.memory_bandwidth.bytes_per_s * device_.memory_efficiency.value_or(1.0));
-  return std::max(compute, memory);
+  return std::max({compute, memory, kernel_floor()});
 }
 
-sim::TimePs CostModel::memory_bound_time(sim::Bytes bytes) const {
-  return bytes / (device_.memory_bandwidth * device_.memory_efficiency.value_or(1.0));
+sim::TimePs CostModel::kernel_floor() const {
+  return device_.kernel_launch.value_or(sim::TimePs{0});
+}
+
+sim::TimePs CostModel::memory_bound_time(sim::Bytes bytes, std::string_view kernel, bool backward) const {
+  double efficiency = device_.memory_efficiency.value_or(1.0);
+  if (!kernel.empty()) {
+    if (auto it = device_.kernel_efficiency.find(kernel); it != device_.kernel_efficiency.end()) {
+      efficiency *= backward ? it->second.backward : it->second.forward;
+    }
+  }
+  return std::max(bytes / (device_.memory_bandwidth * efficiency), kernel_floor());
 }
 
 std::vector<std::string> CostModel::approximations() const {
@@ -92,6 +195,18 @@ std::vector<std::string> CostModel::approximations() const {
   if (!device_.memory_efficiency) {
     out.push_back(
         fmt::format("memory-bound kernels on {} use the roofline ceiling (no measured efficiency in the table)",
+                    device_.device_kind));
+  }
+  if (device_.kernel_efficiency.empty()) {
+    out.push_back(fmt::format(
+        "non-GEMM kernels on {} (norms, softmax, activations, dropout, residual adds) stream at the device's "
+        "streaming efficiency: no measured per-kernel efficiencies in the table, an upper bound",
+        device_.device_kind));
+  }
+  if (!device_.kernel_launch) {
+    out.push_back(
+        fmt::format("kernels on {} have no launch floor (none measured in the table): small kernels are "
+                    "costed by their work alone",
                     device_.device_kind));
   }
   out.insert(out.end(), fallbacks_.begin(), fallbacks_.end());
@@ -171,11 +286,61 @@ std::optional<DeviceCosts> parse_device_costs(const Node& node) {
     MapReader g(*gemm);
     d.gemm_efficiency = fraction(g, *gemm, "efficiency");
     if (auto table = g.child("efficiency_table")) d.gemm_table = parse_gemm_table(*table);
+    // measured: !include x.gemm.yaml -- a table written by `offsim calibrate` from gemm_bench rows.
+    if (auto measured = g.child("measured")) {
+      if (auto m = parse_measured_costs(*measured)) {
+        if (m->device_kind != d.device_kind) {
+          ctx.error(
+              measured->location(), measured->child_path("device_kind"),
+              fmt::format("the measured GEMM table is for '{}', this table for '{}'", m->device_kind, d.device_kind));
+        } else if (m->gemm.empty()) {
+          ctx.error(measured->location(), measured->path(), "the included table has no gemm efficiency_table");
+        } else if (m->gemm_peak && std::abs(m->gemm_peak->flops_per_s / d.peak_matrix_bf16.flops_per_s - 1.0) > 1e-3) {
+          ctx.error(measured->location(), measured->child_path("gemm"),
+                    fmt::format("its efficiencies are relative to {}, this table's peak is {}",
+                                sim::format_flop_rate(*m->gemm_peak), sim::format_flop_rate(d.peak_matrix_bf16)));
+        } else {
+          d.gemm_table.insert(d.gemm_table.end(), m->gemm.begin(), m->gemm.end());
+        }
+      }
+    }
     if (auto tiling = g.child("tiling")) d.gemm_tiling = parse_gemm_tiling(*tiling);
   }
   if (auto mem = r.child("memory_bound")) {
     MapReader m(*mem);
     d.memory_efficiency = fraction(m, *mem, "efficiency");
+    (void)m.required<std::string>("source");
+    if (auto launch = m.child("kernel_launch")) {
+      if (auto t = launch->as<sim::TimePs>()) {
+        if (*t < sim::TimePs{0}) ctx.error(launch->location(), launch->path(), "expected a non-negative time");
+        d.kernel_launch = *t;
+      }
+    }
+    // kernels: !include ../calibration/x.kernels.yaml -- {source, relative_to_streaming: {name: {forward, backward}}}
+    if (auto kernels = m.child("kernels")) {
+      MapReader k(*kernels);
+      d.kernel_efficiency_source = k.required<std::string>("source").value;
+      (void)k.optional<std::string>("command", "");
+      if (auto table = k.required_child("relative_to_streaming", "a mapping of kernel name to {forward, backward}")) {
+        MapReader t(*table);
+        for (const char* name : kNamedKernels) {
+          const auto found = t.child(name);
+          if (!found) continue;
+          const Node& entry = *found;
+          MapReader e(entry);
+          DeviceCosts::KernelEfficiency eff;
+          for (auto [key, field] : {std::pair{"forward", &eff.forward}, {"backward", &eff.backward}}) {
+            const auto v = e.required<double>(key);
+            if (v.valid && !(v.value > 0.0 && v.value <= 1.5)) {
+              ctx.error(v.loc, entry.child_path(key),
+                        fmt::format("expected a relative efficiency in (0, 1.5], got {}", v.value));
+            }
+            *field = v.value;
+          }
+          d.kernel_efficiency[name] = eff;
+        }
+      }
+    }
   }
   if (ctx.error_count() != errors_before) return std::nullopt;
   return d;
@@ -323,6 +488,7 @@ std::optional<MeasuredCosts> parse_measured_costs(const Node& node) {
   }
   if (auto gemm = r.child("gemm")) {
     MapReader g(*gemm);
+    if (auto peak = g.child("peak")) c.gemm_peak = peak->as<sim::FlopRate>();
     if (auto table = g.required_child("efficiency_table", "a list of {m, n, k, efficiency}"))
       c.gemm = parse_gemm_table(*table);
   }

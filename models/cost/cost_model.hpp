@@ -29,6 +29,18 @@ struct GemmPoint {
   double efficiency = 0.0;
 };
 
+/// A measured efficiency table that covers every combination of its distinct m, n and k values
+/// (bench/run-gpu-calibration.sh measures such a grid): interpolated multilinearly in log m,
+/// log n and log k, each held at the ends of its measured range.
+struct GemmGrid {
+  std::vector<double> log_m, log_n, log_k;  // ascending
+  std::vector<double> efficiency;           // [im][in][ik], row-major
+  std::int64_t min_m = 0, max_m = 0, min_n = 0, max_n = 0, min_k = 0, max_k = 0;
+  /// The grid the points form, or nullopt when some combination is missing.
+  [[nodiscard]] static std::optional<GemmGrid> of(const std::vector<GemmPoint>& points);
+  [[nodiscard]] double at(std::int64_t m, std::int64_t n, std::int64_t k) const;
+};
+
 /// How a GEMM library covers an M x N output with tiles spread over the device's compute units
 /// (SMs, CUs): the tile sizes it can choose from and how many tiles run at once.
 struct GemmTiling {
@@ -53,7 +65,18 @@ struct DeviceCosts {
   double gemm_efficiency = 0.0;
   std::optional<GemmTiling> gemm_tiling;
   std::vector<GemmPoint> gemm_table;        // measured efficiencies by shape (may be empty)
-  std::optional<double> memory_efficiency;  // nullopt: roofline ceiling, with a warning
+  std::optional<double> memory_efficiency;  // streaming kernels; nullopt: roofline ceiling, with a warning
+  // The least time any kernel takes on the GPU when kernels run back to back (launch and
+  // scheduling cost; memory_bound.kernel_launch); nullopt: none modelled, with a warning.
+  std::optional<sim::TimePs> kernel_launch;
+  // Named non-GEMM kernels' achieved bandwidth relative to the streaming efficiency, forward and
+  // backward (memory_bound.kernels: measured framework kernels at layer shapes). Absent: a kernel
+  // streams at memory_efficiency.
+  struct KernelEfficiency {
+    double forward = 1.0, backward = 1.0;
+  };
+  std::map<std::string, KernelEfficiency, std::less<>> kernel_efficiency;
+  std::string kernel_efficiency_source;
 };
 
 /// A fitted collective at one group size (offsim calibrate, ring model).
@@ -103,7 +126,8 @@ struct MeasuredCosts {
   // `collectives: roofline`: no measured collectives for this machine; rings are limited by the
   // links alone (no step latency, no implementation efficiency) and every report says so.
   bool roofline_collectives = false;
-  std::vector<GemmPoint> gemm;
+  std::vector<GemmPoint> gemm;             // efficiency by shape, relative to gemm_peak
+  std::optional<sim::FlopRate> gemm_peak;  // the peak the efficiencies were computed against
 
   /// The fit for `collective` at `ranks`; when that group size was not measured, the nearest
   /// measured one, and `note` says so. Throws std::out_of_range when the collective is absent.
@@ -122,14 +146,23 @@ class CostModel {
   explicit CostModel(DeviceCosts device);
 
   /// One GEMM (bf16 operands and result): the larger of its compute time at the efficiency for
-  /// its shape and its memory time (reading A and B, writing C). With a measured table, the
-  /// efficiency is interpolated in log(m n k) between the two nearest measured sizes and held at
-  /// the largest one above it; a GEMM smaller than every measured one gets the roofline ceiling
-  /// (efficiency 1) and a warning in approximations(). Without a table, the best-shape efficiency
+  /// its shape and its memory time (reading A and B, writing C). With a measured table that forms
+  /// an m x n x k grid, the efficiency is interpolated in log m, log n, log k (a batched GEMM is
+  /// looked up as m x batch rows: its batch entries fill the device like more rows); a shape
+  /// outside the grid takes the nearest edge, and approximations() says so. With another measured
+  /// table, the efficiency is interpolated in log(m n k) between the two nearest measured sizes
+  /// and held at the largest one above it; a GEMM smaller than every measured one gets the
+  /// roofline ceiling (efficiency 1) and a warning. Without a table, the best-shape efficiency
   /// times the shape's tile and wave utilization (with a tiling), or the single efficiency.
   /// `fused` GEMMs (flash attention's cores) keep their operands and result on chip: compute only.
   [[nodiscard]] sim::TimePs gemm_time(const GemmShape& gemm, bool fused = false) const;
-  [[nodiscard]] sim::TimePs memory_bound_time(sim::Bytes bytes) const;
+  /// A memory-bound kernel moving `bytes` through HBM: bytes / (bandwidth x streaming
+  /// efficiency x the named kernel's relative efficiency in that direction, when the table has
+  /// one), and never less than the kernel launch cost.
+  [[nodiscard]] sim::TimePs memory_bound_time(sim::Bytes bytes, std::string_view kernel = {},
+                                              bool backward = false) const;
+  /// The launch floor alone (zero when the table has none).
+  [[nodiscard]] sim::TimePs kernel_floor() const;
   [[nodiscard]] const DeviceCosts& device() const { return device_; }
   /// What this model approximates, for the report, including shapes that fell back to the roofline.
   [[nodiscard]] std::vector<std::string> approximations() const;
@@ -138,6 +171,7 @@ class CostModel {
   [[nodiscard]] double efficiency_for(const GemmShape& gemm) const;
 
   DeviceCosts device_;
+  std::optional<GemmGrid> grid_;                // when the table is a full m x n x k grid
   mutable std::vector<std::string> fallbacks_;  // shapes costed at the roofline, in first-use order
 };
 

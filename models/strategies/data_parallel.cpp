@@ -749,7 +749,7 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
   out.hardware_flops_per_device = hardware_flops_per_sequence(m, train.recompute) * sequences;
   const auto cost_notes = in.costs.approximations();
   out.approximations.insert(out.approximations.begin(), cost_notes.begin(), cost_notes.end());
-  out.approximations.push_back("non-GEMM layer kernels are charged as HBM traffic of twice the stashed activations");
+  out.approximations.push_back(kNonGemmKernelsApproximation);
   out.approximations.push_back(
       "collectives: bidirectional rings (all-to-all for qgZ) over each stage of the plan, in rank order; reduction "
       "arithmetic not modelled");

@@ -5,39 +5,66 @@ namespace offsim::models {
 using sim::Bytes;
 using sim::TimePs;
 
+namespace {
+// The two gradient GEMMs of a forward GEMM C (m x n) = A (m x k) . B (k x n): the input gradient
+// dA = dC . B^T (m x k x n) and the weight gradient dB = A^T . dC (k x n x m).
+TimePs gradient_gemms_time(const CostModel& c, const GemmShape& g) {
+  GemmShape input_grad = g, weight_grad = g;
+  input_grad.n = g.k;
+  input_grad.k = g.n;
+  weight_grad.m = g.k;
+  weight_grad.k = g.m;
+  return c.gemm_time(input_grad) + c.gemm_time(weight_grad);
+}
+}  // namespace
+
 KernelTimes kernel_times(const IterationInputs& in, std::int64_t params_on_rank, std::int64_t tp) {
   const auto& m = in.model;
   const auto& t = in.training;
   const auto& c = in.costs;
-  const LayerWork w = layer_forward(m, t.micro_batch, t.flash_attention);
   const std::int64_t tokens = t.micro_batch * m.seq;
-  // GEMMs by shape on one rank of the tensor-parallel group (Megatron's column/row split). Backward
-  // runs two GEMMs of each forward shape (input and weight gradients), costed as twice the
-  // forward shape's time.
-  TimePs gemms{0};
+  // GEMMs by shape on one rank of the tensor-parallel group (Megatron's column/row split).
+  // Backward runs the two gradient GEMMs of each forward one, each with its own shape. Flash attention's fused backward
+  // runs 5 matrix products where its forward runs 2 (Dao 2023, FlashAttention-2, section 3.1.2: it recomputes the
+  // scores), so its backward core costs 2.5 forward cores.
+  TimePs gemms_fwd{0}, gemms_bwd{0};
   TimePs attention_core{0};
   for (const auto& g : layer_gemms(m, t.micro_batch, tp)) {
-    const TimePs d = c.gemm_time(g, g.attention_core && t.flash_attention);
-    gemms += d;
+    const bool fused = g.attention_core && t.flash_attention;
+    const TimePs d = c.gemm_time(g, fused);
+    gemms_fwd += d;
     if (g.attention_core) attention_core += d;
+    if (fused) {
+      gemms_bwd += d + d + sim::TimePs{d.ps / 2};
+      continue;
+    }
+    gemms_bwd += gradient_gemms_time(c, g);
   }
-  // Non-GEMM kernels (norms, softmax, activation functions, residual adds, dropout) are charged
-  // as HBM traffic of twice the bytes the layer stashes: each stashed tensor is written once and
-  // read once. A coarse stand-in until kernel tables cover them. Under tensor parallelism each rank
-  // handles 1/tp of them (exact for the split parts, an approximation for the replicated norms
-  // and dropouts, which sequence parallelism splits too).
-  const Bytes elementwise{w.activations.count * 2 / tp};
-  const TimePs layer_fwd = gemms + c.memory_bound_time(elementwise);
+  // Non-GEMM kernels one by one (transformer.hpp, layer_elementwise_kernels): each streams its
+  // bytes at the device's measured efficiency for its kind, never faster than a kernel launch.
+  TimePs elementwise_fwd{0}, elementwise_bwd{0}, attention_elementwise{0};
+  for (const auto& kernel : layer_elementwise_kernels(m, t.micro_batch, tp, t.flash_attention)) {
+    if (kernel.forward_bytes > 0.0) {
+      const TimePs d = c.memory_bound_time(Bytes{static_cast<std::int64_t>(kernel.forward_bytes)}, kernel.kernel);
+      elementwise_fwd += d;
+      if (kernel.attention_core) attention_elementwise += d;
+    }
+    if (kernel.backward_bytes > 0.0) {
+      elementwise_bwd +=
+          c.memory_bound_time(Bytes{static_cast<std::int64_t>(kernel.backward_bytes)}, kernel.kernel, true);
+    }
+  }
+  const TimePs layer_fwd = gemms_fwd + elementwise_fwd;
   TimePs recompute{0};
   if (t.recompute == Recompute::kFull) recompute = layer_fwd;
-  if (t.recompute == Recompute::kSelective) recompute = attention_core;
+  if (t.recompute == Recompute::kSelective) recompute = attention_core + attention_elementwise;
   KernelTimes k;
   k.layer_fwd = layer_fwd;
-  k.layer_bwd = recompute + gemms + gemms + c.memory_bound_time(elementwise * 2);
+  k.layer_bwd = recompute + gemms_bwd + elementwise_bwd;
   const GemmShape head = head_gemm(m, t.micro_batch, tp);
   const Bytes logits{tokens * ((m.vocab + tp - 1) / tp) * kLogitBytesPerElement};
   k.head_fwd = c.gemm_time(head) + c.memory_bound_time(logits);
-  k.head_bwd = c.gemm_time(head) + c.gemm_time(head) + c.memory_bound_time(logits);
+  k.head_bwd = gradient_gemms_time(c, head) + c.memory_bound_time(logits);
   k.embed_fwd = c.memory_bound_time(Bytes{tokens * m.hidden * kBf16Bytes});
   k.embed_bwd = c.memory_bound_time(Bytes{tokens * m.hidden * kBf16Bytes * 2});
   k.adam = c.memory_bound_time(Bytes{params_on_rank * kAdamTrafficBytesPerParam});

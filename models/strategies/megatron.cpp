@@ -399,7 +399,7 @@ BuiltIteration build_megatron(const IterationInputs& in, const MegatronSpec& spe
   }
   const auto cost_notes = in.costs.approximations();
   out.approximations.insert(out.approximations.begin(), cost_notes.begin(), cost_notes.end());
-  out.approximations.push_back("non-GEMM layer kernels are charged as HBM traffic of twice the stashed activations");
+  out.approximations.push_back(kNonGemmKernelsApproximation);
   if (tp > 1) {
     out.approximations.push_back(
         "tensor parallelism: each layer's compute split in equal halves around its all-reduces; sequence parallelism "

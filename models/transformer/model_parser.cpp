@@ -40,6 +40,7 @@ std::optional<ModelSpec> parse_hf_model(const sim::config::Node& node) {
     m.position = PositionKind::kRope;
     m.tied_embeddings = r.optional<bool>("tie_word_embeddings", false).value;
     m.linear_bias = r.optional<bool>("attention_bias", false).value;
+    m.dropout = r.optional<double>("attention_dropout", 0.0).value > 0.0;
   } else if (type == "gpt_neox") {
     // GPTNeoXConfig: rotary on rotary_pct of each head, LayerNorm, biases, untied by default.
     m.kv_heads = m.heads;
@@ -49,6 +50,9 @@ std::optional<ModelSpec> parse_hf_model(const sim::config::Node& node) {
     m.position = PositionKind::kRope;
     m.tied_embeddings = r.optional<bool>("tie_word_embeddings", false).value;
     m.linear_bias = true;
+    // GPTNeoXConfig defaults: hidden_dropout 0.0, attention_dropout 0.0.
+    m.dropout = r.optional<double>("hidden_dropout", 0.0).value > 0.0 ||
+                r.optional<double>("attention_dropout", 0.0).value > 0.0;
   } else {
     // GPT2Config: n_inner null means 4 x n_embd; learned positions; tied embeddings.
     m.kv_heads = m.heads;
@@ -60,6 +64,8 @@ std::optional<ModelSpec> parse_hf_model(const sim::config::Node& node) {
     m.position = PositionKind::kLearned;
     m.tied_embeddings = r.optional<bool>("tie_word_embeddings", true).value;
     m.linear_bias = true;
+    // GPT2Config defaults: resid_pdrop 0.1, attn_pdrop 0.1.
+    m.dropout = r.optional<double>("resid_pdrop", 0.1).value > 0.0 || r.optional<double>("attn_pdrop", 0.1).value > 0.0;
   }
   const std::vector<std::string> ignored = r.take_unread_keys();
   if (!ignored.empty()) {
@@ -103,6 +109,9 @@ std::optional<ModelSpec> parse_model(const sim::config::Node& node) {
   m.position = r.choice("position", {"learned", "rope"}).value == "rope" ? PositionKind::kRope : PositionKind::kLearned;
   m.tied_embeddings = r.required<bool>("tied_embeddings").value;
   m.linear_bias = r.required<bool>("linear_bias").value;
+  // Dropout kernels (after attention, on its probabilities, after the MLP), as GPT-2/3 and
+  // Megatron-LM's GPT train with; Llama-style models train without. Default: none.
+  m.dropout = r.optional<bool>("dropout", false).value;
   if (heads.valid && m.heads > 0 && m.hidden % m.heads != 0) {
     ctx.error(heads.loc, node.child_path("heads"),
               fmt::format("hidden ({}) must be a multiple of heads ({})", m.hidden, m.heads));

@@ -61,6 +61,53 @@ std::vector<GemmShape> layer_gemms(const ModelSpec& m, std::int64_t micro_batch,
   };
 }
 
+std::vector<ElementwiseKernel> layer_elementwise_kernels(const ModelSpec& m, std::int64_t micro_batch, std::int64_t tp,
+                                                         bool flash_attention) {
+  const double t = static_cast<double>(micro_batch * m.seq);  // tokens
+  const double e = t * static_cast<double>(m.hidden);         // hidden-state elements (replicated over tp)
+  const double f = t * static_cast<double>(m.ffn / tp);       // MLP elements on this rank
+  const double scores =
+      static_cast<double>(micro_batch * (m.heads / tp)) * static_cast<double>(m.seq) * static_cast<double>(m.seq);
+  std::vector<ElementwiseKernel> k;
+  // Norms: read x, write y; backward reads x and dy, writes dx (2 B each).
+  k.push_back({"layernorm", 4.0 * e, 6.0 * e});
+  k.push_back({"layernorm", 4.0 * e, 6.0 * e});
+  if (m.position == PositionKind::kRope) {
+    // Rotary embedding of Q and K: read and write each, both directions.
+    const double qk = t * static_cast<double>((m.hidden + m.kv_width()) / tp);
+    k.push_back({"activation", 4.0 * qk, 4.0 * qk});
+  }
+  if (!flash_attention) {
+    // Scores / sqrt(d) (read, write), then mask fill and softmax (read, write each) and, with
+    // dropout, the dropout of the probabilities (read, write, 1 B mask); backward alike.
+    k.push_back({"attention_scale", 4.0 * scores, 4.0 * scores, true});
+    const double softmax = m.dropout ? 13.0 : 8.0;
+    k.push_back({"attention_softmax", softmax * scores, softmax * scores, true});
+  }
+  if (m.dropout) {
+    // After the attention projection and after the MLP: read x, write y and a 1 B mask; backward
+    // reads dy and the mask, writes dx.
+    k.push_back({"dropout", 5.0 * e, 5.0 * e});
+    k.push_back({"dropout", 5.0 * e, 5.0 * e});
+  }
+  // Residual adds: read two, write one. Backward hands dy to both inputs (no kernel); where the
+  // residual and the branch gradients meet they are summed: one add of the same size.
+  k.push_back({"residual_add", 6.0 * e, 6.0 * e});
+  k.push_back({"residual_add", 6.0 * e, 6.0 * e});
+  if (m.ffn_kind == FfnKind::kGelu) {
+    k.push_back({"activation", 4.0 * f, 6.0 * f});  // y = gelu(x); dx = dy * gelu'(x)
+  } else {
+    k.push_back({"activation", 6.0 * f, 10.0 * f});  // y = silu(g) * u; dg, du from dy, g, u
+  }
+  if (m.linear_bias) {
+    // Bias gradients: a column sum of each biased GEMM's output gradient (read once).
+    const double outputs = t * static_cast<double>((m.hidden + 2 * m.kv_width()) / tp) + e +
+                           (m.ffn_kind == FfnKind::kSwiglu ? 2.0 : 1.0) * f + e;
+    k.push_back({"bias_grad", 0.0, 2.0 * outputs});
+  }
+  return k;
+}
+
 GemmShape head_gemm(const ModelSpec& m, std::int64_t micro_batch, std::int64_t tp) {
   return {"logits", micro_batch * m.seq, (m.vocab + tp - 1) / tp, m.hidden, 1};
 }

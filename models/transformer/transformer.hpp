@@ -30,6 +30,7 @@ struct ModelSpec {
   PositionKind position = PositionKind::kLearned;
   bool tied_embeddings = false;
   bool linear_bias = true;
+  bool dropout = false;  // dropout after attention, on its probabilities and after the MLP (GPT-2/3)
 
   [[nodiscard]] std::int64_t head_dim() const { return hidden / heads; }
   [[nodiscard]] std::int64_t kv_width() const { return kv_heads * head_dim(); }
@@ -55,6 +56,25 @@ struct LayerWork {
 };
 
 [[nodiscard]] LayerWork layer_forward(const ModelSpec& m, std::int64_t micro_batch, bool flash_attention);
+
+/// One non-GEMM kernel of a layer on one tensor-parallel rank, as PyTorch's eager kernels run it
+/// (no fusion across operations): the HBM bytes it reads and writes forward and backward, for
+/// bf16 tensors (1-byte dropout masks). `kernel` names its efficiency class in the calibration
+/// table (layernorm, activation, attention_scale, attention_softmax, dropout, residual_add,
+/// bias_grad); bench/torch/transformer_bench.py measures each class with these byte counts.
+struct ElementwiseKernel {
+  const char* kernel = "";
+  double forward_bytes = 0.0;
+  double backward_bytes = 0.0;
+  bool attention_core = false;  // part of the s x s attention (recomputed by selective recompute)
+};
+
+/// The layer's non-GEMM kernels. Without sequence parallelism the norms, dropouts and residual
+/// adds run on the whole hidden state on every tensor-parallel rank; the attention heads and the
+/// MLP activation are split by `tp`. Flash attention fuses the scale, mask, softmax and dropout of
+/// the scores into its kernel (costed with the attention GEMMs).
+[[nodiscard]] std::vector<ElementwiseKernel> layer_elementwise_kernels(const ModelSpec& m, std::int64_t micro_batch,
+                                                                       std::int64_t tp, bool flash_attention);
 
 /// One matrix multiplication of the forward pass: `batch` independent (M x K) . (K x N) products
 /// on one tensor-parallel rank. Backward runs two GEMMs of the same size per forward GEMM (the

@@ -32,6 +32,48 @@ TEST(CostModel, InterpolatesGemmEfficiencyInLogSize) {
   for (const auto& a : c.approximations()) EXPECT_EQ(a.find("roofline"), std::string::npos) << a;
 }
 
+TEST(CostModel, GridTablesInterpolateInLogMNK) {
+  // A 2 x 2 x 2 grid over m, n, k in {1024, 4096}: efficiency 0.2 everywhere except 0.8 at
+  // (4096, 4096, 4096). At m = n = k = 2048 each axis lies halfway (in log), so trilinear
+  // interpolation weighs the corner (4096)^3 by 1/8: e = 0.2 + (0.8 - 0.2) / 8 = 0.275.
+  DeviceCosts d = device_with_table();
+  d.gemm_table.clear();
+  for (std::int64_t m : {1024, 4096})
+    for (std::int64_t n : {1024, 4096})
+      for (std::int64_t k : {1024, 4096})
+        d.gemm_table.push_back({m, n, k, (m == 4096 && n == 4096 && k == 4096) ? 0.8 : 0.2});
+  const CostModel c(d);
+  EXPECT_EQ(c.gemm_time(cube(2048)), sim::duration_of(2.0 * 2048.0 * 2048.0 * 2048.0, 0.275 * 100e12));
+  // n halfway, m and k at the top: e = (0.2 + 0.8) / 2 = 0.5.
+  const GemmShape g{"g", 4096, 2048, 4096, 1};
+  EXPECT_EQ(c.gemm_time(g), sim::duration_of(g.flops(), 0.5 * 100e12));
+  for (const auto& a : c.approximations()) EXPECT_EQ(a.find("outside the measured grid"), std::string::npos) << a;
+  // Beyond the grid the edge holds and the report says so; a batch counts as more rows
+  // (4 x 1024 = 4096 rows: the top edge in m).
+  EXPECT_EQ(c.gemm_time(cube(8192)), sim::duration_of(2.0 * 8192.0 * 8192.0 * 8192.0, 0.8 * 100e12));
+  const GemmShape batched{"b", 1024, 4096, 4096, 4};
+  EXPECT_EQ(c.gemm_time(batched), sim::duration_of(batched.flops(), 0.8 * 100e12));
+  bool named = false;
+  for (const auto& a : c.approximations()) named = named || a.find("GEMM 8192 x 8192 x 8192 on test lies outside") == 0;
+  EXPECT_TRUE(named);
+}
+
+TEST(CostModel, NamedKernelsStreamAtTheirEfficiencyAboveTheLaunchFloor) {
+  // 1 TB/s x streaming 0.8; layernorm forward at 0.5 of that, backward 0.25; launch floor 5 us.
+  DeviceCosts d = device_with_table();
+  d.memory_efficiency = 0.8;
+  d.kernel_launch = sim::parse_time("5 us");
+  d.kernel_efficiency["layernorm"] = {0.5, 0.25};
+  const CostModel c(d);
+  const sim::Bytes mb{100'000'000};                                                        // 100 MB
+  EXPECT_EQ(c.memory_bound_time(mb), sim::duration_of(1e8, 0.8e12));                       // 125 us
+  EXPECT_EQ(c.memory_bound_time(mb, "layernorm"), sim::duration_of(1e8, 0.4e12));          // 250 us
+  EXPECT_EQ(c.memory_bound_time(mb, "layernorm", true), sim::duration_of(1e8, 0.2e12));    // 500 us
+  EXPECT_EQ(c.memory_bound_time(mb, "dropout"), sim::duration_of(1e8, 0.8e12));            // not in the table
+  EXPECT_EQ(c.memory_bound_time(sim::Bytes{1000}, "layernorm"), sim::parse_time("5 us"));  // the floor
+  EXPECT_EQ(c.gemm_time(cube(16)), sim::parse_time("5 us"));                               // GEMMs too
+}
+
 TEST(CostModel, TileAndWaveQuantization) {
   // 108 compute units, 128 x 128 tiles. Utilization = m n b / (waves x 108 x 128^2).
   GemmTiling t{108, {{128, 128}}};
@@ -67,9 +109,13 @@ TEST(CostModel, SmallerThanEveryMeasuredShapeFallsBackToTheRooflineWithAWarning)
   // = 24.6 ns: memory-bound on the roofline.
   const CostModel c(device_with_table());
   EXPECT_EQ(c.gemm_time(cube(64)), sim::duration_of(2.0 * 3.0 * 64.0 * 64.0, 1e12));
+  // The fallback is named once, after the table's own notes (no per-kernel efficiencies, no
+  // launch floor).
   const auto notes = c.approximations();
-  ASSERT_EQ(notes.size(), 1u);
-  EXPECT_EQ(notes[0], "GEMM 64 x 64 x 64 on test is smaller than every measured shape: roofline ceiling used");
+  ASSERT_EQ(notes.size(), 3u);
+  EXPECT_NE(notes[0].find("no measured per-kernel efficiencies"), std::string::npos);
+  EXPECT_NE(notes[1].find("no launch floor"), std::string::npos);
+  EXPECT_EQ(notes[2], "GEMM 64 x 64 x 64 on test is smaller than every measured shape: roofline ceiling used");
 }
 
 TEST(CostModel, FusedAttentionCoresAreComputeOnly) {
