@@ -46,6 +46,7 @@ struct CalibrateCliOptions {
   std::vector<std::string> filters;
   std::string peak;
   std::string pinned_bandwidth;
+  bool reduce_scatter_from_all_reduce = false;
   std::string command_line;
 };
 

@@ -67,6 +67,9 @@ int main(int argc, char** argv) {
   cal_cmd->add_option("--peak", cal.peak, "peak rate for GEMM efficiencies, e.g. \"191.5 TFLOP/s\"");
   cal_cmd->add_option("--pinned-bandwidth", cal.pinned_bandwidth,
                       "the host link's pinned copy rate, for offload training timings, e.g. \"25 GB/s\"");
+  cal_cmd->add_flag("--reduce-scatter-from-all-reduce", cal.reduce_scatter_from_all_reduce,
+                    "when only all_reduce was measured, write reduce_scatter fits from it (a ring all-reduce is a "
+                    "reduce-scatter then an all-gather: half its time at the same bus bandwidth)");
 
   app::SweepCliOptions sweep_opts;
   auto* sweep_cmd = app.add_subcommand(

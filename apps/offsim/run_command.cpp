@@ -74,6 +74,7 @@ int calibrate_command(const CalibrateCliOptions& options) {
   o.device_kind = options.device_kind;
   o.filters = options.filters;
   o.command_line = options.command_line;
+  o.reduce_scatter_from_all_reduce = options.reduce_scatter_from_all_reduce;
   if (!options.peak.empty()) {
     try {
       o.peak = sim::parse_flop_rate(options.peak);

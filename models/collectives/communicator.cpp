@@ -177,8 +177,20 @@ Communicator::Communicator(sim::TaskGraph& graph, const MachineResources& machin
   }
 }
 
-CollectiveFit Communicator::fit(const std::string& collective, int g) {
+CollectiveFit Communicator::fit(const std::string& collective, int g, bool spans_nodes) {
   std::string note;
+  if (!spans_nodes && measured_.collectives.contains(collective)) {
+    const auto& fits = measured_.collectives.at(collective);
+    const bool only_across = std::all_of(fits.begin(), fits.end(), [](const CollectiveFit& f) { return f.nodes > 1; });
+    if (only_across) {
+      note = fmt::format(
+          "{}: measured across nodes only; groups inside one node run at the links' rates with no step latency, an "
+          "upper bound",
+          collective);
+      if (std::find(notes_.begin(), notes_.end(), note) == notes_.end()) notes_.push_back(note);
+      return CollectiveFit{g, 1, TimePs{0}, sim::Bandwidth{std::numeric_limits<double>::infinity()}, {}};
+    }
+  }
   if (measured_.roofline_collectives && !measured_.collectives.contains(collective)) {
     // No measurement: the links alone limit the ring (an upper bound on the collective's speed).
     note = fmt::format(
@@ -351,13 +363,13 @@ std::vector<TaskId> Communicator::add_stage(const std::string& name, const std::
   const int sims = layout_.simulated_ranks();
   const auto member = [&](int r, int k) { return r - r % band.hi + r % band.lo + k * band.lo; };
   const auto position = [&](int r) { return (r % band.hi) / band.lo; };
-  CollectiveFit f = fit(collective, g);
+  const int first_node = topology_.device(layout_.devices[member(layout_.simulated[0], 0)]).node;
+  const int last_node = topology_.device(layout_.devices[member(layout_.simulated[0], g - 1)]).node;
+  CollectiveFit f = fit(collective, g, first_node != last_node);
   if (plan.algorithm == StageAlgorithm::kRing) {
     // With measured points, the implementation's bus bandwidth at this stage's buffer (what
     // nccl-tests would call its size: every member's share) caps the ring, latency included.
     const double stage_bytes = static_cast<double>(plan.quantization.wire_bytes(per_peer)) * g;
-    const int first_node = topology_.device(layout_.devices[member(layout_.simulated[0], 0)]).node;
-    const int last_node = topology_.device(layout_.devices[member(layout_.simulated[0], g - 1)]).node;
     if (const auto measured = measured_.measured_bus_bandwidth(collective, g, stage_bytes, first_node != last_node)) {
       f.step_latency = TimePs{0};
       f.bus_bandwidth = *measured;

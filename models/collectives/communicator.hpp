@@ -126,7 +126,10 @@ class Communicator {
   [[nodiscard]] std::vector<int> channel_order(const std::vector<int>& members, int channel, int channels) const;
   // The constraints a flow from rank a to rank b crosses, with b's node mirrored.
   std::vector<sim::ConstraintId> route(int from_rank, int to_rank) const;
-  CollectiveFit fit(const std::string& collective, int g);
+  // The fit for `collective` over g ranks. `spans_nodes`: whether the group leaves its node; a
+  // group inside one node, where the table only measured groups across nodes, runs at the link
+  // rates (like `roofline`), since the inter-node rate says nothing about NVLink or IF rings.
+  CollectiveFit fit(const std::string& collective, int g, bool spans_nodes = true);
 
   sim::TaskGraph& graph_;
   const MachineResources& machine_;

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <tuple>
 
 #include "models/strategies/layer_kernels.hpp"
 
@@ -349,15 +350,31 @@ std::string calibrate(const CalibrateOptions& o) {
   }
   if (!collective_keys.empty()) {
     out += "collectives:  # ring model: t = steps x step_latency + (bytes through each rank) / bus_bandwidth\n";
-    for (const auto& key : collective_keys) {
+    // (written key, measured key, time scale): the reduce-scatter may come from the all-reduce.
+    std::vector<std::tuple<std::string, std::string, double>> sections;
+    for (const auto& key : collective_keys) sections.emplace_back(key, key, 1.0);
+    if (o.reduce_scatter_from_all_reduce) {
+      if (collectives.contains("reduce_scatter")) {
+        throw CalibrationError("--reduce-scatter-from-all-reduce: the files hold reduce_scatter rows; fit those");
+      }
+      if (!collectives.contains("all_reduce")) {
+        throw CalibrationError("--reduce-scatter-from-all-reduce: the files hold no all_reduce rows");
+      }
+      sections.emplace_back("reduce_scatter", "all_reduce", 0.5);
+    }
+    for (const auto& [key, measured_key, time_scale] : sections) {
       out += fmt::format("  {}:\n", key);
-      for (const auto& [g, group] : collectives[key]) {
+      if (key != measured_key) {
+        out += fmt::format("  # from the {} rows at {} x their time (a ring all-reduce = reduce-scatter + all-gather)\n",
+                           measured_key, time_scale);
+      }
+      for (const auto& [g, group] : collectives[measured_key]) {
         const double per_rank = key == "all_reduce" ? 2.0 * (g - 1) / g : static_cast<double>(g - 1) / g;
         const double steps = key == "all_reduce" ? 2.0 * (g - 1) : static_cast<double>(g - 1);
         std::vector<double> x, y;
         for (const auto& r : group) {
           x.push_back(per_rank * r.number("bytes"));
-          y.push_back(r.number("time_s"));
+          y.push_back(time_scale * r.number("time_s"));
         }
         const LineFit f = fit_line(x, y);
         // Whether the group spans nodes, when the CSV says (a `nodes` column).
@@ -381,7 +398,7 @@ std::string calibrate(const CalibrateOptions& o) {
         std::map<double, std::pair<double, int>> by_size;
         for (const auto& r : group) {
           auto& [sum, n] = by_size[r.number("bytes")];
-          sum += per_rank * r.number("bytes") / r.number("time_s");
+          sum += per_rank * r.number("bytes") / (time_scale * r.number("time_s"));
           ++n;
         }
         std::vector<std::string> points;

@@ -82,6 +82,10 @@ struct CalibrateOptions {
   // The host link's pinned copy rate, needed for training-timing rows (the backward's pinned
   // ping-pong copies run at it in the simulator).
   std::optional<sim::Bandwidth> pinned_bandwidth;
+  // Only all_reduce measured: write reduce_scatter fits from it. A ring all-reduce is a
+  // reduce-scatter followed by an all-gather, so at the same bus bandwidth (nccl-tests
+  // PERFORMANCE.md) a reduce-scatter of the same buffer takes half the all-reduce's time.
+  bool reduce_scatter_from_all_reduce = false;
   std::string command_line;  // recorded in the output
 };
 

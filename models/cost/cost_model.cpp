@@ -183,6 +183,12 @@ sim::TimePs CostModel::memory_bound_time(sim::Bytes bytes, std::string_view kern
 
 std::vector<std::string> CostModel::approximations() const {
   std::vector<std::string> out;
+  if (!device_.gemm_shape_from.empty()) {
+    out.push_back(fmt::format(
+        "GEMMs on {}: its best-shape efficiency ({:.3f} of peak) times the shape dependence measured on {} (relative "
+        "to that device's best shape), assumed to carry over",
+        device_.device_kind, device_.gemm_efficiency, device_.gemm_shape_from));
+  }
   if (device_.gemm_table.empty() && device_.gemm_tiling) {
     out.push_back(fmt::format(
         "GEMMs on {}: the best-shape efficiency ({:.3f} of peak) times tile and wave quantization over {} compute "
@@ -286,6 +292,23 @@ std::optional<DeviceCosts> parse_device_costs(const Node& node) {
     MapReader g(*gemm);
     d.gemm_efficiency = fraction(g, *gemm, "efficiency");
     if (auto table = g.child("efficiency_table")) d.gemm_table = parse_gemm_table(*table);
+    // shape_from: !include y.gemm.yaml -- another device's measured grid: its efficiency by shape
+    // relative to its best shape, times this device's best-shape efficiency (no grid of its own).
+    if (auto other = g.child("shape_from")) {
+      if (auto m = parse_measured_costs(*other)) {
+        if (m->gemm.empty()) {
+          ctx.error(other->location(), other->path(), "the included table has no gemm efficiency_table");
+        } else {
+          double best = 0.0;
+          for (const auto& p : m->gemm) best = std::max(best, p.efficiency);
+          for (auto p : m->gemm) {
+            p.efficiency = d.gemm_efficiency * p.efficiency / best;
+            d.gemm_table.push_back(p);
+          }
+          d.gemm_shape_from = m->device_kind;
+        }
+      }
+    }
     // measured: !include x.gemm.yaml -- a table written by `offsim calibrate` from gemm_bench rows.
     if (auto measured = g.child("measured")) {
       if (auto m = parse_measured_costs(*measured)) {

@@ -65,6 +65,7 @@ struct DeviceCosts {
   double gemm_efficiency = 0.0;
   std::optional<GemmTiling> gemm_tiling;
   std::vector<GemmPoint> gemm_table;        // measured efficiencies by shape (may be empty)
+  std::string gemm_shape_from;              // the device whose grid shapes gemm_table (shape_from)
   std::optional<double> memory_efficiency;  // streaming kernels; nullopt: roofline ceiling, with a warning
   // The least time any kernel takes on the GPU when kernels run back to back (launch and
   // scheduling cost; memory_bound.kernel_launch); nullopt: none modelled, with a warning.

@@ -146,5 +146,59 @@ TEST(ShippedCalibration, FrontierRcclTableIsWhatCalibrateWritesFromTheShippedDat
   EXPECT_EQ(calibrate(o), shipped.str());
 }
 
+// The shipped table at `path` is byte for byte what calibrate writes with `o` (the command recorded
+// in it): this fails if either the table or the data is edited by hand.
+void expect_reproducible(const std::string& path, CalibrateOptions o) {
+  fs::current_path(OFFSIM_SOURCE_DIR);
+  std::ifstream in(path);
+  std::stringstream shipped;
+  shipped << in.rdbuf();
+  EXPECT_EQ(calibrate(o), shipped.str()) << path;
+}
+
+TEST(ShippedCalibration, PolarisNcclTableDerivesItsReduceScatterFromTheAllReduce) {
+  CalibrateOptions o;
+  o.files = {"bench/data/nvidia-nccl-collectives.csv"};
+  o.device_kind = "a100-40gb";
+  o.filters = {"gpu=a100-40gb", "ranks=8|32|1024", "nodes=2|8|256"};
+  o.reduce_scatter_from_all_reduce = true;
+  o.command_line =
+      "offsim calibrate bench/data/nvidia-nccl-collectives.csv --device a100-40gb --filter gpu=a100-40gb --filter "
+      "'ranks=8|32|1024' --filter 'nodes=2|8|256' --reduce-scatter-from-all-reduce --out "
+      "configs/calibration/polaris-nccl.yaml";
+  expect_reproducible("configs/calibration/polaris-nccl.yaml", o);
+  // Half the all-reduce's time over half its bytes per rank: the same per-step latency and bus
+  // bandwidth, so each derived reduce-scatter line repeats its all-reduce line.
+  const std::string out = calibrate(o);
+  const auto first_line_of = [&](const std::string& name) {
+    const auto at = out.find("  " + name + ":\n");
+    return at == std::string::npos ? std::string{} : out.substr(out.find("- {ranks: 8", at), 80);
+  };
+  ASSERT_FALSE(first_line_of("reduce_scatter").empty());
+  EXPECT_EQ(first_line_of("reduce_scatter"), first_line_of("all_reduce"));
+  // Measured reduce-scatter rows are fitted, never replaced.
+  o.filters = {"gpu=h100-sxm", "ranks=8", "nodes=1"};  // Together AI rows include reduce_scatter
+  EXPECT_THROW((void)calibrate(o), CalibrationError);
+}
+
+TEST(ShippedCalibration, H100TablesAreWhatCalibrateWritesFromTheMeasurements) {
+  CalibrateOptions gemm;
+  gemm.files = {"bench/data/h100-sxm-gemm-grid.csv"};
+  gemm.device_kind = "h100-sxm";
+  gemm.peak = sim::FlopRate{989.4e12};
+  gemm.command_line =
+      "offsim calibrate bench/data/h100-sxm-gemm-grid.csv --device h100-sxm --peak '989.4 TFLOP/s' --out "
+      "configs/calibration/h100-sxm.gemm.yaml";
+  expect_reproducible("configs/calibration/h100-sxm.gemm.yaml", gemm);
+  CalibrateOptions copies;
+  copies.files = {"bench/data/h100-sxm-transfer.csv"};
+  copies.device_kind = "h100-sxm";
+  copies.filters = {"memory=pinned"};
+  copies.command_line =
+      "offsim calibrate bench/data/h100-sxm-transfer.csv --device h100-sxm --filter memory=pinned --out "
+      "configs/calibration/h100-sxm.copies.yaml";
+  expect_reproducible("configs/calibration/h100-sxm.copies.yaml", copies);
+}
+
 }  // namespace
 }  // namespace offsim::models
