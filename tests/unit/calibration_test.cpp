@@ -181,6 +181,18 @@ TEST(ShippedCalibration, PolarisNcclTableDerivesItsReduceScatterFromTheAllReduce
   EXPECT_THROW((void)calibrate(o), CalibrationError);
 }
 
+TEST(ShippedCalibration, DgxA100NcclTableIsWhatCalibrateWritesFromTheShippedData) {
+  CalibrateOptions o;
+  o.files = {"bench/data/nvidia-nccl-collectives.csv"};
+  o.device_kind = "a100-80gb";
+  o.filters = {"gpu=a100-80gb"};
+  o.reduce_scatter_from_all_reduce = true;
+  o.command_line =
+      "offsim calibrate bench/data/nvidia-nccl-collectives.csv --device a100-80gb --filter gpu=a100-80gb "
+      "--reduce-scatter-from-all-reduce --out configs/calibration/dgx-a100-nccl.yaml";
+  expect_reproducible("configs/calibration/dgx-a100-nccl.yaml", o);
+}
+
 TEST(ShippedCalibration, H100TablesAreWhatCalibrateWritesFromTheMeasurements) {
   CalibrateOptions gemm;
   gemm.files = {"bench/data/h100-sxm-gemm-grid.csv"};
