@@ -365,8 +365,9 @@ std::string calibrate(const CalibrateOptions& o) {
     for (const auto& [key, measured_key, time_scale] : sections) {
       out += fmt::format("  {}:\n", key);
       if (key != measured_key) {
-        out += fmt::format("  # from the {} rows at {} x their time (a ring all-reduce = reduce-scatter + all-gather)\n",
-                           measured_key, time_scale);
+        out +=
+            fmt::format("  # from the {} rows at {} x their time (a ring all-reduce = reduce-scatter + all-gather)\n",
+                        measured_key, time_scale);
       }
       for (const auto& [g, group] : collectives[measured_key]) {
         const double per_rank = key == "all_reduce" ? 2.0 * (g - 1) / g : static_cast<double>(g - 1) / g;

@@ -18,7 +18,8 @@ TimePs gradient_gemms_time(const CostModel& c, const GemmShape& g) {
 }
 }  // namespace
 
-KernelTimes kernel_times(const IterationInputs& in, std::int64_t params_on_rank, std::int64_t tp) {
+KernelTimes kernel_times(const IterationInputs& in, std::int64_t params_on_rank, std::int64_t tp,
+                         bool sequence_parallel) {
   const auto& m = in.model;
   const auto& t = in.training;
   const auto& c = in.costs;
@@ -43,7 +44,7 @@ KernelTimes kernel_times(const IterationInputs& in, std::int64_t params_on_rank,
   // Non-GEMM kernels one by one (transformer.hpp, layer_elementwise_kernels): each streams its
   // bytes at the device's measured efficiency for its kind, never faster than a kernel launch.
   TimePs elementwise_fwd{0}, elementwise_bwd{0}, attention_elementwise{0};
-  for (const auto& kernel : layer_elementwise_kernels(m, t.micro_batch, tp, t.flash_attention)) {
+  for (const auto& kernel : layer_elementwise_kernels(m, t.micro_batch, tp, t.flash_attention, sequence_parallel)) {
     if (kernel.forward_bytes > 0.0) {
       const TimePs d = c.memory_bound_time(Bytes{static_cast<std::int64_t>(kernel.forward_bytes)}, kernel.kernel);
       elementwise_fwd += d;

@@ -30,8 +30,8 @@ inline constexpr std::int64_t kLogitBytesPerElement = kBf16Bytes + kFp32Bytes;
 inline constexpr const char* kNonGemmKernelsApproximation =
     "non-GEMM layer kernels are PyTorch's unfused eager kernels (norms, activation, attention scale, mask, softmax "
     "and dropout, dropouts, residual adds, bias gradients), each costed by its HBM bytes; fused implementations "
-    "(Megatron's fused softmax, bias-GeLU, bias-dropout-add) move fewer bytes, and sequence parallelism is not "
-    "modelled (norms and dropouts run whole on every tensor-parallel rank)";
+    "(Megatron's fused softmax, bias-GeLU, bias-dropout-add) move fewer bytes; without sequence parallelism norms "
+    "and dropouts run whole on every tensor-parallel rank";
 
 struct KernelTimes {
   sim::TimePs embed_fwd, embed_bwd, layer_fwd, layer_bwd, head_fwd, head_bwd, adam;
@@ -39,6 +39,7 @@ struct KernelTimes {
 
 /// Kernel times for a rank of a tensor-parallel group of `tp` that updates `params_on_rank`
 /// parameters with Adam on the GPU.
-[[nodiscard]] KernelTimes kernel_times(const IterationInputs& in, std::int64_t params_on_rank, std::int64_t tp);
+[[nodiscard]] KernelTimes kernel_times(const IterationInputs& in, std::int64_t params_on_rank, std::int64_t tp,
+                                       bool sequence_parallel = false);
 
 }  // namespace offsim::models

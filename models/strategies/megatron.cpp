@@ -178,7 +178,7 @@ BuiltIteration build_megatron(const IterationInputs& in, const MegatronSpec& spe
     rs.unit = *out.machine.unit_of_device[rs.device];
     rs.pool = *out.machine.pool_of_device[rs.device];
     rs.params = params_of_stage(rs.stage);
-    rs.k = kernel_times(in, spec.zero_stage == 1 ? (rs.params + dp - 1) / dp : rs.params, tp);
+    rs.k = kernel_times(in, spec.zero_stage == 1 ? (rs.params + dp - 1) / dp : rs.params, tp, spec.sequence_parallel);
     sim_of_rank[rs.rank] = s;
   }
   if (tp > 1) {

@@ -62,10 +62,12 @@ std::vector<GemmShape> layer_gemms(const ModelSpec& m, std::int64_t micro_batch,
 }
 
 std::vector<ElementwiseKernel> layer_elementwise_kernels(const ModelSpec& m, std::int64_t micro_batch, std::int64_t tp,
-                                                         bool flash_attention) {
+                                                         bool flash_attention, bool sequence_parallel) {
   const double t = static_cast<double>(micro_batch * m.seq);  // tokens
-  const double e = t * static_cast<double>(m.hidden);         // hidden-state elements (replicated over tp)
-  const double f = t * static_cast<double>(m.ffn / tp);       // MLP elements on this rank
+  // Hidden-state elements a rank's norms, dropouts and residual adds touch: all of them, or its
+  // 1/tp of the sequence under sequence parallelism.
+  const double e = t * static_cast<double>(m.hidden) / (sequence_parallel ? static_cast<double>(tp) : 1.0);
+  const double f = t * static_cast<double>(m.ffn / tp);  // MLP elements on this rank
   const double scores =
       static_cast<double>(micro_batch * (m.heads / tp)) * static_cast<double>(m.seq) * static_cast<double>(m.seq);
   std::vector<ElementwiseKernel> k;

@@ -70,11 +70,13 @@ struct ElementwiseKernel {
 };
 
 /// The layer's non-GEMM kernels. Without sequence parallelism the norms, dropouts and residual
-/// adds run on the whole hidden state on every tensor-parallel rank; the attention heads and the
-/// MLP activation are split by `tp`. Flash attention fuses the scale, mask, softmax and dropout of
+/// adds run on the whole hidden state on every tensor-parallel rank; with it (Korthikanti et al.)
+/// each rank runs them on 1/tp of the sequence. The attention heads and the MLP activation are
+/// split by `tp` either way. Flash attention fuses the scale, mask, softmax and dropout of
 /// the scores into its kernel (costed with the attention GEMMs).
 [[nodiscard]] std::vector<ElementwiseKernel> layer_elementwise_kernels(const ModelSpec& m, std::int64_t micro_batch,
-                                                                       std::int64_t tp, bool flash_attention);
+                                                                       std::int64_t tp, bool flash_attention,
+                                                                       bool sequence_parallel = false);
 
 /// One matrix multiplication of the forward pass: `batch` independent (M x K) . (K x N) products
 /// on one tensor-parallel rank. Backward runs two GEMMs of the same size per forward GEMM (the

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <string_view>
+
 #include "models/transformer/model_parser.hpp"
 #include "models/transformer/transformer.hpp"
 #include "sim/config/config_reader.hpp"
@@ -84,6 +86,38 @@ TEST(LayerWork, MegatronFlopsForAStandardGptLayer) {
   EXPECT_DOUBLE_EQ(w.attention.count, 4 * b * s * s * h);
   EXPECT_DOUBLE_EQ(head_forward_flops(m, 2).count, 2 * b * s * h * 50304);
   EXPECT_DOUBLE_EQ(model_flops_per_sequence(m).count, 3 * (24 * (24 * s * h * h + 4 * s * s * h) + 2 * s * h * 50304));
+}
+
+TEST(ElementwiseKernels, GptLayerBytesByKernelWithAndWithoutSequenceParallelism) {
+  // GPT-3 XL with dropout, micro-batch 1, tp 2, eager attention. Tokens t = 2048, hidden elements
+  // e = t h = 4,194,304; MLP elements f = t ffn / tp = 8,388,608; scores S = (a / tp) s^2 =
+  // 8 x 2048^2 = 33,554,432.
+  ModelSpec m = gpt3_xl();
+  m.dropout = true;
+  const double e = 2048.0 * 2048.0, f = 2048.0 * 8192.0 / 2.0, S = 8.0 * 2048.0 * 2048.0;
+  const auto sum = [](const std::vector<ElementwiseKernel>& k, const char* name, bool backward) {
+    double bytes = 0.0;
+    for (const auto& x : k)
+      if (std::string_view(x.kernel) == name) bytes += backward ? x.backward_bytes : x.forward_bytes;
+    return bytes;
+  };
+  const auto plain = layer_elementwise_kernels(m, 1, 2, false);
+  EXPECT_DOUBLE_EQ(sum(plain, "layernorm", false), 2 * 4 * e);  // two norms: read x, write y
+  EXPECT_DOUBLE_EQ(sum(plain, "layernorm", true), 2 * 6 * e);   // read x and dy, write dx
+  EXPECT_DOUBLE_EQ(sum(plain, "dropout", false), 2 * 5 * e);    // read, write, 1 B mask
+  EXPECT_DOUBLE_EQ(sum(plain, "residual_add", true), 2 * 6 * e);
+  EXPECT_DOUBLE_EQ(sum(plain, "activation", false), 4 * f);          // GeLU
+  EXPECT_DOUBLE_EQ(sum(plain, "attention_scale", false), 4 * S);     // scores / sqrt(d)
+  EXPECT_DOUBLE_EQ(sum(plain, "attention_softmax", false), 13 * S);  // mask, softmax, dropout
+  // Bias gradients: 2 B x (qkv 3h/tp + proj h + fc1 ffn/tp + fc2 h) per token, backward only.
+  EXPECT_DOUBLE_EQ(sum(plain, "bias_grad", true), 2.0 * 2048.0 * (3.0 * 2048.0 / 2.0 + 2048.0 + 4096.0 + 2048.0));
+  // Sequence parallelism splits the norms, dropouts and residual adds by tp, nothing else.
+  const auto sp = layer_elementwise_kernels(m, 1, 2, false, true);
+  EXPECT_DOUBLE_EQ(sum(sp, "layernorm", false), sum(plain, "layernorm", false) / 2);
+  EXPECT_DOUBLE_EQ(sum(sp, "dropout", true), sum(plain, "dropout", true) / 2);
+  EXPECT_DOUBLE_EQ(sum(sp, "attention_softmax", false), sum(plain, "attention_softmax", false));
+  // Flash attention fuses the score kernels away.
+  EXPECT_DOUBLE_EQ(sum(layer_elementwise_kernels(m, 1, 2, true), "attention_softmax", false), 0.0);
 }
 
 TEST(Activations, KorthikantiFormulaForAStandardGptLayer) {
