@@ -193,6 +193,17 @@ TEST(ShippedCalibration, DgxA100NcclTableIsWhatCalibrateWritesFromTheShippedData
   expect_reproducible("configs/calibration/dgx-a100-nccl.yaml", o);
 }
 
+TEST(ShippedCalibration, DgxH100NcclTableIsWhatCalibrateWritesFromTheShippedData) {
+  CalibrateOptions o;
+  o.files = {"bench/data/nvidia-nccl-collectives.csv"};
+  o.device_kind = "h100-sxm";
+  o.filters = {"gpu=h100-sxm", "nodes=1"};
+  o.command_line =
+      "offsim calibrate bench/data/nvidia-nccl-collectives.csv --device h100-sxm --filter gpu=h100-sxm --filter "
+      "nodes=1 --out configs/calibration/dgx-h100-nccl.yaml";
+  expect_reproducible("configs/calibration/dgx-h100-nccl.yaml", o);
+}
+
 TEST(ShippedCalibration, H100TablesAreWhatCalibrateWritesFromTheMeasurements) {
   CalibrateOptions gemm;
   gemm.files = {"bench/data/h100-sxm-gemm-grid.csv"};
