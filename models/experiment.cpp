@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cctype>
 #include <map>
+#include <optional>
+#include <unordered_set>
 
 #include "models/strategies/deepspeed_config.hpp"
 #include "models/strategies/partitioning_parser.hpp"
@@ -50,9 +52,11 @@ std::optional<std::vector<std::string>> parse_devices(MapReader& r, const Node& 
                                                       bool required) {
   auto& ctx = node.context();
   std::vector<std::string> out;
-  constexpr std::size_t kGpusNamed = 8;  // how many GPU names an error lists
+  std::unordered_set<std::size_t> listed;  // device indices: the duplicate check stays linear
+  constexpr std::size_t kGpusNamed = 8;    // how many GPU names an error lists
+  // Whether `name` is a GPU of the machine not listed before; reports the first problem at `item`.
   const auto check = [&](const Node& item, const std::string& name) {
-    if (!topology) return;
+    if (!topology) return true;
     const auto d = topology->find_device(name);
     if (!d || topology->device(*d).kind != topo::DeviceKind::kGpu) {
       std::vector<std::string> names;
@@ -65,9 +69,13 @@ std::optional<std::vector<std::string>> parse_devices(MapReader& r, const Node& 
       }
       ctx.error(item.location(), item.path(),
                 fmt::format("expected a GPU of the machine ({}), got \"{}\"", fmt::join(names, ", "), name));
-    } else if (std::find(out.begin(), out.end(), name) != out.end()) {
-      ctx.error(item.location(), item.path(), fmt::format("device \"{}\" is listed twice", name));
+      return false;
     }
+    if (!listed.insert(*d).second) {
+      ctx.error(item.location(), item.path(), fmt::format("device \"{}\" is listed twice", name));
+      return false;
+    }
+    return true;
   };
   if (auto list = r.child("devices")) {
     for (const auto& item : list->items()) {
@@ -85,12 +93,24 @@ std::optional<std::vector<std::string>> parse_devices(MapReader& r, const Node& 
   if (topology) {
     for (const auto& d : topology->devices()) nodes = std::max(nodes, d.node + 1);
   }
+  // Each entry is checked once per node, and a bad entry is reported once (on the first node
+  // where it fails), not once per node.
+  const std::vector<Node> items = local->items();
+  std::vector<std::optional<std::string>> names;  // read once: a non-string entry is one error
+  for (const auto& item : items) names.push_back(item.as<std::string>());
+  std::vector<bool> reported(items.size(), false);
   for (int n = 0; n < nodes; ++n) {
-    for (const auto& item : local->items()) {
-      auto name = item.as<std::string>();
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      const auto& name = names[i];
       if (!name) continue;
       const std::string full = nodes > 1 ? fmt::format("n{}.{}", n, *name) : *name;
-      check(item, full);
+      if (!reported[i]) {
+        const std::size_t errors = ctx.error_count();
+        check(items[i], full);
+        reported[i] = ctx.error_count() != errors;
+      } else if (topology) {
+        if (const auto d = topology->find_device(full)) listed.insert(*d);
+      }
       out.push_back(full);
     }
   }

@@ -117,7 +117,14 @@ std::string chrome_trace(const Platform& platform, const TaskGraph& graph, const
   emit(fmt::format(R"({{"ph": "M", "pid": {}, "name": "process_name", "args": {{"name": "transfers and links"}}}})",
                    kTransferPid));
   emit(fmt::format(R"({{"ph": "M", "pid": {}, "name": "process_name", "args": {{"name": "memory"}}}})", kMemoryPid));
+  // Tracks for the units that ran something: a machine's idle units (all but the simulated ranks'
+  // under rank symmetry, tens of thousands on a full Frontier) would only bloat the file.
+  std::vector<bool> used(platform.units.size(), false);
+  for (const auto& task : graph.tasks()) {
+    if (const auto* c = std::get_if<ComputeTask>(&task.body)) used[c->unit] = true;
+  }
   for (std::size_t u = 0; u < platform.units.size(); ++u) {
+    if (!used[u]) continue;
     emit(fmt::format(R"({{"ph": "M", "pid": {}, "tid": {}, "name": "thread_name", "args": {{"name": {}}}}})",
                      kComputePid, u, q(platform.units[u].name)));
   }
