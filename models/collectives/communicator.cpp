@@ -244,7 +244,7 @@ std::vector<sim::ConstraintId> Communicator::route(int from_rank, int to_rank) c
 TaskId Communicator::add_kernel(const std::string& name, int s, Bytes bytes, std::vector<TaskId> deps) {
   if (!active(s)) return pass_through(name, s, std::move(deps));
   return graph_.add(fmt::format("{}.r{}", name, layout_.simulated[s]), "communication",
-                    TransferTask{{}, Bytes{0}, costs_.memory_bound_time(bytes), {}}, std::move(deps));
+                    TransferTask{{}, Bytes{0}, costs_.memory_bound_time(bytes), {}, {}}, std::move(deps));
 }
 
 std::vector<TaskId> Communicator::add(CollectiveKind kind, const std::string& name, std::int64_t elements,
@@ -464,7 +464,7 @@ std::vector<TaskId> Communicator::add_one_step_flows(const std::string& name, Ti
   std::vector<std::vector<TaskId>> finish(sims);
   for (const Flow& fl : flows) {
     const TaskId t = graph_.add(fmt::format("{}.r{}to{}", name, layout_.simulated[fl.from], layout_.simulated[fl.to]),
-                                "communication", TransferTask{fl.route, Bytes{bytes}, latency, {}}, first[fl.from]);
+                                "communication", TransferTask{fl.route, Bytes{bytes}, latency, {}, {}}, first[fl.from]);
     finish[fl.from].push_back(t);
     finish[fl.to].push_back(t);
   }
@@ -498,12 +498,13 @@ std::vector<TaskId> Communicator::add_ring_flows(const std::string& name, const 
           deps = into[d][fl.from];
           deps.push_back(own[d][fl.from]);
         }
-        const TaskId t = graph_.add(fmt::format("{}.{}{}{}.r{}", name, rings > 2 ? fmt::format("ch{}.", d / 2) : "",
-                                                d % 2 == 0 ? "cw" : "ccw", step, layout_.simulated[fl.from]),
-                                    "communication",
-                                    TransferTask{fl.route, Bytes{chunk_bytes * chunks},
-                                                 TimePs{f.step_latency.ps * chunks}, f.bus_bandwidth * 0.5},
-                                    std::move(deps));
+        const TaskId t = graph_.add(
+            fmt::format("{}.{}{}{}.r{}", name, rings > 2 ? fmt::format("ch{}.", d / 2) : "", d % 2 == 0 ? "cw" : "ccw",
+                        step, layout_.simulated[fl.from]),
+            "communication",
+            TransferTask{
+                fl.route, Bytes{chunk_bytes * chunks}, TimePs{f.step_latency.ps * chunks}, f.bus_bandwidth * 0.5, {}},
+            std::move(deps));
         own[d][fl.from] = t;
         next_into[d][fl.to].push_back(t);
       }
@@ -557,6 +558,13 @@ std::vector<TaskId> Communicator::add_analytic(const std::string& name, const Co
       if (!inserted) it->second = std::min(it->second, rate);
     }
   }
+  // Every link a rank's flows cross is credited with their bytes and rate (once per flow), so the
+  // report's link activity matches what the flows would have carried.
+  std::vector<std::vector<sim::ConstraintId>> links_of(sims);
+  for (const auto& direction : flows) {
+    for (const Flow& fl : direction)
+      links_of[fl.from].insert(links_of[fl.from].end(), fl.route.begin(), fl.route.end());
+  }
   std::vector<TaskId> done(sims);
   for (int s = 0; s < sims; ++s) {
     if (!active(s)) {
@@ -564,10 +572,13 @@ std::vector<TaskId> Communicator::add_analytic(const std::string& name, const Co
       continue;
     }
     const double rate = subgroup_rate.at(subgroup(s));
-    done[s] = graph_.add(
-        fmt::format("{}.analytic.r{}", name, layout_.simulated[s]), "communication",
-        TransferTask{{}, Bytes{bytes_per_flow * steps}, TimePs{f.step_latency.ps * steps}, sim::Bandwidth{rate}},
-        first[s]);
+    done[s] = graph_.add(fmt::format("{}.analytic.r{}", name, layout_.simulated[s]), "communication",
+                         TransferTask{{},
+                                      Bytes{bytes_per_flow * steps},
+                                      TimePs{f.step_latency.ps * steps},
+                                      sim::Bandwidth{rate},
+                                      std::move(links_of[s])},
+                         first[s]);
   }
   return done;
 }

@@ -236,7 +236,7 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
     std::vector<sim::ConstraintId> route{rank_info[r].host_memory};
     if (rank_info[r].host_cores) route.push_back(*rank_info[r].host_cores);
     return g.add(fmt::format("{}.{}", rank_info[r].prefix, name), phase,
-                 TransferTask{std::move(route), bytes, TimePs{0}, bound}, std::move(deps));
+                 TransferTask{std::move(route), bytes, TimePs{0}, bound, {}}, std::move(deps));
   };
   // Host copies of pinned or pageable buffers (offload_optimizer.pin_memory) follow the copy fits
   // measured for the host (calibration.host copies: latency and bandwidth); without a fit only the
@@ -270,8 +270,10 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
     return g.add(fmt::format("{}.{}", rank_info[r].prefix, name), phase,
                  TransferTask{to_host ? out.machine.transfer_route(in.topology, gpu, cpu)
                                       : out.machine.transfer_route(in.topology, cpu, gpu),
-                              bytes, fit ? fit->latency : TimePs{0},
-                              fit ? std::optional<sim::Bandwidth>(fit->bandwidth) : std::nullopt},
+                              bytes,
+                              fit ? fit->latency : TimePs{0},
+                              fit ? std::optional<sim::Bandwidth>(fit->bandwidth) : std::nullopt,
+                              {}},
                  std::move(deps));
   };
   // ZeRO-Infinity swaps: NVMe to host memory (read) or back (write), through the NVMe links and DDR.
@@ -283,6 +285,7 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
                                       : out.machine.transfer_route(in.topology, nvme, cpu),
                               bytes,
                               TimePs{0},
+                              {},
                               {}},
                  std::move(deps));
   };

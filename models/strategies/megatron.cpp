@@ -325,12 +325,15 @@ BuiltIteration build_megatron(const IterationInputs& in, const MegatronSpec& spe
       if (found == sim_of_rank.end()) continue;
       const int from = found->second;
       const TaskId sent = exit[from].at({forward, from_vs, mb});
-      const TaskId p2p = g.add(
-          fmt::format("p2p.{}{}.mb{}.r{}to{}", forward ? "act" : "grad", from_vs, mb, from_rank, rs.rank),
-          "communication",
-          TransferTask{
-              out.machine.transfer_route(in.topology, rank_state[from].device, rs.device), p2p_bytes, TimePs{0}, {}},
-          {sent});
+      const TaskId p2p =
+          g.add(fmt::format("p2p.{}{}.mb{}.r{}to{}", forward ? "act" : "grad", from_vs, mb, from_rank, rs.rank),
+                "communication",
+                TransferTask{out.machine.transfer_route(in.topology, rank_state[from].device, rs.device),
+                             p2p_bytes,
+                             TimePs{0},
+                             {},
+                             {}},
+                {sent});
       g.add_dependency(start, p2p);
     }
   }

@@ -66,8 +66,8 @@ class Run {
             [r = &run, i = id] { r->finish(i); });
       }
       void operator()(const TransferTask& x) const {
-        run.network_.start_flow(FlowSpec{x.route, x.bytes, x.latency, x.rate_bound},
-                                [r = &run, i = id] { r->finish(i); });
+        run.network_.start_flow(
+            FlowSpec{x.route, x.bytes, x.latency, x.rate_bound}, [r = &run, i = id] { r->finish(i); }, x.accounted);
       }
       void operator()(const AllocTask& a) const {
         run.pools_[a.pool].reserve(run.sim_.now(), a.tenant, a.bytes);

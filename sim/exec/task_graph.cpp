@@ -90,9 +90,10 @@ std::string describe(const TaskBody& body, const Platform& p) {
     std::string operator()(const TransferTask& x) const {
       std::vector<std::string> names;
       for (const auto c : x.route) names.push_back(p.constraints.at(c.index).name);
-      return fmt::format("transfer bytes={} latency_ps={} route=[{}]{}", x.bytes.count, x.latency.ps,
+      return fmt::format("transfer bytes={} latency_ps={} route=[{}]{}{}", x.bytes.count, x.latency.ps,
                          fmt::join(names, ", "),
-                         x.rate_bound ? fmt::format(" bound={:.6g}B/s", x.rate_bound->bytes_per_s) : "");
+                         x.rate_bound ? fmt::format(" bound={:.6g}B/s", x.rate_bound->bytes_per_s) : "",
+                         x.accounted.empty() ? "" : fmt::format(" accounted_links={}", x.accounted.size()));
     }
     std::string operator()(const AllocTask& a) const {
       return fmt::format("alloc pool={} tenant={} bytes={}", p.pools.at(a.pool).name, a.tenant, a.bytes.count);

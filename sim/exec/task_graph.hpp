@@ -59,6 +59,7 @@ struct TransferTask {
   Bytes bytes{0};
   TimePs latency{0};
   std::optional<Bandwidth> rate_bound;
+  std::vector<ConstraintId> accounted;  // statistics only (FlowSpec::accounted)
 };
 struct AllocTask {
   std::uint32_t pool = 0;

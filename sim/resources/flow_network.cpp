@@ -29,9 +29,12 @@ ConstraintId FlowNetwork::add_constraint(std::string name, Bandwidth capacity) {
   return ConstraintId{static_cast<std::uint32_t>(constraints_.size() - 1)};
 }
 
-FlowId FlowNetwork::start_flow(FlowSpec spec, Completion on_complete) {
+FlowId FlowNetwork::start_flow(FlowSpec spec, Completion on_complete, std::vector<ConstraintId> accounted) {
   for (const auto c : spec.route) {
     if (c.index >= constraints_.size()) throw std::invalid_argument("flow route names an unknown constraint");
+  }
+  for (const auto c : accounted) {
+    if (c.index >= constraints_.size()) throw std::invalid_argument("flow accounting names an unknown constraint");
   }
   if (spec.route.empty() && spec.bytes.count > 0 && !spec.rate_bound) {
     throw std::invalid_argument("a flow with bytes needs a route or a rate bound");
@@ -43,6 +46,7 @@ FlowId FlowNetwork::start_flow(FlowSpec spec, Completion on_complete) {
   Flow flow;
   flow.remaining_bytes = spec.bytes.as_double();
   flow.spec = std::move(spec);
+  flow.accounted = std::move(accounted);
   flow.on_complete = std::move(on_complete);
   const TimePs latency = flow.spec.latency;
   const bool empty = flow.spec.bytes.count == 0;
@@ -97,6 +101,7 @@ void FlowNetwork::advance_to(TimePs now) {
       const double moved = std::min(flow.remaining_bytes, flow.rate * dt_s);
       flow.remaining_bytes = std::max(0.0, flow.remaining_bytes - flow.rate * dt_s);
       for (const auto c : flow.spec.route) constraints_[c.index].stats.bytes_carried += moved;
+      for (const auto c : flow.accounted) constraints_[c.index].stats.bytes_carried += moved;
     }
     // Statistics count the rates that held over [last_update_, now): transient rates seen while
     // several flows join at one instant last no time and are not peaks.
@@ -126,6 +131,7 @@ void FlowNetwork::reshare() {
   for (const auto index : in_use_) touch(index);
   for (const auto id : active_) {
     for (const auto c : flows_[id].spec.route) touch(c.index);
+    for (const auto c : flows_[id].accounted) touch(c.index);
   }
   std::sort(touched_.begin(), touched_.end());
   for (const auto index : touched_) {
@@ -209,6 +215,7 @@ void FlowNetwork::reshare() {
   for (const auto index : touched_) constraints_[index].remaining = 0.0;
   for (const auto id : active_) {
     for (const auto c : flows_[id].spec.route) constraints_[c.index].remaining += flows_[id].rate;
+    for (const auto c : flows_[id].accounted) constraints_[c.index].remaining += flows_[id].rate;
   }
   in_use_.clear();
   for (const auto index : touched_) {

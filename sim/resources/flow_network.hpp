@@ -70,7 +70,10 @@ class FlowNetwork {
   ConstraintId add_constraint(std::string name, Bandwidth capacity);
 
   /// Starts a flow now. `on_complete` runs from an event when its last byte has arrived.
-  FlowId start_flow(FlowSpec spec, Completion on_complete);
+  /// `accounted`: constraints credited with the flow's bytes and rate in their statistics without
+  /// sharing their capacity with it (one listed twice is credited twice): an analytic transfer
+  /// that stands for flows whose rate was worked out beforehand still shows on their links.
+  FlowId start_flow(FlowSpec spec, Completion on_complete, std::vector<ConstraintId> accounted = {});
 
   [[nodiscard]] std::size_t constraint_count() const { return constraints_.size(); }
   [[nodiscard]] const std::string& name(ConstraintId c) const { return constraints_[c.index].name; }
@@ -111,6 +114,7 @@ class FlowNetwork {
   };
   struct Flow {
     FlowSpec spec;
+    std::vector<ConstraintId> accounted;
     Completion on_complete;
     double remaining_bytes = 0.0;
     double rate = 0.0;

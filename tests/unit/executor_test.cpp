@@ -30,7 +30,7 @@ TEST(Executor, RunsADataflowGraph) {
   TaskGraph g;
   const auto a = g.add("alloc", "setup", AllocTask{f.hbm, "x", Bytes{400}});
   const auto c0 = g.add("c0", "forward", ComputeTask{f.gpu0, TimePs{100}, {}, Bytes{0}, "gemm"}, {a});
-  const auto x = g.add("send", "comm", TransferTask{{f.link}, Bytes{1000}, TimePs{50}, {}}, {c0});
+  const auto x = g.add("send", "comm", TransferTask{{f.link}, Bytes{1000}, TimePs{50}, {}, {}}, {c0});
   const auto c1 = g.add("c1", "forward", ComputeTask{f.gpu1, TimePs{200}, {}, Bytes{0}, "gemm"}, {x});
   const auto side = g.add("side", "forward", ComputeTask{f.gpu1, TimePs{300}, {}, Bytes{0}, "gemm"});
   g.add("free", "end", FreeTask{f.hbm, "x", Bytes{400}}, {c1});
@@ -82,7 +82,7 @@ TEST(TaskGraph, DumpsAsTextAndDotWithoutRunning) {
   Fixture f;
   TaskGraph g;
   const auto c0 = g.add("c0", "forward", ComputeTask{f.gpu0, TimePs{100}, Flops{2e6}, Bytes{64}, "gemm"});
-  g.add("send", "comm", TransferTask{{f.link}, Bytes{1000}, TimePs{50}, Bandwidth{5e8}}, {c0}, 3);
+  g.add("send", "comm", TransferTask{{f.link}, Bytes{1000}, TimePs{50}, Bandwidth{5e8}, {}}, {c0}, 3);
   EXPECT_EQ(g.to_text(f.platform),
             "0 c0 [forward] prio=0 deps=[] compute unit=gpu0 kernel=gemm duration_ps=100 flops=2e+06 bytes=64\n"
             "1 send [comm] prio=3 deps=[0] transfer bytes=1000 latency_ps=50 route=[gpu0->gpu1] bound=5e+08B/s\n");
@@ -97,7 +97,8 @@ TEST(Executor, IsDeterministicAcrossRuns) {
   TaskGraph g;
   std::vector<TaskId> sends;
   for (int i = 0; i < 20; ++i) {
-    sends.push_back(g.add(fmt::format("s{}", i), "comm", TransferTask{{f.link}, Bytes{1000 + 37 * i}, TimePs{i}, {}}));
+    sends.push_back(
+        g.add(fmt::format("s{}", i), "comm", TransferTask{{f.link}, Bytes{1000 + 37 * i}, TimePs{i}, {}, {}}));
   }
   g.add("end", "end", BarrierTask{}, sends);
   const RunResult a = execute(f.platform, g);

@@ -46,6 +46,28 @@ TEST(FlowNetwork, OneFlowTakesLatencyPlusBytesOverBandwidth) {
   expect_time(f.at[0], seconds(1.000001));
 }
 
+TEST(FlowNetwork, AccountedConstraintsCountTheFlowWithoutSharingWithIt) {
+  // A bound flow of 2 GB at 1 GB/s accounted on `seen` twice (it stands for two flows over it),
+  // and an ordinary 4 GB flow over `seen` (4 GB/s): the ordinary one keeps the whole 4 GB/s and
+  // ends at 1 s; the bound one ends at 2 s. `seen` carried 4 GB + 2 x 2 GB = 8 GB and was busy 2 s.
+  Simulator sim;
+  FlowNetwork net(sim);
+  const auto seen = net.add_constraint("seen", Bandwidth{4 * GB});
+  Finish f;
+  if (f.at.size() < 2) f.at.resize(2);
+  const auto bound = net.start_flow(FlowSpec{{}, Bytes{2'000'000'000}, TimePs{0}, Bandwidth{1 * GB}},
+                                    [&] { f.at[0] = sim.now(); }, {seen, seen});
+  const auto plain = start(net, sim, f, 1, {{seen}, Bytes{4'000'000'000}, TimePs{0}, {}});
+  EXPECT_DOUBLE_EQ(net.rate(plain), 4 * GB);
+  EXPECT_DOUBLE_EQ(net.rate(bound), 1 * GB);
+  sim.run();
+  net.sync_stats();
+  expect_time(f.at[0], seconds(2.0));
+  expect_time(f.at[1], seconds(1.0));
+  EXPECT_NEAR(net.stats(seen).bytes_carried, 8e9, 1.0);
+  expect_time(net.stats(seen).busy_time, seconds(2.0));
+}
+
 TEST(FlowNetwork, EqualFlowsOnOneLinkGetAnEqualShare) {
   // N = 4 flows of 10 GB on C = 40 GB/s: r_i = C / N = 10 GB/s, all end at 10 GB / 10 GB/s = 1 s.
   Simulator sim;

@@ -70,6 +70,7 @@ TEST(FrontierNode, EightConcurrentHostCopiesShareTheDdr) {
           sim::TransferTask{m.transfer_route(t, dev(t, "cpu"), dev(t, fmt::format("gcd{}", i).c_str())),
                             sim::Bytes{1'000'000'000},
                             sim::TimePs{0},
+                            {},
                             {}});
   }
   const sim::RunResult r = sim::execute(m.platform, g);
