@@ -11,6 +11,8 @@
 #include <sstream>
 #include <stdexcept>
 #include <thread>
+#include <type_traits>
+#include <variant>
 
 #include "models/experiment.hpp"
 #include "sim/config/config_reader.hpp"
@@ -276,7 +278,6 @@ std::string sweep_header(const Sweep& sweep) {
 }
 
 std::string run_sweep_point(const Sweep& sweep, const SweepPoint& point) {
-  (void)sweep;
   std::vector<std::string> fields{std::to_string(point.index)};
   std::vector<std::string> overrides;
   for (const auto& [key, value] : point.values) {
@@ -287,7 +288,19 @@ std::string run_sweep_point(const Sweep& sweep, const SweepPoint& point) {
   std::string reason;
   std::vector<std::string> figures(kFigureColumns.size() - 2);
   try {
-    const ExperimentSpec spec = load_experiment(point.experiment, overrides);
+    ExperimentSpec spec = load_experiment(point.experiment, overrides);
+    if (sweep.collective_fidelity) {
+      std::visit(
+          [&](auto& strategy) {
+            using S = std::decay_t<decltype(strategy)>;
+            if constexpr (std::is_same_v<S, CollectiveSpec>) {
+              strategy.options.fidelity = *sweep.collective_fidelity;
+            } else {
+              strategy.collectives.fidelity = *sweep.collective_fidelity;
+            }
+          },
+          spec.strategy);
+    }
     const ExperimentResult r = run_experiment(spec);
     if (!r.feasible) {
       status = "infeasible";

@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include "models/collectives/plan.hpp"
+
 namespace offsim::models {
 
 struct SweepPoint {
@@ -32,6 +34,10 @@ struct Sweep {
   std::string name;
   std::vector<std::string> keys;  // axis keys in column order
   std::vector<SweepPoint> points;
+  // The collective fidelity every point runs with; nullopt: as each experiment file says.
+  // `offsim sweep` defaults to analytic (docs/sweeps.md): the same iteration times as flow on
+  // the shipped sweep, several times faster, and link bytes still reported.
+  std::optional<Fidelity> collective_fidelity;
 };
 
 /// Reads a sweep file. Throws sim::config::ConfigError naming file:line:col for bad input.

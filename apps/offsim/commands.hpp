@@ -57,7 +57,8 @@ struct SweepCliOptions {
   bool resume = false;
   std::string best;  // rank the finished points by this column
   std::size_t top = 5;
-  bool best_only = false;  // --best on an existing file without running
+  bool best_only = false;             // --best on an existing file without running
+  std::string fidelity = "analytic";  // analytic, flow, or experiment (as each file says)
 };
 
 int run_command(const RunOptions& options);

@@ -84,6 +84,11 @@ int main(int argc, char** argv) {
   sweep_cmd->add_option("--top", sweep_opts.top, "how many points --best shows (default 5)")
       ->check(CLI::PositiveNumber);
   sweep_cmd->add_flag("--rank-only", sweep_opts.best_only, "with --best: rank the existing --out without running");
+  sweep_cmd
+      ->add_option("--fidelity", sweep_opts.fidelity,
+                   "collectives of every point: analytic (default; link bytes still counted), flow, or experiment "
+                   "(as each file says)")
+      ->check(CLI::IsMember({"analytic", "flow", "experiment"}));
 
   std::string validate_dir = "configs/validation";
   bool validate_json = false;

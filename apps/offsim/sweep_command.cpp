@@ -57,7 +57,12 @@ int sweep_command(const SweepCliOptions& options) {
 namespace {
 
 int sweep_or_throw(const SweepCliOptions& options) {
-  const models::Sweep sweep = models::load_sweep(options.file);
+  models::Sweep sweep = models::load_sweep(options.file);
+  if (options.fidelity == "analytic") {
+    sweep.collective_fidelity = models::Fidelity::kAnalytic;
+  } else if (options.fidelity == "flow") {
+    sweep.collective_fidelity = models::Fidelity::kFlow;
+  }
   if (options.out.empty()) {
     if (options.best.empty()) throw std::runtime_error("give --out FILE (and --best METRIC to rank it)");
   } else if (!options.best_only) {

@@ -119,6 +119,27 @@ TEST(Sweep, ThreadsAndResumptionGiveTheSameFile) {
   EXPECT_EQ(read(two), expected);
 }
 
+TEST(Sweep, AFidelityForEveryPointOverridesTheExperiments) {
+  // The tiny machine's two-rank all-reduce is uncontended, so analytic and flow collectives give
+  // the same iteration times (to rounding); the override reaches every point.
+  Sweep s = load_sweep(tiny_sweep());
+  ASSERT_FALSE(s.collective_fidelity);
+  s.collective_fidelity = Fidelity::kAnalytic;
+  Sweep flow = s;
+  flow.collective_fidelity = Fidelity::kFlow;
+  for (const auto& point : s.points) {
+    const auto seconds = [](const std::string& row) {
+      std::vector<std::string> fields;
+      std::stringstream in(row);
+      for (std::string f; std::getline(in, f, ',');) fields.push_back(f);
+      return std::stod(fields.at(4));  // index, 2 axes, status, iteration_time_s
+    };
+    const std::string a = run_sweep_point(s, point);
+    const std::string f = run_sweep_point(flow, point);
+    EXPECT_NEAR(seconds(a), seconds(f), 1e-6 * seconds(f)) << a << f;
+  }
+}
+
 TEST(Sweep, ResumingIntoAnotherSweepsFileIsRefused) {
   const Sweep s = load_sweep(tiny_sweep());
   const fs::path other = write("other.csv", "index,x,status\n0,1,ok\n");
