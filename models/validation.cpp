@@ -26,13 +26,15 @@ struct Run {
   bool operator<(const Run& o) const { return std::tie(experiment, overrides) < std::tie(o.experiment, o.overrides); }
 };
 
-// A timing (`predicted`: phases or iteration, summed, of the case's experiment) or a ratio of one
-// summary figure between two runs (`ratio`: tflops_per_device, iteration_time or optimizer_time of `of` over
+// A timing (`predicted`: phases or iteration, summed, of the case's experiment), a memory peak
+// (`memory: hbm_peak`: the fullest GPU memory pool's peak, bytes), or a ratio of one summary figure
+// between two runs (`ratio`: tflops_per_device, iteration_time or optimizer_time of `of` over
 // `over`), as published studies report speedups.
 struct Metric {
   std::string name;
   std::vector<std::string> predicted;  // "iteration" or phase names, summed
-  double measured = 0.0;               // seconds, or the ratio
+  bool hbm_peak = false;               // the metric is the HBM peak in bytes
+  double measured = 0.0;               // seconds, bytes, or the ratio
   std::optional<std::string> ratio_figure;
   Run of, over;
   std::optional<std::string> known_gap;  // this metric only; otherwise the case's
@@ -101,6 +103,12 @@ Case parse_case(const std::filesystem::path& file) {
             metric.over = read_run(o);
           }
           metric.measured = m.required<double>("measured").value;
+        } else if (auto memory = m.child("memory")) {
+          if (c.run.experiment.empty()) {
+            ctx.error(item.location(), item.path(), "a memory metric needs the case's experiment");
+          }
+          metric.hbm_peak = m.choice("memory", {"hbm_peak"}).valid;
+          metric.measured = m.required<sim::Bytes>("measured").value.as_double();
         } else {
           if (c.run.experiment.empty()) {
             ctx.error(item.location(), item.path(), "a timing metric needs the case's experiment");
@@ -294,6 +302,11 @@ ValidationReport validate(const std::filesystem::path& dir) {
                                m.known_gap ? m.known_gap : c.known_gap, true});
         continue;
       }
+      if (m.hbm_peak) {
+        report.rows.push_back({c.name, c.group, m.name, m.measured, static_cast<double>(result.peak_bytes("hbm")),
+                               c.tolerance, m.known_gap ? m.known_gap : c.known_gap, false, true});
+        continue;
+      }
       report.rows.push_back({c.name, c.group, m.name, m.measured, predicted_of(m, result), c.tolerance,
                              m.known_gap ? m.known_gap : c.known_gap, false});
     }
@@ -348,6 +361,7 @@ std::string validation_text(const ValidationReport& report) {
   sim::report::TextTable t({"case", "metric", "measured", "predicted", "error", "status"});
   for (const auto& r : report.rows) {
     const auto value = [&](double v) {
+      if (r.is_bytes) return sim::format_bytes(sim::Bytes{static_cast<std::int64_t>(v)});
       return r.is_ratio ? fmt::format("{:.3f}x", v) : sim::format_time(sim::seconds_to_time(v));
     };
     t.add_row({r.case_name, r.metric, value(r.measured_s), value(r.predicted_s),
@@ -420,6 +434,8 @@ std::string validation_json(const ValidationReport& report) {
     j.begin_object().field("case", r.case_name).field("group", r.group).field("metric", r.metric);
     if (r.is_ratio) {
       j.field("measured_ratio", r.measured_s).field("predicted_ratio", r.predicted_s);
+    } else if (r.is_bytes) {
+      j.field("measured_bytes", r.measured_s).field("predicted_bytes", r.predicted_s);
     } else {
       j.field("measured_s", r.measured_s).field("predicted_s", r.predicted_s);
     }

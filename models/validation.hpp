@@ -22,6 +22,7 @@ struct ValidationRow {
   double tolerance = 0.0;
   std::optional<std::string> known_gap;
   bool is_ratio = false;  // measured_s / predicted_s hold a ratio of two runs, not seconds
+  bool is_bytes = false;  // measured_s / predicted_s hold bytes (a memory peak), not seconds
   [[nodiscard]] double error() const { return (predicted_s - measured_s) / measured_s; }
   [[nodiscard]] bool within() const;
 };

@@ -55,5 +55,24 @@ TEST(Validate, ErrorsBoundsAndKnownGaps) {
   fs::remove_all(dir);
 }
 
+TEST(Validate, MemoryPeakMetricsCompareBytes) {
+  // The tiny experiment's HBM peak q, "measured" as q / 1.1: error +10%, shown in bytes.
+  const fs::path dir = fs::temp_directory_path() / fmt::format("offsim-validate-mem-{}", ::getpid());
+  fs::create_directories(dir);
+  const std::string experiment = std::string(OFFSIM_SOURCE_DIR) + "/tests/data/tiny-dp2.yaml";
+  const auto q = static_cast<double>(run_experiment(load_experiment(experiment, {})).peak_bytes("hbm"));
+  std::ofstream(dir / "m.yaml") << fmt::format(
+      "name: m\ngroup: g\nexperiment: {}\nmeasured_source: s\ninputs: i\nuncertain: u\ntolerance: 0.15\n"
+      "metrics:\n  - {{name: peak, memory: hbm_peak, measured: \"{} B\"}}\n",
+      experiment, static_cast<long long>(std::llround(q / 1.1)));
+  const ValidationReport report = validate(dir);
+  ASSERT_EQ(report.rows.size(), 1u);
+  EXPECT_TRUE(report.rows[0].is_bytes);
+  EXPECT_NEAR(report.rows[0].error(), 0.1, 1e-6);
+  EXPECT_NE(validation_text(report).find("iB"), std::string::npos) << validation_text(report);
+  EXPECT_NE(validation_json(report).find("\"predicted_bytes\""), std::string::npos);
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace offsim::models
