@@ -134,6 +134,7 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
   const KernelTimes k = kernel_times(in, updated_on_rank, 1);
   const Bytes stored = stored_activation_bytes(m, train.micro_batch, train.recompute, train.flash_attention);
   const Bytes logits{train.micro_batch * m.seq * m.vocab * kLogitBytesPerElement};
+  const Bytes loss_workspace{train.micro_batch * m.seq * m.vocab * kLossWorkspaceBytesPerElement};
   const LayerWork w = layer_forward(m, train.micro_batch, train.flash_attention);
   sim::Flops recomputed{};
   if (train.recompute == Recompute::kFull) recomputed = w.gemm + w.attention;
@@ -597,12 +598,16 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
     }
     run_module(modules.back(), mbs + ".fwd", [&](int r, std::vector<TaskId> deps) {
       deps.push_back(alloc(r, mbs + ".alloc.logits", "forward", "activations", logits, {prev[r]}));
-      return f_last[r] = compute(r, mbs + ".fwd.head", "forward", k.head_fwd, head_flops, "gemm", std::move(deps));
+      deps.push_back(alloc(r, mbs + ".alloc.loss", "forward", "activations", loss_workspace, {prev[r]}));
+      f_last[r] = compute(r, mbs + ".fwd.head", "forward", k.head_fwd, head_flops, "gemm", std::move(deps));
+      return release(r, mbs + ".free.loss", "forward", "activations", loss_workspace, {f_last[r]});
     });
     // Backward: head, layers in reverse, embedding.
     std::size_t item = 0;
     run_module(modules.back(), mbs + ".bwd", [&](int r, std::vector<TaskId> deps) {
+      deps.push_back(alloc(r, mbs + ".alloc.loss_grad", "backward", "activations", loss_workspace, {prev[r]}));
       b_first[r] = compute(r, mbs + ".bwd.head", "backward", k.head_bwd, head_flops * 2.0, "gemm", std::move(deps));
+      release(r, mbs + ".free.loss_grad", "backward", "activations", loss_workspace, {b_first[r]});
       if (reduces) {
         items[item].ready_on_rank.push_back(b_first[r]);
         backward_tasks[r].push_back(b_first[r]);

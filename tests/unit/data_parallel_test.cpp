@@ -95,11 +95,12 @@ TEST(DataParallel, TwoRankIterationMatchesTheClosedForm) {
 
 TEST(DataParallel, PeakMemoryIsStatesPlusAllActivations) {
   // Peak HBM = 16 B x P (bf16 params + bf16 grads + fp32 master, m, v)
-  //          + L x s h (34 + 5 a s / h) (activations) + s V x 6 B (logits), right after the head.
+  //          + L x s h (34 + 5 a s / h) (activations) + s V x 6 B (logits)
+  //          + s V x 4 B (the loss's fp32 workspace), during the head's forward.
   const ExperimentResult r = run_experiment(load_experiment(kTiny, {}));
   ASSERT_EQ(r.memory.size(), 1u);
   EXPECT_EQ(r.memory[0].kind, "hbm");
-  EXPECT_EQ(r.memory[0].peak.count, static_cast<std::int64_t>(16 * P + L * s * h * (34 + 5 * a * s / h) + s * V * 6));
+  EXPECT_EQ(r.memory[0].peak.count, static_cast<std::int64_t>(16 * P + L * s * h * (34 + 5 * a * s / h) + s * V * (6 + 4)));
 }
 
 TEST(DataParallel, OverlapHelpsOnlyWithMoreThanOneBucket) {
@@ -171,12 +172,13 @@ TEST(ZeroStages, BytesOnTheLinksFollowTheZeroPaper) {
 }
 
 TEST(ZeroStages, PeakMemoryShrinksWithTheStage) {
-  // Per rank, with g = 2 and activations A = L s h (34 + 5 a s / h) + s V 6 B at the peak:
+  // Per rank, with g = 2 and activations A = L s h (34 + 5 a s / h) + s V (6 + 4) B at the peak
+  // (logits and the loss's fp32 workspace):
   //   stage 1: 2P + 2P + 12 P/2                                  + A
   //   stage 2: 2P + 2 P/2 + 12 P/2 + bucket (min(1e9, P) x 2 B = 2P) + A
   //   stage 3: 2 P/2 + 2 P/2 + 12 P/2 + bucket 2P + A + gathered modules, at most two of them
   //            (each at most a layer's 2 x 49,984 B)
-  const double A = L * s * h * (34 + 5 * a * s / h) + s * V * 6;
+  const double A = L * s * h * (34 + 5 * a * s / h) + s * V * (6 + 4);
   const double half = P / 2;
   EXPECT_EQ(run_stage(1).memory[0].peak.as_double(), 2 * P + 2 * P + 12 * half + A);
   EXPECT_EQ(run_stage(2).memory[0].peak.as_double(), 2 * P + 2 * half + 12 * half + 2 * P + A);
