@@ -27,8 +27,7 @@ inline constexpr std::int64_t kHostAdamTrafficBytesPerParam = 4 * kFp32Bytes + 3
 inline constexpr std::int64_t kLogitBytesPerElement = kBf16Bytes + kFp32Bytes;
 // The loss's transient fp32 workspace per logit: the fp32 copy of the logits the log-softmax
 // reads in forward (PyTorch's cross_entropy on logits.float(), Megatron's vocab-parallel cross
-// entropy alike), and the fp32 gradient of the log-softmax in backward (data parallelism; the
-// Megatron builder does not model it yet).
+// entropy alike), and the fp32 gradient of the log-softmax in backward: held around the head.
 inline constexpr std::int64_t kLossWorkspaceBytesPerElement = kFp32Bytes;
 
 // What layer_elementwise_kernels leaves out, for the report.

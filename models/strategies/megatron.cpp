@@ -144,6 +144,8 @@ BuiltIteration build_megatron(const IterationInputs& in, const MegatronSpec& spe
     stored = Bytes{static_cast<std::int64_t>(static_cast<double>(stored.count) * (10.0 + 24.0 / tp) / 34.0)};
   }
   const Bytes logits{tokens * ((m.vocab + tp - 1) / tp) * kLogitBytesPerElement};
+  // The loss's fp32 workspace on the last stage (layer_kernels.hpp): held while the head runs.
+  const Bytes loss_workspace{tokens * ((m.vocab + tp - 1) / tp) * kLossWorkspaceBytesPerElement};
   const Bytes p2p_bytes{activation_elements * kBf16Bytes / tp};
   const LayerWork w = layer_forward(m, train.micro_batch, train.flash_attention);
   sim::Flops recomputed{};
@@ -259,11 +261,17 @@ BuiltIteration build_megatron(const IterationInputs& in, const MegatronSpec& spe
       const sim::Flops layer_flops =
           (op.forward ? (w.gemm + w.attention) : (w.gemm + w.attention) * 2.0 + recomputed) * (1.0 / tp);
       const char* phase = op.forward ? "forward" : "backward";
+      const bool head = vs == last_virtual;
       if (op.forward) {
         for (std::size_t i = 0; i < members.size(); ++i) {
           const int s = members[i];
           at[i] = alloc(s, tag + ".alloc.activations", "activations",
-                        Bytes{stored.count * layers_per_chunk + (vs == last_virtual ? logits.count : 0)}, {at[i]});
+                        Bytes{stored.count * layers_per_chunk + (head ? logits.count : 0)}, {at[i]});
+        }
+      }
+      if (head) {
+        for (std::size_t i = 0; i < members.size(); ++i) {
+          at[i] = alloc(members[i], tag + ".alloc.loss", "activations", loss_workspace, {at[i]});
         }
       }
       if (tp == 1) {
@@ -292,10 +300,10 @@ BuiltIteration build_megatron(const IterationInputs& in, const MegatronSpec& spe
       }
       for (std::size_t i = 0; i < members.size(); ++i) {
         const int s = members[i];
+        if (head) at[i] = alloc(s, tag + ".free.loss", "activations", loss_workspace, {at[i]}, true);
         if (!op.forward) {
-          at[i] =
-              alloc(s, tag + ".free.activations", "activations",
-                    Bytes{stored.count * layers_per_chunk + (vs == last_virtual ? logits.count : 0)}, {at[i]}, true);
+          at[i] = alloc(s, tag + ".free.activations", "activations",
+                        Bytes{stored.count * layers_per_chunk + (head ? logits.count : 0)}, {at[i]}, true);
         }
         exit[s][{op.forward, vs, op.micro_batch}] = at[i];
         previous[i] = at[i];
