@@ -38,10 +38,16 @@ std::vector<Series> link_groups(const RunResult& run) {
                      [](const auto& a, const auto& b) { return std::get<0>(a) < std::get<0>(b); });
     std::vector<double> current(list.size(), 0.0);
     Series s{group, {}};
+    // The total is kept up to date per change (summing every member was O(changes x members)),
+    // and is exactly 0 whenever no member moves bytes, whatever the rounding before.
+    double total = 0.0;
+    std::size_t moving = 0;
     for (const auto& [time, member, rate] : changes) {
+      moving += (rate > 0.0 ? 1 : 0);
+      moving -= (current[member] > 0.0 ? 1 : 0);
+      total += rate - current[member];
       current[member] = rate;
-      double total = 0.0;
-      for (const double v : current) total += v;
+      if (moving == 0) total = 0.0;
       if (!s.points.empty() && s.points.back().first == time) {
         s.points.back().second = total;
       } else {
