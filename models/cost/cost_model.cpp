@@ -126,12 +126,10 @@ double CostModel::efficiency_for(const GemmShape& g) const {
     const std::int64_t rows = g.m * g.batch;
     if (rows < grid_->min_m || rows > grid_->max_m || g.n < grid_->min_n || g.n > grid_->max_n || g.k < grid_->min_k ||
         g.k > grid_->max_k) {
-      const std::string note = fmt::format(
-          "GEMM {} x {} x {} on {} lies outside the measured grid (m {}..{}, n {}..{}, k {}..{}): the nearest edge's "
-          "efficiency is used",
-          rows, g.n, g.k, device_.device_kind, grid_->min_m, grid_->max_m, grid_->min_n, grid_->max_n, grid_->min_k,
-          grid_->max_k);
-      if (std::find(fallbacks_.begin(), fallbacks_.end(), note) == fallbacks_.end()) fallbacks_.push_back(note);
+      const std::string shape = fmt::format("{} x {} x {}", rows, g.n, g.k);
+      if (std::find(outside_grid_.begin(), outside_grid_.end(), shape) == outside_grid_.end()) {
+        outside_grid_.push_back(shape);
+      }
     }
     return grid_->at(rows, g.n, g.k);
   }
@@ -214,6 +212,19 @@ std::vector<std::string> CostModel::approximations() const {
         fmt::format("kernels on {} have no launch floor (none measured in the table): small kernels are "
                     "costed by their work alone",
                     device_.device_kind));
+  }
+  if (!outside_grid_.empty()) {
+    // One line for all of them: how many shapes, a few of them, and the grid they fall outside.
+    constexpr std::size_t kShown = 3;
+    const std::vector<std::string> shown(
+        outside_grid_.begin(),
+        outside_grid_.begin() + static_cast<std::ptrdiff_t>(std::min(kShown, outside_grid_.size())));
+    out.push_back(fmt::format(
+        "GEMMs on {}: {} shape{} outside the measured grid (m {}..{}, n {}..{}, k {}..{}) {} the nearest edge's "
+        "efficiency: {}{}",
+        device_.device_kind, outside_grid_.size(), outside_grid_.size() == 1 ? "" : "s", grid_->min_m, grid_->max_m,
+        grid_->min_n, grid_->max_n, grid_->min_k, grid_->max_k, outside_grid_.size() == 1 ? "uses" : "use",
+        fmt::join(shown, ", "), outside_grid_.size() > kShown ? ", ..." : ""));
   }
   out.insert(out.end(), fallbacks_.begin(), fallbacks_.end());
   return out;

@@ -172,8 +172,9 @@ class CostModel {
   [[nodiscard]] double efficiency_for(const GemmShape& gemm) const;
 
   DeviceCosts device_;
-  std::optional<GemmGrid> grid_;                // when the table is a full m x n x k grid
-  mutable std::vector<std::string> fallbacks_;  // shapes costed at the roofline, in first-use order
+  std::optional<GemmGrid> grid_;                   // when the table is a full m x n x k grid
+  mutable std::vector<std::string> outside_grid_;  // shapes beyond the grid's edges, in first-use order
+  mutable std::vector<std::string> fallbacks_;     // shapes costed at the roofline, in first-use order
 };
 
 [[nodiscard]] std::optional<DeviceCosts> parse_device_costs(const sim::config::Node& node);
