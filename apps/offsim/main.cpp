@@ -1,9 +1,11 @@
 // offsim: simulate offloaded and partitioned distributed training of transformer models.
 // main() is the only place that maps exceptions to exit codes: 2 = bad input, 3 = simulation error.
 #include <fmt/format.h>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cctype>
+#include <filesystem>
 #include <string_view>
 
 #include "apps/offsim/commands.hpp"
@@ -95,7 +97,8 @@ int main(int argc, char** argv) {
   auto* validate_cmd = app.add_subcommand("validate",
                                           "run every validation case (predictions against published measurements) and "
                                           "print the errors; exit 1 if a bound fails");
-  validate_cmd->add_option("dir", validate_dir, "folder of case files (default configs/validation)");
+  auto* validate_dir_opt = validate_cmd->add_option(
+      "dir", validate_dir, "folder of case files (default configs/validation, found from here or a parent folder)");
   validate_cmd->add_flag("--json", validate_json, "as JSON");
 
   std::vector<std::string> diff_runs;
@@ -109,7 +112,8 @@ int main(int argc, char** argv) {
   bool check_update = false;
   auto* check_cmd = app.add_subcommand(
       "check", "re-run every regression case and name each predicted figure that moved; exit 1 if any did");
-  check_cmd->add_option("dir", check_dir, "folder of regression cases (default configs/regression)");
+  auto* check_dir_opt = check_cmd->add_option(
+      "dir", check_dir, "folder of regression cases (default configs/regression, found from here or a parent folder)");
   check_cmd->add_flag("--update", check_update, "re-record the predictions instead of checking them");
 
   auto* list_cmd = app.add_subcommand("list", "list the strategies offsim knows");
@@ -121,7 +125,26 @@ int main(int argc, char** argv) {
     return code == 0 ? 0 : app::kExitBadInput;
   }
 
+  // A folder argument: as given; the default is also looked for in the parent folders, so that
+  // `offsim validate` works from anywhere inside the repository.
+  const auto folder = [](const std::string& dir, bool given, const char* command) {
+    namespace fs = std::filesystem;
+    if (fs::is_directory(dir)) return dir;
+    if (!given) {
+      for (fs::path at = fs::current_path(); !at.empty(); at = at.parent_path()) {
+        if (fs::is_directory(at / dir)) return (at / dir).string();
+        if (at == at.parent_path()) break;
+      }
+      throw std::invalid_argument(fmt::format(
+          "{}: no such folder here or in any parent folder; run from the offsim repository or give it: offsim {} DIR",
+          dir, command));
+    }
+    throw std::invalid_argument(fmt::format("{}: no such folder", dir));
+  };
+
   try {
+    if (*validate_cmd) validate_dir = folder(validate_dir, validate_dir_opt->count() > 0, "validate");
+    if (*check_cmd) check_dir = folder(check_dir, check_dir_opt->count() > 0, "check");
     if (*run_cmd) return app::run_command(run);
     if (*sweep_cmd) return app::sweep_command(sweep_opts);
     if (*check_cmd) return app::check_command(check_dir, check_update);

@@ -78,5 +78,11 @@ contains "calibrate fits all_gather at 8 ranks" "$tmp/rccl.yaml" 'ranks: 8, node
 "$offsim" calibrate bench/data/frontier-rccl-collectives.csv --device x --filter library=nccl --out "$tmp/none.yaml" >"$tmp/cal.txt" 2>&1; check "calibrate with no rows exits 2" 2 $?
 contains "calibrate says why" "$tmp/cal.txt" "no rows left to fit"
 
+# The default folders of validate and check are found from any folder inside the repository, and
+# outside it the error says what to do (exit 2).
+(cd configs/experiments && "$offsim" check >"$tmp/check.txt" 2>&1); check "check from a subfolder" 0 $?
+(cd "$tmp" && "$offsim" validate >"$tmp/validate.txt" 2>&1); check "validate outside the repository exits 2" 2 $?
+contains "validate says where it looked" "$tmp/validate.txt" "no such folder here or in any parent folder"
+
 echo "cli: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
