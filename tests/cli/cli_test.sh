@@ -78,6 +78,11 @@ contains "calibrate fits all_gather at 8 ranks" "$tmp/rccl.yaml" 'ranks: 8, node
 "$offsim" calibrate bench/data/frontier-rccl-collectives.csv --device x --filter library=nccl --out "$tmp/none.yaml" >"$tmp/cal.txt" 2>&1; check "calibrate with no rows exits 2" 2 $?
 contains "calibrate says why" "$tmp/cal.txt" "no rows left to fit"
 
+# A fit that misses a measured row by more than 20% is written with a warning naming it.
+"$offsim" calibrate bench/data/frontier-rccl-collectives.csv --device mi250x-gcd --filter library=rccl --filter nodes=1 \
+  --out "$tmp/warn.yaml" >"$tmp/warn.txt" 2>&1; check "calibrate with a poor fit exits 0" 0 $?
+contains "calibrate warns of the poor fit" "$tmp/warn.txt" "warning: collectives all_gather ranks: 8: the fit misses a measured row by 34.5%"
+
 # The default folders of validate and check are found from any folder inside the repository, and
 # outside it the error says what to do (exit 2).
 (cd configs/experiments && "$offsim" check >"$tmp/check.txt" 2>&1); check "check from a subfolder" 0 $?
