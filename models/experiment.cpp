@@ -831,19 +831,42 @@ std::string text_report(const ExperimentSpec& spec, const ExperimentResult& r) {
                        static_cast<double>(params.total) / 1e9, r.ranks, spec.hardware.name);
   }
   out += fmt::format("feasible             {}\n", r.feasible ? "yes" : "NO");
-  for (const auto& reason : r.infeasible_reasons) out += fmt::format("  {}\n", reason);
-  out += fmt::format("iteration time       {}\n", sim::format_time(r.iteration_time));
+  // Pools that overflow alike (every GPU of a data-parallel group) are named on one line.
+  std::vector<std::pair<std::string, std::vector<std::string>>> overflows;  // what, which pools
+  for (const auto& reason : r.infeasible_reasons) {
+    const auto space = reason.find(' ');
+    const std::string pool = reason.substr(0, space), what = reason.substr(space + 1);
+    auto it = std::find_if(overflows.begin(), overflows.end(), [&](const auto& o) { return o.first == what; });
+    if (it == overflows.end()) {
+      overflows.push_back({what, {pool}});
+    } else {
+      it->second.push_back(pool);
+    }
+  }
+  for (const auto& [what, pools] : overflows) {
+    if (pools.size() == 1) {
+      out += fmt::format("  {} {}\n", pools.front(), what);
+    } else {
+      constexpr std::size_t kNamed = 3;
+      const std::vector<std::string> named(pools.begin(), pools.begin() + std::min(kNamed, pools.size()));
+      out += fmt::format("  {} pools ({}{}) each {}\n", pools.size(), fmt::join(named, ", "),
+                         pools.size() > kNamed ? ", ..." : "", what);
+    }
+  }
+  // An infeasible run's figures are what it would do with enough memory: said on each line.
+  const std::string if_it_fit = r.feasible ? "" : "  (if it fit: it does not)";
+  out += fmt::format("iteration time       {}{}\n", sim::format_time(r.iteration_time), if_it_fit);
   const auto* collective = std::get_if<CollectiveSpec>(&spec.strategy);
   if (collective) {
     out += fmt::format("bus bandwidth        {} (as nccl-tests report it)\n\n",
                        sim::format_bandwidth(sim::Bandwidth{bus_bandwidth(*collective, r)}));
   } else {
-    out += fmt::format("TFLOPS per device    {:.1f} with recomputation (Megatron's count), {:.1f} model\n",
-                       r.tflops_per_device, r.model_tflops_per_device);
-    out += fmt::format("tokens per second    {:.0f} (whole job)\n", r.tokens_per_s);
+    out += fmt::format("TFLOPS per device    {:.1f} with recomputation (Megatron's count), {:.1f} model{}\n",
+                       r.tflops_per_device, r.model_tflops_per_device, if_it_fit);
+    out += fmt::format("tokens per second    {:.0f} (whole job){}\n", r.tokens_per_s, if_it_fit);
     out += fmt::format("model states         {} per device\n", sim::format_bytes(r.model_states_per_device));
-    out += fmt::format("MFU                  {:.1f}% of {}\n\n", 100.0 * r.mfu,
-                       sim::format_flop_rate(spec.device.peak_matrix_bf16));
+    out += fmt::format("MFU                  {:.1f}% of {}{}\n\n", 100.0 * r.mfu,
+                       sim::format_flop_rate(spec.device.peak_matrix_bf16), if_it_fit);
   }
 
   sim::report::TextTable phases({"phase (rank 0)", "time", "share"});
