@@ -27,9 +27,11 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--set", run.overrides, "override a value: --set key.path=value (repeatable)");
   run_cmd->add_flag("--all-ranks", run.all_ranks,
                     "simulate every rank even when one node could stand for all (rank symmetry)");
-  run_cmd->add_option("--out", run.out_dir,
-                      "write DIR/summary.json, DIR/timeline.csv (memory and link rates over time) and DIR/trace.json "
-                      "(Chrome trace for Perfetto), each atomically");
+  run_cmd->add_option(
+      "--out", run.out_dir,
+      "write DIR/summary.json, DIR/timeline.csv (memory and link rates over time), DIR/trace.json "
+      "(Chrome trace for Perfetto) and DIR/config.resolved.yaml (every value the run read, after includes "
+      "and overrides; it runs as an experiment itself), each atomically");
 
   app::GraphOptions graph;
   auto* graph_cmd = app.add_subcommand("graph", "print the task graph of one iteration without running it");
@@ -75,7 +77,9 @@ int main(int argc, char** argv) {
 
   app::SweepCliOptions sweep_opts;
   auto* sweep_cmd = app.add_subcommand(
-      "sweep", "run every point of a sweep file (axes of overrides over a base experiment) into one CSV");
+      "sweep",
+      "run every point of a sweep file (axes of overrides over a base experiment) into one CSV, on --jobs threads, "
+      "or across an MPI job: mpirun -n N offsim sweep FILE --out CSV (rank 0 writes the file)");
   sweep_cmd->add_option("file", sweep_opts.file, "sweep YAML (configs/sweeps/*.yaml)")->required();
   sweep_cmd->add_option("--out", sweep_opts.out, "results CSV: one row per point, appended as points finish");
   sweep_cmd->add_option("--jobs", sweep_opts.jobs, "points simulated at once (threads; default 1)")

@@ -14,7 +14,8 @@ namespace offsim::app {
 
 namespace {
 
-// A progress bar with ETA on a terminal; plain lines otherwise (logs, CI).
+// A progress bar with ETA on a terminal; otherwise (logs, CI) a plain line at each tenth of the
+// points and at the end, not one per point.
 class Progress {
  public:
   explicit Progress(std::size_t already) : already_(already), start_(std::chrono::steady_clock::now()) {}
@@ -29,11 +30,15 @@ class Progress {
                  eta);
       if (done == total) fmt::print(stderr, "\n");
     } else {
+      const std::size_t tenth = total * (reported_ + 1) / 10;
+      if (done < total && done < tenth) return;
+      while (reported_ < 10 && total * (reported_ + 1) / 10 <= done) ++reported_;
       fmt::print(stderr, "sweep: {}/{} points done, ETA {:.0f} s\n", done, total, eta);
     }
   }
 
  private:
+  std::size_t reported_ = 0;  // tenths of the points already reported (plain lines)
   std::size_t already_;
   std::chrono::steady_clock::time_point start_;
 };
