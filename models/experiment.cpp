@@ -287,9 +287,10 @@ std::optional<StrategySpec> parse_strategy(const Node& node, const topo::Topolog
   dp.reduce_bucket_elements = bucket.value;
   dp.overlap_comm = r.required<bool>("overlap_comm").value;
   {
-    // Needed at stage 3 only (no default: DeepSpeed's is 1e5, but configurations differ).
-    const auto threshold = stage.valid && stage.value == 3 ? r.required<std::int64_t>("param_persistence_threshold")
-                                                           : r.optional<std::int64_t>("param_persistence_threshold", 0);
+    // Used at stage 3 only; DeepSpeed's default there (recorded in the effective configuration).
+    const bool stage3 = stage.valid && stage.value == 3;
+    const auto threshold = r.optional<std::int64_t>("param_persistence_threshold",
+                                                    stage3 ? DataParallelSpec::kDeepSpeedPersistenceThreshold : 0);
     if (threshold.valid && threshold.value < 0) {
       ctx.error(threshold.loc, node.child_path("param_persistence_threshold"), "expected a count >= 0");
     }

@@ -14,7 +14,6 @@ namespace {
 // DeepSpeed 0.13.3 defaults (runtime/zero/config.py, offload_config.py; deepspeed-offload.md
 // section 4). Applied only when the ds_config leaves the key out, and named in a warning.
 constexpr double kDefaultReduceBucketSize = 5e8;
-constexpr double kDefaultParamPersistenceThreshold = 1e5;
 constexpr double kDefaultSubGroupSize = 1e9;
 constexpr bool kDefaultPinMemory = false;
 constexpr double kDefaultRatio = 1.0;
@@ -75,8 +74,8 @@ std::optional<DeepSpeedImport> import_deepspeed_config(const Node& node, const s
       dp.overlap_comm = dp.zero_stage == 3;  // DeepSpeed: None -> True iff stage 3
       defaults.push_back(fmt::format("overlap_comm={}", dp.overlap_comm));
     }
-    dp.param_persistence_threshold =
-        static_cast<std::int64_t>(number("stage3_param_persistence_threshold", kDefaultParamPersistenceThreshold));
+    dp.param_persistence_threshold = static_cast<std::int64_t>(number(
+        "stage3_param_persistence_threshold", static_cast<double>(DataParallelSpec::kDeepSpeedPersistenceThreshold)));
     if (auto off = z.child("offload_optimizer")) {
       MapReader o(*off);
       const std::string device = o.choice("device", {"cpu", "none", "nvme"}).value;

@@ -70,6 +70,9 @@ struct DataParallelSpec {
   // Stage 3: parameters of submodules smaller than this stay whole on every rank and are never
   // gathered (DeepSpeed stage3_param_persistence_threshold; its default is 1e5).
   std::int64_t param_persistence_threshold = 0;
+  /// DeepSpeed's default stage3_param_persistence_threshold (deepspeed/runtime/zero/config.py,
+  /// and the ZeRO section of the DeepSpeed configuration docs): 100,000 parameters.
+  static constexpr std::int64_t kDeepSpeedPersistenceThreshold = 100'000;
   std::optional<OptimizerOffload> offload;  // stages 2-3
   // ZeRO-Infinity parameter offload (`offload_param: {device: cpu}`, stage 3, with the optimizer
   // offloaded too): the bf16 parameter partition (and the hpZ secondary) live in host memory; each
