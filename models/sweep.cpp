@@ -410,7 +410,7 @@ SweepSummary run_sweep(const Sweep& sweep, const SweepOptions& options) {
   return summary;
 }
 
-std::string best_points(const std::filesystem::path& csv, const std::string& metric, std::size_t top) {
+std::string best_points(const std::filesystem::path& csv, const std::string& metric, std::size_t top, double tie) {
   std::ifstream in(csv);
   if (!in) throw std::runtime_error(fmt::format("cannot read {}", csv.string()));
   std::string line;
@@ -436,14 +436,29 @@ std::string best_points(const std::filesystem::path& csv, const std::string& met
   });
   std::vector<std::string> columns(header.begin(), status);
   columns.push_back(metric);
+  columns.push_back("vs best");
   sim::report::TextTable table(columns);
+  // How much worse than the best a value is, as a fraction (0 for the best).
+  const auto behind = [&](double v) {
+    const double best = ranked.front().first;
+    return best == 0.0 ? 0.0 : (larger_is_better ? (best - v) / best : (v - best) / best);
+  };
   for (std::size_t i = 0; i < ranked.size() && i < top; ++i) {
     std::vector<std::string> row(ranked[i].second.begin(), ranked[i].second.begin() + static_cast<long>(s));
     row.push_back(ranked[i].second[c]);
+    row.push_back(i == 0 ? "best" : fmt::format("-{:.2f}%", 100.0 * behind(ranked[i].first)));
     table.add_row(row);
   }
-  return fmt::format("best {} feasible points by {} ({} is better):\n{}", std::min(top, ranked.size()), metric,
-                     larger_is_better ? "larger" : "smaller", table.str());
+  std::string out = fmt::format("best {} feasible points by {} ({} is better):\n{}", std::min(top, ranked.size()),
+                                metric, larger_is_better ? "larger" : "smaller", table.str());
+  std::size_t tied = 0;
+  for (std::size_t i = 1; i < ranked.size() && behind(ranked[i].first) <= tie; ++i) ++tied;
+  if (tie > 0.0 && tied > 0) {
+    out += fmt::format(
+        "{} more point{} within {:.1f}% of the best: tied within the model's error (--tie), not a clear winner\n", tied,
+        tied == 1 ? " lies" : "s lie", 100.0 * tie);
+  }
+  return out;
 }
 
 }  // namespace offsim::models

@@ -77,8 +77,11 @@ SweepSummary run_sweep(const Sweep& sweep, const SweepOptions& options);
 void write_sorted(const Sweep& sweep, const std::filesystem::path& out, std::vector<std::string> rows);
 
 /// The `top` feasible rows of a finished sweep CSV ranked by `metric` (a column; larger is better
-/// for tflops, mfu and tokens, smaller for times and bytes), as a text table.
-[[nodiscard]] std::string best_points(const std::filesystem::path& csv, const std::string& metric, std::size_t top);
+/// for tflops, mfu and tokens, smaller for times and bytes), as a text table with each row's
+/// distance from the best; points within `tie` (a fraction) of the best are named as tied, since
+/// the model cannot tell them apart.
+[[nodiscard]] std::string best_points(const std::filesystem::path& csv, const std::string& metric, std::size_t top,
+                                      double tie = 0.0);
 
 /// Parses one CSV line (RFC 4180 quoting).
 [[nodiscard]] std::vector<std::string> parse_csv_line(const std::string& line);

@@ -59,6 +59,9 @@ struct SweepCliOptions {
   std::size_t top = 5;
   bool best_only = false;             // --best on an existing file without running
   std::string fidelity = "analytic";  // analytic, flow, or experiment (as each file says)
+  // --best: points this close to the best (a fraction) are tied. Default: the mean |error| over
+  // the bounded validation rows (docs/validation.md, 4.8% on 2026-11-23), rounded up.
+  double tie = 0.05;
 };
 
 int run_command(const RunOptions& options);

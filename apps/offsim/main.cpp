@@ -91,6 +91,11 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   sweep_cmd->add_flag("--rank-only", sweep_opts.best_only, "with --best: rank the existing --out without running");
   sweep_cmd
+      ->add_option("--tie", sweep_opts.tie,
+                   "with --best: points within this fraction of the best are called tied (default 0.05, the "
+                   "validation's mean error over its bounded rows, docs/validation.md)")
+      ->check(CLI::Range(0.0, 1.0));
+  sweep_cmd
       ->add_option("--fidelity", sweep_opts.fidelity,
                    "collectives of every point: analytic (default; link bytes still counted), flow, or experiment "
                    "(as each file says)")

@@ -85,7 +85,7 @@ int sweep_or_throw(const SweepCliOptions& options) {
     fmt::print("sweep {}: {} points ({} run now, {} already in the file) -> {}\n", sweep.name, summary.points,
                summary.ran, summary.skipped, options.out);
   }
-  if (!options.best.empty()) fmt::print("{}", models::best_points(options.out, options.best, options.top));
+  if (!options.best.empty()) fmt::print("{}", models::best_points(options.out, options.best, options.top, options.tie));
   return 0;
 }
 

@@ -158,6 +158,11 @@ TEST(Sweep, BestRanksFeasiblePointsByTheMetric) {
   const std::string by_time = best_points(csv, "iteration_time_s", 1);
   EXPECT_NE(by_time.find("smaller is better"), std::string::npos);
   EXPECT_NE(by_time.find("2      z"), std::string::npos) << by_time;
+  // x is 66.67% behind z; with a 70% tie it is called tied, with 5% it is not.
+  EXPECT_NE(table.find("-66.67%"), std::string::npos) << table;
+  EXPECT_NE(best_points(csv, "tflops_per_device", 5, 0.7).find("1 more point lies within 70.0% of the best"),
+            std::string::npos);
+  EXPECT_EQ(best_points(csv, "tflops_per_device", 5, 0.05).find("tied"), std::string::npos);
 }
 
 TEST(Sweep, CsvLinesKeepQuotedCommas) {
