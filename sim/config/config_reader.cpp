@@ -167,6 +167,23 @@ Node Context::include_file(const Node& parent, const std::string& child_path, co
   return Node(*this, YAML::Node(), parent.file(), child_path, at, parent.include_depth()).as_broken();
 }
 
+void Context::alias_overrides(const std::string& list_path, const std::string& alias, std::size_t index) {
+  const std::string from = list_path.empty() ? alias : fmt::format("{}.{}", list_path, alias);
+  const std::string to = list_path.empty() ? std::to_string(index) : fmt::format("{}.{}", list_path, index);
+  std::vector<std::string> moved;
+  for (const auto& [key, o] : overrides_) {
+    if (key == from || key.starts_with(from + ".")) moved.push_back(key);
+  }
+  for (const auto& key : moved) {
+    auto node = overrides_.extract(key);
+    node.key() = to + key.substr(from.size());
+    if (!overrides_.insert(std::move(node)).inserted) {
+      error(Location{overrides_.at(to + key.substr(from.size())).where, 0, 0}, key,
+            "this value is also set by its list index");
+    }
+  }
+}
+
 std::optional<Node> Context::resolve(const Node& parent, std::string_view key, const YAML::Node* found) {
   const std::string path = parent.child_path(key);
   known_paths_.insert(path);
@@ -217,6 +234,17 @@ std::vector<Node> Node::items() const {
   }
   for (std::size_t i = 0; i < yaml_.size(); ++i) {
     const YAML::Node item = yaml_[i];
+    // An item may be addressed by its `name`, or a `between: [a, b]` pair by "a-b" or "b-a".
+    if (item.IsMap()) {
+      if (const YAML::Node name = item["name"]; name && name.IsScalar()) {
+        ctx_->alias_overrides(path_, name.Scalar(), i);
+      }
+      if (const YAML::Node ends = item["between"];
+          ends && ends.IsSequence() && ends.size() == 2 && ends[0].IsScalar() && ends[1].IsScalar()) {
+        ctx_->alias_overrides(path_, fmt::format("{}-{}", ends[0].Scalar(), ends[1].Scalar()), i);
+        ctx_->alias_overrides(path_, fmt::format("{}-{}", ends[1].Scalar(), ends[0].Scalar()), i);
+      }
+    }
     if (auto n = ctx_->resolve(*this, std::to_string(i), &item); n && !n->broken()) out.push_back(*n);
   }
   return out;

@@ -91,6 +91,9 @@ class Context {
 
   // Used by Node / MapReader.
   [[nodiscard]] std::optional<Node> resolve(const Node& parent, std::string_view key, const YAML::Node* found);
+  /// Overrides that address a list item by a name (`path.alias...`) are moved to its index
+  /// (`path.index...`): a machine's link can be set by its endpoints (links.gcd0-gcd1.bandwidth).
+  void alias_overrides(const std::string& list_path, const std::string& alias, std::size_t index);
   void record(const std::string& path, const std::string& value);
   void note_known_path(const std::string& path) { known_paths_.insert(path); }
 

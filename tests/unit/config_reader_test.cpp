@@ -144,6 +144,32 @@ TEST_F(ConfigReaderTest, OverridesReplaceValuesEvenInsideIncludes) {
   EXPECT_TRUE(seen);
 }
 
+TEST_F(ConfigReaderTest, ListItemsAreAddressedByNameOrEndpoints) {
+  // links.b-a reaches the item `between: [a, b]` (either order), devices.gpu the item named gpu.
+  const std::string f = write("m.yaml",
+                              "devices:\n  - {name: cpu, cores: 4}\n  - {name: gpu, cores: 1}\n"
+                              "links:\n  - {between: [a, b], bandwidth: \"1 GB/s\"}\n"
+                              "  - {between: [b, c], bandwidth: \"2 GB/s\"}\n");
+  Context ctx({"links.c-b.bandwidth=9 GB/s", "devices.gpu.cores=8"});
+  const Node root = ctx.load_root(f);
+  MapReader r(root);
+  std::vector<double> rates;
+  for (const auto& link : r.child("links")->items()) {
+    MapReader l(link);
+    (void)l.required_child("between", "a pair");
+    rates.push_back(l.required<Bandwidth>("bandwidth").value.bytes_per_s);
+  }
+  std::vector<int> cores;
+  for (const auto& d : r.child("devices")->items()) {
+    MapReader m(d);
+    (void)m.required<std::string>("name");
+    cores.push_back(m.required<int>("cores").value);
+  }
+  ctx.finish();
+  EXPECT_EQ(rates, (std::vector<double>{1e9, 9e9}));
+  EXPECT_EQ(cores, (std::vector<int>{4, 8}));
+}
+
 TEST_F(ConfigReaderTest, AnOverrideOfAnUnknownKeyIsAnError) {
   const std::string f = write("a.yaml", "layers: 3\nlink: \"36 GB/s\"\n");
   Context ctx({"lyers=4", "layers"});
