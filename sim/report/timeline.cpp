@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "sim/report/json_writer.hpp"
@@ -126,8 +127,27 @@ std::string chrome_trace(const Platform& platform, const TaskGraph& graph, const
   // Tracks for the units that ran something: a machine's idle units (all but the simulated ranks'
   // under rank symmetry, tens of thousands on a full Frontier) would only bloat the file.
   std::vector<bool> used(platform.units.size(), false);
+  // Work modelled as a flow through a unit's own constraint (the host cores that CPU Adam and the
+  // casts stream through share a name with the cores' unit) shows on that unit's track too.
+  std::map<std::string, std::size_t> unit_by_name;
+  for (std::size_t u = 0; u < platform.units.size(); ++u) unit_by_name.emplace(platform.units[u].name, u);
+  std::vector<std::optional<std::size_t>> unit_of_constraint(platform.constraints.size());
+  for (std::size_t c = 0; c < platform.constraints.size(); ++c) {
+    if (auto it = unit_by_name.find(platform.constraints[c].name); it != unit_by_name.end()) {
+      unit_of_constraint[c] = it->second;
+    }
+  }
+  const auto unit_worked_by = [&](const TransferTask& x) -> std::optional<std::size_t> {
+    for (const auto c : x.route) {
+      if (unit_of_constraint[c.index]) return unit_of_constraint[c.index];
+    }
+    return std::nullopt;
+  };
   for (const auto& task : graph.tasks()) {
     if (const auto* c = std::get_if<ComputeTask>(&task.body)) used[c->unit] = true;
+    if (const auto* x = std::get_if<TransferTask>(&task.body)) {
+      if (const auto u = unit_worked_by(*x)) used[*u] = true;
+    }
   }
   for (std::size_t u = 0; u < platform.units.size(); ++u) {
     if (!used[u]) continue;
@@ -141,6 +161,11 @@ std::string chrome_trace(const Platform& platform, const TaskGraph& graph, const
                        kComputePid, c->unit, q(task.name), q(task.phase), micros(rec.start.ps),
                        micros(rec.end.ps - rec.start.ps)));
     } else if (const auto* x = std::get_if<TransferTask>(&task.body)) {
+      if (const auto u = unit_worked_by(*x)) {
+        emit(fmt::format(R"({{"ph": "X", "pid": {}, "tid": {}, "name": {}, "cat": {}, "ts": {}, "dur": {}}})",
+                         kComputePid, *u, q(task.name), q(task.phase), micros(rec.start.ps),
+                         micros(rec.end.ps - rec.start.ps)));
+      }
       const std::string cat = x->route.empty() ? "transfer" : run.constraints[x->route.front().index].group;
       emit(
           fmt::format(R"({{"ph": "b", "pid": {}, "id": {}, "name": {}, "cat": {}, "ts": {}, "args": {{"bytes": {}}}}})",

@@ -100,7 +100,8 @@ TEST(DataParallel, PeakMemoryIsStatesPlusAllActivations) {
   const ExperimentResult r = run_experiment(load_experiment(kTiny, {}));
   ASSERT_EQ(r.memory.size(), 1u);
   EXPECT_EQ(r.memory[0].kind, "hbm");
-  EXPECT_EQ(r.memory[0].peak.count, static_cast<std::int64_t>(16 * P + L * s * h * (34 + 5 * a * s / h) + s * V * (6 + 4)));
+  EXPECT_EQ(r.memory[0].peak.count,
+            static_cast<std::int64_t>(16 * P + L * s * h * (34 + 5 * a * s / h) + s * V * (6 + 4)));
 }
 
 TEST(DataParallel, OverlapHelpsOnlyWithMoreThanOneBucket) {
@@ -355,6 +356,29 @@ TEST(OutputsOverTime, TimelineAndTraceDescribeTheRun) {
   EXPECT_EQ(phases["b"], phases["e"]);
   EXPECT_GT(phases["C"], 0);
   EXPECT_GT(phases["M"], 0);
+}
+
+TEST(OutputsOverTime, HostWorkShowsOnTheCoresTrack) {
+  // With a measured cpu_work rate the host's CPU Adam streams through the cores' constraint, which
+  // shares the cores unit's name: trace.json shows it as slices on that unit's track.
+  const std::string file = std::string(OFFSIM_SOURCE_DIR) + "/tests/data/tiny-offload-cpu-work.yaml";
+  const ExperimentResult r = run_experiment(load_experiment(file, {}), {true});
+  const YAML::Node trace = YAML::Load(r.trace_json);
+  int cpu_track = -1;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["name"].as<std::string>() == "thread_name" && e["args"]["name"].as<std::string>() == "cpu.cores") {
+      cpu_track = e["tid"].as<int>();
+    }
+  }
+  ASSERT_GE(cpu_track, 0);
+  int adam_slices = 0;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"].as<std::string>() == "X" && e["tid"].as<int>() == cpu_track &&
+        e["name"].as<std::string>().find("cpu_adam") != std::string::npos) {
+      ++adam_slices;
+    }
+  }
+  EXPECT_GT(adam_slices, 0);
 }
 
 }  // namespace
