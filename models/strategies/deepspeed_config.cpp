@@ -35,12 +35,34 @@ std::optional<DeepSpeedImport> import_deepspeed_config(const Node& node, const s
   if (auto mb = r.child("train_micro_batch_size_per_gpu")) out.micro_batch = mb->as<std::int64_t>();
   if (auto ga = r.child("gradient_accumulation_steps")) out.grad_accum = ga->as<std::int64_t>();
   if (auto total = r.child("train_batch_size")) {
+    // DeepSpeed's batch arithmetic (runtime/config.py, _configure_train_batch_size):
+    // train_batch_size = micro-batch x accumulation x data-parallel ranks; a missing one of the
+    // two others is derived from it (accumulation 1 when both are missing), and it must divide.
     const auto v = total->as<std::int64_t>();
-    if (v && out.micro_batch && out.grad_accum &&
-        *v != *out.micro_batch * *out.grad_accum * static_cast<std::int64_t>(devices.size())) {
-      ctx.error(total->location(), total->path(),
-                fmt::format("train_batch_size {} != micro-batch {} x accumulation {} x {} ranks", *v, *out.micro_batch,
-                            *out.grad_accum, devices.size()));
+    const auto ranks = static_cast<std::int64_t>(devices.size());
+    const auto derive = [&](std::optional<std::int64_t>& missing, std::int64_t per, const char* what) {
+      if (per <= 0 || ranks <= 0) return;
+      if (*v % (per * ranks) != 0 || *v / (per * ranks) < 1) {
+        ctx.error(total->location(), total->path(),
+                  fmt::format("train_batch_size {} is not a multiple of {} x {} ranks, so no whole {} fits", *v, per,
+                              ranks, what));
+        return;
+      }
+      missing = *v / (per * ranks);
+    };
+    if (v && out.micro_batch && out.grad_accum) {
+      if (*v != *out.micro_batch * *out.grad_accum * ranks) {
+        ctx.error(total->location(), total->path(),
+                  fmt::format("train_batch_size {} != micro-batch {} x accumulation {} x {} ranks", *v,
+                              *out.micro_batch, *out.grad_accum, ranks));
+      }
+    } else if (v && out.micro_batch) {
+      derive(out.grad_accum, *out.micro_batch, "gradient_accumulation_steps");
+    } else if (v && out.grad_accum) {
+      derive(out.micro_batch, *out.grad_accum, "train_micro_batch_size_per_gpu");
+    } else if (v) {
+      out.grad_accum = 1;
+      derive(out.micro_batch, 1, "train_micro_batch_size_per_gpu");
     }
   }
   if (auto bf16 = r.child("bf16")) {

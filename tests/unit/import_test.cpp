@@ -104,5 +104,39 @@ TEST(DeepSpeedConfig, ZeroPlusPlusKeysBuildTheZeroPlusPlusPartitioning) {
   EXPECT_NE(warnings.find("ignored: gradient_clipping, optimizer"), std::string::npos) << warnings;
 }
 
+TEST(DeepSpeedConfig, BatchArithmeticDerivesTheMissingStepCountOrSaysWhy) {
+  // DeepSpeed: train_batch_size = micro-batch x accumulation x ranks. 256 with micro-batch 8 on 4
+  // GPUs is 8 accumulation steps (adopted over the training section's 1, with a warning); 250 does
+  // not divide by 8 x 4.
+  const fs::path dir = fs::temp_directory_path() / "offsim-import-batch";
+  fs::create_directories(dir);
+  const auto experiment = [&](int total) {
+    std::ofstream(dir / "ds.json") << fmt::format(
+        "{{\"train_batch_size\": {}, \"train_micro_batch_size_per_gpu\": 8, \"bf16\": {{\"enabled\": true}}, "
+        "\"zero_optimization\": {{\"stage\": 1}}}}\n",
+        total);
+    std::ofstream(dir / "e.yaml") << fmt::format(
+        "name: batch\nhardware: !include {0}/configs/hardware/polaris-node.yaml\n"
+        "calibration:\n  device: !include {0}/configs/calibration/a100-40gb.yaml\n"
+        "  collectives: !include {0}/configs/calibration/polaris-nccl.yaml\n"
+        "model: !include {0}/configs/models/gpt3-1.3b.yaml\n"
+        "training: {{micro_batch: 8, grad_accum: 1, precision: bf16, recompute: full, flash_attention: true}}\n"
+        "strategy:\n  kind: deepspeed\n  config: !include ds.json\n  dp: 4\n  runtime: deepspeed-0.13\n",
+        kRoot);
+    return dir / "e.yaml";
+  };
+  const ExperimentSpec spec = load_experiment(experiment(256), {});
+  EXPECT_EQ(spec.training.micro_batch, 8);
+  EXPECT_EQ(spec.training.grad_accum, 8);
+  try {
+    (void)load_experiment(experiment(250), {});
+    FAIL() << "expected an error";
+  } catch (const sim::config::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("ds.json:1:"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("train_batch_size 250 is not a multiple of 8 x 4 ranks"), std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace offsim::models
