@@ -98,6 +98,25 @@ std::optional<DeepSpeedImport> import_deepspeed_config(const Node& node, const s
     }
     dp.param_persistence_threshold = static_cast<std::int64_t>(number(
         "stage3_param_persistence_threshold", static_cast<double>(DataParallelSpec::kDeepSpeedPersistenceThreshold)));
+    // DeepSpeed's legacy `cpu_offload: true` (with `cpu_offload_use_pin_memory`) means
+    // offload_optimizer {device: cpu} (runtime/zero/config.py reads it as that, with a warning).
+    if (z.has("cpu_offload") && !z.has("offload_optimizer")) {
+      const auto legacy = z.required<bool>("cpu_offload");
+      if (legacy.valid && legacy.value) {
+        OptimizerOffload offload;
+        offload.pin_memory = z.has("cpu_offload_use_pin_memory") ? z.required<bool>("cpu_offload_use_pin_memory").value
+                                                                 : kDefaultPinMemory;
+        offload.ratio = kDefaultRatio;
+        offload.sub_group_size = static_cast<std::int64_t>(number("sub_group_size", kDefaultSubGroupSize));
+        offload.runtime = runtime;
+        defaults.push_back(fmt::format(
+            "cpu_offload (legacy) read as offload_optimizer: {{device: cpu, pin_memory: {}}}", offload.pin_memory));
+        if (dp.zero_stage != 2 && dp.zero_stage != 3) {
+          ctx.error(legacy.loc, zero->child_path("cpu_offload"), "optimizer offload is implemented for stages 2 and 3");
+        }
+        dp.offload = offload;
+      }
+    }
     if (auto off = z.child("offload_optimizer")) {
       MapReader o(*off);
       const std::string device = o.choice("device", {"cpu", "none", "nvme"}).value;
@@ -130,6 +149,25 @@ std::optional<DeepSpeedImport> import_deepspeed_config(const Node& node, const s
         dp.offload = offload;
       }
       for (const auto& k : o.take_unread_keys()) ignored.push_back("zero_optimization.offload_optimizer." + k);
+    }
+    // ZeRO-Infinity parameter offload: the bf16 parameter partition lives in host memory.
+    if (auto op = z.child("offload_param")) {
+      MapReader o(*op);
+      const auto device = o.choice("device", {"cpu", "none", "nvme"});
+      if (device.valid && device.value != "none") {
+        if (device.value == "nvme") {
+          ctx.error(device.loc, op->child_path("device"), "parameter offload to NVMe is not modelled (cpu is)");
+        } else if (dp.zero_stage != 3) {
+          ctx.error(device.loc, op->child_path("device"), "parameter offload needs stage 3");
+        } else if (!dp.offload) {
+          ctx.error(device.loc, op->child_path("device"),
+                    "parameter offload is modelled together with offload_optimizer (as ZeRO-Infinity runs it)");
+        }
+        dp.offload_param = true;
+        dp.param_pin_memory = o.has("pin_memory") ? o.required<bool>("pin_memory").value : kDefaultPinMemory;
+        if (!o.has("pin_memory")) defaults.push_back(fmt::format("offload_param.pin_memory={}", kDefaultPinMemory));
+      }
+      for (const auto& k : o.take_unread_keys()) ignored.push_back("zero_optimization.offload_param." + k);
     }
     // ZeRO++ as DeepSpeed builds its groups: hpZ over zero_hpz_partition_size consecutive ranks,
     // qgZ's all-to-all in two hops (node, then across nodes), qwZ on the forward gathers.

@@ -138,5 +138,40 @@ TEST(DeepSpeedConfig, BatchArithmeticDerivesTheMissingStepCountOrSaysWhy) {
   }
 }
 
+TEST(DeepSpeedConfig, LegacyCpuOffloadAndOffloadParamAreRead) {
+  // The offload study's 13B ds_config with its offload_optimizer written the legacy way
+  // (cpu_offload: true, cpu_offload_use_pin_memory: true) runs the same iteration; adding
+  // offload_param {device: cpu} runs what the YAML strategy's offload_param runs.
+  const fs::path dir = fs::temp_directory_path() / "offsim-import-legacy";
+  fs::create_directories(dir);
+  const auto run = [&](const std::string& offload_keys) {
+    std::ofstream(dir / "ds.json") << fmt::format(
+        "{{\"train_batch_size\": 1, \"train_micro_batch_size_per_gpu\": 1, \"bf16\": {{\"enabled\": true}},\n"
+        " \"zero_optimization\": {{\"stage\": 3, \"reduce_bucket_size\": 500000000, \"overlap_comm\": true,\n"
+        "  \"sub_group_size\": 100000000, \"stage3_param_persistence_threshold\": 100000, {}}}}}\n",
+        offload_keys);
+    std::ofstream(dir / "e.yaml") << fmt::format(
+        "name: legacy\nhardware: !include {0}/configs/hardware/polaris-node.yaml\n"
+        "calibration:\n  device: !include {0}/configs/calibration/a100-40gb.yaml\n"
+        "  host: !include {0}/configs/calibration/polaris-host.yaml\n"
+        "model: !include {0}/configs/models/llama-offload-13b.yaml\n"
+        "training: {{micro_batch: 1, grad_accum: 1, precision: bf16, recompute: full, flash_attention: false}}\n"
+        "strategy:\n  kind: deepspeed\n  config: !include ds.json\n  dp: 1\n  runtime: deepspeed-0.13\n",
+        kRoot);
+    return run_experiment(load_experiment(dir / "e.yaml", {})).iteration_time.seconds();
+  };
+  const double modern = run("\"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": true}");
+  const double legacy = run("\"cpu_offload\": true, \"cpu_offload_use_pin_memory\": true");
+  EXPECT_EQ(legacy, modern);
+  const double with_params =
+      run("\"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": true}, "
+          "\"offload_param\": {\"device\": \"cpu\", \"pin_memory\": true}");
+  const double yaml =
+      run_experiment(load_experiment(kRoot + "/configs/experiments/llama-13b-offload-polaris.yaml",
+                                     {"strategy.offload_param.device=cpu", "strategy.offload_param.pin_memory=true"}))
+          .iteration_time.seconds();
+  EXPECT_EQ(with_params, yaml);
+}
+
 }  // namespace
 }  // namespace offsim::models
