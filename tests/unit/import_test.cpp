@@ -140,16 +140,17 @@ TEST(DeepSpeedConfig, BatchArithmeticDerivesTheMissingStepCountOrSaysWhy) {
 
 TEST(DeepSpeedConfig, LegacyCpuOffloadAndOffloadParamAreRead) {
   // The offload study's 13B ds_config with its offload_optimizer written the legacy way
-  // (cpu_offload: true, cpu_offload_use_pin_memory: true) runs the same iteration; adding
+  // (cpu_offload: true, cpu_offload_use_pin_memory: true) runs the same iteration, as do both
+  // other 16-bit spellings of the precision; adding
   // offload_param {device: cpu} runs what the YAML strategy's offload_param runs.
   const fs::path dir = fs::temp_directory_path() / "offsim-import-legacy";
   fs::create_directories(dir);
-  const auto run = [&](const std::string& offload_keys) {
+  const auto run = [&](const std::string& offload_keys, const std::string& precision = "bf16") {
     std::ofstream(dir / "ds.json") << fmt::format(
-        "{{\"train_batch_size\": 1, \"train_micro_batch_size_per_gpu\": 1, \"bf16\": {{\"enabled\": true}},\n"
+        "{{\"train_batch_size\": 1, \"train_micro_batch_size_per_gpu\": 1, \"{}\": {{\"enabled\": true}},\n"
         " \"zero_optimization\": {{\"stage\": 3, \"reduce_bucket_size\": 500000000, \"overlap_comm\": true,\n"
         "  \"sub_group_size\": 100000000, \"stage3_param_persistence_threshold\": 100000, {}}}}}\n",
-        offload_keys);
+        precision, offload_keys);
     std::ofstream(dir / "e.yaml") << fmt::format(
         "name: legacy\nhardware: !include {0}/configs/hardware/polaris-node.yaml\n"
         "calibration:\n  device: !include {0}/configs/calibration/a100-40gb.yaml\n"
@@ -163,6 +164,10 @@ TEST(DeepSpeedConfig, LegacyCpuOffloadAndOffloadParamAreRead) {
   const double modern = run("\"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": true}");
   const double legacy = run("\"cpu_offload\": true, \"cpu_offload_use_pin_memory\": true");
   EXPECT_EQ(legacy, modern);
+  // bf16's older spelling, and fp16 (its loss scaling is not timed), give the same iteration.
+  const std::string optimizer_offload = "\"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": true}";
+  EXPECT_EQ(run(optimizer_offload, "bfloat16"), modern);
+  EXPECT_EQ(run(optimizer_offload, "fp16"), modern);
   const double with_params =
       run("\"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": true}, "
           "\"offload_param\": {\"device\": \"cpu\", \"pin_memory\": true}");
