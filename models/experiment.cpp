@@ -156,6 +156,7 @@ struct TrainingFromStrategy {
   std::optional<std::int64_t> micro_batch;
   std::optional<std::int64_t> grad_accum;
   sim::config::Location at;
+  std::optional<DeepSpeedImport> deepspeed;  // for its "auto" sizes, resolved with the model
 };
 
 std::optional<StrategySpec> parse_strategy(const Node& node, const topo::Topology* topology,
@@ -223,7 +224,7 @@ std::optional<StrategySpec> parse_strategy(const Node& node, const topo::Topolog
     if (!imported || ctx.error_count() != errors_before) return std::nullopt;
     imported->strategy.collectives = collectives;
     imported->strategy.all_ranks = all_ranks;
-    if (training) *training = {imported->micro_batch, imported->grad_accum, config->location()};
+    if (training) *training = {imported->micro_batch, imported->grad_accum, config->location(), *imported};
     return StrategySpec{imported->strategy};
   }
   if (kind.value == "megatron") {
@@ -496,6 +497,9 @@ ExperimentSpec load_experiment(const std::filesystem::path& file, const std::vec
       };
       adopt(from_strategy.micro_batch, spec.training.micro_batch, "train_micro_batch_size_per_gpu");
       adopt(from_strategy.grad_accum, spec.training.grad_accum, "gradient_accumulation_steps");
+      if (auto* dp = std::get_if<DataParallelSpec>(&spec.strategy); dp && from_strategy.deepspeed) {
+        resolve_deepspeed_auto(*from_strategy.deepspeed, spec.model.hidden, *dp);
+      }
     }
     if (auto c = r.child("cost")) spec.cost = parse_cost(*c);
     if (hw) spec.hardware = std::move(*hw);

@@ -32,9 +32,12 @@ std::optional<DeepSpeedImport> import_deepspeed_config(const Node& node, const s
   std::vector<std::string> defaults;
   std::vector<std::string> ignored;
   MapReader r(node);
-  if (auto mb = r.child("train_micro_batch_size_per_gpu")) out.micro_batch = mb->as<std::int64_t>();
-  if (auto ga = r.child("gradient_accumulation_steps")) out.grad_accum = ga->as<std::int64_t>();
-  if (auto total = r.child("train_batch_size")) {
+  // "auto": a value the Hugging Face Trainer fills in from its own arguments.
+  const auto is_auto = [](const Node& n) { return n.is_scalar() && n.yaml().Scalar() == "auto"; };
+  if (auto mb = r.child("train_micro_batch_size_per_gpu"); mb && !is_auto(*mb))
+    out.micro_batch = mb->as<std::int64_t>();
+  if (auto ga = r.child("gradient_accumulation_steps"); ga && !is_auto(*ga)) out.grad_accum = ga->as<std::int64_t>();
+  if (auto total = r.child("train_batch_size"); total && !is_auto(*total)) {
     // DeepSpeed's batch arithmetic (runtime/config.py, _configure_train_batch_size):
     // train_batch_size = micro-batch x accumulation x data-parallel ranks; a missing one of the
     // two others is derived from it (accumulation 1 when both are missing), and it must divide.
@@ -72,7 +75,9 @@ std::optional<DeepSpeedImport> import_deepspeed_config(const Node& node, const s
     auto section = r.child(key);
     if (!section) return false;
     MapReader b(*section);
-    const bool on = b.has("enabled") && b.required<bool>("enabled").value;
+    // "auto" follows the Trainer's --bf16 / --fp16: offsim's training precision is bf16.
+    const auto flag = b.child("enabled");
+    const bool on = flag && (is_auto(*flag) ? std::string_view(key) != "fp16" : flag->as<bool>().value_or(false));
     if (!on) disabled = section;
     for (const auto& k : b.take_unread_keys()) ignored.push_back(fmt::format("{}.{}", key, k));
     return on;
@@ -101,15 +106,29 @@ std::optional<DeepSpeedImport> import_deepspeed_config(const Node& node, const s
       }
       return z.required<double>(key).value;
     };
-    dp.reduce_bucket_elements = static_cast<std::int64_t>(number("reduce_bucket_size", kDefaultReduceBucketSize));
+    const auto auto_size = [&](const char* key) {
+      const auto v = z.child(key);
+      return v && is_auto(*v);
+    };
+    out.auto_reduce_bucket = auto_size("reduce_bucket_size");
+    out.auto_persistence_threshold = auto_size("stage3_param_persistence_threshold");
+    if (out.auto_reduce_bucket) defaults.push_back("reduce_bucket_size=auto: hidden^2, as the HF Trainer fills it");
+    if (out.auto_persistence_threshold) {
+      defaults.push_back("stage3_param_persistence_threshold=auto: 10 x hidden, as the HF Trainer fills it");
+    }
+    dp.reduce_bucket_elements =
+        out.auto_reduce_bucket ? 0 : static_cast<std::int64_t>(number("reduce_bucket_size", kDefaultReduceBucketSize));
     if (z.has("overlap_comm")) {
       dp.overlap_comm = z.required<bool>("overlap_comm").value;
     } else {
       dp.overlap_comm = dp.zero_stage == 3;  // DeepSpeed: None -> True iff stage 3
       defaults.push_back(fmt::format("overlap_comm={}", dp.overlap_comm));
     }
-    dp.param_persistence_threshold = static_cast<std::int64_t>(number(
-        "stage3_param_persistence_threshold", static_cast<double>(DataParallelSpec::kDeepSpeedPersistenceThreshold)));
+    dp.param_persistence_threshold =
+        out.auto_persistence_threshold
+            ? 0
+            : static_cast<std::int64_t>(number("stage3_param_persistence_threshold",
+                                               static_cast<double>(DataParallelSpec::kDeepSpeedPersistenceThreshold)));
     // DeepSpeed's legacy `cpu_offload: true` (with `cpu_offload_use_pin_memory`) means
     // offload_optimizer {device: cpu} (runtime/zero/config.py reads it as that, with a warning).
     if (z.has("cpu_offload") && !z.has("offload_optimizer")) {
@@ -232,6 +251,11 @@ std::optional<DeepSpeedImport> import_deepspeed_config(const Node& node, const s
   }
   if (ctx.error_count() != errors_before) return std::nullopt;
   return out;
+}
+
+void resolve_deepspeed_auto(const DeepSpeedImport& imported, std::int64_t hidden, DataParallelSpec& strategy) {
+  if (imported.auto_reduce_bucket) strategy.reduce_bucket_elements = hidden * hidden;
+  if (imported.auto_persistence_threshold) strategy.param_persistence_threshold = 10 * hidden;
 }
 
 }  // namespace offsim::models

@@ -25,7 +25,16 @@ struct DeepSpeedImport {
   DataParallelSpec strategy;
   std::optional<std::int64_t> micro_batch;  // train_micro_batch_size_per_gpu
   std::optional<std::int64_t> grad_accum;   // gradient_accumulation_steps
+  // Sizes given as "auto", resolved once the model is known the way the Hugging Face Trainer does
+  // (transformers integrations/deepspeed.py, trainer_config_finalize): reduce_bucket_size =
+  // hidden^2, stage3_param_persistence_threshold = 10 x hidden. Batch keys given as "auto" take the
+  // experiment's training section.
+  bool auto_reduce_bucket = false;
+  bool auto_persistence_threshold = false;
 };
+
+/// Resolves the "auto" sizes of an imported config for a model of `hidden` (see DeepSpeedImport).
+void resolve_deepspeed_auto(const DeepSpeedImport& imported, std::int64_t hidden, DataParallelSpec& strategy);
 
 /// `node`: the ds_config mapping. `devices` already parsed; `levels` for ZeRO++ groups.
 [[nodiscard]] std::optional<DeepSpeedImport> import_deepspeed_config(const sim::config::Node& node,

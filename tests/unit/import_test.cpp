@@ -178,5 +178,42 @@ TEST(DeepSpeedConfig, LegacyCpuOffloadAndOffloadParamAreRead) {
   EXPECT_EQ(with_params, yaml);
 }
 
+TEST(DeepSpeedConfig, AutoValuesAreFilledAsTheHuggingFaceTrainerDoes) {
+  // An HF-style ds_config ("auto" batch sizes, precision, bucket and threshold) on GPT-3 XL (hidden
+  // 2048): micro-batch and accumulation from the training section, reduce_bucket_size = 2048^2,
+  // stage3_param_persistence_threshold = 10 x 2048; the same iteration as those values written out.
+  const fs::path dir = fs::temp_directory_path() / "offsim-import-auto";
+  fs::create_directories(dir);
+  const auto experiment = [&](const std::string& name, const std::string& json) {
+    std::ofstream(dir / (name + ".json")) << json;
+    std::ofstream(dir / (name + ".yaml")) << fmt::format(
+        "name: {1}\nhardware: !include {0}/configs/hardware/frontier-node.yaml\n"
+        "calibration:\n  device: !include {0}/configs/calibration/mi250x-gcd.yaml\n"
+        "  collectives: !include {0}/configs/calibration/frontier-rccl.yaml\n"
+        "model: !include {0}/configs/models/gpt3-1.3b.yaml\n"
+        "training: {{micro_batch: 2, grad_accum: 3, precision: bf16, recompute: full, flash_attention: true}}\n"
+        "strategy:\n  kind: deepspeed\n  config: !include {1}.json\n  dp: 8\n  runtime: deepspeed-0.13\n",
+        kRoot, name);
+    return load_experiment(dir / (name + ".yaml"), {});
+  };
+  const ExperimentSpec automatic =
+      experiment("auto",
+                 "{\"train_batch_size\": \"auto\", \"train_micro_batch_size_per_gpu\": \"auto\", "
+                 "\"gradient_accumulation_steps\": \"auto\", \"bf16\": {\"enabled\": \"auto\"}, "
+                 "\"zero_optimization\": {\"stage\": 3, \"overlap_comm\": true, \"reduce_bucket_size\": \"auto\", "
+                 "\"stage3_prefetch_bucket_size\": \"auto\", \"stage3_param_persistence_threshold\": \"auto\"}}\n");
+  EXPECT_EQ(automatic.training.micro_batch, 2);
+  EXPECT_EQ(automatic.training.grad_accum, 3);
+  const auto& dp = std::get<DataParallelSpec>(automatic.strategy);
+  EXPECT_EQ(dp.reduce_bucket_elements, 2048 * 2048);
+  EXPECT_EQ(dp.param_persistence_threshold, 20480);
+  const ExperimentSpec explicit_values = experiment(
+      "explicit",
+      "{\"train_batch_size\": 48, \"train_micro_batch_size_per_gpu\": 2, \"gradient_accumulation_steps\": 3, "
+      "\"bf16\": {\"enabled\": true}, \"zero_optimization\": {\"stage\": 3, \"overlap_comm\": true, "
+      "\"reduce_bucket_size\": 4194304, \"stage3_param_persistence_threshold\": 20480}}\n");
+  EXPECT_EQ(run_experiment(automatic).iteration_time, run_experiment(explicit_values).iteration_time);
+}
+
 }  // namespace
 }  // namespace offsim::models
