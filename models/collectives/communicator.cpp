@@ -380,13 +380,23 @@ std::vector<TaskId> Communicator::add_stage(const std::string& name, const std::
     // Per channel, two directions, one flow per simulated rank each: to the next member (cw), to
     // the previous one (ccw).
     const int channels = std::max(1, options_.channels);
-    std::vector<int> members(g);
-    for (int k = 0; k < g; ++k) members[k] = member(layout_.simulated[0], k);
+    // Each channel's ring order and every member's place in it depend only on the band (the
+    // members of the first simulated rank's subgroup are fixed): computed once per band, not per
+    // collective, since they cost O(group) where the flows cost O(simulated ranks).
+    auto& rings = ring_orders_[{band.lo, band.hi, channels}];
+    if (rings.empty()) {
+      std::vector<int> members(g);
+      for (int k = 0; k < g; ++k) members[k] = member(layout_.simulated[0], k);
+      for (int c = 0; c < channels; ++c) {
+        std::vector<int> order = channel_order(members, c, channels);
+        std::vector<int> place(g);
+        for (int k = 0; k < g; ++k) place[position(order[k])] = k;
+        rings.emplace_back(std::move(order), std::move(place));
+      }
+    }
     std::vector<std::vector<Flow>> directions(2 * channels);
     for (int c = 0; c < channels; ++c) {
-      const std::vector<int> order = channel_order(members, c, channels);
-      std::vector<int> place(g);
-      for (int k = 0; k < g; ++k) place[position(order[k])] = k;
+      const auto& [order, place] = rings[static_cast<std::size_t>(c)];
       for (int s = 0; s < sims; ++s) {
         if (!active(s)) continue;
         const int r = layout_.simulated[s];

@@ -40,6 +40,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "models/collectives/plan.hpp"
@@ -130,6 +131,9 @@ class Communicator {
   // group inside one node, where the table only measured groups across nodes, runs at the link
   // rates (like `roofline`), since the inter-node rate says nothing about NVLink or IF rings.
   CollectiveFit fit(const std::string& collective, int g, bool spans_nodes = true);
+  // Ring orders and places per (band lo, band hi, channels): per channel, the members in ring
+  // order and each member's index in it (add_stage).
+  std::map<std::tuple<int, int, int>, std::vector<std::pair<std::vector<int>, std::vector<int>>>> ring_orders_;
 
   sim::TaskGraph& graph_;
   const MachineResources& machine_;
