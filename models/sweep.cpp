@@ -11,8 +11,6 @@
 #include <sstream>
 #include <stdexcept>
 #include <thread>
-#include <type_traits>
-#include <variant>
 
 #include "models/experiment.hpp"
 #include "sim/config/config_reader.hpp"
@@ -288,19 +286,13 @@ std::string run_sweep_point(const Sweep& sweep, const SweepPoint& point) {
   std::string reason;
   std::vector<std::string> figures(kFigureColumns.size() - 2);
   try {
-    ExperimentSpec spec = load_experiment(point.experiment, overrides);
+    // Every strategy kind reads strategy.collectives: the sweep's fidelity is one more override
+    // (and shows in the effective configuration like the axes).
     if (sweep.collective_fidelity) {
-      std::visit(
-          [&](auto& strategy) {
-            using S = std::decay_t<decltype(strategy)>;
-            if constexpr (std::is_same_v<S, CollectiveSpec>) {
-              strategy.options.fidelity = *sweep.collective_fidelity;
-            } else {
-              strategy.collectives.fidelity = *sweep.collective_fidelity;
-            }
-          },
-          spec.strategy);
+      overrides.push_back(fmt::format("strategy.collectives.fidelity={}",
+                                      *sweep.collective_fidelity == Fidelity::kAnalytic ? "analytic" : "flow"));
     }
+    const ExperimentSpec spec = load_experiment(point.experiment, overrides);
     const ExperimentResult r = run_experiment(spec);
     if (!r.feasible) {
       status = "infeasible";

@@ -1,7 +1,5 @@
 #include <fmt/format.h>
-#include <cstdlib>
 #include <filesystem>
-#include <sstream>
 
 #include "apps/offsim/commands.hpp"
 #include "models/cost/calibration.hpp"
@@ -91,31 +89,11 @@ int calibrate_command(const CalibrateCliOptions& options) {
       throw models::CalibrationError(fmt::format("--pinned-bandwidth: {}", e.what()));
     }
   }
-  const std::string table = models::calibrate(o);
+  std::vector<std::string> poor_fits;
+  const std::string table = models::calibrate(o, &poor_fits);
   sim::report::write_file_atomically(options.out, table);
   fmt::print("wrote {}\n", options.out);
-  // A fit that misses a measured row by more than this is written, with a warning: the line
-  // model may not suit those measurements (a protocol switch, a collapse, pageable copies).
-  constexpr double kResidualWarning = 0.2;
-  std::istringstream lines(table);
-  std::string section, group;  // the top-level key, and a nested list's key (a collective)
-  for (std::string line; std::getline(lines, line);) {
-    const auto indent = line.find_first_not_of(' ');
-    if (indent == std::string::npos || line[indent] == '#') continue;
-    const std::string key = line.substr(indent, line.find(':', indent) - indent);
-    if (indent == 0) section = key;
-    if (indent == 2 && line.back() == ':') group = key;
-    const auto at = line.find("max_relative_residual: ");
-    if (at == std::string::npos) continue;
-    const double residual = std::strtod(line.c_str() + at + 23, nullptr);
-    if (residual <= kResidualWarning) continue;
-    // "  h2d_pinned: {...}" names itself; "    - {ranks: 8, ...}" is a group size of `group`.
-    const std::string what =
-        line[indent] == '-' ? fmt::format("{} {}", group, line.substr(indent + 3, line.find(',', indent) - indent - 3))
-                            : key;
-    fmt::print(stderr, "warning: {} {}: the fit misses a measured row by {:.1f}% (max relative residual)\n", section,
-               what, 100.0 * residual);
-  }
+  for (const auto& fit : poor_fits) fmt::print(stderr, "warning: {}\n", fit);
   return 0;
 }
 

@@ -178,30 +178,27 @@ Communicator::Communicator(sim::TaskGraph& graph, const MachineResources& machin
 }
 
 CollectiveFit Communicator::fit(const std::string& collective, int g, bool spans_nodes) {
-  std::string note;
-  if (!spans_nodes && measured_.collectives.contains(collective)) {
+  const auto note_once = [this](const std::string& note) {
+    if (!note.empty() && std::find(notes_.begin(), notes_.end(), note) == notes_.end()) notes_.push_back(note);
+  };
+  // When nothing measured applies, the links alone limit the ring (an upper bound on its speed).
+  const bool measured = measured_.collectives.contains(collective);
+  std::string link_limited;
+  if (measured_.roofline_collectives && !measured) {
+    link_limited = "no measured collective for this machine (calibration.collectives: roofline); rings run";
+  } else if (!spans_nodes && measured) {
     const auto& fits = measured_.collectives.at(collective);
-    const bool only_across = std::all_of(fits.begin(), fits.end(), [](const CollectiveFit& f) { return f.nodes > 1; });
-    if (only_across) {
-      note = fmt::format(
-          "{}: measured across nodes only; groups inside one node run at the links' rates with no step latency, an "
-          "upper bound",
-          collective);
-      if (std::find(notes_.begin(), notes_.end(), note) == notes_.end()) notes_.push_back(note);
-      return CollectiveFit{g, 1, TimePs{0}, sim::Bandwidth{std::numeric_limits<double>::infinity()}, {}};
+    if (std::all_of(fits.begin(), fits.end(), [](const CollectiveFit& f) { return f.nodes > 1; })) {
+      link_limited = "measured across nodes only; groups inside one node run";
     }
   }
-  if (measured_.roofline_collectives && !measured_.collectives.contains(collective)) {
-    // No measurement: the links alone limit the ring (an upper bound on the collective's speed).
-    note = fmt::format(
-        "{}: no measured collective for this machine (calibration.collectives: roofline); rings "
-        "run at the links' rates with no step latency, an upper bound",
-        collective);
-    if (std::find(notes_.begin(), notes_.end(), note) == notes_.end()) notes_.push_back(note);
+  if (!link_limited.empty()) {
+    note_once(fmt::format("{}: {} at the links' rates with no step latency, an upper bound", collective, link_limited));
     return CollectiveFit{g, 0, TimePs{0}, sim::Bandwidth{std::numeric_limits<double>::infinity()}, {}};
   }
+  std::string note;
   const CollectiveFit& f = measured_.collective(collective, g, &note);
-  if (!note.empty() && std::find(notes_.begin(), notes_.end(), note) == notes_.end()) notes_.push_back(note);
+  note_once(note);
   return f;
 }
 

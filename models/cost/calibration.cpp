@@ -210,7 +210,13 @@ std::string yaml_fit(const LineFit& f) {
 
 }  // namespace
 
-std::string calibrate(const CalibrateOptions& o) {
+std::string calibrate(const CalibrateOptions& o, std::vector<std::string>* poor_fits) {
+  const auto check_fit = [&](const std::string& what, double residual) {
+    if (poor_fits != nullptr && residual > kPoorFitResidual) {
+      poor_fits->push_back(
+          fmt::format("{}: the fit misses a measured row by {:.1f}% (max relative residual)", what, 100.0 * residual));
+    }
+  };
   std::vector<Table> tables;
   for (const auto& f : o.files) tables.push_back(read_table(f));
   std::vector<std::pair<std::string, std::string>> filters;
@@ -323,6 +329,8 @@ std::string calibrate(const CalibrateOptions& o) {
         sim::format_bandwidth(*o.pinned_bandwidth), kUpcastBytes);
     out += fmt::format("cpu_work: {{bandwidth: {}, fit: {{rows: {}, max_relative_residual: {:.3f}}}}}\n",
                        yaml_bandwidth(f.cpu_work.bytes_per_s), f.step_rows, f.step_max_relative_residual);
+    check_fit("cpu_work and copies h2d_pageable", f.step_max_relative_residual);
+    if (f.d2h_pageable) check_fit("copies d2h_pageable", f.backward_max_relative_residual);
     copy_lines.push_back(fmt::format(
         "  h2d_pageable: {{latency: \"0 us\", bandwidth: {}, fit: {{rows: {}, max_relative_residual: {:.3f}, note: "
         "\"fitted from step times\"}}}}\n",
@@ -343,6 +351,7 @@ std::string calibrate(const CalibrateOptions& o) {
     const LineFit f = fit_line(x, y);
     copy_lines.push_back(fmt::format("  {}: {{latency: {}, bandwidth: {}, fit: {}}}\n", key, yaml_time(f.intercept),
                                      yaml_bandwidth(1.0 / f.slope), yaml_fit(f)));
+    check_fit(fmt::format("copies {}", key), f.max_relative_residual);
   }
   if (!copy_lines.empty()) {
     out += "copies:  # t = latency + bytes / bandwidth\n";
@@ -384,6 +393,7 @@ std::string calibrate(const CalibrateOptions& o) {
         if (f.slope > 0.0 && f.intercept >= 0.0) {
           out += fmt::format("    - {{ranks: {}, {}step_latency: {}, bus_bandwidth: {}, fit: {},\n", g, nodes,
                              yaml_time(f.intercept / steps), yaml_bandwidth(1.0 / f.slope), yaml_fit(f));
+          check_fit(fmt::format("collectives {} ranks: {}", key, g), f.max_relative_residual);
         } else {
           // No physical line through these points (the implementation's efficiency collapses at
           // some sizes): the plateau stands in for the fit and the measured table carries the rest.

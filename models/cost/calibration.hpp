@@ -90,6 +90,11 @@ struct CalibrateOptions {
 };
 
 /// The calibration table as YAML text. Throws CalibrationError for bad input or no usable rows.
-[[nodiscard]] std::string calibrate(const CalibrateOptions& options);
+/// `poor_fits`, when given, receives one line per fit whose line misses a measured row by more
+/// than `kPoorFitResidual` (the table still holds it: the line model may not suit those rows).
+[[nodiscard]] std::string calibrate(const CalibrateOptions& options, std::vector<std::string>* poor_fits = nullptr);
+
+/// The largest relative residual of a fit that `calibrate` does not report as poor.
+inline constexpr double kPoorFitResidual = 0.2;
 
 }  // namespace offsim::models

@@ -77,7 +77,6 @@ struct DeviceCosts {
     double forward = 1.0, backward = 1.0;
   };
   std::map<std::string, KernelEfficiency, std::less<>> kernel_efficiency;
-  std::string kernel_efficiency_source;
 };
 
 /// A fitted collective at one group size (offsim calibrate, ring model).

@@ -202,10 +202,12 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
       if (in.host.cpu_work_bandwidth) {
         auto it = cores_of_host.find(info.host);
         if (it == cores_of_host.end()) {
-          const std::string& cpu = in.topology.device(info.host).name;
+          // Named after the host's cores unit, which it stands for: trace.json draws the host work
+          // that streams through it on that unit's track.
+          const std::string cores = out.machine.platform.units.at(*out.machine.unit_of_device.at(info.host)).name;
           it = cores_of_host
-                   .emplace(info.host, out.machine.platform.add_constraint(
-                                           {cpu + ".cores", *in.host.cpu_work_bandwidth, "cpu-work", ""}))
+                   .emplace(info.host,
+                            out.machine.platform.add_constraint({cores, *in.host.cpu_work_bandwidth, "cpu-work", ""}))
                    .first;
         }
         info.host_cores = it->second;

@@ -3,6 +3,7 @@
 //
 // FLOPs count a multiply-add as 2. Attention core FLOPs count the full s x s score matrix (no
 // causal halving), as Megatron-LM's reported TFLOPs do, so figures compare with published ones.
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -62,6 +63,11 @@ struct LayerWork {
 /// bf16 tensors (1-byte dropout masks). `kernel` names its efficiency class in the calibration
 /// table (layernorm, activation, attention_scale, attention_softmax, dropout, residual_add,
 /// bias_grad); bench/torch/transformer_bench.py measures each class with these byte counts.
+/// The kernel classes ElementwiseKernel::kernel takes (what a calibration table's
+/// memory_bound.kernels may name).
+inline constexpr std::array<const char*, 7> kElementwiseKernelClasses{
+    "layernorm", "activation", "attention_scale", "attention_softmax", "dropout", "residual_add", "bias_grad"};
+
 struct ElementwiseKernel {
   const char* kernel = "";
   double forward_bytes = 0.0;

@@ -127,8 +127,8 @@ std::string chrome_trace(const Platform& platform, const TaskGraph& graph, const
   // Tracks for the units that ran something: a machine's idle units (all but the simulated ranks'
   // under rank symmetry, tens of thousands on a full Frontier) would only bloat the file.
   std::vector<bool> used(platform.units.size(), false);
-  // Work modelled as a flow through a unit's own constraint (the host cores that CPU Adam and the
-  // casts stream through share a name with the cores' unit) shows on that unit's track too.
+  // Work modelled as a flow through a constraint named after a unit (the host cores that CPU Adam
+  // and the casts stream through are named after the cores' unit) shows on that unit's track too.
   std::map<std::string, std::size_t> unit_by_name;
   for (std::size_t u = 0; u < platform.units.size(); ++u) unit_by_name.emplace(platform.units[u].name, u);
   std::vector<std::optional<std::size_t>> unit_of_constraint(platform.constraints.size());

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "models/experiment.hpp"
 #include "models/sweep.hpp"
 #include "sim/config/config_reader.hpp"
 
@@ -138,6 +139,30 @@ TEST(Sweep, AFidelityForEveryPointOverridesTheExperiments) {
     const std::string f = run_sweep_point(flow, point);
     EXPECT_NEAR(seconds(a), seconds(f), 1e-6 * seconds(f)) << a << f;
   }
+  // Where the two differ (7B offload on 4 Polaris nodes: the gathers share the host links with the
+  // offload copies), each point runs exactly what the experiment runs with that fidelity set.
+  Sweep offload = load_sweep(
+      write("offload.yaml", fmt::format("name: offload\nbase: {}/configs/experiments/llama-7b-offload-polaris.yaml\n"
+                                        "axes:\n  - {{key: training.micro_batch, values: [4]}}\n",
+                                        OFFSIM_SOURCE_DIR)));
+  const auto iteration_of = [](const std::string& row) {
+    std::vector<std::string> fields;
+    std::stringstream in(row);
+    for (std::string f; std::getline(in, f, ',');) fields.push_back(f);
+    return std::stod(fields.at(3));  // index, 1 axis, status, iteration_time_s
+  };
+  std::vector<double> by_fidelity;
+  for (const auto& [fidelity, name] : {std::pair{Fidelity::kAnalytic, "analytic"}, {Fidelity::kFlow, "flow"}}) {
+    offload.collective_fidelity = fidelity;
+    const double swept = iteration_of(run_sweep_point(offload, offload.points.at(0)));
+    const double direct = run_experiment(load_experiment(offload.points.at(0).experiment,
+                                                         {"training.micro_batch=4",
+                                                          fmt::format("strategy.collectives.fidelity={}", name)}))
+                              .iteration_time.seconds();
+    EXPECT_NEAR(swept, direct, 1e-9 * direct) << name;
+    by_fidelity.push_back(swept);
+  }
+  EXPECT_NE(by_fidelity[0], by_fidelity[1]);
 }
 
 TEST(Sweep, ResumingIntoAnotherSweepsFileIsRefused) {
