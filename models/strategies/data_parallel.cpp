@@ -147,7 +147,7 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
     std::int64_t linear = 0;
     for (const auto& gemm : layer_gemms(m, 1, 1)) {
       if (gemm.attention_core) continue;
-      layer_parts.push_back(gemm.n * gemm.k + (m.linear_bias ? gemm.n : 0));
+      layer_parts.push_back(projection_parameters(m, gemm));
       linear += layer_parts.back();
     }
     layer_parts.push_back(params.per_layer - linear);

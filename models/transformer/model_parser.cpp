@@ -9,81 +9,282 @@ namespace offsim::models {
 namespace {
 
 // A Hugging Face config.json (`model: !include llama.config.json`): the keys offsim maps, by
-// model_type; every other key is listed in one warning, never silently dropped.
-std::optional<ModelSpec> parse_hf_model(const sim::config::Node& node) {
-  auto& ctx = node.context();
-  const std::size_t errors_before = ctx.error_count();
-  sim::config::MapReader r(node);
-  const std::string type = r.choice("model_type", {"llama", "mistral", "gpt_neox", "gpt2"}).value;
-  ModelSpec m;
-  const auto positive = [&](std::string_view key) {
-    const auto v = r.required<std::int64_t>(key);
-    if (v.valid && v.value <= 0)
-      ctx.error(v.loc, node.child_path(key), fmt::format("expected a positive integer, got {}", v.value));
+// model_type, with transformers' defaults for the keys a config leaves out (each family's
+// Config class); every other key is listed in one warning, never silently dropped. Families
+// whose shape offsim cannot express are refused with the reason, located at the key that says so.
+class HfConfigReader {
+ public:
+  explicit HfConfigReader(const sim::config::Node& node) : node_(node), ctx_(node.context()), r_(node) {}
+
+  std::optional<ModelSpec> read() {
+    const std::size_t errors_before = ctx_.error_count();
+    const auto type = r_.required<std::string>("model_type");
+    if (!type.valid) return std::nullopt;
+    m_.name = r_.optional<std::string>("_name_or_path", type.value).value;
+    const std::string& t = type.value;
+    if (t == "llama" || t == "mistral" || t == "mixtral" || t == "qwen2" || t == "qwen2_moe" || t == "gemma" ||
+        t == "gemma2" || t == "phi3" || t == "deepseek") {
+      read_llama_family(t);
+    } else if (t == "gpt_neox") {
+      read_gpt_neox();
+    } else if (t == "gpt2") {
+      read_gpt2();
+    } else if (t == "falcon") {
+      read_falcon();
+    } else if (t == "opt") {
+      read_opt();
+    } else if (t == "phi") {
+      read_phi();
+    } else if (t == "deepseek_v2" || t == "deepseek_v3") {
+      refuse(type.loc, "model_type",
+             fmt::format("{}: multi-head latent attention (kv_lora_rank, q_lora_rank) is not modelled", t));
+    } else {
+      refuse(type.loc, "model_type",
+             fmt::format("'{}' is not a model family offsim reads; it reads llama, mistral, mixtral, qwen2, qwen2_moe, "
+                         "gemma, gemma2, phi, phi3, falcon, opt, gpt_neox, gpt2 and deepseek (MoE without dense "
+                         "layers); write the shape as an offsim model instead (docs/models.md)",
+                         t));
+    }
+    const std::vector<std::string> ignored = r_.take_unread_keys();
+    if (!ignored.empty() && ctx_.error_count() == errors_before) {
+      ctx_.warning(
+          node_.location(), node_.path(),
+          fmt::format("Hugging Face config keys offsim does not model, ignored: {}", fmt::join(ignored, ", ")));
+    }
+    if (ctx_.error_count() == errors_before && m_.head_size == 0 && m_.heads > 0 && m_.hidden % m_.heads != 0) {
+      ctx_.error(
+          node_.location(), node_.path(),
+          fmt::format("hidden ({}) is not a multiple of heads ({}) and no head_dim is given", m_.hidden, m_.heads));
+    }
+    if (ctx_.error_count() == errors_before && m_.heads > 0 && m_.kv_heads > 0 && m_.heads % m_.kv_heads != 0) {
+      ctx_.error(node_.location(), node_.path(),
+                 fmt::format("heads ({}) is not a multiple of key/value heads ({})", m_.heads, m_.kv_heads));
+    }
+    if (ctx_.error_count() != errors_before) return std::nullopt;
+    return m_;
+  }
+
+ private:
+  std::int64_t positive(std::string_view key) {
+    const auto v = r_.required<std::int64_t>(key);
+    if (v.valid && v.value <= 0) error_at(v.loc, key, fmt::format("expected a positive integer, got {}", v.value));
     return v.value;
-  };
-  const bool gpt2 = type == "gpt2";
-  m.name = r.optional<std::string>("_name_or_path", type).value;
-  m.layers = positive(gpt2 ? "n_layer" : "num_hidden_layers");
-  m.hidden = positive(gpt2 ? "n_embd" : "hidden_size");
-  m.heads = positive(gpt2 ? "n_head" : "num_attention_heads");
-  m.vocab = positive("vocab_size");
-  m.seq = positive(gpt2 ? "n_positions" : "max_position_embeddings");
-  if (type == "llama" || type == "mistral") {
-    // transformers' LlamaConfig defaults: num_key_value_heads = num_attention_heads,
-    // tie_word_embeddings false, attention_bias false.
-    m.kv_heads = r.optional<std::int64_t>("num_key_value_heads", m.heads).value;
-    m.ffn = positive("intermediate_size");
-    (void)r.choice("hidden_act", {"silu"});
-    m.ffn_kind = FfnKind::kSwiglu;
-    m.norm = NormKind::kRmsNorm;
-    m.position = PositionKind::kRope;
-    m.tied_embeddings = r.optional<bool>("tie_word_embeddings", false).value;
-    m.linear_bias = r.optional<bool>("attention_bias", false).value;
-    m.dropout = r.optional<double>("attention_dropout", 0.0).value > 0.0;
-  } else if (type == "gpt_neox") {
+  }
+  // An optional count that may also be written as null (transformers' "use the default").
+  std::int64_t positive_or(std::string_view key, std::int64_t fallback) {
+    const auto c = r_.child(key);
+    if (!c || c->is_null()) return fallback;
+    const auto v = c->as<std::int64_t>();
+    if (!v) return fallback;
+    if (*v <= 0) error_at(c->location(), key, fmt::format("expected a positive integer, got {}", *v));
+    return *v;
+  }
+  double number_or(std::string_view key, double fallback) {
+    const auto c = r_.child(key);
+    if (!c || c->is_null()) return fallback;
+    return c->as<double>().value_or(fallback);
+  }
+  bool flag_or(std::string_view key, bool fallback) { return r_.optional<bool>(key, fallback).value; }
+  void error_at(const sim::config::Location& loc, std::string_view key, std::string message) {
+    ctx_.error(loc, node_.child_path(key), std::move(message));
+  }
+  void refuse(const sim::config::Location& loc, std::string_view key, std::string why) {
+    error_at(loc, key, fmt::format("not expressible in offsim: {}", why));
+  }
+  // A key whose value offsim requires to be `expected` (a layer layout it cannot express otherwise).
+  template <class T>
+  void require_value(std::string_view key, T expected, std::string_view why) {
+    const auto c = r_.child(key);
+    if (!c || c->is_null()) return;
+    const auto v = c->as<T>();
+    if (v && *v != expected) refuse(c->location(), key, fmt::format("{} = {}: {}", key, *v, why));
+  }
+  void choice(std::string_view key, const std::vector<std::string>& choices, const std::string& fallback) {
+    (void)r_.choice(key, choices, fallback);
+  }
+
+  void read_llama_family(const std::string& t) {
+    m_.layers = positive("num_hidden_layers");
+    m_.hidden = positive("hidden_size");
+    m_.heads = positive("num_attention_heads");
+    m_.vocab = positive("vocab_size");
+    m_.seq = positive("max_position_embeddings");
+    // LlamaConfig and its kin: num_key_value_heads defaults to num_attention_heads; head_dim
+    // (newer configs; Gemma's is 256 by default) to hidden / heads.
+    m_.kv_heads = positive_or("num_key_value_heads", m_.heads);
+    m_.head_size = positive_or("head_dim", t == "gemma" || t == "gemma2" ? 256 : 0);
+    if (m_.head_size > 0 && m_.heads > 0 && m_.head_size * m_.heads == m_.hidden) m_.head_size = 0;
+    m_.ffn_kind = FfnKind::kSwiglu;  // gated MLPs: SwiGLU, or GeGLU for Gemma (same shapes and kernels)
+    m_.norm = NormKind::kRmsNorm;
+    m_.position = PositionKind::kRope;
+    const bool gemma = t == "gemma" || t == "gemma2";
+    if (gemma) {
+      choice("hidden_act", {"gelu", "gelu_pytorch_tanh"}, "gelu_pytorch_tanh");
+      choice("hidden_activation", {"gelu", "gelu_pytorch_tanh"}, "gelu_pytorch_tanh");
+    } else {
+      choice("hidden_act", {"silu"}, "silu");
+    }
+    m_.tied_embeddings = flag_or("tie_word_embeddings", gemma);
+    m_.qkv_bias = t == "qwen2" || t == "qwen2_moe";  // Qwen2Attention: bias on q/k/v, none on o_proj
+    m_.linear_bias = flag_or("attention_bias", false);
+    m_.dropout = number_or("attention_dropout", 0.0) > 0.0;
+    if (t == "mixtral") {
+      m_.ffn = positive("intermediate_size");
+      m_.experts = positive("num_local_experts");
+      m_.experts_per_token = positive("num_experts_per_tok");
+    } else if (t == "qwen2_moe") {
+      // Qwen2MoeConfig: every layer sparse when decoder_sparse_step is 1 and mlp_only_layers empty;
+      // intermediate_size is then the width of dense layers there are none of.
+      (void)r_.optional<std::int64_t>("intermediate_size", 0);
+      m_.ffn = positive("moe_intermediate_size");
+      m_.experts = positive("num_experts");
+      m_.experts_per_token = positive("num_experts_per_tok");
+      m_.shared_ffn = positive_or("shared_expert_intermediate_size", 0);
+      require_value<std::int64_t>("decoder_sparse_step", 1,
+                                  "dense and sparse layers alternate; offsim models layers of one shape");
+      if (auto c = r_.child("mlp_only_layers"); c && c->is_sequence() && !c->items().empty()) {
+        refuse(c->location(), "mlp_only_layers", "some layers dense, others sparse: offsim models layers of one shape");
+      }
+    } else if (t == "deepseek") {
+      // DeepSeek-MoE (deepseek-moe-16b): routed experts of moe_intermediate_size plus
+      // n_shared_experts of the same width every token runs.
+      (void)r_.optional<std::int64_t>("intermediate_size", 0);
+      m_.ffn = positive("moe_intermediate_size");
+      m_.experts = positive("n_routed_experts");
+      m_.experts_per_token = positive("num_experts_per_tok");
+      m_.shared_ffn = positive_or("n_shared_experts", 0) * m_.ffn;
+      require_value<std::int64_t>("first_k_dense_replace", 0,
+                                  "the first layers are dense and the rest mixtures of experts; offsim models layers "
+                                  "of one shape");
+      require_value<std::int64_t>("moe_layer_freq", 1,
+                                  "dense and sparse layers alternate; offsim models layers of one shape");
+    } else {
+      m_.ffn = positive("intermediate_size");
+    }
+    if (m_.moe() && m_.experts_per_token > m_.experts) {
+      error_at(node_.location(), "num_experts_per_tok",
+               fmt::format("{} experts per token out of {}", m_.experts_per_token, m_.experts));
+    }
+  }
+
+  void read_gpt_neox() {
     // GPTNeoXConfig: rotary on rotary_pct of each head, LayerNorm, biases, untied by default.
-    m.kv_heads = m.heads;
-    m.ffn = positive("intermediate_size");
-    m.ffn_kind = FfnKind::kGelu;
-    m.norm = NormKind::kLayerNorm;
-    m.position = PositionKind::kRope;
-    m.tied_embeddings = r.optional<bool>("tie_word_embeddings", false).value;
-    m.linear_bias = true;
+    m_.layers = positive("num_hidden_layers");
+    m_.hidden = positive("hidden_size");
+    m_.heads = positive("num_attention_heads");
+    m_.vocab = positive("vocab_size");
+    m_.seq = positive("max_position_embeddings");
+    m_.kv_heads = m_.heads;
+    m_.ffn = positive("intermediate_size");
+    m_.ffn_kind = FfnKind::kGelu;
+    m_.norm = NormKind::kLayerNorm;
+    m_.position = PositionKind::kRope;
+    m_.tied_embeddings = flag_or("tie_word_embeddings", false);
+    m_.linear_bias = true;
     // GPTNeoXConfig defaults: hidden_dropout 0.0, attention_dropout 0.0.
-    m.dropout = r.optional<double>("hidden_dropout", 0.0).value > 0.0 ||
-                r.optional<double>("attention_dropout", 0.0).value > 0.0;
-  } else {
+    m_.dropout = number_or("hidden_dropout", 0.0) > 0.0 || number_or("attention_dropout", 0.0) > 0.0;
+  }
+
+  void read_gpt2() {
     // GPT2Config: n_inner null means 4 x n_embd; learned positions; tied embeddings.
-    m.kv_heads = m.heads;
-    std::int64_t inner = 4 * m.hidden;
-    if (auto c = r.child("n_inner"); c && !c->is_null()) inner = c->as<std::int64_t>().value_or(inner);
-    m.ffn = inner;
-    m.ffn_kind = FfnKind::kGelu;
-    m.norm = NormKind::kLayerNorm;
-    m.position = PositionKind::kLearned;
-    m.tied_embeddings = r.optional<bool>("tie_word_embeddings", true).value;
-    m.linear_bias = true;
+    m_.layers = positive("n_layer");
+    m_.hidden = positive("n_embd");
+    m_.heads = positive("n_head");
+    m_.vocab = positive("vocab_size");
+    m_.seq = positive("n_positions");
+    m_.kv_heads = m_.heads;
+    m_.ffn = positive_or("n_inner", 4 * m_.hidden);
+    m_.ffn_kind = FfnKind::kGelu;
+    m_.norm = NormKind::kLayerNorm;
+    m_.position = PositionKind::kLearned;
+    m_.tied_embeddings = flag_or("tie_word_embeddings", true);
+    m_.linear_bias = true;
     // GPT2Config defaults: resid_pdrop 0.1, attn_pdrop 0.1.
-    m.dropout = r.optional<double>("resid_pdrop", 0.1).value > 0.0 || r.optional<double>("attn_pdrop", 0.1).value > 0.0;
+    m_.dropout = number_or("resid_pdrop", 0.1) > 0.0 || number_or("attn_pdrop", 0.1) > 0.0;
   }
-  const std::vector<std::string> ignored = r.take_unread_keys();
-  if (!ignored.empty()) {
-    ctx.warning(node.location(), node.path(),
-                fmt::format("Hugging Face config keys offsim does not model, ignored: {}", fmt::join(ignored, ", ")));
+
+  void read_falcon() {
+    // FalconConfig: multi-query attention (one K/V head) unless new_decoder_architecture names
+    // num_kv_heads; GeLU MLP of 4 x hidden (ffn_hidden_size in newer configs); LayerNorm; rotary
+    // positions unless alibi; no biases; embeddings tied. Its parallel attention and MLP run the
+    // same GEMMs and kernels as the sequential block (one norm fewer in Falcon-7B: costed as two).
+    m_.layers = positive("num_hidden_layers");
+    m_.hidden = positive("hidden_size");
+    m_.heads = positive("num_attention_heads");
+    m_.vocab = positive("vocab_size");
+    m_.seq = positive_or("max_position_embeddings", 2048);
+    const bool new_arch = flag_or("new_decoder_architecture", false);
+    const bool multi_query = flag_or("multi_query", true);
+    m_.kv_heads = new_arch ? positive_or("num_kv_heads", m_.heads) : (multi_query ? 1 : m_.heads);
+    if (!new_arch) (void)r_.child("num_kv_heads");
+    m_.ffn = positive_or("ffn_hidden_size", 4 * m_.hidden);
+    m_.ffn_kind = FfnKind::kGelu;
+    m_.norm = NormKind::kLayerNorm;
+    m_.position = PositionKind::kRope;
+    if (const auto alibi = r_.optional<bool>("alibi", false); alibi.value) {
+      refuse(alibi.loc, "alibi", "ALiBi position biases are not modelled (offsim has learned and rotary positions)");
+    }
+    (void)flag_or("parallel_attn", true);
+    m_.tied_embeddings = flag_or("tie_word_embeddings", true);
+    m_.linear_bias = flag_or("bias", false);
+    m_.dropout = number_or("hidden_dropout", 0.0) > 0.0 || number_or("attention_dropout", 0.0) > 0.0;
   }
-  if (m.hidden > 0 && m.heads > 0 && m.hidden % m.heads != 0) {
-    ctx.error(node.location(), node.path(),
-              fmt::format("hidden ({}) is not a multiple of heads ({})", m.hidden, m.heads));
+
+  void read_opt() {
+    // OPTConfig: learned positions, LayerNorm, biases, ReLU MLP of ffn_dim (costed as the GeLU
+    // MLP: same GEMMs, one elementwise kernel), tied embeddings, dropout 0.1.
+    m_.layers = positive("num_hidden_layers");
+    m_.hidden = positive("hidden_size");
+    m_.heads = positive("num_attention_heads");
+    m_.vocab = positive("vocab_size");
+    m_.seq = positive("max_position_embeddings");
+    m_.kv_heads = m_.heads;
+    m_.ffn = positive("ffn_dim");
+    choice("activation_function", {"relu", "gelu"}, "relu");
+    if (const auto proj = r_.child("word_embed_proj_dim"); proj && !proj->is_null()) {
+      if (const auto v = proj->as<std::int64_t>(); v && *v != m_.hidden) {
+        refuse(proj->location(), "word_embed_proj_dim",
+               fmt::format("embeddings of width {} projected to hidden {} (OPT-350m) are not modelled", *v, m_.hidden));
+      }
+    }
+    require_value<bool>("do_layer_norm_before", true, "post-norm layers are not modelled");
+    m_.ffn_kind = FfnKind::kGelu;
+    m_.norm = NormKind::kLayerNorm;
+    m_.position = PositionKind::kLearned;
+    m_.tied_embeddings = flag_or("tie_word_embeddings", true);
+    m_.linear_bias = flag_or("enable_bias", true);
+    m_.dropout = number_or("dropout", 0.1) > 0.0 || number_or("attention_dropout", 0.0) > 0.0;
   }
-  if (ctx.error_count() != errors_before) return std::nullopt;
-  return m;
-}
+
+  void read_phi() {
+    // PhiConfig (phi-1.5, phi-2): parallel attention and GeLU MLP (the sequential block's GEMMs
+    // and kernels), LayerNorm, biases, rotary positions on part of each head, untied head.
+    m_.layers = positive("num_hidden_layers");
+    m_.hidden = positive("hidden_size");
+    m_.heads = positive("num_attention_heads");
+    m_.vocab = positive("vocab_size");
+    m_.seq = positive("max_position_embeddings");
+    m_.kv_heads = positive_or("num_key_value_heads", m_.heads);
+    m_.ffn = positive("intermediate_size");
+    choice("hidden_act", {"gelu_new", "gelu", "gelu_fast", "gelu_pytorch_tanh"}, "gelu_new");
+    m_.ffn_kind = FfnKind::kGelu;
+    m_.norm = NormKind::kLayerNorm;
+    m_.position = PositionKind::kRope;
+    m_.tied_embeddings = flag_or("tie_word_embeddings", false);
+    m_.linear_bias = true;
+    m_.dropout = number_or("resid_pdrop", 0.0) > 0.0 || number_or("attention_dropout", 0.0) > 0.0;
+  }
+
+  const sim::config::Node& node_;
+  sim::config::Context& ctx_;
+  sim::config::MapReader r_;
+  ModelSpec m_;
+};
 
 }  // namespace
 
 std::optional<ModelSpec> parse_model(const sim::config::Node& node) {
-  if (node.is_map() && node.yaml()["model_type"]) return parse_hf_model(node);
+  if (node.is_map() && node.yaml()["model_type"]) return HfConfigReader(node).read();
   auto& ctx = node.context();
   const std::size_t errors_before = ctx.error_count();
   sim::config::MapReader r(node);
@@ -112,7 +313,32 @@ std::optional<ModelSpec> parse_model(const sim::config::Node& node) {
   // Dropout kernels (after attention, on its probabilities, after the MLP), as GPT-2/3 and
   // Megatron-LM's GPT train with; Llama-style models train without. Default: none.
   m.dropout = r.optional<bool>("dropout", false).value;
-  if (heads.valid && m.heads > 0 && m.hidden % m.heads != 0) {
+  m.qkv_bias = r.optional<bool>("qkv_bias", false).value;
+  const auto head_dim = r.optional<std::int64_t>("head_dim", 0);
+  if (head_dim.valid && head_dim.value < 0)
+    ctx.error(head_dim.loc, node.child_path("head_dim"),
+              fmt::format("expected a positive integer, got {}", head_dim.value));
+  m.head_size = std::max<std::int64_t>(head_dim.value, 0);
+  if (auto moe = r.child("moe")) {
+    // Mixture of experts: `experts` MLPs of width ffn, experts_per_token of them per token, and
+    // optionally a shared MLP of width shared_ffn every token runs.
+    sim::config::MapReader e(*moe);
+    const auto count = [&](std::string_view key, bool required) {
+      const auto v = required ? e.required<std::int64_t>(key) : e.optional<std::int64_t>(key, 0);
+      if (v.valid && (v.value < 0 || (required && v.value == 0)))
+        ctx.error(v.loc, moe->child_path(key), fmt::format("expected a positive integer, got {}", v.value));
+      return v;
+    };
+    m.experts = std::max<std::int64_t>(count("experts", true).value, 0);
+    const auto per_token = count("experts_per_token", true);
+    m.experts_per_token = per_token.value;
+    m.shared_ffn = std::max<std::int64_t>(count("shared_ffn", false).value, 0);
+    if (per_token.valid && m.experts > 0 && m.experts_per_token > m.experts) {
+      ctx.error(per_token.loc, moe->child_path("experts_per_token"),
+                fmt::format("{} experts per token out of {} experts", m.experts_per_token, m.experts));
+    }
+  }
+  if (heads.valid && m.heads > 0 && m.head_size == 0 && m.hidden % m.heads != 0) {
     ctx.error(heads.loc, node.child_path("heads"),
               fmt::format("hidden ({}) must be a multiple of heads ({})", m.hidden, m.heads));
   }

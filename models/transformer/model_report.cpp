@@ -36,6 +36,7 @@ std::string model_json(const ModelSpec& m, const ModelReportOptions& o) {
   j.key("parameters").begin_object();
   j.field("total", c.total).field("per_layer", c.per_layer).field("layers", c.layers).field("embedding", c.embedding);
   j.field("position", c.position).field("final_norm", c.final_norm).field("output_head", c.output_head);
+  j.field("active", c.active);
   j.end_object();
   j.key("per_layer").begin_object();
   j.field("forward_flops", w.layer_forward).field("backward_flops", 2.0 * w.layer_forward);
@@ -70,6 +71,14 @@ std::string model_text(const ModelSpec& m, const ModelReportOptions& o) {
   std::string out = fmt::format("{}: {} parameters ({:.3f} B)\n", m.name, c.total, static_cast<double>(c.total) / 1e9);
   out += fmt::format("  {} layers x {} + embedding {} + positions {} + final norm {} + output head {}\n\n", m.layers,
                      c.per_layer, c.embedding, c.position, c.final_norm, c.output_head);
+  if (m.moe()) {
+    out += fmt::format(
+        "  mixture of experts: {} experts of width {}, {} per token{}; {} parameters active per token ({:.3f} B)\n"
+        "  (tokens assumed spread evenly over the experts: a lower bound on the time)\n",
+        m.experts, m.ffn, m.experts_per_token,
+        m.shared_ffn > 0 ? fmt::format(", a shared MLP of width {}", m.shared_ffn) : std::string(), c.active,
+        static_cast<double>(c.active) / 1e9);
+  }
   sim::report::TextTable t(
       {fmt::format("forward GEMM (micro-batch {}, tp {})", o.micro_batch, o.tp), "M", "N", "K", "batch", "GFLOP"});
   for (const auto& g : w.gemms) {

@@ -5,16 +5,47 @@
 
 namespace offsim::models {
 
+namespace {
+// Weights of one MLP of width w: GeLU has up (h x w) and down (w x h); SwiGLU (and GeGLU) has gate
+// and up (h x w each) and down.
+std::int64_t mlp_parameters(const ModelSpec& m, std::int64_t w) {
+  if (w == 0) return 0;
+  const std::int64_t h = m.hidden;
+  const std::int64_t bias = m.linear_bias ? 1 : 0;
+  return m.ffn_kind == FfnKind::kGelu ? 2 * h * w + bias * (w + h) : 3 * h * w + bias * (2 * w + h);
+}
+
+// Forward FLOPs of one MLP of width w on t tokens.
+double mlp_flops(const ModelSpec& m, double t, std::int64_t w) {
+  const double matrices = m.ffn_kind == FfnKind::kGelu ? 2.0 : 3.0;
+  return 2.0 * t * matrices * static_cast<double>(m.hidden) * static_cast<double>(w);
+}
+
+// Bytes one token keeps for the backward of an MLP of width w (Korthikanti's MLP terms less its
+// input and dropout mask): GeLU keeps its input and the down projection's input (2 x 2w);
+// SwiGLU keeps the gate and up outputs and their product (3 x 2w).
+double mlp_stored_bytes_per_token(const ModelSpec& m, std::int64_t w) {
+  return (m.ffn_kind == FfnKind::kGelu ? 4.0 : 6.0) * static_cast<double>(w);
+}
+}  // namespace
+
+std::int64_t tokens_per_expert(const ModelSpec& m, std::int64_t tokens) {
+  if (!m.moe()) return tokens;
+  return (tokens * m.experts_per_token + m.experts - 1) / m.experts;
+}
+
 ParameterCounts count_parameters(const ModelSpec& m) {
   const std::int64_t h = m.hidden;
+  const std::int64_t q = m.q_width();
   const std::int64_t kv = m.kv_width();
-  const std::int64_t bias = m.linear_bias ? 1 : 0;
   const std::int64_t norm_params = m.norm == NormKind::kLayerNorm ? 2 * h : h;  // weight (+ bias)
-  // Attention: Q and O are h x h, K and V are h x kv (grouped-query attention shares K/V heads).
-  const std::int64_t attention = 2 * h * h + 2 * h * kv + bias * (h + 2 * kv + h);
-  // MLP: GeLU has up (h x f) and down (f x h); SwiGLU has gate and up (h x f each) and down.
-  const std::int64_t mlp =
-      m.ffn_kind == FfnKind::kGelu ? 2 * h * m.ffn + bias * (m.ffn + h) : 3 * h * m.ffn + bias * (2 * m.ffn + h);
+  // Attention: Q is h x q, O is q x h (q = h unless the heads are wider), K and V are h x kv
+  // (grouped-query attention shares K/V heads). Biases on all four, or on Q, K, V only (Qwen2).
+  const std::int64_t qkv_bias = m.linear_bias || m.qkv_bias ? q + 2 * kv : 0;
+  const std::int64_t attention = 2 * h * q + 2 * h * kv + qkv_bias + (m.linear_bias ? h : 0);
+  // MLP: dense, or the experts, the router (h x experts, no bias) and the shared MLP.
+  const std::int64_t expert = mlp_parameters(m, m.ffn);
+  const std::int64_t mlp = m.moe() ? m.experts * expert + h * m.experts + mlp_parameters(m, m.shared_ffn) : expert;
   ParameterCounts c;
   c.per_layer = attention + mlp + 2 * norm_params;
   c.layers = c.per_layer * m.layers;
@@ -23,42 +54,67 @@ ParameterCounts count_parameters(const ModelSpec& m) {
   c.final_norm = norm_params;
   c.output_head = m.tied_embeddings ? 0 : m.vocab * h;
   c.total = c.layers + c.embedding + c.position + c.final_norm + c.output_head;
+  c.active = c.total - (m.moe() ? (m.experts - m.experts_per_token) * expert * m.layers : 0);
   return c;
 }
 
 LayerWork layer_forward(const ModelSpec& m, std::int64_t micro_batch, bool flash_attention) {
   const double t = static_cast<double>(micro_batch * m.seq);  // tokens
   const double h = static_cast<double>(m.hidden);
+  const double q = static_cast<double>(m.q_width());
   const double kv = static_cast<double>(m.kv_width());
-  const double f = static_cast<double>(m.ffn);
   const double s = static_cast<double>(m.seq);
   const double b = static_cast<double>(micro_batch);
   LayerWork w;
-  const double qkv = 2.0 * t * h * (h + 2.0 * kv);
-  const double out_proj = 2.0 * t * h * h;
-  const double mlp = m.ffn_kind == FfnKind::kGelu ? 2.0 * t * 2.0 * h * f : 2.0 * t * 3.0 * h * f;
+  const double qkv = 2.0 * t * h * (q + 2.0 * kv);
+  const double out_proj = 2.0 * t * q * h;
+  // Every token runs experts_per_token experts (exactly: uneven routing moves work between
+  // experts, not in total), the router and the shared MLP.
+  const double mlp = m.moe() ? static_cast<double>(m.experts_per_token) * mlp_flops(m, t, m.ffn) +
+                                   2.0 * t * h * static_cast<double>(m.experts) + mlp_flops(m, t, m.shared_ffn)
+                             : mlp_flops(m, t, m.ffn);
   w.gemm = sim::Flops{qkv + out_proj + mlp};
-  w.attention = sim::Flops{4.0 * b * s * s * h};
+  w.attention = sim::Flops{4.0 * b * s * s * q};
   w.activations = stored_activation_bytes(m, micro_batch, Recompute::kNone, flash_attention);
   return w;
 }
 
 std::vector<GemmShape> layer_gemms(const ModelSpec& m, std::int64_t micro_batch, std::int64_t tp) {
-  if (tp < 1 || m.heads % tp != 0 || m.kv_heads % tp != 0 || m.ffn % tp != 0) {
-    throw std::invalid_argument(fmt::format("model {}: heads ({}), kv_heads ({}) and ffn ({}) must divide by tp ({})",
-                                            m.name, m.heads, m.kv_heads, m.ffn, tp));
+  if (tp < 1 || m.heads % tp != 0 || m.kv_heads % tp != 0 || m.ffn % tp != 0 || m.shared_ffn % tp != 0) {
+    throw std::invalid_argument(
+        fmt::format("model {}: heads ({}), kv_heads ({}), ffn ({}) and shared_ffn ({}) must divide by tp ({})", m.name,
+                    m.heads, m.kv_heads, m.ffn, m.shared_ffn, tp));
   }
   const std::int64_t tokens = micro_batch * m.seq;
   const std::int64_t h = m.hidden;
-  const std::int64_t up = m.ffn_kind == FfnKind::kSwiglu ? 2 * m.ffn : m.ffn;  // gate and up fused
-  return {
-      {"qkv", tokens, (h + 2 * m.kv_width()) / tp, h, 1},
+  const std::int64_t q = m.q_width();
+  const auto up = [&](std::int64_t w) { return m.ffn_kind == FfnKind::kSwiglu ? 2 * w : w; };  // gate and up fused
+  std::vector<GemmShape> gemms{
+      {"qkv", tokens, (q + 2 * m.kv_width()) / tp, h, 1},
       {"attention_scores", m.seq, m.seq, m.head_dim(), micro_batch * m.heads / tp, true},  // Q K^T per head
       {"attention_values", m.seq, m.head_dim(), m.seq, micro_batch * m.heads / tp, true},  // softmax . V
-      {"attention_out", tokens, h, h / tp, 1},
-      {"mlp_up", tokens, up / tp, h, 1},
-      {"mlp_down", tokens, h, m.ffn / tp, 1},
+      {"attention_out", tokens, h, q / tp, 1},
   };
+  if (!m.moe()) {
+    gemms.push_back({"mlp_up", tokens, up(m.ffn) / tp, h, 1});
+    gemms.push_back({"mlp_down", tokens, h, m.ffn / tp, 1});
+    return gemms;
+  }
+  const std::int64_t routed = tokens_per_expert(m, tokens);
+  gemms.push_back({"moe_router", tokens, m.experts, h, 1});
+  gemms.push_back({"expert_up", routed, up(m.ffn) / tp, h, m.experts});
+  gemms.push_back({"expert_down", routed, h, m.ffn / tp, m.experts});
+  if (m.shared_ffn > 0) {
+    gemms.push_back({"shared_mlp_up", tokens, up(m.shared_ffn) / tp, h, 1});
+    gemms.push_back({"shared_mlp_down", tokens, h, m.shared_ffn / tp, 1});
+  }
+  return gemms;
+}
+
+std::int64_t projection_parameters(const ModelSpec& m, const GemmShape& g) {
+  if (g.attention_core) return 0;
+  const bool bias = (m.linear_bias && g.name != "moe_router") || (m.qkv_bias && g.name == "qkv");
+  return g.batch * (g.n * g.k + (bias ? g.n : 0));
 }
 
 std::vector<ElementwiseKernel> layer_elementwise_kernels(const ModelSpec& m, std::int64_t micro_batch, std::int64_t tp,
@@ -67,16 +123,17 @@ std::vector<ElementwiseKernel> layer_elementwise_kernels(const ModelSpec& m, std
   // Hidden-state elements a rank's norms, dropouts and residual adds touch: all of them, or its
   // 1/tp of the sequence under sequence parallelism.
   const double e = t * static_cast<double>(m.hidden) / (sequence_parallel ? static_cast<double>(tp) : 1.0);
-  const double f = t * static_cast<double>(m.ffn / tp);  // MLP elements on this rank
   const double scores =
       static_cast<double>(micro_batch * (m.heads / tp)) * static_cast<double>(m.seq) * static_cast<double>(m.seq);
+  const double q = static_cast<double>(m.q_width() / tp);
+  const double kv = static_cast<double>(m.kv_width() / tp);
   std::vector<ElementwiseKernel> k;
   // Norms: read x, write y; backward reads x and dy, writes dx (2 B each).
   k.push_back({"layernorm", 4.0 * e, 6.0 * e});
   k.push_back({"layernorm", 4.0 * e, 6.0 * e});
   if (m.position == PositionKind::kRope) {
     // Rotary embedding of Q and K: read and write each, both directions.
-    const double qk = t * static_cast<double>((m.hidden + m.kv_width()) / tp);
+    const double qk = t * (q + kv);
     k.push_back({"activation", 4.0 * qk, 4.0 * qk});
   }
   if (!flash_attention) {
@@ -96,15 +153,45 @@ std::vector<ElementwiseKernel> layer_elementwise_kernels(const ModelSpec& m, std
   // residual and the branch gradients meet they are summed: one add of the same size.
   k.push_back({"residual_add", 6.0 * e, 6.0 * e});
   k.push_back({"residual_add", 6.0 * e, 6.0 * e});
-  if (m.ffn_kind == FfnKind::kGelu) {
-    k.push_back({"activation", 4.0 * f, 6.0 * f});  // y = gelu(x); dx = dy * gelu'(x)
+  // The MLP activation on f elements of this rank: y = gelu(x), dx = dy * gelu'(x); or
+  // y = silu(g) * u and dg, du from dy, g, u.
+  const auto activation = [&](double f) {
+    if (m.ffn_kind == FfnKind::kGelu) return ElementwiseKernel{"activation", 4.0 * f, 6.0 * f};
+    return ElementwiseKernel{"activation", 6.0 * f, 10.0 * f};
+  };
+  const double gated = m.ffn_kind == FfnKind::kSwiglu ? 2.0 : 1.0;
+  double mlp_outputs = 0.0;  // elements the MLP's GEMMs write on this rank (for bias gradients)
+  if (!m.moe()) {
+    const double f = t * static_cast<double>(m.ffn / tp);
+    k.push_back(activation(f));
+    mlp_outputs = gated * f + e;
   } else {
-    k.push_back({"activation", 6.0 * f, 10.0 * f});  // y = silu(g) * u; dg, du from dy, g, u
+    // As eager PyTorch runs a mixture of experts (Hugging Face's Mixtral block): the router's
+    // softmax and top-k over tokens x experts (fp32 logits), then expert by expert: gather its
+    // tokens (index_select: read, write), its activation, and scale-and-add its output into the
+    // layer output (index_add: read the output and the accumulator, write it). Backward scatters
+    // the input gradients back the same way. Copies run at the device's plain copy efficiency.
+    const double router = t * static_cast<double>(m.experts);
+    k.push_back({"attention_softmax", 8.0 * router, 8.0 * router});
+    const double routed = static_cast<double>(tokens_per_expert(m, micro_batch * m.seq));
+    const double routed_hidden = routed * static_cast<double>(m.hidden);
+    for (std::int64_t x = 0; x < m.experts; ++x) {
+      k.push_back({"", 4.0 * routed_hidden, 6.0 * routed_hidden});
+      k.push_back(activation(routed * static_cast<double>(m.ffn / tp)));
+      k.push_back({"residual_add", 6.0 * routed_hidden, 6.0 * routed_hidden});
+    }
+    const double f = routed * static_cast<double>(m.experts) * static_cast<double>(m.ffn / tp);
+    mlp_outputs = gated * f + routed_hidden * static_cast<double>(m.experts);
+    if (m.shared_ffn > 0) {
+      const double shared = t * static_cast<double>(m.shared_ffn / tp);
+      k.push_back(activation(shared));
+      mlp_outputs += gated * shared + e;
+    }
   }
-  if (m.linear_bias) {
+  if (m.linear_bias || m.qkv_bias) {
     // Bias gradients: a column sum of each biased GEMM's output gradient (read once).
-    const double outputs = t * static_cast<double>((m.hidden + 2 * m.kv_width()) / tp) + e +
-                           (m.ffn_kind == FfnKind::kSwiglu ? 2.0 : 1.0) * f + e;
+    double outputs = t * (q + 2.0 * kv);
+    if (m.linear_bias) outputs += e + mlp_outputs;
     k.push_back({"bias_grad", 0.0, 2.0 * outputs});
   }
   return k;
@@ -123,13 +210,17 @@ sim::Bytes stored_activation_bytes(const ModelSpec& m, std::int64_t micro_batch,
                                    bool flash_attention) {
   // Korthikanti et al. count, per layer, for 16-bit values and 1-byte dropout masks:
   //   attention block 11sbh + 5as^2b,  MLP 19sbh,  two norms 4sbh   ->  sbh(34 + 5as/h).
-  // Term by term (s = seq, b = micro-batch, h = hidden, a = heads, kv = K/V width, f = ffn):
-  //   attention: input 2sbh, Q 2sbh, K 2sb*kv, V 2sb*kv, output-projection input 2sbh,
+  // Term by term (s = seq, b = micro-batch, h = hidden, a = heads, q = query width (h unless the
+  // heads are wider), kv = K/V width, f = ffn):
+  //   attention: input 2sbh, Q 2sb*q, K 2sb*kv, V 2sb*kv, output-projection input 2sb*q,
   //              dropout mask sbh; scores 2as^2b, softmax 2as^2b, its dropout mask as^2b
-  //              (with kv = h this is 11sbh + 5as^2b);
+  //              (with q = kv = h this is 11sbh + 5as^2b);
   //   MLP (GeLU): input 2sbh, GeLU input 2sbf, down-projection input 2sbf, dropout mask sbh
   //              (with f = 4h this is 19sbh); SwiGLU keeps gate and up outputs and their product:
   //              input 2sbh, 3 x 2sbf, dropout mask sbh;
+  //   mixture of experts, per token: the router's fp32 logits 4 x experts, and for each of its
+  //              experts_per_token experts the gathered input 2h, that expert's MLP terms and
+  //              its output 2h (the routing weight's gradient needs it); the shared MLP's terms;
   //   norms: 2 x 2sbh.
   // Flash attention recomputes the s x s terms in backward, so they are not stored; selective
   // recomputation (Korthikanti) drops them too. Full recomputation keeps only the layer input.
@@ -137,14 +228,21 @@ sim::Bytes stored_activation_bytes(const ModelSpec& m, std::int64_t micro_batch,
   const double b = static_cast<double>(micro_batch);
   const double h = static_cast<double>(m.hidden);
   const double a = static_cast<double>(m.heads);
+  const double q = static_cast<double>(m.q_width());
   const double kv = static_cast<double>(m.kv_width());
-  const double f = static_cast<double>(m.ffn);
   if (policy == Recompute::kFull) return sim::Bytes{static_cast<std::int64_t>(2.0 * s * b * h)};
-  const double attention_linear = s * b * (2.0 * h + 2.0 * h + 4.0 * kv + 2.0 * h + h);
+  const double attention_linear = s * b * (2.0 * h + 2.0 * q + 4.0 * kv + 2.0 * q + h);
   const double attention_quadratic = 5.0 * a * s * s * b;
-  const double mlp = m.ffn_kind == FfnKind::kGelu ? s * b * (2.0 * h + 4.0 * f + h) : s * b * (2.0 * h + 6.0 * f + h);
+  double mlp_per_token = 2.0 * h + h;  // input, dropout mask
+  if (!m.moe()) {
+    mlp_per_token += mlp_stored_bytes_per_token(m, m.ffn);
+  } else {
+    mlp_per_token += 4.0 * static_cast<double>(m.experts) +
+                     static_cast<double>(m.experts_per_token) * (4.0 * h + mlp_stored_bytes_per_token(m, m.ffn)) +
+                     (m.shared_ffn > 0 ? mlp_stored_bytes_per_token(m, m.shared_ffn) : 0.0);
+  }
   const double norms = 4.0 * s * b * h;
-  double total = attention_linear + mlp + norms;
+  double total = attention_linear + s * b * mlp_per_token + norms;
   if (!flash_attention && policy == Recompute::kNone) total += attention_quadratic;
   return sim::Bytes{static_cast<std::int64_t>(total)};
 }

@@ -31,10 +31,20 @@ struct ModelSpec {
   PositionKind position = PositionKind::kLearned;
   bool tied_embeddings = false;
   bool linear_bias = true;
-  bool dropout = false;  // dropout after attention, on its probabilities and after the MLP (GPT-2/3)
+  bool dropout = false;   // dropout after attention, on its probabilities and after the MLP (GPT-2/3)
+  bool qkv_bias = false;  // biases on the Q, K and V projections only (Qwen2); linear_bias puts one on every projection
+  std::int64_t head_size = 0;  // width of one attention head; 0 = hidden / heads (Gemma-7B: 256 with hidden 3,072)
+  // Mixture of experts (Mixtral, Qwen2-MoE, DeepSeek-MoE): every layer's MLP is `experts` experts of
+  // width `ffn` of which each token runs `experts_per_token`, chosen by a router (hidden x experts),
+  // plus, when shared_ffn > 0, an MLP of that width every token runs (the "shared experts").
+  std::int64_t experts = 0;  // 0: a dense MLP of width ffn
+  std::int64_t experts_per_token = 0;
+  std::int64_t shared_ffn = 0;
 
-  [[nodiscard]] std::int64_t head_dim() const { return hidden / heads; }
+  [[nodiscard]] std::int64_t head_dim() const { return head_size > 0 ? head_size : hidden / heads; }
+  [[nodiscard]] std::int64_t q_width() const { return heads * head_dim(); }  // = hidden unless head_size says otherwise
   [[nodiscard]] std::int64_t kv_width() const { return kv_heads * head_dim(); }
+  [[nodiscard]] bool moe() const { return experts > 0; }
 };
 
 struct ParameterCounts {
@@ -45,6 +55,7 @@ struct ParameterCounts {
   std::int64_t final_norm = 0;
   std::int64_t output_head = 0;  // 0 when tied to the embedding
   std::int64_t total = 0;
+  std::int64_t active = 0;  // parameters one token runs through: total less the experts it is not routed to
 };
 
 [[nodiscard]] ParameterCounts count_parameters(const ModelSpec& m);
@@ -103,12 +114,22 @@ struct GemmShape {
 /// the MLP up-projections are split by columns (N / tp), the attention output and MLP down
 /// projections by rows (K / tp), attention heads are divided among ranks. Throws
 /// std::invalid_argument when heads, KV heads or the FFN width do not divide by tp.
+/// A mixture-of-experts MLP is the router (replicated on every tp rank) and one GEMM pair per
+/// expert (batch = experts) on the tokens routed to it, assuming the router spreads tokens
+/// evenly: ceil(tokens x experts_per_token / experts) each (real routing is uneven; the slowest
+/// expert sets the pace, so this is a lower bound on the time).
 [[nodiscard]] std::vector<GemmShape> layer_gemms(const ModelSpec& m, std::int64_t micro_batch, std::int64_t tp);
+/// The weights and biases of a forward GEMM of layer_gemms(m, micro_batch, 1): one matrix per
+/// expert for the experts' GEMMs, none for the attention core.
+[[nodiscard]] std::int64_t projection_parameters(const ModelSpec& m, const GemmShape& g);
 /// The output projection (logits), vocabulary split by columns across tp ranks.
 [[nodiscard]] GemmShape head_gemm(const ModelSpec& m, std::int64_t micro_batch, std::int64_t tp);
 
 /// Forward FLOPs of the output projection to the vocabulary (logits).
 [[nodiscard]] sim::Flops head_forward_flops(const ModelSpec& m, std::int64_t micro_batch);
+
+/// Tokens each expert runs in a micro-batch of `tokens` under even routing (see layer_gemms).
+[[nodiscard]] std::int64_t tokens_per_expert(const ModelSpec& m, std::int64_t tokens);
 
 /// Bytes kept per layer between forward and backward, by recomputation policy, for 16-bit
 /// activations. From Korthikanti et al., "Reducing Activation Recomputation in Large Transformer

@@ -212,5 +212,80 @@ TEST(GemmShapes, MegatronQkvAndMlpShapesOfLlama2_70bAtTp8) {
   EXPECT_EQ(g[1].batch, 8);  // 64 heads / 8 ranks
 }
 
+// Mixtral 8x7B (mistralai/Mixtral-8x7B-v0.1 config.json): h 4096, 32 layers, 32 heads, 8 KV heads,
+// experts of width 14,336, 8 experts, 2 per token, vocabulary 32,000, untied.
+ModelSpec mixtral_8x7b() {
+  ModelSpec m = llama_style(32, 4096, 32, 8, 14336);
+  m.name = "mixtral-8x7b";
+  m.vocab = 32000;
+  m.seq = 4096;
+  m.experts = 8;
+  m.experts_per_token = 2;
+  return m;
+}
+
+TEST(MixtureOfExperts, MixtralParameterCountsTotalAndActive) {
+  // Per layer: attention 2h^2 + 2h kv = 41,943,040; experts 8 x 3hf = 1,409,286,144; router
+  // 8h = 32,768; norms 2h = 8,192 -> 1,451,270,144. Total: 32 layers + 2Vh + h
+  // = 46,440,644,608 + 262,144,000 + 4,096 = 46,702,792,704 (Mistral AI's "46.7B").
+  // Active: less 6 unrouted experts x 3hf per layer = 12,879,925,248 ("12.9B").
+  const ParameterCounts c = count_parameters(mixtral_8x7b());
+  EXPECT_EQ(c.per_layer, 1'451'270'144);
+  EXPECT_EQ(c.total, 46'702'792'704);
+  EXPECT_EQ(c.active, 12'879'925'248);
+  EXPECT_EQ(count_parameters(gpt3_xl()).active, count_parameters(gpt3_xl()).total);
+}
+
+TEST(MixtureOfExperts, ExpertGemmsCarryTheRoutedTokensAndAddUpToTheLayerFlops) {
+  // Micro-batch 1 of 4,096 tokens, 2 of 8 experts each: 1,024 tokens per expert under even routing;
+  // the router is tokens x experts x h. Model FLOPs count 2 experts per token, exactly.
+  const ModelSpec m = mixtral_8x7b();
+  const auto gemms = layer_gemms(m, 1, 2);
+  ASSERT_EQ(gemms.size(), 7u);
+  EXPECT_EQ(gemms[4].name, "moe_router");
+  EXPECT_EQ(gemms[4].n, 8);
+  EXPECT_EQ(gemms[5].m, 1024);
+  EXPECT_EQ(gemms[5].batch, 8);
+  EXPECT_EQ(gemms[5].n, 2 * 14336 / 2);  // gate and up, split by tp 2
+  EXPECT_EQ(gemms[6].k, 14336 / 2);
+  double tp1 = 0.0;
+  for (const auto& g : layer_gemms(m, 1, 1)) tp1 += g.flops();
+  const LayerWork w = layer_forward(m, 1, false);
+  EXPECT_DOUBLE_EQ(tp1, w.gemm.count + w.attention.count);
+  // Routed weights: one matrix per expert, so the layer's projections and norms add up.
+  std::int64_t weights = 0;
+  for (const auto& g : layer_gemms(m, 1, 1)) weights += projection_parameters(m, g);
+  EXPECT_EQ(weights + 2 * m.hidden, count_parameters(m).per_layer);
+  // Uneven token counts round up per expert: 3 tokens x 2 / 8 experts -> 1 each.
+  ModelSpec short_seq = m;
+  short_seq.seq = 3;
+  EXPECT_EQ(tokens_per_expert(short_seq, 3), 1);
+}
+
+TEST(MixtureOfExperts, StoredActivationsKeepEachRoutedCopy) {
+  // Per token, MLP part: input 2h + mask h + router logits 4E + per routed expert (gathered input
+  // 2h, output 2h, SwiGLU 6f): 3h + 32 + 2 (4h + 6f). Attention 2h + 2h + 4kv + 2h + h, norms 4h.
+  const ModelSpec m = mixtral_8x7b();
+  const double h = 4096, kv = 1024, f = 14336, sb = 4096;
+  const double expected = sb * ((2 * h + 2 * h + 4 * kv + 2 * h + h) + (3 * h + 32 + 2 * (4 * h + 6 * f)) + 4 * h);
+  EXPECT_EQ(stored_activation_bytes(m, 1, Recompute::kSelective, false).count, static_cast<std::int64_t>(expected));
+}
+
+TEST(WideHeads, GemmaStyleHeadsWiderThanHiddenOverHeads) {
+  // Gemma-7B: h 3072, 16 heads of 256 (q width 4096), MHA, GeGLU f 24,576, vocabulary 256,000,
+  // tied. Per layer: Q and O 2 x 3072 x 4096, K and V 2 x 3072 x 4096, MLP 3 x 3072 x 24576, two
+  // RMSNorms -> 276,830,208; total 28 layers + Vh + h = 8,537,680,896 (Google's "8.54B").
+  ModelSpec m = llama_style(28, 3072, 16, 16, 24576);
+  m.head_size = 256;
+  m.vocab = 256000;
+  m.tied_embeddings = true;
+  EXPECT_EQ(m.q_width(), 4096);
+  EXPECT_EQ(count_parameters(m).per_layer, 276'830'208);
+  EXPECT_EQ(count_parameters(m).total, 8'537'680'896);
+  const auto g = layer_gemms(m, 1, 1);
+  EXPECT_EQ(g[0].n, 3 * 4096);  // QKV
+  EXPECT_EQ(g[3].k, 4096);      // attention output
+}
+
 }  // namespace
 }  // namespace offsim::models
