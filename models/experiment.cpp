@@ -282,6 +282,13 @@ std::optional<StrategySpec> parse_strategy(const Node& node, const topo::Topolog
   }
   dp.zero_stage = stage.value;
   const auto degree = r.required<int>("dp");
+  // Tensor parallelism under ZeRO (Megatron-DeepSpeed): dp replicas of tp ranks each.
+  const auto tp = r.optional<int>("tp", 1);
+  if (tp.valid && tp.value < 1)
+    ctx.error(tp.loc, node.child_path("tp"), fmt::format("expected >= 1, got {}", tp.value));
+  dp.tp = std::max(1, tp.value);
+  dp.sequence_parallel = r.optional<bool>("sequence_parallel", false).value;
+  const int rank_count = degree.valid ? degree.value * dp.tp : 0;
   const auto bucket = r.required<std::int64_t>("reduce_bucket_elements");
   if (bucket.valid && bucket.value < 1)
     ctx.error(bucket.loc, node.child_path("reduce_bucket_elements"), "expected a positive integer");
@@ -364,24 +371,30 @@ std::optional<StrategySpec> parse_strategy(const Node& node, const topo::Topolog
       topology ? topology->devices_of(topo::DeviceKind::kGpu) : std::vector<std::size_t>{};
   if (auto devices = parse_devices(r, node, topology, false)) {
     dp.devices = std::move(*devices);
-    if (degree.valid && static_cast<int>(dp.devices.size()) != degree.value) {
+    if (degree.valid && static_cast<int>(dp.devices.size()) != rank_count) {
       ctx.error(degree.loc, node.child_path("dp"),
-                fmt::format("the devices list {} ranks but dp is {}", dp.devices.size(), degree.value));
+                dp.tp == 1 ? fmt::format("the devices list {} ranks but dp is {}", dp.devices.size(), degree.value)
+                           : fmt::format("the devices list {} ranks but tp x dp is {} x {} = {}", dp.devices.size(),
+                                         dp.tp, degree.value, rank_count));
     }
   } else if (topology && degree.valid) {
     // Documented default: ranks take the machine's GPUs in declaration order.
-    if (degree.value < 1 || static_cast<std::size_t>(degree.value) > gpus.size()) {
+    if (degree.value < 1 || static_cast<std::size_t>(rank_count) > gpus.size()) {
       ctx.error(degree.loc, node.child_path("dp"),
-                fmt::format("expected 1 to {} (the machine's GPUs), got {}", gpus.size(), degree.value));
+                dp.tp == 1 ? fmt::format("expected 1 to {} (the machine's GPUs), got {}", gpus.size(), degree.value)
+                           : fmt::format("tp x dp = {} x {} = {} ranks but the machine has {} GPUs", dp.tp,
+                                         degree.value, rank_count, gpus.size()));
     } else {
-      for (int i = 0; i < degree.value; ++i) dp.devices.push_back(topology->device(gpus[i]).name);
+      for (int i = 0; i < rank_count; ++i) dp.devices.push_back(topology->device(gpus[i]).name);
     }
   }
   dp.collectives = parse_collective_options(r);
   dp.all_ranks = parse_all_ranks(r);
   if (auto part = r.child("partitioning")) {
     levels.ranks = static_cast<int>(dp.devices.size());
-    if (stage.valid && stage.value != 3) {
+    if (dp.tp > 1) {
+      ctx.error(part->location(), part->path(), "hierarchical partitioning together with tp > 1 is not modelled");
+    } else if (stage.valid && stage.value != 3) {
       ctx.error(part->location(), part->path(),
                 fmt::format("hierarchical partitioning applies to zero_stage 3, got zero_stage {}", stage.value));
     } else if (levels.ranks > 0) {

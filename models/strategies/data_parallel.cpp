@@ -16,6 +16,12 @@
 // host and the update runs there in subgroups (docs/strategies.md states both DeepSpeed recipes). Stage 3 gathers run
 // on their own stream, one module ahead of the compute (at most two modules' parameters live at once), a simplification
 // of DeepSpeed's prefetch bucket and max_live_parameters limits. Collectives: models/collectives/communicator.hpp.
+//
+// Tensor parallelism (tp > 1, as Megatron-DeepSpeed runs ZeRO under Megatron layers): each group
+// of tp consecutive ranks splits every layer Megatron-style (layer_gemms with tp), so each rank
+// holds 1/tp of every state above and ZeRO partitions, reduces and gathers that share across the
+// g/tp replicas (stride tp); each layer all-reduces its activations inside the group after the
+// attention and after the MLP, forward and backward, on the critical path.
 #include <fmt/format.h>
 #include <algorithm>
 #include <cmath>
@@ -101,16 +107,28 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
   const int stage = spec.zero_stage;
   if (ranks < 1) throw std::invalid_argument("data_parallel needs at least one device");
   if (stage < 0 || stage > 3) throw std::invalid_argument("data_parallel: zero_stage must be 0 to 3");
-  const RankLayout layout = lay_out_ranks(out, in.topology, spec.devices, "data_parallel", spec.all_ranks);
+  const int tp = spec.tp;
+  if (tp < 1 || ranks % tp != 0) {
+    throw std::invalid_argument(fmt::format("data_parallel: tp ({}) must divide the {} ranks", tp, ranks));
+  }
+  if (tp > 1 && spec.partitioning) {
+    throw std::invalid_argument("data_parallel: a hierarchical partitioning together with tp > 1 is not modelled");
+  }
+  const int replicas = ranks / tp;
+  const RankLayout layout = lay_out_ranks(out, in.topology, spec.devices, "data_parallel", spec.all_ranks, tp);
   const int sims = layout.simulated_ranks();
   Communicator comm(g, out.machine, in.topology, layout, in.collectives, in.costs, spec.collectives,
                     out.approximations);
-  // Stage 3 follows the partitioning (by default: every state over all ranks, flat rings).
-  const Partitioning part =
-      spec.partitioning.value_or(Partitioning{ranks, Communicator::flat(ranks), 0, {}, Communicator::flat(ranks), {}});
-  const int shard = stage == 3 ? part.shard_ranks : ranks;
+  // ZeRO's collectives run across the replicas (the ranks of one tensor rank, stride tp); the
+  // tensor-parallel all-reduces inside each group of tp consecutive ranks.
+  const CollectivePlan replica_plan =
+      tp == 1 ? Communicator::flat(ranks) : CollectivePlan{{Band{"dp", tp, ranks}}, StageAlgorithm::kRing, {}};
+  const CollectivePlan tp_plan = Communicator::flat(tp);
+  // Stage 3 follows the partitioning (by default: every state over all replicas, flat rings).
+  const Partitioning part = spec.partitioning.value_or(Partitioning{replicas, replica_plan, 0, {}, replica_plan, {}});
+  const int shard = stage == 3 ? part.shard_ranks : replicas;
 
-  const ParameterCounts params = count_parameters(m);
+  const ParameterCounts params = tensor_parallel_share(count_parameters(m), tp);
   const std::int64_t P = params.total;
   const auto partition = [&](std::int64_t n) { return (n + shard - 1) / shard; };
   const std::int64_t updated_on_rank = stage == 0 ? P : partition(P);
@@ -131,10 +149,16 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
     for (std::size_t j = 0; j < cpu_subgroups; ++j) cpu_params += subgroups[j];
   }
   const double cpu_fraction = offload ? static_cast<double>(cpu_params) / static_cast<double>(updated_on_rank) : 0.0;
-  const KernelTimes k = kernel_times(in, updated_on_rank, 1);
-  const Bytes stored = stored_activation_bytes(m, train.micro_batch, train.recompute, train.flash_attention);
-  const Bytes logits{train.micro_batch * m.seq * m.vocab * kLogitBytesPerElement};
-  const Bytes loss_workspace{train.micro_batch * m.seq * m.vocab * kLossWorkspaceBytesPerElement};
+  const KernelTimes k = kernel_times(in, updated_on_rank, tp, spec.sequence_parallel);
+  const Bytes stored = stored_activations_on_tp_rank(m, train, tp, spec.sequence_parallel);
+  const std::int64_t vocab_on_rank = (m.vocab + tp - 1) / tp;
+  const Bytes logits{train.micro_batch * m.seq * vocab_on_rank * kLogitBytesPerElement};
+  const Bytes loss_workspace{train.micro_batch * m.seq * vocab_on_rank * kLossWorkspaceBytesPerElement};
+  // Megatron's tensor-parallel layer: an all-reduce of the micro-batch's activations after the
+  // attention and after the MLP in forward, two in backward (four with full recomputation).
+  const std::int64_t activation_elements = train.micro_batch * m.seq * m.hidden;
+  const int tp_reductions_forward = tp > 1 ? 2 : 1;
+  const int tp_reductions_backward = tp == 1 ? 1 : (train.recompute == Recompute::kFull ? 4 : 2);
   const LayerWork w = layer_forward(m, train.micro_batch, train.flash_attention);
   sim::Flops recomputed{};
   if (train.recompute == Recompute::kFull) recomputed = w.gemm + w.attention;
@@ -147,7 +171,7 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
     std::int64_t linear = 0;
     for (const auto& gemm : layer_gemms(m, 1, 1)) {
       if (gemm.attention_core) continue;
-      layer_parts.push_back(projection_parameters(m, gemm));
+      layer_parts.push_back((projection_parameters(m, gemm) + tp - 1) / tp);
       linear += layer_parts.back();
     }
     layer_parts.push_back(params.per_layer - linear);
@@ -449,24 +473,65 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
     freed_one_ago[r] = {f};
   };
   // Runs one module's compute on every rank, with its stage-3 gather and release around it.
-  const auto run_module = [&](const Module& mod, const std::string& when, auto&& body) {
+  // `body(deps)` builds the module's work on all ranks at once (tensor-parallel all-reduces join
+  // the ranks of a group), from each rank's dependencies, and returns each rank's last task.
+  const auto run_module_on_all = [&](const Module& mod, const std::string& when, auto&& body) {
     std::vector<TaskId> gathered;
     if (stage == 3) gathered = gather_module(mod, when);
     const bool keep_secondary = stage == 3 && part.secondary_ranks > 0 && when == "mb0.fwd";
     const std::int64_t secondary_shard =
         (mod.gathered() + part.secondary_ranks - 1) / std::max(1, part.secondary_ranks);
     if (keep_secondary) secondary_elements += secondary_shard;
+    std::vector<std::vector<TaskId>> deps(sims);
     for (int r = 0; r < sims; ++r) {
-      std::vector<TaskId> deps{prev[r]};
-      if (stage == 3) deps.push_back(gathered[r]);
+      deps[r] = {prev[r]};
+      if (stage == 3) deps[r].push_back(gathered[r]);
       if (keep_secondary) {
         secondary_kept[r].push_back(alloc(r, fmt::format("alloc.secondary.{}", mod.name), "communication", kSecondary,
                                           Bytes{secondary_shard * kBf16Bytes}, {gathered[r]}));
-        deps.push_back(secondary_kept[r].back());
+        deps[r].push_back(secondary_kept[r].back());
       }
-      prev[r] = body(r, std::move(deps));
+    }
+    prev = body(std::move(deps));
+    for (int r = 0; r < sims; ++r) {
       if (stage == 3) release_module(r, mod, when, prev[r]);
     }
+  };
+  // The same with `body(r, deps)` building one rank's work at a time.
+  const auto run_module = [&](const Module& mod, const std::string& when, auto&& body) {
+    run_module_on_all(mod, when, [&](std::vector<std::vector<TaskId>> deps) {
+      std::vector<TaskId> last(sims);
+      for (int r = 0; r < sims; ++r) last[r] = body(r, std::move(deps[r]));
+      return last;
+    });
+  };
+  // A layer's compute on every rank: one task, or with tensor parallelism `reductions` pieces each
+  // followed by the all-reduce of the activations inside the tensor-parallel group. Returns the
+  // first and the last compute task and the end of the layer (its last all-reduce) per rank.
+  struct LayerTasks {
+    std::vector<TaskId> first, last_compute, end;
+  };
+  const auto layer_compute = [&](const std::string& name, const char* phase, TimePs duration, sim::Flops flops,
+                                 int reductions, std::vector<std::vector<TaskId>> deps) {
+    LayerTasks t{std::vector<TaskId>(sims), std::vector<TaskId>(sims), std::vector<TaskId>(sims)};
+    if (tp == 1) {
+      for (int r = 0; r < sims; ++r) {
+        t.first[r] = t.last_compute[r] = t.end[r] =
+            compute(r, name, phase, duration, flops, "layer", std::move(deps[r]));
+      }
+      return t;
+    }
+    const TimePs piece{duration.ps / reductions};
+    for (int part_index = 0; part_index < reductions; ++part_index) {
+      for (int r = 0; r < sims; ++r) {
+        t.last_compute[r] = compute(r, fmt::format("{}.{}", name, part_index), phase, piece, flops * (1.0 / reductions),
+                                    "layer", part_index == 0 ? std::move(deps[r]) : std::vector<TaskId>{t.end[r]});
+        if (part_index == 0) t.first[r] = t.last_compute[r];
+      }
+      t.end = comm.add(CollectiveKind::kAllReduce, fmt::format("tp.{}.{}", name, part_index), activation_elements,
+                       tp_plan, per_rank(t.last_compute));
+    }
+    return t;
   };
 
   // Gradient reduction of one micro-batch's backward: buckets of consecutive gradient items until
@@ -498,10 +563,10 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
       }
       const std::string bucket = fmt::format("mb{}.bucket{}", mb, b);
       if (stage < 3) {
-        reduce_stream = comm.add(reduction, bucket, buckets[b].elements, Communicator::flat(ranks), deps);
+        reduce_stream = comm.add(reduction, bucket, buckets[b].elements, replica_plan, deps);
       } else {
         reduce_stream = comm.add(reduction, bucket, buckets[b].elements, part.gradient_reduce, deps);
-        if (boundary && shard < ranks) {
+        if (boundary && shard < replicas) {
           // The shard groups are replicas: all-reduce the reduced partition across them (MiCS).
           reduce_stream = comm.add(CollectiveKind::kAllReduce, bucket + ".replicas", partition(buckets[b].elements),
                                    part.replica_reduce, per_rank(reduce_stream));
@@ -580,7 +645,7 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
     }
   };
 
-  const sim::Flops head_flops = head_forward_flops(m, train.micro_batch);
+  const sim::Flops head_flops = head_forward_flops(m, train.micro_batch) * (1.0 / tp);
   for (std::int64_t mb = 0; mb < train.grad_accum; ++mb) {
     const std::string mbs = fmt::format("mb{}", mb);
     const bool last_mb = mb == train.grad_accum - 1;
@@ -592,11 +657,16 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
       return f_first[r] = compute(r, mbs + ".fwd.embedding", "forward", k.embed_fwd, {}, "memory", std::move(deps));
     });
     for (std::int64_t l = 0; l < m.layers; ++l) {
-      run_module(modules[static_cast<std::size_t>(l + 1)], mbs + ".fwd", [&](int r, std::vector<TaskId> deps) {
-        deps.push_back(alloc(r, fmt::format("{}.alloc.act{}", mbs, l), "forward", "activations", stored, {prev[r]}));
-        return compute(r, fmt::format("{}.fwd.layer{}", mbs, l), "forward", k.layer_fwd, w.gemm + w.attention, "layer",
-                       std::move(deps));
-      });
+      run_module_on_all(
+          modules[static_cast<std::size_t>(l + 1)], mbs + ".fwd", [&](std::vector<std::vector<TaskId>> deps) {
+            for (int r = 0; r < sims; ++r) {
+              deps[r].push_back(
+                  alloc(r, fmt::format("{}.alloc.act{}", mbs, l), "forward", "activations", stored, {prev[r]}));
+            }
+            return layer_compute(fmt::format("{}.fwd.layer{}", mbs, l), "forward", k.layer_fwd,
+                                 (w.gemm + w.attention) * (1.0 / tp), tp_reductions_forward, std::move(deps))
+                .end;
+          });
     }
     run_module(modules.back(), mbs + ".fwd", [&](int r, std::vector<TaskId> deps) {
       deps.push_back(alloc(r, mbs + ".alloc.logits", "forward", "activations", logits, {prev[r]}));
@@ -618,15 +688,23 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
     });
     ++item;
     for (std::int64_t l = m.layers - 1; l >= 0; --l) {
-      run_module(modules[static_cast<std::size_t>(l + 1)], mbs + ".bwd", [&](int r, std::vector<TaskId> deps) {
-        const TaskId b = compute(r, fmt::format("{}.bwd.layer{}", mbs, l), "backward", k.layer_bwd,
-                                 (w.gemm + w.attention) * 2.0 + recomputed, "layer", std::move(deps));
-        if (reduces) {
-          items[item].ready_on_rank.push_back(b);
-          backward_tasks[r].push_back(b);
-        }
-        return release(r, fmt::format("{}.free.act{}", mbs, l), "backward", "activations", stored, {b});
-      });
+      run_module_on_all(
+          modules[static_cast<std::size_t>(l + 1)], mbs + ".bwd", [&](std::vector<std::vector<TaskId>> deps) {
+            const LayerTasks b = layer_compute(fmt::format("{}.bwd.layer{}", mbs, l), "backward", k.layer_bwd,
+                                               ((w.gemm + w.attention) * 2.0 + recomputed) * (1.0 / tp),
+                                               tp_reductions_backward, std::move(deps));
+            std::vector<TaskId> done(sims);
+            for (int r = 0; r < sims; ++r) {
+              // The layer's weight gradients exist after its last compute piece; a later kernel
+              // that must wait (the offload's blocking copy) holds back its first piece.
+              if (reduces) {
+                items[item].ready_on_rank.push_back(b.last_compute[r]);
+                backward_tasks[r].push_back(b.first[r]);
+              }
+              done[r] = release(r, fmt::format("{}.free.act{}", mbs, l), "backward", "activations", stored, {b.end[r]});
+            }
+            return done;
+          });
       ++item;
     }
     run_module(modules.front(), mbs + ".bwd", [&](int r, std::vector<TaskId> deps) {
@@ -732,9 +810,9 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
     }
   }
   std::vector<TaskId> end = adam;
-  if ((stage == 1 || stage == 2) && ranks > 1) {
+  if ((stage == 1 || stage == 2) && replicas > 1) {
     // Every rank updated its partition: all-gather the new bf16 parameters.
-    end = comm.add(CollectiveKind::kAllGather, "updated_parameters", P, Communicator::flat(ranks), per_rank(adam));
+    end = comm.add(CollectiveKind::kAllGather, "updated_parameters", P, replica_plan, per_rank(adam));
     out.spans.push_back({"parameter_allgather", adam[0], end[0], true});
   }
   if (secondary_elements > 0) {
@@ -745,7 +823,7 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
   (void)g.add("iteration.end", "end", BarrierTask{}, end);
 
   const double sequences = static_cast<double>(train.micro_batch * train.grad_accum);
-  out.tokens_per_iteration = sequences * static_cast<double>(m.seq) * ranks;
+  out.tokens_per_iteration = sequences * static_cast<double>(m.seq) * replicas;
   {
     // Model states on one GPU: parameters, gradients, optimizer states (the setup allocations) and
     // the hpZ secondary partition.
@@ -755,8 +833,8 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
     out.model_states_per_device =
         Bytes{parameters + gradients + gpu_updated * kOptimizerStateBytesPerParam + secondary_elements * kBf16Bytes};
   }
-  out.model_flops_per_device = model_flops_per_sequence(m) * sequences;
-  out.hardware_flops_per_device = hardware_flops_per_sequence(m, train.recompute) * sequences;
+  out.model_flops_per_device = model_flops_per_sequence(m) * (sequences / tp);
+  out.hardware_flops_per_device = hardware_flops_per_sequence(m, train.recompute) * (sequences / tp);
   const auto cost_notes = in.costs.approximations();
   out.approximations.insert(out.approximations.begin(), cost_notes.begin(), cost_notes.end());
   out.approximations.push_back(kNonGemmKernelsApproximation);

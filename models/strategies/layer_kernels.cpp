@@ -72,4 +72,29 @@ KernelTimes kernel_times(const IterationInputs& in, std::int64_t params_on_rank,
   return k;
 }
 
+ParameterCounts tensor_parallel_share(const ParameterCounts& all, std::int64_t tp) {
+  if (tp == 1) return all;
+  const auto share = [&](std::int64_t n) { return (n + tp - 1) / tp; };
+  ParameterCounts c;
+  c.per_layer = share(all.per_layer);
+  c.layers = c.per_layer * (all.per_layer > 0 ? all.layers / all.per_layer : 0);
+  c.embedding = share(all.embedding);
+  c.position = share(all.position);
+  c.final_norm = share(all.final_norm);
+  c.output_head = share(all.output_head);
+  c.total = c.layers + c.embedding + c.position + c.final_norm + c.output_head;
+  c.active = share(all.active);
+  return c;
+}
+
+sim::Bytes stored_activations_on_tp_rank(const ModelSpec& m, const TrainingSpec& t, std::int64_t tp,
+                                         bool sequence_parallel) {
+  const Bytes stored = stored_activation_bytes(m, t.micro_batch, t.recompute, t.flash_attention);
+  if (tp == 1) return stored;
+  if (sequence_parallel) return Bytes{stored.count / tp};
+  if (t.recompute == Recompute::kFull) return stored;
+  return Bytes{
+      static_cast<std::int64_t>(static_cast<double>(stored.count) * (10.0 + 24.0 / static_cast<double>(tp)) / 34.0)};
+}
+
 }  // namespace offsim::models

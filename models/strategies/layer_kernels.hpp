@@ -46,4 +46,16 @@ struct KernelTimes {
 [[nodiscard]] KernelTimes kernel_times(const IterationInputs& in, std::int64_t params_on_rank, std::int64_t tp,
                                        bool sequence_parallel = false);
 
+/// The parameters one rank of a tensor-parallel group of `tp` holds: every count split by tp
+/// (Megatron splits the projections and the vocabulary; the norms and the row-parallel biases it
+/// keeps whole are a few parameters per layer, counted split too). tp = 1: `all` unchanged.
+[[nodiscard]] ParameterCounts tensor_parallel_share(const ParameterCounts& all, std::int64_t tp);
+
+/// Bytes one rank of a tensor-parallel group of `tp` keeps per layer for backward: with sequence
+/// parallelism everything is split by tp; without it, Korthikanti et al. section 4.2: of the
+/// sbh(34 + 5as/h) per layer, the sbh x 10 of the norms, dropouts and layer input stay whole on
+/// every rank and the rest splits by tp.
+[[nodiscard]] sim::Bytes stored_activations_on_tp_rank(const ModelSpec& m, const TrainingSpec& t, std::int64_t tp,
+                                                       bool sequence_parallel);
+
 }  // namespace offsim::models

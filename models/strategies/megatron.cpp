@@ -136,13 +136,7 @@ BuiltIteration build_megatron(const IterationInputs& in, const MegatronSpec& spe
   };
   const std::int64_t tokens = train.micro_batch * m.seq;
   const std::int64_t activation_elements = tokens * m.hidden;
-  Bytes stored = stored_activation_bytes(m, train.micro_batch, train.recompute, train.flash_attention);
-  if (spec.sequence_parallel) {
-    stored = Bytes{stored.count / tp};
-  } else if (train.recompute != Recompute::kFull) {
-    // Korthikanti et al. section 4.2: sbh(10 + 24/t + 5as/(ht)) of the sbh(34 + 5as/h) split by t.
-    stored = Bytes{static_cast<std::int64_t>(static_cast<double>(stored.count) * (10.0 + 24.0 / tp) / 34.0)};
-  }
+  const Bytes stored = stored_activations_on_tp_rank(m, train, tp, spec.sequence_parallel);
   const Bytes logits{tokens * ((m.vocab + tp - 1) / tp) * kLogitBytesPerElement};
   // The loss's fp32 workspace on the last stage (layer_kernels.hpp): held while the head runs.
   const Bytes loss_workspace{tokens * ((m.vocab + tp - 1) / tp) * kLossWorkspaceBytesPerElement};

@@ -65,6 +65,10 @@ struct Partitioning {
 struct DataParallelSpec {
   int zero_stage = 0;
   std::vector<std::string> devices;  // rank r runs on devices[r]; the ring follows this order
+  // Tensor parallelism inside groups of `tp` consecutive ranks (Megatron-DeepSpeed's layers under
+  // ZeRO): rank r = t + tp x d for tensor rank t of replica d; ZeRO works across the replicas.
+  int tp = 1;
+  bool sequence_parallel = false;
   std::int64_t reduce_bucket_elements = 0;
   bool overlap_comm = true;
   // Stage 3: parameters of submodules smaller than this stay whole on every rank and are never

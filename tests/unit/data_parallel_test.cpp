@@ -546,3 +546,30 @@ TEST(Offload, ParameterOffloadFetchesEveryShardAndKeepsUpdatesOnTheHost) {
 
 }  // namespace
 }  // namespace offsim::models
+
+namespace offsim::models {
+namespace {
+
+TEST(TensorParallel, TwoRankGroupSplitsTheStatesAndAllReducesEachLayersActivations) {
+  // tp 2 x dp 1 on the two GPUs: every parameter count is split in two (P / 2 = 59,264 per rank:
+  // 2 layers of (12h^2 + 13h)/2, embedding Vh/2, positions sh/2, final norm h, head Vh/2), so the
+  // states take 16 B x P / 2. No replicas: no gradient reduction. Each layer all-reduces its
+  // s x h = 2,048 bf16 activations (4,096 B) twice in forward and twice in backward; an
+  // all-reduce over 2 ranks puts 2 x 4,096 B on the link (as ZeroStages counts): 4 L x 8,192 B.
+  // Each rank does half the FLOPs of the one replica's micro-batch of s tokens.
+  const ExperimentResult one = run_experiment(load_experiment(kTiny, {"strategy.dp=1"}));
+  const ExperimentResult tp2 = run_experiment(load_experiment(kTiny, {"strategy.tp=2", "strategy.dp=1"}));
+  EXPECT_EQ(tp2.model_states_per_device.count, static_cast<std::int64_t>(16 * P / 2));
+  EXPECT_NEAR(link_bytes(tp2, "gpu-gpu"), 4 * L * 8192, 1.0);
+  EXPECT_NEAR(tp2.model_tflops_per_device * tp2.iteration_time.seconds(),
+              one.model_tflops_per_device * one.iteration_time.seconds() / 2, 1e-9);
+  EXPECT_NEAR(tp2.tokens_per_s * tp2.iteration_time.seconds(), s, 1e-9);
+  EXPECT_EQ(tp2.ranks, 2u);
+}
+
+TEST(TensorParallel, RanksMustBeTpTimesDp) {
+  EXPECT_THROW((void)load_experiment(kTiny, {"strategy.tp=2", "strategy.dp=2"}), sim::config::ConfigError);
+}
+
+}  // namespace
+}  // namespace offsim::models
