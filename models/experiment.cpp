@@ -200,27 +200,36 @@ std::optional<StrategySpec> parse_strategy(const Node& node, const topo::Topolog
     if (auto q = r.child("qwz")) qwz = parse_quantization_format(*q);
     if (auto q = r.child("qgz")) qgz = parse_quantization_format(*q);
     const auto degree = r.required<int>("dp");
+    // Megatron-DeepSpeed's --tensor-model-parallel-size: dp replicas of tp ranks each.
+    const auto tp = r.optional<int>("tp", 1);
+    if (tp.valid && tp.value < 1)
+      ctx.error(tp.loc, node.child_path("tp"), fmt::format("expected >= 1, got {}", tp.value));
+    const int tp_size = std::max(1, tp.value);
+    const int rank_count = degree.valid ? degree.value * tp_size : 0;
     std::vector<std::string> devices;
     if (auto d = parse_devices(r, node, topology, false)) {
       devices = std::move(*d);
     } else if (topology && degree.valid && degree.value >= 1) {
       const auto gpus = topology->devices_of(topo::DeviceKind::kGpu);
-      for (int i = 0; i < degree.value && static_cast<std::size_t>(i) < gpus.size(); ++i) {
+      for (int i = 0; i < rank_count && static_cast<std::size_t>(i) < gpus.size(); ++i) {
         devices.push_back(topology->device(gpus[i]).name);
       }
     }
-    if (degree.valid && static_cast<int>(devices.size()) != degree.value) {
+    if (degree.valid && static_cast<int>(devices.size()) != rank_count) {
       ctx.error(degree.loc, node.child_path("dp"),
-                fmt::format("dp is {} but {} devices are listed or available", degree.value, devices.size()));
+                tp_size == 1
+                    ? fmt::format("dp is {} but {} devices are listed or available", degree.value, devices.size())
+                    : fmt::format("tp x dp = {} x {} = {} ranks but {} devices are listed or available", tp_size,
+                                  degree.value, rank_count, devices.size()));
     }
     levels.ranks = static_cast<int>(devices.size());
     auto config = r.required_child("config", "a DeepSpeed ds_config (usually !include ../strategies/ds/x.json)");
     const auto collectives = parse_collective_options(r);
     const bool all_ranks = parse_all_ranks(r);
     if (!config || levels.ranks < 1) return std::nullopt;
-    auto imported =
-        import_deepspeed_config(*config, devices, levels, qwz, qgz,
-                                runtime.value == "deepspeed-0.16" ? Runtime::kDeepSpeed016 : Runtime::kDeepSpeed013);
+    auto imported = import_deepspeed_config(
+        *config, devices, levels, qwz, qgz,
+        runtime.value == "deepspeed-0.16" ? Runtime::kDeepSpeed016 : Runtime::kDeepSpeed013, tp_size);
     if (!imported || ctx.error_count() != errors_before) return std::nullopt;
     imported->strategy.collectives = collectives;
     imported->strategy.all_ranks = all_ranks;
@@ -557,6 +566,14 @@ ExperimentResult run_experiment(const ExperimentSpec& spec, const RunExperimentO
   r.tasks = built.graph.size();
   r.events = run.events_processed;
   r.approximations = built.approximations;
+  if (spec.model.moe()) {
+    r.approximations.push_back(fmt::format(
+        "mixture of experts: the router spreads tokens evenly over the {} experts ({} per token), run one after "
+        "another "
+        "as eager PyTorch does; real routing is uneven and the busiest expert sets the pace, so this is a lower bound "
+        "on the MLP time; no expert parallelism (every rank runs every expert)",
+        spec.model.experts, spec.model.experts_per_token));
+  }
   if (options.outputs_over_time) {
     r.timeline_csv = sim::report::timeline_csv(run);
     r.trace_json = sim::report::chrome_trace(built.machine.platform, built.graph, run);

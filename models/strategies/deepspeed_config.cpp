@@ -23,12 +23,13 @@ constexpr int kDefaultBufferCount = 4;  // offload_optimizer.buffer_count
 
 std::optional<DeepSpeedImport> import_deepspeed_config(const Node& node, const std::vector<std::string>& devices,
                                                        const LevelSizes& levels, std::optional<Quantization> qwz,
-                                                       std::optional<Quantization> qgz, Runtime runtime) {
+                                                       std::optional<Quantization> qgz, Runtime runtime, int tp) {
   auto& ctx = node.context();
   const std::size_t errors_before = ctx.error_count();
   DeepSpeedImport out;
   DataParallelSpec& dp = out.strategy;
   dp.devices = devices;
+  dp.tp = tp;
   std::vector<std::string> defaults;
   std::vector<std::string> ignored;
   MapReader r(node);
@@ -42,7 +43,8 @@ std::optional<DeepSpeedImport> import_deepspeed_config(const Node& node, const s
     // train_batch_size = micro-batch x accumulation x data-parallel ranks; a missing one of the
     // two others is derived from it (accumulation 1 when both are missing), and it must divide.
     const auto v = total->as<std::int64_t>();
-    const auto ranks = static_cast<std::int64_t>(devices.size());
+    // With tensor parallelism (Megatron-DeepSpeed) the data-parallel ranks are the replicas.
+    const auto ranks = static_cast<std::int64_t>(devices.size()) / std::max(1, tp);
     const auto derive = [&](std::optional<std::int64_t>& missing, std::int64_t per, const char* what) {
       if (per <= 0 || ranks <= 0) return;
       if (*v % (per * ranks) != 0 || *v / (per * ranks) < 1) {
@@ -208,6 +210,9 @@ std::optional<DeepSpeedImport> import_deepspeed_config(const Node& node, const s
     const int hpz = z.has("zero_hpz_partition_size") ? z.required<int>("zero_hpz_partition_size").value : 1;
     if (quantized_weights || quantized_gradients || hpz > 1) {
       if (dp.zero_stage != 3) ctx.error(zero->location(), zero->path(), "ZeRO++ options need stage 3");
+      if (tp > 1) {
+        ctx.error(zero->location(), zero->path(), "ZeRO++ options together with tp > 1 are not modelled");
+      }
       Partitioning p;
       p.shard_ranks = levels.ranks;
       p.parameter_gather.stages = {Band{"cluster", 1, levels.ranks}};

@@ -37,10 +37,8 @@ struct DeepSpeedImport {
 void resolve_deepspeed_auto(const DeepSpeedImport& imported, std::int64_t hidden, DataParallelSpec& strategy);
 
 /// `node`: the ds_config mapping. `devices` already parsed; `levels` for ZeRO++ groups.
-[[nodiscard]] std::optional<DeepSpeedImport> import_deepspeed_config(const sim::config::Node& node,
-                                                                     const std::vector<std::string>& devices,
-                                                                     const LevelSizes& levels,
-                                                                     std::optional<Quantization> qwz,
-                                                                     std::optional<Quantization> qgz, Runtime runtime);
+[[nodiscard]] std::optional<DeepSpeedImport> import_deepspeed_config(
+    const sim::config::Node& node, const std::vector<std::string>& devices, const LevelSizes& levels,
+    std::optional<Quantization> qwz, std::optional<Quantization> qgz, Runtime runtime, int tp = 1);
 
 }  // namespace offsim::models
