@@ -600,7 +600,7 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
           reduce_stream[r] =
               copy(r, name + ".d2h_fp32", "backward", true, Bytes{e * kFp32Bytes}, {cast}, off.pin_memory);
           const std::size_t next = bucket_last_item[b] + 1;
-          if (next < backward_tasks[r].size()) g.add_dependency(backward_tasks[r][next], cast);
+          if (spec.overlap_comm && next < backward_tasks[r].size()) g.add_dependency(backward_tasks[r][next], cast);
         }
         continue;
       }
@@ -634,8 +634,10 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
           reduce_stream[r] =
               copy(r, name + ".d2h_fp32", "backward", true, Bytes{e * kFp32Bytes}, {blocking}, off.pin_memory);
         }
+        // The next backward kernel waits for the blocking step; without overlap_comm the buckets
+        // are reduced after the whole backward, so no backward kernel comes after them.
         const std::size_t next = bucket_last_item[b] + 1;
-        if (next < backward_tasks[r].size()) g.add_dependency(backward_tasks[r][next], blocking);
+        if (spec.overlap_comm && next < backward_tasks[r].size()) g.add_dependency(backward_tasks[r][next], blocking);
         if (off.nvme) {
           // ZeRO-Infinity: the fp32 gradient goes on to the NVMe (AsyncTensorSwapper).
           gradient_swaps[r].push_back(

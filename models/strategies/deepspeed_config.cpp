@@ -73,19 +73,20 @@ std::optional<DeepSpeedImport> import_deepspeed_config(const Node& node, const s
   // 16-bit mixed precision: `bf16` (or its older spelling `bfloat16`), or `fp16`, whose dynamic loss
   // scaling changes no kernel's time or size, so it is timed as bf16 (and the report says so).
   std::optional<Node> disabled;  // a precision section present but not enabled, for the error
-  const auto enabled = [&](const char* key) {
+  // "auto" follows the Trainer's --bf16 / --fp16, and offsim trains in 16 bits: an "auto" bf16
+  // section is on; an "auto" fp16 section is on when no bf16 section is (the user's flag was --fp16).
+  const auto enabled = [&](const char* key, bool auto_means_on) {
     auto section = r.child(key);
     if (!section) return false;
     MapReader b(*section);
-    // "auto" follows the Trainer's --bf16 / --fp16: offsim's training precision is bf16.
     const auto flag = b.child("enabled");
-    const bool on = flag && (is_auto(*flag) ? std::string_view(key) != "fp16" : flag->as<bool>().value_or(false));
+    const bool on = flag && (is_auto(*flag) ? auto_means_on : flag->as<bool>().value_or(false));
     if (!on) disabled = section;
     for (const auto& k : b.take_unread_keys()) ignored.push_back(fmt::format("{}.{}", key, k));
     return on;
   };
-  const bool bf16 = enabled("bf16") || enabled("bfloat16");
-  const bool fp16 = enabled("fp16");
+  const bool bf16 = enabled("bf16", true) || enabled("bfloat16", true);
+  const bool fp16 = enabled("fp16", !bf16);
   if (fp16 && !bf16) defaults.push_back("fp16 timed as bf16 mixed precision (loss scaling is not timed)");
   if (!bf16 && !fp16) {
     const Node& at = disabled ? *disabled : node;
@@ -93,7 +94,15 @@ std::optional<DeepSpeedImport> import_deepspeed_config(const Node& node, const s
               "offsim models 16-bit mixed precision: enable bf16 (or bfloat16, or fp16); fp32 training is not "
               "modelled");
   }
-  std::optional<Node> zero = r.required_child("zero_optimization", "a mapping with stage, ...");
+  // No zero_optimization section: DeepSpeed's default, stage 0 (plain data parallelism).
+  std::optional<Node> zero = r.child("zero_optimization");
+  if (!zero) {
+    dp.zero_stage = 0;
+    dp.reduce_bucket_elements = static_cast<std::int64_t>(kDefaultReduceBucketSize);
+    dp.overlap_comm = false;  // DeepSpeed: None -> True iff stage 3
+    defaults.push_back(fmt::format("zero_optimization.stage=0, reduce_bucket_size={:g}, overlap_comm=false",
+                                   kDefaultReduceBucketSize));
+  }
   if (zero) {
     MapReader z(*zero);
     const auto stage = z.required<int>("stage");

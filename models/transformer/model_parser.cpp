@@ -224,7 +224,8 @@ class HfConfigReader {
     if (const auto alibi = r_.optional<bool>("alibi", false); alibi.value) {
       refuse(alibi.loc, "alibi", "ALiBi position biases are not modelled (offsim has learned and rotary positions)");
     }
-    (void)flag_or("parallel_attn", true);
+    // Falcon-7B's parallel block reads one norm; the new architecture (40B, 180B) has two.
+    m_.parallel_block = flag_or("parallel_attn", true) && !new_arch;
     m_.tied_embeddings = flag_or("tie_word_embeddings", true);
     m_.linear_bias = flag_or("bias", false);
     m_.dropout = number_or("hidden_dropout", 0.0) > 0.0 || number_or("attention_dropout", 0.0) > 0.0;
@@ -242,7 +243,7 @@ class HfConfigReader {
     m_.ffn = positive("ffn_dim");
     choice("activation_function", {"relu", "gelu"}, "relu");
     if (const auto proj = r_.child("word_embed_proj_dim"); proj && !proj->is_null()) {
-      if (const auto v = proj->as<std::int64_t>(); v && *v != m_.hidden) {
+      if (const auto v = proj->as<std::int64_t>(); v && m_.hidden > 0 && *v != m_.hidden) {
         refuse(proj->location(), "word_embed_proj_dim",
                fmt::format("embeddings of width {} projected to hidden {} (OPT-350m) are not modelled", *v, m_.hidden));
       }
@@ -272,6 +273,8 @@ class HfConfigReader {
     m_.position = PositionKind::kRope;
     m_.tied_embeddings = flag_or("tie_word_embeddings", false);
     m_.linear_bias = true;
+    m_.parallel_block = true;  // PhiDecoderLayer: one input_layernorm feeds attention and MLP
+    m_.head_bias = true;       // PhiForCausalLM's lm_head has a bias
     m_.dropout = number_or("resid_pdrop", 0.0) > 0.0 || number_or("attention_dropout", 0.0) > 0.0;
   }
 

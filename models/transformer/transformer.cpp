@@ -47,12 +47,12 @@ ParameterCounts count_parameters(const ModelSpec& m) {
   const std::int64_t expert = mlp_parameters(m, m.ffn);
   const std::int64_t mlp = m.moe() ? m.experts * expert + h * m.experts + mlp_parameters(m, m.shared_ffn) : expert;
   ParameterCounts c;
-  c.per_layer = attention + mlp + 2 * norm_params;
+  c.per_layer = attention + mlp + m.norms_per_layer() * norm_params;
   c.layers = c.per_layer * m.layers;
   c.embedding = m.vocab * h;
   c.position = m.position == PositionKind::kLearned ? m.seq * h : 0;
   c.final_norm = norm_params;
-  c.output_head = m.tied_embeddings ? 0 : m.vocab * h;
+  c.output_head = (m.tied_embeddings ? 0 : m.vocab * h) + (m.head_bias ? m.vocab : 0);
   c.total = c.layers + c.embedding + c.position + c.final_norm + c.output_head;
   c.active = c.total - (m.moe() ? (m.experts - m.experts_per_token) * expert * m.layers : 0);
   return c;
@@ -129,8 +129,7 @@ std::vector<ElementwiseKernel> layer_elementwise_kernels(const ModelSpec& m, std
   const double kv = static_cast<double>(m.kv_width() / tp);
   std::vector<ElementwiseKernel> k;
   // Norms: read x, write y; backward reads x and dy, writes dx (2 B each).
-  k.push_back({"layernorm", 4.0 * e, 6.0 * e});
-  k.push_back({"layernorm", 4.0 * e, 6.0 * e});
+  for (int n = 0; n < m.norms_per_layer(); ++n) k.push_back({"layernorm", 4.0 * e, 6.0 * e});
   if (m.position == PositionKind::kRope) {
     // Rotary embedding of Q and K: read and write each, both directions.
     const double qk = t * (q + kv);
@@ -241,7 +240,7 @@ sim::Bytes stored_activation_bytes(const ModelSpec& m, std::int64_t micro_batch,
                      static_cast<double>(m.experts_per_token) * (4.0 * h + mlp_stored_bytes_per_token(m, m.ffn)) +
                      (m.shared_ffn > 0 ? mlp_stored_bytes_per_token(m, m.shared_ffn) : 0.0);
   }
-  const double norms = 4.0 * s * b * h;
+  const double norms = 2.0 * m.norms_per_layer() * s * b * h;
   double total = attention_linear + s * b * mlp_per_token + norms;
   if (!flash_attention && policy == Recompute::kNone) total += attention_quadratic;
   return sim::Bytes{static_cast<std::int64_t>(total)};

@@ -33,6 +33,10 @@ struct ModelSpec {
   bool linear_bias = true;
   bool dropout = false;   // dropout after attention, on its probabilities and after the MLP (GPT-2/3)
   bool qkv_bias = false;  // biases on the Q, K and V projections only (Qwen2); linear_bias puts one on every projection
+  // Attention and MLP side by side on one shared norm (GPT-J, Phi-2, Falcon-7B): one norm per
+  // layer instead of two.
+  bool parallel_block = false;
+  bool head_bias = false;      // a bias on the output projection (Phi-2)
   std::int64_t head_size = 0;  // width of one attention head; 0 = hidden / heads (Gemma-7B: 256 with hidden 3,072)
   // Mixture of experts (Mixtral, Qwen2-MoE, DeepSeek-MoE): every layer's MLP is `experts` experts of
   // width `ffn` of which each token runs `experts_per_token`, chosen by a router (hidden x experts),
@@ -45,6 +49,7 @@ struct ModelSpec {
   [[nodiscard]] std::int64_t q_width() const { return heads * head_dim(); }  // = hidden unless head_size says otherwise
   [[nodiscard]] std::int64_t kv_width() const { return kv_heads * head_dim(); }
   [[nodiscard]] bool moe() const { return experts > 0; }
+  [[nodiscard]] int norms_per_layer() const { return parallel_block ? 1 : 2; }
 };
 
 struct ParameterCounts {
