@@ -280,8 +280,9 @@ std::string run_sweep_point(const Sweep& sweep, const SweepPoint& point) {
   std::vector<std::string> overrides;
   for (const auto& [key, value] : point.values) {
     fields.push_back(csv_field(value));
-    if (key != "experiment") overrides.push_back(fmt::format("{}={}", key, value));
+    if (key != "experiment" && point.overrides.empty()) overrides.push_back(fmt::format("{}={}", key, value));
   }
+  overrides.insert(overrides.end(), point.overrides.begin(), point.overrides.end());
   std::string status = "ok";
   std::string reason;
   std::vector<std::string> figures(kFigureColumns.size() - 2);

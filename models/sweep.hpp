@@ -28,6 +28,9 @@ struct SweepPoint {
   std::size_t index = 0;
   std::filesystem::path experiment;
   std::vector<std::pair<std::string, std::string>> values;  // axis key -> value, in axis order
+  // When not empty, the overrides that make this point, applied instead of the axis values (which
+  // then only label the row): offsim search labels its points by strategy.
+  std::vector<std::string> overrides;
 };
 
 struct Sweep {

@@ -64,7 +64,24 @@ struct SweepCliOptions {
   double tie = 0.05;
 };
 
+struct SearchCliOptions {
+  std::string experiment;
+  std::string out;  // folder: search.csv (every simulated point) and pareto.csv
+  int jobs = 1;
+  bool resume = false;
+  std::string max_hbm;  // a size ("64 GB"); empty: the device's capacity
+  int gpus = 0;         // 0: the base experiment's ranks
+  int max_nodes = 0;    // 0: no node range
+  std::int64_t global_batch = 0;
+  double price_per_gpu_hour = 0.0;
+  std::vector<std::string> kinds, overrides;
+  std::vector<int> tp, pp, zero_stages;
+  std::vector<std::int64_t> micro_batches;
+  std::string offload;  // "", "none", "cpu", "both"
+};
+
 int run_command(const RunOptions& options);
+int search_command(const SearchCliOptions& options);
 int sweep_command(const SweepCliOptions& options);
 int validate_command(const std::string& dir, bool json);
 int check_command(const std::string& dir, bool update);

@@ -127,6 +127,42 @@ int main(int argc, char** argv) {
 
   auto* list_cmd = app.add_subcommand("list", "list the strategies offsim knows");
 
+  app::SearchCliOptions search_opts;
+  auto* search_cmd = app.add_subcommand(
+      "search",
+      "the fastest strategy for an experiment's model on its machine under limits: enumerates data parallelism "
+      "(ZeRO 0-3, CPU offload, tp) and Megatron 3D parallelism over micro-batches at a fixed global batch, prunes by "
+      "model-state memory, simulates the rest as a sweep and prints the Pareto front (docs/search.md)");
+  search_cmd->add_option("experiment", search_opts.experiment, "base experiment: machine, calibration, model, training")
+      ->required();
+  search_cmd->add_option("--out", search_opts.out, "folder for search.csv (every point) and pareto.csv")->required();
+  search_cmd->add_option("--set", search_opts.overrides, "override a value of the base: --set key.path=value");
+  search_cmd->add_option("--max-hbm", search_opts.max_hbm,
+                         "HBM per GPU the run may use (e.g. \"64 GB\"; default: all)");
+  search_cmd->add_option("--gpus", search_opts.gpus, "GPUs to train on (default: the base experiment's)")
+      ->check(CLI::PositiveNumber);
+  search_cmd->add_option("--max-nodes", search_opts.max_nodes, "search 1, 2, 4, ... nodes up to this many")
+      ->check(CLI::PositiveNumber);
+  search_cmd
+      ->add_option("--global-batch", search_opts.global_batch,
+                   "sequences per iteration (default: the base experiment's)")
+      ->check(CLI::PositiveNumber);
+  search_cmd
+      ->add_option("--price", search_opts.price_per_gpu_hour,
+                   "price of a GPU-hour: costs per million tokens in that currency (default: GPU-hours)")
+      ->check(CLI::NonNegativeNumber);
+  search_cmd->add_option("--kind", search_opts.kinds, "strategy kinds (data_parallel, megatron; default both)")
+      ->check(CLI::IsMember({"data_parallel", "megatron"}));
+  search_cmd->add_option("--tp", search_opts.tp, "tensor-parallel sizes (default 1, 2, 4, ... up to a node)");
+  search_cmd->add_option("--pp", search_opts.pp, "pipeline sizes (default: divisors of the layer count)");
+  search_cmd->add_option("--zero", search_opts.zero_stages, "ZeRO stages (default 0-3; Megatron 0-1)");
+  search_cmd->add_option("--micro-batch", search_opts.micro_batches, "micro-batch sizes (default 1, 2, 4, 8)");
+  search_cmd->add_option("--offload", search_opts.offload, "CPU optimizer offload: none, cpu or both (default both)")
+      ->check(CLI::IsMember({"none", "cpu", "both"}));
+  search_cmd->add_option("--jobs", search_opts.jobs, "points simulated at once (threads; default 1)")
+      ->check(CLI::PositiveNumber);
+  search_cmd->add_flag("--resume", search_opts.resume, "keep the points already in --out/search.csv");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -178,6 +214,7 @@ int main(int argc, char** argv) {
       return app::calibrate_command(cal);
     }
     if (*list_cmd) return app::list_command();
+    if (*search_cmd) return app::search_command(search_opts);
   } catch (const sim::config::ConfigError& e) {
     fmt::print(stderr, "{}\n", e.what());
     return app::kExitBadInput;

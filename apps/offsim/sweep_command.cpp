@@ -1,47 +1,15 @@
 // `offsim sweep`: run every point of a sweep file, locally on threads (and across MPI ranks when
 // built with OFFSIM_WITH_MPI and launched under mpirun), with a progress line and --resume.
 #include <fmt/format.h>
-#include <unistd.h>
-
-#include <chrono>
-#include <cstdio>
 
 #include "apps/offsim/commands.hpp"
+#include "apps/offsim/progress.hpp"
 #include "models/sweep.hpp"
 #include "sim/config/config_reader.hpp"
 
 namespace offsim::app {
 
 namespace {
-
-// A progress bar with ETA on a terminal; otherwise (logs, CI) a plain line at each tenth of the
-// points and at the end, not one per point.
-class Progress {
- public:
-  explicit Progress(std::size_t already) : already_(already), start_(std::chrono::steady_clock::now()) {}
-  void operator()(std::size_t done, std::size_t total) {
-    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-    const std::size_t ran = done - already_;
-    const double eta = ran > 0 ? elapsed / static_cast<double>(ran) * static_cast<double>(total - done) : 0.0;
-    if (isatty(fileno(stderr)) != 0) {
-      constexpr int kWidth = 30;
-      const int filled = total > 0 ? static_cast<int>(kWidth * done / total) : kWidth;
-      fmt::print(stderr, "\r[{:<{}}] {}/{} points, ETA {:.0f} s   ", std::string(filled, '#'), kWidth, done, total,
-                 eta);
-      if (done == total) fmt::print(stderr, "\n");
-    } else {
-      const std::size_t tenth = total * (reported_ + 1) / 10;
-      if (done < total && done < tenth) return;
-      while (reported_ < 10 && total * (reported_ + 1) / 10 <= done) ++reported_;
-      fmt::print(stderr, "sweep: {}/{} points done, ETA {:.0f} s\n", done, total, eta);
-    }
-  }
-
- private:
-  std::size_t reported_ = 0;  // tenths of the points already reported (plain lines)
-  std::size_t already_;
-  std::chrono::steady_clock::time_point start_;
-};
 
 int sweep_or_throw(const SweepCliOptions& options);
 
@@ -79,7 +47,7 @@ int sweep_or_throw(const SweepCliOptions& options) {
     run.out = options.out;
     run.jobs = options.jobs;
     run.resume = options.resume;
-    Progress progress(options.resume ? models::finished_rows(sweep, options.out).size() : 0);
+    Progress progress("sweep", options.resume ? models::finished_rows(sweep, options.out).size() : 0);
     run.progress = [&](std::size_t done, std::size_t total) { progress(done, total); };
     const auto summary = models::run_sweep(sweep, run);
     fmt::print("sweep {}: {} points ({} run now, {} already in the file) -> {}\n", sweep.name, summary.points,

@@ -94,5 +94,17 @@ contains "calibrate warns of the poor fit" "$tmp/warn.txt" "warning: collectives
 (cd "$tmp" && "$offsim" validate >"$tmp/validate.txt" 2>&1); check "validate outside the repository exits 2" 2 $?
 contains "validate says where it looked" "$tmp/validate.txt" "no such folder here or in any parent folder"
 
+# offsim search: the Pareto front of the strategies that fit, from one command, and --resume.
+"$offsim" search tests/data/tiny-dp2.yaml --micro-batch 1 --tp 1 --max-hbm "1.5 MB" --out "$tmp/search" \
+  >"$tmp/search.txt" 2>/dev/null; check "search exits 0" 0 $?
+contains "search counts what it pruned" "$tmp/search.txt" "pruned before simulating"
+contains "search names the fastest" "$tmp/search.txt" "fastest: "
+contains "search writes the front" "$tmp/search/pareto.csv" "strategy,gpus,kind,tp,pp,dp,zero_stage"
+"$offsim" search tests/data/tiny-dp2.yaml --micro-batch 1 --tp 1 --max-hbm "1.5 MB" --out "$tmp/search" \
+  >/dev/null 2>&1; check "search into an existing folder without --resume exits 2" 2 $?
+"$offsim" search tests/data/tiny-dp2.yaml --micro-batch 1 --tp 1 --max-hbm "1.5 MB" --out "$tmp/search" --resume \
+  >"$tmp/search2.txt" 2>/dev/null; check "search --resume exits 0" 0 $?
+cmp -s "$tmp/search.txt" "$tmp/search2.txt"; check "search --resume gives the same report" 0 $?
+
 echo "cli: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

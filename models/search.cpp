@@ -1,0 +1,378 @@
+#include "models/search.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <stdexcept>
+
+#include "models/strategies/layer_kernels.hpp"
+#include "sim/report/text_table.hpp"
+
+namespace offsim::models {
+
+namespace {
+
+// DeepSpeed's defaults for what the search does not vary (deepspeed/runtime/zero/config.py):
+// reduce_bucket_size 5e8, stage3_param_persistence_threshold 1e5, sub_group_size 1e9; the
+// offloaded optimizer's buffers pinned, as the Hugging Face and DeepSpeed examples configure it.
+constexpr std::int64_t kReduceBucketElements = 500'000'000;
+constexpr std::int64_t kSubGroupSize = 1'000'000'000;
+
+// What the base experiment fixes: the machine's shape, the batch, the collectives' channels and
+// the order of a node's GPUs.
+struct BaseFacts {
+  int gpus_per_node = 0;
+  int total_gpus = 0;
+  bool nodes_vary = false;  // a cluster file: hardware.nodes can be set
+  bool has_cpu = false;
+  std::int64_t hbm_capacity = 0;
+  std::int64_t global_batch = 0;
+  int channels = 1;
+  std::vector<std::string> devices_per_node;  // local names in the base's order; empty: default
+};
+
+BaseFacts base_facts(const ExperimentSpec& base) {
+  BaseFacts f;
+  const auto& topo = base.hardware.topology;
+  const auto gpus = topo.devices_of(topo::DeviceKind::kGpu);
+  f.total_gpus = static_cast<int>(gpus.size());
+  for (const auto g : gpus) {
+    if (topo.device(g).node == topo.device(gpus.front()).node) ++f.gpus_per_node;
+  }
+  if (!gpus.empty() && topo.device(gpus.front()).memory)
+    f.hbm_capacity = topo.device(gpus.front()).memory->capacity.count;
+  f.has_cpu = !topo.devices_of(topo::DeviceKind::kCpu).empty();
+  f.nodes_vary = base.hardware.network_kind != "none";
+  std::vector<std::string> devices;
+  std::int64_t replicas = 1;
+  if (const auto* dp = std::get_if<DataParallelSpec>(&base.strategy)) {
+    devices = dp->devices;
+    replicas = static_cast<std::int64_t>(dp->devices.size()) / std::max(1, dp->tp);
+    f.channels = dp->collectives.channels;
+  } else if (const auto* mg = std::get_if<MegatronSpec>(&base.strategy)) {
+    devices = mg->devices;
+    replicas = mg->dp;
+    f.channels = mg->collectives.channels;
+  } else {
+    throw std::invalid_argument(
+        "search needs a base experiment that trains (kind data_parallel, deepspeed or megatron)");
+  }
+  f.global_batch = base.training.micro_batch * base.training.grad_accum * replicas;
+  // The base's order of a node's GPUs (Frontier's ring order, say), as local names.
+  if (static_cast<int>(devices.size()) >= f.gpus_per_node && f.gpus_per_node > 0) {
+    const auto first = topo.find_device(devices.front());
+    for (int i = 0; i < f.gpus_per_node && first; ++i) {
+      const auto d = topo.find_device(devices[static_cast<std::size_t>(i)]);
+      if (!d || topo.device(*d).node != topo.device(*first).node) {
+        f.devices_per_node.clear();
+        break;
+      }
+      const std::string& name = devices[static_cast<std::size_t>(i)];
+      const auto dot = name.find('.');
+      f.devices_per_node.push_back(f.nodes_vary && dot != std::string::npos ? name.substr(dot + 1) : name);
+    }
+  }
+  return f;
+}
+
+bool tp_divides_model(const ModelSpec& m, int tp) {
+  return m.heads % tp == 0 && m.kv_heads % tp == 0 && m.ffn % tp == 0 && m.shared_ffn % tp == 0;
+}
+
+// Model states on one GPU (bf16 parameters and gradients, fp32 master, m and v: 16 B per
+// parameter replicated), as ZeRO partitions them over the dp replicas of a tp x pp share:
+// a lower bound on the GPU's memory (activations, buckets and gathered parameters come on top).
+std::int64_t state_bytes(const SearchCandidate& c, std::int64_t params_on_rank) {
+  const double p = static_cast<double>(params_on_rank);
+  const double dp = static_cast<double>(c.dp);
+  double bytes = 0.0;
+  switch (c.zero_stage) {
+    case 0:
+      bytes = 16.0 * p;
+      break;
+    case 1:
+      bytes = 4.0 * p + 12.0 * p / dp;
+      break;
+    case 2:
+      bytes = c.offload ? 2.0 * p : 2.0 * p + 14.0 * p / dp;
+      break;
+    default:
+      bytes = c.offload ? 2.0 * p / dp : 16.0 * p / dp;
+      break;
+  }
+  return static_cast<std::int64_t>(bytes);
+}
+
+std::string strategy_override(const SearchCandidate& c, const BaseFacts& f) {
+  std::string s;
+  if (c.kind == "megatron") {
+    s = fmt::format("{{kind: megatron, tp: {}, pp: {}, dp: {}, schedule: 1f1b, sequence_parallel: {}, zero_stage: {}",
+                    c.tp, c.pp, c.dp, c.tp > 1 ? "true" : "false", c.zero_stage);
+  } else {
+    s = fmt::format(
+        "{{kind: data_parallel, zero_stage: {}, dp: {}, tp: {}, reduce_bucket_elements: {}, overlap_comm: {}, "
+        "param_persistence_threshold: {}",
+        c.zero_stage, c.dp, c.tp, kReduceBucketElements, c.zero_stage == 3 ? "true" : "false",
+        DataParallelSpec::kDeepSpeedPersistenceThreshold);
+    if (c.offload) {
+      s += fmt::format(
+          ", offload_optimizer: {{device: cpu, pin_memory: true, ratio: 1.0, sub_group_size: {}}}, runtime: "
+          "deepspeed-0.16",
+          kSubGroupSize);
+    }
+  }
+  s += fmt::format(", collectives: {{fidelity: analytic, channels: {}}}", f.channels);
+  if (!f.devices_per_node.empty() && c.gpus % f.gpus_per_node == 0) {
+    s += fmt::format(", devices_per_node: [{}]", fmt::join(f.devices_per_node, ", "));
+  }
+  return s + "}";
+}
+
+std::vector<int> divisors(std::int64_t n) {
+  std::vector<int> out;
+  for (std::int64_t d = 1; d <= n; ++d) {
+    if (n % d == 0) out.push_back(static_cast<int>(d));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string SearchCandidate::label() const {
+  std::string s = kind == "megatron" ? fmt::format("megatron tp{} pp{} dp{} zero{}", tp, pp, dp, zero_stage)
+                                     : fmt::format("zero{}{} tp{} dp{}", zero_stage, offload ? "+offload" : "", tp, dp);
+  return s + fmt::format(" mb{} ga{}", micro_batch, grad_accum);
+}
+
+SearchPlan plan_search(const ExperimentSpec& base, const SearchSpace& space, const SearchLimits& limits) {
+  const BaseFacts f = base_facts(base);
+  const ModelSpec& m = base.model;
+  SearchPlan plan;
+  plan.max_hbm_bytes = limits.max_hbm_bytes.value_or(f.hbm_capacity);
+  plan.global_batch = limits.global_batch.value_or(f.global_batch);
+  if (plan.global_batch < 1) throw std::invalid_argument("the global batch must be at least one sequence");
+  // The GPU counts searched.
+  std::vector<int> gpu_counts;
+  if (limits.max_nodes) {
+    if (!f.nodes_vary) {
+      throw std::invalid_argument("--max-nodes needs a base experiment on a cluster (a hardware file with nodes)");
+    }
+    for (int n = 1; n <= *limits.max_nodes; n *= 2) gpu_counts.push_back(n * f.gpus_per_node);
+  } else if (limits.gpus) {
+    if (*limits.gpus > f.total_gpus && !f.nodes_vary) {
+      throw std::invalid_argument(
+          fmt::format("--gpus {}: the machine has {} GPUs and no node count to raise", *limits.gpus, f.total_gpus));
+    }
+    gpu_counts.push_back(*limits.gpus);
+  } else {
+    gpu_counts.push_back(static_cast<int>(std::visit([](const auto& s) { return s.devices.size(); }, base.strategy)));
+  }
+  const std::vector<std::string> kinds =
+      space.kinds.empty() ? std::vector<std::string>{"data_parallel", "megatron"} : space.kinds;
+  const std::vector<std::int64_t> micro_batches =
+      space.micro_batches.empty() ? std::vector<std::int64_t>{1, 2, 4, 8} : space.micro_batches;
+  const ParameterCounts params = count_parameters(m);
+  for (const int gpus : gpu_counts) {
+    const int nodes = std::max(1, (gpus + f.gpus_per_node - 1) / f.gpus_per_node);
+    std::vector<int> tps = space.tp;
+    if (tps.empty()) {
+      for (int t = 1; t <= f.gpus_per_node; t *= 2) tps.push_back(t);
+    }
+    for (const auto& kind : kinds) {
+      const bool megatron = kind == "megatron";
+      const std::vector<int> pps = megatron ? (space.pp.empty() ? divisors(m.layers) : space.pp) : std::vector<int>{1};
+      std::vector<int> stages = space.zero_stages;
+      if (stages.empty()) stages = megatron ? std::vector<int>{0, 1} : std::vector<int>{0, 1, 2, 3};
+      for (const int tp : tps) {
+        for (const int pp : pps) {
+          for (const int zero : stages) {
+            std::vector<bool> offloads = space.offload.empty() ? std::vector<bool>{false, true} : space.offload;
+            for (const bool offload : offloads) {
+              for (const std::int64_t mb : micro_batches) {
+                SearchCandidate c;
+                c.kind = kind;
+                c.gpus = gpus;
+                c.nodes = nodes;
+                c.tp = tp;
+                c.pp = pp;
+                c.zero_stage = zero;
+                c.offload = offload;
+                c.micro_batch = mb;
+                // Not strategies: offload outside ZeRO 2-3 of data parallelism or without a host
+                // CPU, a Megatron ZeRO stage above 1. Shapes that do not divide are counted.
+                if (offload && (megatron || zero < 2 || !f.has_cpu)) continue;
+                if (megatron && zero > 1) continue;
+                if (gpus % (tp * pp) != 0 || !tp_divides_model(m, tp) || m.layers % pp != 0) {
+                  ++plan.invalid;
+                  continue;
+                }
+                c.dp = gpus / (tp * pp);
+                if (plan.global_batch % (mb * c.dp) != 0) {
+                  ++plan.invalid;
+                  continue;
+                }
+                c.grad_accum = plan.global_batch / (mb * c.dp);
+                // Parameters on one rank: a tp share of the model, or of its fullest pipeline
+                // stage (its layers and the embedding or the head, whichever is larger).
+                std::int64_t on_rank = tensor_parallel_share(params, tp).total;
+                if (megatron && pp > 1) {
+                  const std::int64_t layers = m.layers / pp * params.per_layer;
+                  const std::int64_t edge = std::max(params.embedding + params.position,
+                                                     params.final_norm + (m.tied_embeddings ? 0 : params.output_head));
+                  on_rank = (layers + edge + tp - 1) / tp;
+                }
+                c.state_bytes_lower_bound = state_bytes(c, on_rank);
+                c.overrides = {fmt::format("strategy={}", strategy_override(c, f)),
+                               fmt::format("training.micro_batch={}", mb),
+                               fmt::format("training.grad_accum={}", c.grad_accum)};
+                if (f.nodes_vary) c.overrides.push_back(fmt::format("hardware.nodes={}", nodes));
+                if (c.state_bytes_lower_bound > plan.max_hbm_bytes) {
+                  plan.pruned.push_back(std::move(c));
+                } else {
+                  plan.simulated.push_back(std::move(c));
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  return plan;
+}
+
+Sweep search_sweep(const std::filesystem::path& base_file, const SearchPlan& plan) {
+  Sweep sweep;
+  sweep.name = "search";
+  sweep.keys = {"strategy", "gpus", "kind", "tp", "pp", "dp", "zero_stage", "offload", "micro_batch", "grad_accum"};
+  for (std::size_t i = 0; i < plan.simulated.size(); ++i) {
+    const SearchCandidate& c = plan.simulated[i];
+    SweepPoint p;
+    p.index = i;
+    p.experiment = base_file;
+    p.values = {{"strategy", c.label()},
+                {"gpus", std::to_string(c.gpus)},
+                {"kind", c.kind},
+                {"tp", std::to_string(c.tp)},
+                {"pp", std::to_string(c.pp)},
+                {"dp", std::to_string(c.dp)},
+                {"zero_stage", std::to_string(c.zero_stage)},
+                {"offload", c.offload ? "cpu" : "none"},
+                {"micro_batch", std::to_string(c.micro_batch)},
+                {"grad_accum", std::to_string(c.grad_accum)}};
+    p.overrides = c.overrides;
+    sweep.points.push_back(std::move(p));
+  }
+  return sweep;
+}
+
+std::vector<SearchResult> read_search_results(const SearchPlan& plan, const std::filesystem::path& csv,
+                                              const SearchLimits& limits) {
+  std::ifstream in(csv);
+  if (!in) throw std::runtime_error(fmt::format("cannot read {}", csv.string()));
+  std::string line;
+  std::getline(in, line);
+  const auto header = parse_csv_line(line);
+  const auto column = [&](const std::string& name) {
+    const auto it = std::find(header.begin(), header.end(), name);
+    if (it == header.end()) throw std::runtime_error(fmt::format("{}: no column '{}'", csv.string(), name));
+    return static_cast<std::size_t>(it - header.begin());
+  };
+  const std::size_t index = column("index"), status = column("status"), tokens = column("tokens_per_s"),
+                    tflops = column("tflops_per_device"), iteration = column("iteration_time_s"),
+                    hbm = column("hbm_peak_bytes"), reason = column("reason");
+  std::vector<SearchResult> out;
+  while (std::getline(in, line)) {
+    const auto fields = parse_csv_line(line);
+    if (fields.size() != header.size()) continue;
+    const std::size_t i = std::stoul(fields[index]);
+    if (i >= plan.simulated.size()) continue;
+    SearchResult r;
+    r.candidate = plan.simulated[i];
+    r.status = fields[status];
+    r.reason = fields[reason];
+    if (r.status != "error") {
+      r.tokens_per_s = std::stod(fields[tokens]);
+      r.tflops_per_device = std::stod(fields[tflops]);
+      r.iteration_s = std::stod(fields[iteration]);
+      r.hbm_peak_bytes = std::stoll(fields[hbm]);
+    }
+    // GPU-hours per million tokens, times the price when one is given.
+    if (r.tokens_per_s > 0.0) {
+      const double gpu_hours = static_cast<double>(r.candidate.gpus) * 1e6 / r.tokens_per_s / 3600.0;
+      r.cost_per_million_tokens = gpu_hours * (limits.price_per_gpu_hour > 0.0 ? limits.price_per_gpu_hour : 1.0);
+    }
+    r.within_limits = r.status == "ok" && r.hbm_peak_bytes <= plan.max_hbm_bytes;
+    if (r.status == "ok" && !r.within_limits) {
+      r.reason = fmt::format("peak HBM {} over the limit {}", sim::format_bytes(sim::Bytes{r.hbm_peak_bytes}),
+                             sim::format_bytes(sim::Bytes{plan.max_hbm_bytes}));
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+std::vector<std::size_t> pareto_front(const std::vector<SearchResult>& results) {
+  const auto dominates = [](const SearchResult& a, const SearchResult& b) {
+    const bool no_worse = a.tokens_per_s >= b.tokens_per_s && a.cost_per_million_tokens <= b.cost_per_million_tokens &&
+                          a.hbm_peak_bytes <= b.hbm_peak_bytes;
+    const bool better = a.tokens_per_s > b.tokens_per_s || a.cost_per_million_tokens < b.cost_per_million_tokens ||
+                        a.hbm_peak_bytes < b.hbm_peak_bytes;
+    return no_worse && better;
+  };
+  std::vector<std::size_t> front;
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    if (!results[i].within_limits) continue;
+    bool dominated = false;
+    for (std::size_t j = 0; j < results.size() && !dominated; ++j) {
+      dominated = j != i && results[j].within_limits && dominates(results[j], results[i]);
+    }
+    if (!dominated) front.push_back(i);
+  }
+  std::stable_sort(front.begin(), front.end(),
+                   [&](std::size_t a, std::size_t b) { return results[a].tokens_per_s > results[b].tokens_per_s; });
+  return front;
+}
+
+std::string search_report(const SearchPlan& plan, const std::vector<SearchResult>& results,
+                          const SearchLimits& limits) {
+  std::size_t within = 0, infeasible = 0, errors = 0, over_limit = 0;
+  for (const auto& r : results) {
+    if (r.within_limits) ++within;
+    if (r.status == "infeasible") ++infeasible;
+    if (r.status == "error") ++errors;
+    if (r.status == "ok" && !r.within_limits) ++over_limit;
+  }
+  std::string out = fmt::format(
+      "search: global batch {} sequences, HBM limit {} per GPU\n"
+      "  {} strategies: {} pruned before simulating (model states alone over the limit), {} simulated: {} within "
+      "the limits, {} over the HBM limit, {} infeasible, {} errors; {} shapes skipped (batch, heads or layers do not "
+      "divide)\n",
+      plan.global_batch, sim::format_bytes(sim::Bytes{plan.max_hbm_bytes}), plan.simulated.size() + plan.pruned.size(),
+      plan.pruned.size(), results.size(), within, over_limit, infeasible, errors, plan.invalid);
+  const std::vector<std::size_t> front = pareto_front(results);
+  if (front.empty()) return out + "no strategy fits within the limits\n";
+  const SearchResult& best = results[front.front()];
+  out += fmt::format("fastest: {} on {} GPUs: {:.0f} tokens/s, {:.1f} TFLOPS per GPU, peak HBM {}\n",
+                     best.candidate.label(), best.candidate.gpus, best.tokens_per_s, best.tflops_per_device,
+                     sim::format_bytes(sim::Bytes{best.hbm_peak_bytes}));
+  const std::string cost = limits.price_per_gpu_hour > 0.0 ? "cost / M tokens" : "GPU-h / M tokens";
+  sim::report::TextTable t(
+      {"Pareto front (throughput, cost, HBM)", "GPUs", "tokens/s", "TFLOPS/GPU", "peak HBM", cost, "vs fastest"});
+  for (const std::size_t i : front) {
+    const SearchResult& r = results[i];
+    t.add_row({r.candidate.label(), std::to_string(r.candidate.gpus), fmt::format("{:.0f}", r.tokens_per_s),
+               fmt::format("{:.1f}", r.tflops_per_device), sim::format_bytes(sim::Bytes{r.hbm_peak_bytes}),
+               fmt::format("{:.3g}", r.cost_per_million_tokens),
+               fmt::format("{:+.1f}%", (r.tokens_per_s / best.tokens_per_s - 1.0) * 100.0)});
+  }
+  out += t.str();
+  out +=
+      "(the model's mean error on its bounded validation rows is about 5%: points a few percent apart are ties; "
+      "docs/validation.md)\n";
+  return out;
+}
+
+}  // namespace offsim::models
