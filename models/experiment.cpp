@@ -254,6 +254,9 @@ std::optional<StrategySpec> parse_strategy(const Node& node, const topo::Topolog
                   fmt::format("expected >= 2 for interleaved, got {}", v.value));
       }
       mg.virtual_stages = v.value;
+    } else if (auto v = r.child("virtual_stages")) {
+      // Left from an interleaved configuration (--set strategy.schedule=1f1b): named, not an error.
+      ctx.warning(v->location(), v->path(), "ignored: the 1f1b schedule has one stage per rank");
     }
     mg.sequence_parallel = r.required<bool>("sequence_parallel").value;
     const auto zero = r.required<int>("zero_stage");

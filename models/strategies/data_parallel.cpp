@@ -230,8 +230,8 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
           // that streams through it on that unit's track.
           const std::string cores = out.machine.platform.units.at(*out.machine.unit_of_device.at(info.host)).name;
           it = cores_of_host
-                   .emplace(info.host,
-                            out.machine.platform.add_constraint({cores, *in.host.cpu_work_bandwidth, "cpu-work", ""}))
+                   .emplace(info.host, out.machine.platform.add_constraint(
+                                           {cores, *in.host.cpu_work_bandwidth, "cpu-work", "", "", ""}))
                    .first;
         }
         info.host_cores = it->second;

@@ -35,7 +35,7 @@ MachineResources make_machine_resources(const topo::Topology& topology) {
       m.pool_of_device[i] = m.platform.add_pool({d.name + "." + d.memory->kind, d.memory->kind, d.memory->capacity});
       if (d.memory->bandwidth) {
         m.memory_constraint_of_device[i] = m.platform.add_constraint(
-            {d.name + "." + d.memory->kind, *d.memory->bandwidth, d.memory->kind + "-bandwidth", ""});
+            {d.name + "." + d.memory->kind, *d.memory->bandwidth, d.memory->kind + "-bandwidth", "", "", ""});
       }
     }
   }
@@ -44,9 +44,9 @@ MachineResources make_machine_resources(const topo::Topology& topology) {
     const auto kind_of = [&](const std::string& name) {
       return topo::to_string(topology.device(*topology.find_device(name)).kind);
     };
-    m.constraint_of_link.push_back(
-        m.platform.add_constraint({l.src + "->" + l.dst, l.bandwidth, l.link_class,
-                                   fmt::format("{}:{}->{}", l.link_class, kind_of(l.src), kind_of(l.dst))}));
+    m.constraint_of_link.push_back(m.platform.add_constraint(
+        {l.src + "->" + l.dst, l.bandwidth, l.link_class,
+         fmt::format("{}:{}->{}", l.link_class, kind_of(l.src), kind_of(l.dst)), l.src, l.dst}));
   }
   return m;
 }

@@ -126,8 +126,8 @@ class Run {
     for (std::size_t i = 0; i < platform_.constraints.size(); ++i) {
       const ConstraintId c{static_cast<std::uint32_t>(i)};
       const auto& spec = platform_.constraints[i];
-      r.constraints.push_back({spec.name, spec.link_class, spec.group.empty() ? spec.link_class : spec.group,
-                               network_.capacity(c), network_.stats(c)});
+      r.constraints.push_back({spec.name, spec.link_class, spec.group.empty() ? spec.link_class : spec.group, spec.from,
+                               spec.to, network_.capacity(c), network_.stats(c)});
     }
     for (const auto& p : pools_) {
       r.pools.push_back({p.name(), p.kind(), p.capacity(), p.peak(), p.peak_time(), p.timeline(), p.overflow()});

@@ -33,6 +33,7 @@ struct ConstraintResult {
   std::string name;
   std::string link_class;
   std::string group;
+  std::string from, to;  // a link's endpoints (ConstraintSpec)
   Bandwidth capacity;
   ConstraintStats stats;
 };

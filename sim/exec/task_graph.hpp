@@ -25,6 +25,10 @@ struct ConstraintSpec {
   Bandwidth capacity;
   std::string link_class;  // e.g. "cpu-gpu", "gpu-gpu", "memory"; groups activity in reports
   std::string group;       // finer reporting group, e.g. "cpu-gpu:cpu->gpu" (H2D); empty: the class
+  // A link's endpoints (empty for other constraints): trace.json counts each device's traffic out
+  // of it and into it.
+  std::string from;
+  std::string to;
 };
 struct PoolSpec {
   std::string name;

@@ -18,14 +18,18 @@ struct Series {
   std::vector<std::pair<std::int64_t, double>> points;
 };
 
-// Sums the rate timelines of the constraints of each group into one step function per group.
-std::vector<Series> link_groups(const RunResult& run) {
+// Sums the rate timelines of constraints into one step function per key; `keys_of` names the
+// series a constraint counts in (none, one or several), in first-seen order.
+template <class KeysOf>
+std::vector<Series> summed_rates(const RunResult& run, KeysOf&& keys_of) {
   std::vector<std::string> order;
   std::map<std::string, std::vector<const ConstraintResult*>> members;
   for (const auto& c : run.constraints) {
     if (c.stats.bytes_carried <= 0.0) continue;
-    if (!members.contains(c.group)) order.push_back(c.group);
-    members[c.group].push_back(&c);
+    for (std::string key : keys_of(c)) {
+      if (!members.contains(key)) order.push_back(key);
+      members[key].push_back(&c);
+    }
   }
   std::vector<Series> out;
   for (const auto& group : order) {
@@ -58,6 +62,21 @@ std::vector<Series> link_groups(const RunResult& run) {
     out.push_back(std::move(s));
   }
   return out;
+}
+
+// One series per reporting group of links (the link class and direction).
+std::vector<Series> link_groups(const RunResult& run) {
+  return summed_rates(run, [](const ConstraintResult& c) { return std::vector<std::string>{c.group}; });
+}
+
+// One series per device and direction: the bytes/s on all the links out of it, and into it.
+std::vector<Series> device_link_rates(const RunResult& run) {
+  return summed_rates(run, [](const ConstraintResult& c) {
+    std::vector<std::string> keys;
+    if (!c.from.empty()) keys.push_back(c.from + " links out");
+    if (!c.to.empty()) keys.push_back(c.to + " links in");
+    return keys;
+  });
 }
 
 std::vector<Series> memory_series(const RunResult& run) {
@@ -180,10 +199,13 @@ std::string chrome_trace(const Platform& platform, const TaskGraph& graph, const
                        q(s.name), micros(t), v));
     }
   }
-  for (const auto& s : link_groups(run)) {
-    for (const auto& [t, v] : s.points) {
-      emit(fmt::format(R"({{"ph": "C", "pid": {}, "name": {}, "ts": {}, "args": {{"bytes_per_s": {}}}}})", kTransferPid,
-                       q(s.name), micros(t), v));
+  // Link counters: per class and direction, then per device (its links out and in).
+  for (const auto& series : {link_groups(run), device_link_rates(run)}) {
+    for (const auto& s : series) {
+      for (const auto& [t, v] : s.points) {
+        emit(fmt::format(R"({{"ph": "C", "pid": {}, "name": {}, "ts": {}, "args": {{"bytes_per_s": {}}}}})",
+                         kTransferPid, q(s.name), micros(t), v));
+      }
     }
   }
   out += "\n]}\n";

@@ -94,6 +94,11 @@ contains "calibrate warns of the poor fit" "$tmp/warn.txt" "warning: collectives
 (cd "$tmp" && "$offsim" validate >"$tmp/validate.txt" 2>&1); check "validate outside the repository exits 2" 2 $?
 contains "validate says where it looked" "$tmp/validate.txt" "no such folder here or in any parent folder"
 
+# An interleaved experiment switched to 1F1B with --set: its virtual_stages is named and ignored.
+"$offsim" run configs/experiments/gpt3-1.3b-3d-interleaved-frontier-node.yaml --set strategy.schedule=1f1b \
+  >"$tmp/1f1b.txt" 2>&1; check "schedule switched to 1f1b by --set" 0 $?
+contains "virtual_stages named as ignored" "$tmp/1f1b.txt" "strategy.virtual_stages: ignored: the 1f1b schedule"
+
 # offsim search: the Pareto front of the strategies that fit, from one command, and --resume.
 "$offsim" search tests/data/tiny-dp2.yaml --micro-batch 1 --tp 1 --max-hbm "1.5 MB" --out "$tmp/search" \
   >"$tmp/search.txt" 2>/dev/null; check "search exits 0" 0 $?

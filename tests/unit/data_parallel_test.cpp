@@ -356,6 +356,20 @@ TEST(OutputsOverTime, TimelineAndTraceDescribeTheRun) {
   EXPECT_EQ(phases["b"], phases["e"]);
   EXPECT_GT(phases["C"], 0);
   EXPECT_GT(phases["M"], 0);
+  // Counters per device: its memory, and the bytes/s on its links out and in; the GPU's H2D peak
+  // (the 10 GB/s host link, its only link) shows as its inbound rate.
+  std::map<std::string, double> counter_peak;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"].as<std::string>() != "C") continue;
+    const auto args = e["args"];
+    const double v = args["bytes_per_s"] ? args["bytes_per_s"].as<double>() : args["used_bytes"].as<double>();
+    auto& peak = counter_peak[e["name"].as<std::string>()];
+    peak = std::max(peak, v);
+  }
+  EXPECT_TRUE(counter_peak.contains("gpu0.hbm"));
+  EXPECT_TRUE(counter_peak.contains("cpu links out"));
+  EXPECT_TRUE(counter_peak.contains("gpu0 links out"));
+  EXPECT_DOUBLE_EQ(counter_peak["gpu0 links in"], 10e9);
 }
 
 TEST(OutputsOverTime, HostWorkShowsOnTheCoresTrack) {

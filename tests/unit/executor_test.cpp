@@ -17,7 +17,7 @@ struct Fixture {
   Fixture() {
     gpu0 = platform.add_unit({"gpu0", 1});
     gpu1 = platform.add_unit({"gpu1", 1});
-    link = platform.add_constraint({"gpu0->gpu1", Bandwidth{1e12}, "gpu-gpu", ""});
+    link = platform.add_constraint({"gpu0->gpu1", Bandwidth{1e12}, "gpu-gpu", "", "gpu0", "gpu1"});
     hbm = platform.add_pool({"gpu0.hbm", "hbm", Bytes{1000}});
   }
 };
