@@ -51,6 +51,7 @@ std::size_t Topology::add_link(Link l) {
   }
   const std::size_t index = links_.size();
   links_.push_back(std::move(l));
+  link_ends_.emplace_back(*src, *dst);
   boost::add_edge(*src, *dst, EdgeProps{index}, graph_);
   return index;
 }
@@ -77,7 +78,7 @@ void Topology::seal() {
   std::vector<std::string> problems;
   if (!gpus.empty()) {
     std::vector<std::vector<std::size_t>> reverse(devices_.size());
-    for (const auto& l : links_) reverse[*find_device(l.dst)].push_back(*find_device(l.src));
+    for (const auto& [src, dst] : link_ends_) reverse[dst].push_back(src);
     const auto reach = [&](bool forward) {
       std::vector<bool> seen(devices_.size(), false);
       std::deque<std::size_t> todo{gpus.front()};
@@ -189,7 +190,7 @@ const Route& Topology::route(std::size_t src, std::size_t dst) const {
   for (std::size_t v = dst; v != src;) {
     const std::size_t l = via_link[v];
     r.links.push_back(l);
-    v = *find_device(links_[l].src);
+    v = link_ends_[l].first;
   }
   std::reverse(r.links.begin(), r.links.end());
   return route_cache_.emplace(key, std::move(r)).first->second;

@@ -21,6 +21,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sim/core/units.hpp"
@@ -79,6 +80,9 @@ class Topology {
   [[nodiscard]] bool sealed() const { return sealed_; }
   [[nodiscard]] const std::vector<Device>& devices() const { return devices_; }
   [[nodiscard]] const std::vector<Link>& links() const { return links_; }
+  /// The device indices of link l's endpoints (its names resolved once, for hot paths).
+  [[nodiscard]] std::size_t link_src(std::size_t l) const { return link_ends_[l].first; }
+  [[nodiscard]] std::size_t link_dst(std::size_t l) const { return link_ends_[l].second; }
   [[nodiscard]] std::optional<std::size_t> find_device(std::string_view name) const;
   [[nodiscard]] const Device& device(std::size_t i) const { return devices_.at(i); }
   /// Devices of one kind, in declaration order.
@@ -100,6 +104,7 @@ class Topology {
 
   std::vector<Device> devices_;
   std::vector<Link> links_;
+  std::vector<std::pair<std::size_t, std::size_t>> link_ends_;  // device indices of each link's ends
   std::map<std::string, std::size_t, std::less<>> by_name_;
   std::map<std::pair<std::size_t, std::size_t>, Route> overrides_;
   Graph graph_;

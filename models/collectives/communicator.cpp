@@ -170,8 +170,8 @@ Communicator::Communicator(sim::TaskGraph& graph, const MachineResources& machin
   // (dragonfly group) that node hangs off. First in link order, so the choice is deterministic.
   const auto& links = topology_.links();
   for (std::size_t l = 0; l < links.size(); ++l) {
-    const std::size_t a = *topology_.find_device(links[l].src);
-    const std::size_t b = *topology_.find_device(links[l].dst);
+    const std::size_t a = topology_.link_src(l);
+    const std::size_t b = topology_.link_dst(l);
     if (layout_.mirror_of[b] != b || topology_.device(a).node == topology_.device(b).node) continue;
     entry_link_into_.try_emplace(b, l);
   }
@@ -213,8 +213,8 @@ std::vector<sim::ConstraintId> Communicator::route(int from_rank, int to_rank) c
   if (machine_.memory_constraint_of_device[src]) out.push_back(*machine_.memory_constraint_of_device[src]);
   for (const auto l : topology_.route(src, dst).links) {
     const auto& link = topology_.links()[l];
-    const std::size_t a = *topology_.find_device(link.src);
-    const std::size_t b = *topology_.find_device(link.dst);
+    const std::size_t a = topology_.link_src(l);
+    const std::size_t b = topology_.link_dst(l);
     if (topology_.device(b).node != dst_node) {
       out.push_back(machine_.constraint_of_link[l]);
       continue;
