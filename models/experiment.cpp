@@ -300,6 +300,13 @@ std::optional<StrategySpec> parse_strategy(const Node& node, const topo::Topolog
     ctx.error(tp.loc, node.child_path("tp"), fmt::format("expected >= 1, got {}", tp.value));
   dp.tp = std::max(1, tp.value);
   dp.sequence_parallel = r.optional<bool>("sequence_parallel", false).value;
+  // Expert parallelism for mixture-of-experts models: experts over ep consecutive ranks.
+  const auto ep = r.optional<int>("ep", 1);
+  if (ep.valid && (ep.value < 1 || (degree.valid && degree.value % ep.value != 0))) {
+    ctx.error(ep.loc, node.child_path("ep"),
+              fmt::format("expected a divisor of dp ({}), got {}", degree.valid ? degree.value : 0, ep.value));
+  }
+  dp.ep = std::max(1, ep.value);
   const int rank_count = degree.valid ? degree.value * dp.tp : 0;
   const auto bucket = r.required<std::int64_t>("reduce_bucket_elements");
   if (bucket.valid && bucket.value < 1)
@@ -572,9 +579,8 @@ ExperimentResult run_experiment(const ExperimentSpec& spec, const RunExperimentO
   if (spec.model.moe()) {
     r.approximations.push_back(fmt::format(
         "mixture of experts: the router spreads tokens evenly over the {} experts ({} per token), run one after "
-        "another "
-        "as eager PyTorch does; real routing is uneven and the busiest expert sets the pace, so this is a lower bound "
-        "on the MLP time; no expert parallelism (every rank runs every expert)",
+        "another as eager PyTorch does; real routing is uneven and the busiest expert sets the pace, so this is a "
+        "lower bound on the MLP time",
         spec.model.experts, spec.model.experts_per_token));
   }
   if (options.outputs_over_time) {

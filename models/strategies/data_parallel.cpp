@@ -65,6 +65,7 @@ std::size_t nearest_cpu(const topo::Topology& t, std::size_t gpu) {
 struct GradientItem {
   std::int64_t elements;
   std::vector<TaskId> ready_on_rank;
+  std::int64_t expert_elements = 0;  // expert parallelism: reduced over the expert-data-parallel group
 };
 
 // A module whose parameters stage 3 gathers before it runs: one all-gather per submodule whose
@@ -73,6 +74,7 @@ struct GradientItem {
 struct Module {
   std::string name;
   std::vector<std::int64_t> gathers;  // elements of each all-gather
+  std::vector<bool> expert;           // per gather: the rank's experts (gathered over their data-parallel group)
   std::int64_t persistent = 0;        // elements kept whole on every rank
   [[nodiscard]] std::int64_t gathered() const {
     std::int64_t n = 0;
@@ -82,14 +84,17 @@ struct Module {
 };
 
 // Splits `parts` (submodule parameter counts) into gathered and persistent by the threshold.
-Module make_module(std::string name, const std::vector<std::int64_t>& parts, std::int64_t persistence_threshold) {
-  Module mod{std::move(name), {}, 0};
-  for (const auto n : parts) {
+Module make_module(std::string name, const std::vector<std::int64_t>& parts, std::int64_t persistence_threshold,
+                   const std::vector<bool>& expert = {}) {
+  Module mod{std::move(name), {}, {}, 0};
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    const std::int64_t n = parts[i];
     if (n <= 0) continue;
     if (n < persistence_threshold) {
       mod.persistent += n;
     } else {
       mod.gathers.push_back(n);
+      mod.expert.push_back(i < expert.size() && expert[i]);
     }
   }
   return mod;
@@ -115,6 +120,21 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
     throw std::invalid_argument("data_parallel: a hierarchical partitioning together with tp > 1 is not modelled");
   }
   const int replicas = ranks / tp;
+  // Expert parallelism (DeepSpeed-MoE): the experts of every MoE layer spread over ep consecutive
+  // ranks; each expert's states are ZeRO-partitioned over its data-parallel group (the ranks of
+  // one expert-parallel position, stride ep).
+  const int ep = spec.ep;
+  if (ep != 1) {
+    if (ep < 1 || !m.moe() || m.experts % ep != 0 || replicas % ep != 0) {
+      throw std::invalid_argument(fmt::format(
+          "data_parallel: ep ({}) needs a mixture-of-experts model whose experts ({}) and ranks ({}) divide by it", ep,
+          m.experts, replicas));
+    }
+    if (tp > 1 || spec.partitioning || spec.offload || spec.offload_param) {
+      throw std::invalid_argument(
+          "data_parallel: expert parallelism together with tp > 1, a partitioning or offload is not modelled");
+    }
+  }
   const RankLayout layout = lay_out_ranks(out, in.topology, spec.devices, "data_parallel", spec.all_ranks, tp);
   const int sims = layout.simulated_ranks();
   Communicator comm(g, out.machine, in.topology, layout, in.collectives, in.costs, spec.collectives,
@@ -124,14 +144,34 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
   const CollectivePlan replica_plan =
       tp == 1 ? Communicator::flat(ranks) : CollectivePlan{{Band{"dp", tp, ranks}}, StageAlgorithm::kRing, {}};
   const CollectivePlan tp_plan = Communicator::flat(tp);
+  // Expert parallelism: the experts' states over their data-parallel group (stride ep); the routed
+  // tokens' all-to-all among the ep consecutive ranks of an expert-parallel group.
+  const CollectivePlan expert_plan{{Band{"expert-dp", ep, ranks}}, StageAlgorithm::kRing, {}};
+  const CollectivePlan dispatch_plan{{Band{"ep", 1, ep}}, StageAlgorithm::kAllToAll, {}};
   // Stage 3 follows the partitioning (by default: every state over all replicas, flat rings).
   const Partitioning part = spec.partitioning.value_or(Partitioning{replicas, replica_plan, 0, {}, replica_plan, {}});
   const int shard = stage == 3 ? part.shard_ranks : replicas;
 
-  const ParameterCounts params = tensor_parallel_share(count_parameters(m), tp);
+  ParameterCounts params = tensor_parallel_share(count_parameters(m), tp);
+  // All the model's parameters (P_model), sharded over `shard` ranks by ZeRO; P: those a rank holds
+  // whole before sharding (with expert parallelism, its experts only). An expert's share of its
+  // data-parallel group (shard / ep ranks) is (experts / ep) / (shard / ep): sharded counts are
+  // P_model / shard either way.
+  const std::int64_t P_model = params.total;
+  std::int64_t experts_per_layer_on_rank = 0;  // expert parallelism: the rank's experts' weights
+  if (ep > 1) {
+    std::int64_t all_experts = 0;
+    for (const auto& gemm : layer_gemms(m, 1, 1)) {
+      if (gemm.name.starts_with("expert_")) all_experts += projection_parameters(m, gemm);
+    }
+    experts_per_layer_on_rank = all_experts / ep;
+    params.per_layer -= all_experts - experts_per_layer_on_rank;
+    params.layers = params.per_layer * m.layers;
+    params.total = params.layers + params.embedding + params.position + params.final_norm + params.output_head;
+  }
   const std::int64_t P = params.total;
   const auto partition = [&](std::int64_t n) { return (n + shard - 1) / shard; };
-  const std::int64_t updated_on_rank = stage == 0 ? P : partition(P);
+  const std::int64_t updated_on_rank = stage == 0 ? P : partition(P_model);
   // Optimizer offload: the rank's partition is updated in subgroups of sub_group_size elements;
   // the first int(ratio x n) subgroups on the host CPU, the rest on the GPU (Twin-Flow).
   const bool offload = spec.offload.has_value();
@@ -149,7 +189,7 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
     for (std::size_t j = 0; j < cpu_subgroups; ++j) cpu_params += subgroups[j];
   }
   const double cpu_fraction = offload ? static_cast<double>(cpu_params) / static_cast<double>(updated_on_rank) : 0.0;
-  const KernelTimes k = kernel_times(in, updated_on_rank, tp, spec.sequence_parallel);
+  const KernelTimes k = kernel_times(in, updated_on_rank, tp, spec.sequence_parallel, ep);
   const Bytes stored = stored_activations_on_tp_rank(m, train, tp, spec.sequence_parallel);
   const std::int64_t vocab_on_rank = (m.vocab + tp - 1) / tp;
   const Bytes logits{train.micro_batch * m.seq * vocab_on_rank * kLogitBytesPerElement};
@@ -167,19 +207,22 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
   // Modules in forward order; the head multiplies by the embedding when they are tied.
   // A layer's submodules: its linear projections (weight and bias) and what remains (the norms).
   std::vector<std::int64_t> layer_parts;
+  std::vector<bool> expert_parts;  // expert parallelism: the parts gathered over the experts' group
   {
     std::int64_t linear = 0;
-    for (const auto& gemm : layer_gemms(m, 1, 1)) {
+    for (const auto& gemm : layer_gemms(m, 1, 1, ep)) {
       if (gemm.attention_core) continue;
       layer_parts.push_back((projection_parameters(m, gemm) + tp - 1) / tp);
+      expert_parts.push_back(ep > 1 && gemm.name.starts_with("expert_"));
       linear += layer_parts.back();
     }
     layer_parts.push_back(params.per_layer - linear);
+    expert_parts.push_back(false);
   }
   const std::int64_t threshold = spec.param_persistence_threshold;
   std::vector<Module> modules{make_module("embedding", {params.embedding, params.position}, threshold)};
   for (std::int64_t l = 0; l < m.layers; ++l)
-    modules.push_back(make_module(fmt::format("layer{}", l), layer_parts, threshold));
+    modules.push_back(make_module(fmt::format("layer{}", l), layer_parts, threshold, expert_parts));
   modules.push_back(
       make_module("head", {params.final_norm, m.tied_embeddings ? params.embedding : params.output_head}, threshold));
   std::int64_t persistent = 0;
@@ -189,7 +232,9 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
   std::vector<std::vector<TaskId>> backward_tasks(sims);
   std::vector<GradientItem> items;
   items.push_back({params.output_head + params.final_norm, {}});
-  for (std::int64_t l = m.layers - 1; l >= 0; --l) items.push_back({params.per_layer, {}});
+  for (std::int64_t l = m.layers - 1; l >= 0; --l) {
+    items.push_back({params.per_layer - experts_per_layer_on_rank, {}, experts_per_layer_on_rank});
+  }
   items.push_back({params.embedding + params.position, {}});
 
   // Per-rank task builders.
@@ -377,7 +422,7 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
 
   // Model states. At stage 3 each rank keeps its partition of the gathered parameters and every
   // persistent one whole (DeepSpeed's param_persistence_threshold).
-  const std::int64_t parameters_on_rank = stage == 3 ? partition(P - persistent) + persistent : P;
+  const std::int64_t parameters_on_rank = stage == 3 ? partition(P_model - persistent) + persistent : P;
   constexpr const char* kGathered = "gathered parameters (bf16)";
   std::vector<TaskId> prev(sims);
   for (int r = 0; r < sims; ++r) {
@@ -395,7 +440,7 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
         offload ? alloc(r, "alloc.gradients", "setup", "fp32 gradients of GPU subgroups",
                         Bytes{gpu_updated * kFp32Bytes}, {a0})
                 : alloc(r, "alloc.gradients", "setup", stage >= 2 ? "gradient partition (bf16)" : "gradients (bf16)",
-                        Bytes{(stage >= 2 ? partition(P) : P) * kBf16Bytes}, {a0});
+                        Bytes{(stage >= 2 ? partition(P_model) : P) * kBf16Bytes}, {a0});
     TaskId last = alloc(r, "alloc.optimizer", "setup", "optimizer states (fp32 master, m, v)",
                         Bytes{gpu_updated * kOptimizerStateBytesPerParam}, {a1});
     if (offload) {
@@ -455,8 +500,11 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
                          Bytes{(mod.gathers[i] + group - 1) / group * kBf16Bytes}, {done[r]}, spec.param_pin_memory);
         }
       }
+      const CollectivePlan& plan = mod.expert[i]    ? expert_plan
+                                   : from_secondary ? part.secondary_gather
+                                                    : part.parameter_gather;
       done = comm.add(CollectiveKind::kAllGather, fmt::format("gather.{}.{}.{}", when, mod.name, i), mod.gathers[i],
-                      from_secondary ? part.secondary_gather : part.parameter_gather, per_rank(done));
+                      plan, per_rank(done));
     }
     gather_stream = done;
     return done;
@@ -511,8 +559,53 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
   struct LayerTasks {
     std::vector<TaskId> first, last_compute, end;
   };
-  const auto layer_compute = [&](const std::string& name, const char* phase, TimePs duration, sim::Flops flops,
-                                 int reductions, std::vector<std::vector<TaskId>> deps) {
+  // With expert parallelism the MoE layer's compute splits around the all-to-alls that send each
+  // routed token to its expert's rank and back (DeepSpeed-MoE): forward [attention and router,
+  // dispatch, experts, combine]; backward [combine's gradient, experts, dispatch's gradient, the
+  // rest], after the recomputed forward (all-to-alls included) with full recomputation.
+  const std::int64_t dispatch_elements = train.micro_batch * m.seq * m.experts_per_token * m.hidden;
+  const auto expert_parallel_layer = [&](const std::string& name, const char* phase, bool forward, sim::Flops flops,
+                                         std::vector<std::vector<TaskId>> deps) {
+    std::vector<std::optional<TimePs>> steps;  // compute pieces; nullopt: an all-to-all
+    const auto forward_steps = [&] {
+      steps.insert(steps.end(), {TimePs{k.layer_fwd.ps - k.experts_fwd.ps}, std::nullopt, k.experts_fwd, std::nullopt});
+    };
+    if (forward) {
+      forward_steps();
+    } else {
+      std::int64_t rest = k.layer_bwd.ps - k.experts_bwd.ps;
+      if (train.recompute == Recompute::kFull) {
+        forward_steps();
+        rest -= k.layer_fwd.ps;
+      }
+      steps.insert(steps.end(), {std::nullopt, k.experts_bwd, std::nullopt, TimePs{rest}});
+    }
+    const TimePs total = forward ? k.layer_fwd : k.layer_bwd;
+    LayerTasks t{std::vector<TaskId>(sims), std::vector<TaskId>(sims), std::vector<TaskId>(sims)};
+    bool started = false;
+    for (std::size_t i = 0; i < steps.size(); ++i) {
+      if (!steps[i]) {
+        t.end = comm.add(CollectiveKind::kReduceScatter, fmt::format("all_to_all.{}.{}", name, i), dispatch_elements,
+                         dispatch_plan, started ? per_rank(t.end) : deps);
+        if (!started) deps = per_rank(t.end);
+        continue;
+      }
+      for (int r = 0; r < sims; ++r) {
+        const double share = total.ps > 0 ? static_cast<double>(steps[i]->ps) / static_cast<double>(total.ps) : 0.0;
+        t.last_compute[r] = compute(r, fmt::format("{}.{}", name, i), phase, *steps[i], flops * share, "layer",
+                                    started ? std::vector<TaskId>{t.end[r]} : std::move(deps[r]));
+        if (!started) t.first[r] = t.last_compute[r];
+        t.end[r] = t.last_compute[r];
+      }
+      started = true;
+    }
+    return t;
+  };
+  const auto layer_compute = [&](const std::string& name, const char* phase, bool forward, sim::Flops flops,
+                                 std::vector<std::vector<TaskId>> deps) {
+    if (ep > 1) return expert_parallel_layer(name, phase, forward, flops, std::move(deps));
+    const TimePs duration = forward ? k.layer_fwd : k.layer_bwd;
+    const int reductions = forward ? tp_reductions_forward : tp_reductions_backward;
     LayerTasks t{std::vector<TaskId>(sims), std::vector<TaskId>(sims), std::vector<TaskId>(sims)};
     if (tp == 1) {
       for (int r = 0; r < sims; ++r) {
@@ -548,8 +641,9 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
     GradientItem open{0, {}};
     for (std::size_t i = 0; i < items.size(); ++i) {
       open.elements += items[i].elements;
+      open.expert_elements += items[i].expert_elements;
       open.ready_on_rank = items[i].ready_on_rank;
-      if (open.elements >= spec.reduce_bucket_elements || i + 1 == items.size()) {
+      if (open.elements + open.expert_elements >= spec.reduce_bucket_elements || i + 1 == items.size()) {
         buckets.push_back(open);
         bucket_last_item.push_back(i);
         open = GradientItem{0, {}};
@@ -562,6 +656,11 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
         if (!reduce_stream.empty()) deps[r].push_back(reduce_stream[r]);
       }
       const std::string bucket = fmt::format("mb{}.bucket{}", mb, b);
+      if (buckets[b].expert_elements > 0) {
+        // Expert parallelism: the bucket's expert gradients over the experts' data-parallel group,
+        // then the rest over all ranks.
+        deps = per_rank(comm.add(reduction, bucket + ".experts", buckets[b].expert_elements, expert_plan, deps));
+      }
       if (stage < 3) {
         reduce_stream = comm.add(reduction, bucket, buckets[b].elements, replica_plan, deps);
       } else {
@@ -665,8 +764,8 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
               deps[r].push_back(
                   alloc(r, fmt::format("{}.alloc.act{}", mbs, l), "forward", "activations", stored, {prev[r]}));
             }
-            return layer_compute(fmt::format("{}.fwd.layer{}", mbs, l), "forward", k.layer_fwd,
-                                 (w.gemm + w.attention) * (1.0 / tp), tp_reductions_forward, std::move(deps))
+            return layer_compute(fmt::format("{}.fwd.layer{}", mbs, l), "forward", true,
+                                 (w.gemm + w.attention) * (1.0 / tp), std::move(deps))
                 .end;
           });
     }
@@ -692,9 +791,9 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
     for (std::int64_t l = m.layers - 1; l >= 0; --l) {
       run_module_on_all(
           modules[static_cast<std::size_t>(l + 1)], mbs + ".bwd", [&](std::vector<std::vector<TaskId>> deps) {
-            const LayerTasks b = layer_compute(fmt::format("{}.bwd.layer{}", mbs, l), "backward", k.layer_bwd,
-                                               ((w.gemm + w.attention) * 2.0 + recomputed) * (1.0 / tp),
-                                               tp_reductions_backward, std::move(deps));
+            const LayerTasks b =
+                layer_compute(fmt::format("{}.bwd.layer{}", mbs, l), "backward", false,
+                              ((w.gemm + w.attention) * 2.0 + recomputed) * (1.0 / tp), std::move(deps));
             std::vector<TaskId> done(sims);
             for (int r = 0; r < sims; ++r) {
               // The layer's weight gradients exist after its last compute piece; a later kernel
@@ -814,7 +913,12 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
   std::vector<TaskId> end = adam;
   if ((stage == 1 || stage == 2) && replicas > 1) {
     // Every rank updated its partition: all-gather the new bf16 parameters.
-    end = comm.add(CollectiveKind::kAllGather, "updated_parameters", P, replica_plan, per_rank(adam));
+    const std::int64_t experts_on_rank = experts_per_layer_on_rank * m.layers;
+    if (experts_on_rank > 0) {
+      adam = comm.add(CollectiveKind::kAllGather, "updated_parameters.experts", experts_on_rank, expert_plan,
+                      per_rank(adam));
+    }
+    end = comm.add(CollectiveKind::kAllGather, "updated_parameters", P - experts_on_rank, replica_plan, per_rank(adam));
     out.spans.push_back({"parameter_allgather", adam[0], end[0], true});
   }
   if (secondary_elements > 0) {
@@ -831,7 +935,8 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
     // the hpZ secondary partition.
     const std::int64_t gpu_updated = updated_on_rank - cpu_params;
     const std::int64_t parameters = spec.offload_param ? 0 : parameters_on_rank * kBf16Bytes;
-    const std::int64_t gradients = offload ? gpu_updated * kFp32Bytes : (stage >= 2 ? partition(P) : P) * kBf16Bytes;
+    const std::int64_t gradients =
+        offload ? gpu_updated * kFp32Bytes : (stage >= 2 ? partition(P_model) : P) * kBf16Bytes;
     out.model_states_per_device =
         Bytes{parameters + gradients + gpu_updated * kOptimizerStateBytesPerParam + secondary_elements * kBf16Bytes};
   }
@@ -844,6 +949,14 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
       "collectives: bidirectional rings (all-to-all for qgZ) over each stage of the plan, in rank order; reduction "
       "arithmetic not modelled");
   if (stage == 3) out.approximations.push_back("ZeRO-3 prefetch: one module ahead, at most two modules gathered");
+  if (m.moe()) {
+    out.approximations.push_back(
+        ep > 1 ? fmt::format("expert parallelism over {} consecutive ranks: each routed token goes to its expert's rank "
+                             "and back by all-to-all (even routing: (ep - 1) / ep of the tokens leave each rank), "
+                             "on the critical path of its layer",
+                             ep)
+               : "no expert parallelism: every rank runs every expert (set strategy.ep to spread them)");
+  }
   return out;
 }
 

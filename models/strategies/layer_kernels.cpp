@@ -19,7 +19,7 @@ TimePs gradient_gemms_time(const CostModel& c, const GemmShape& g) {
 }  // namespace
 
 KernelTimes kernel_times(const IterationInputs& in, std::int64_t params_on_rank, std::int64_t tp,
-                         bool sequence_parallel) {
+                         bool sequence_parallel, std::int64_t ep) {
   const auto& m = in.model;
   const auto& t = in.training;
   const auto& c = in.costs;
@@ -30,7 +30,8 @@ KernelTimes kernel_times(const IterationInputs& in, std::int64_t params_on_rank,
   // scores), so its backward core costs 2.5 forward cores.
   TimePs gemms_fwd{0}, gemms_bwd{0};
   TimePs attention_core{0};
-  for (const auto& g : layer_gemms(m, t.micro_batch, tp)) {
+  KernelTimes k;
+  for (const auto& g : layer_gemms(m, t.micro_batch, tp, ep)) {
     const bool fused = g.attention_core && t.flash_attention;
     const TimePs d = c.gemm_time(g, fused);
     gemms_fwd += d;
@@ -39,27 +40,34 @@ KernelTimes kernel_times(const IterationInputs& in, std::int64_t params_on_rank,
       gemms_bwd += d + d + sim::TimePs{d.ps / 2};
       continue;
     }
-    gemms_bwd += gradient_gemms_time(c, g);
+    const TimePs b = gradient_gemms_time(c, g);
+    gemms_bwd += b;
+    if (g.name.starts_with("expert_")) {
+      k.experts_fwd += d;
+      k.experts_bwd += b;
+    }
   }
   // Non-GEMM kernels one by one (transformer.hpp, layer_elementwise_kernels): each streams its
   // bytes at the device's measured efficiency for its kind, never faster than a kernel launch.
   TimePs elementwise_fwd{0}, elementwise_bwd{0}, attention_elementwise{0};
-  for (const auto& kernel : layer_elementwise_kernels(m, t.micro_batch, tp, t.flash_attention, sequence_parallel)) {
+  for (const auto& kernel : layer_elementwise_kernels(m, t.micro_batch, tp, t.flash_attention, sequence_parallel, ep)) {
     if (kernel.forward_bytes > 0.0) {
       const TimePs d = c.memory_bound_time(Bytes{static_cast<std::int64_t>(kernel.forward_bytes)}, kernel.kernel);
       elementwise_fwd += d;
       if (kernel.attention_core) attention_elementwise += d;
+      if (kernel.expert) k.experts_fwd += d;
     }
     if (kernel.backward_bytes > 0.0) {
-      elementwise_bwd +=
+      const TimePs d =
           c.memory_bound_time(Bytes{static_cast<std::int64_t>(kernel.backward_bytes)}, kernel.kernel, true);
+      elementwise_bwd += d;
+      if (kernel.expert) k.experts_bwd += d;
     }
   }
   const TimePs layer_fwd = gemms_fwd + elementwise_fwd;
   TimePs recompute{0};
   if (t.recompute == Recompute::kFull) recompute = layer_fwd;
   if (t.recompute == Recompute::kSelective) recompute = attention_core + attention_elementwise;
-  KernelTimes k;
   k.layer_fwd = layer_fwd;
   k.layer_bwd = recompute + gemms_bwd + elementwise_bwd;
   const GemmShape head = head_gemm(m, t.micro_batch, tp);

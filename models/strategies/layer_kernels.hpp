@@ -39,12 +39,16 @@ inline constexpr const char* kNonGemmKernelsApproximation =
 
 struct KernelTimes {
   sim::TimePs embed_fwd, embed_bwd, layer_fwd, layer_bwd, head_fwd, head_bwd, adam;
+  // The part of layer_fwd / layer_bwd that runs on the experts' routed tokens (their GEMMs and
+  // per-expert kernels): what expert parallelism places between its all-to-alls. 0 when dense.
+  // experts_bwd leaves out the recomputed forward (which is in layer_bwd).
+  sim::TimePs experts_fwd{0}, experts_bwd{0};
 };
 
 /// Kernel times for a rank of a tensor-parallel group of `tp` that updates `params_on_rank`
 /// parameters with Adam on the GPU.
 [[nodiscard]] KernelTimes kernel_times(const IterationInputs& in, std::int64_t params_on_rank, std::int64_t tp,
-                                       bool sequence_parallel = false);
+                                       bool sequence_parallel = false, std::int64_t ep = 1);
 
 /// The parameters one rank of a tensor-parallel group of `tp` holds: every count split by tp
 /// (Megatron splits the projections and the vocabulary; the norms and the row-parallel biases it

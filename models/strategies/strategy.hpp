@@ -69,6 +69,9 @@ struct DataParallelSpec {
   // ZeRO): rank r = t + tp x d for tensor rank t of replica d; ZeRO works across the replicas.
   int tp = 1;
   bool sequence_parallel = false;
+  // Expert parallelism (mixture-of-experts models): each MoE layer's experts spread over ep
+  // consecutive ranks, tokens sent to them and back by all-to-all (DeepSpeed-MoE's ep_size).
+  int ep = 1;
   std::int64_t reduce_bucket_elements = 0;
   bool overlap_comm = true;
   // Stage 3: parameters of submodules smaller than this stay whole on every rank and are never

@@ -79,7 +79,7 @@ LayerWork layer_forward(const ModelSpec& m, std::int64_t micro_batch, bool flash
   return w;
 }
 
-std::vector<GemmShape> layer_gemms(const ModelSpec& m, std::int64_t micro_batch, std::int64_t tp) {
+std::vector<GemmShape> layer_gemms(const ModelSpec& m, std::int64_t micro_batch, std::int64_t tp, std::int64_t ep) {
   if (tp < 1 || m.heads % tp != 0 || m.kv_heads % tp != 0 || m.ffn % tp != 0 || m.shared_ffn % tp != 0) {
     throw std::invalid_argument(
         fmt::format("model {}: heads ({}), kv_heads ({}), ffn ({}) and shared_ffn ({}) must divide by tp ({})", m.name,
@@ -100,10 +100,13 @@ std::vector<GemmShape> layer_gemms(const ModelSpec& m, std::int64_t micro_batch,
     gemms.push_back({"mlp_down", tokens, h, m.ffn / tp, 1});
     return gemms;
   }
-  const std::int64_t routed = tokens_per_expert(m, tokens);
+  if (ep < 1 || m.experts % ep != 0) {
+    throw std::invalid_argument(fmt::format("model {}: experts ({}) must divide by ep ({})", m.name, m.experts, ep));
+  }
+  const std::int64_t routed = tokens_per_expert(m, tokens * ep);
   gemms.push_back({"moe_router", tokens, m.experts, h, 1});
-  gemms.push_back({"expert_up", routed, up(m.ffn) / tp, h, m.experts});
-  gemms.push_back({"expert_down", routed, h, m.ffn / tp, m.experts});
+  gemms.push_back({"expert_up", routed, up(m.ffn) / tp, h, m.experts / ep});
+  gemms.push_back({"expert_down", routed, h, m.ffn / tp, m.experts / ep});
   if (m.shared_ffn > 0) {
     gemms.push_back({"shared_mlp_up", tokens, up(m.shared_ffn) / tp, h, 1});
     gemms.push_back({"shared_mlp_down", tokens, h, m.shared_ffn / tp, 1});
@@ -118,7 +121,8 @@ std::int64_t projection_parameters(const ModelSpec& m, const GemmShape& g) {
 }
 
 std::vector<ElementwiseKernel> layer_elementwise_kernels(const ModelSpec& m, std::int64_t micro_batch, std::int64_t tp,
-                                                         bool flash_attention, bool sequence_parallel) {
+                                                         bool flash_attention, bool sequence_parallel,
+                                                         std::int64_t ep) {
   const double t = static_cast<double>(micro_batch * m.seq);  // tokens
   // Hidden-state elements a rank's norms, dropouts and residual adds touch: all of them, or its
   // 1/tp of the sequence under sequence parallelism.
@@ -172,15 +176,18 @@ std::vector<ElementwiseKernel> layer_elementwise_kernels(const ModelSpec& m, std
     // the input gradients back the same way. Copies run at the device's plain copy efficiency.
     const double router = t * static_cast<double>(m.experts);
     k.push_back({"attention_softmax", 8.0 * router, 8.0 * router});
-    const double routed = static_cast<double>(tokens_per_expert(m, micro_batch * m.seq));
+    const double routed = static_cast<double>(tokens_per_expert(m, micro_batch * m.seq * ep));
     const double routed_hidden = routed * static_cast<double>(m.hidden);
-    for (std::int64_t x = 0; x < m.experts; ++x) {
-      k.push_back({"", 4.0 * routed_hidden, 6.0 * routed_hidden});
-      k.push_back(activation(routed * static_cast<double>(m.ffn / tp)));
-      k.push_back({"residual_add", 6.0 * routed_hidden, 6.0 * routed_hidden});
+    const std::int64_t local_experts = m.experts / ep;
+    for (std::int64_t x = 0; x < local_experts; ++x) {
+      k.push_back({"", 4.0 * routed_hidden, 6.0 * routed_hidden, false, true});
+      ElementwiseKernel act = activation(routed * static_cast<double>(m.ffn / tp));
+      act.expert = true;
+      k.push_back(act);
+      k.push_back({"residual_add", 6.0 * routed_hidden, 6.0 * routed_hidden, false, true});
     }
-    const double f = routed * static_cast<double>(m.experts) * static_cast<double>(m.ffn / tp);
-    mlp_outputs = gated * f + routed_hidden * static_cast<double>(m.experts);
+    const double f = routed * static_cast<double>(local_experts) * static_cast<double>(m.ffn / tp);
+    mlp_outputs = gated * f + routed_hidden * static_cast<double>(local_experts);
     if (m.shared_ffn > 0) {
       const double shared = t * static_cast<double>(m.shared_ffn / tp);
       k.push_back(activation(shared));

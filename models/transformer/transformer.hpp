@@ -89,6 +89,7 @@ struct ElementwiseKernel {
   double forward_bytes = 0.0;
   double backward_bytes = 0.0;
   bool attention_core = false;  // part of the s x s attention (recomputed by selective recompute)
+  bool expert = false;          // runs on an expert's routed tokens (between the all-to-alls of expert parallelism)
 };
 
 /// The layer's non-GEMM kernels. Without sequence parallelism the norms, dropouts and residual
@@ -96,9 +97,12 @@ struct ElementwiseKernel {
 /// each rank runs them on 1/tp of the sequence. The attention heads and the MLP activation are
 /// split by `tp` either way. Flash attention fuses the scale, mask, softmax and dropout of
 /// the scores into its kernel (costed with the attention GEMMs).
+/// With expert parallelism over `ep` ranks a rank runs experts / ep experts, each on the tokens
+/// routed to it from all ep ranks.
 [[nodiscard]] std::vector<ElementwiseKernel> layer_elementwise_kernels(const ModelSpec& m, std::int64_t micro_batch,
                                                                        std::int64_t tp, bool flash_attention,
-                                                                       bool sequence_parallel = false);
+                                                                       bool sequence_parallel = false,
+                                                                       std::int64_t ep = 1);
 
 /// One matrix multiplication of the forward pass: `batch` independent (M x K) . (K x N) products
 /// on one tensor-parallel rank. Backward runs two GEMMs of the same size per forward GEMM (the
@@ -123,7 +127,10 @@ struct GemmShape {
 /// expert (batch = experts) on the tokens routed to it, assuming the router spreads tokens
 /// evenly: ceil(tokens x experts_per_token / experts) each (real routing is uneven; the slowest
 /// expert sets the pace, so this is a lower bound on the time).
-[[nodiscard]] std::vector<GemmShape> layer_gemms(const ModelSpec& m, std::int64_t micro_batch, std::int64_t tp);
+/// Expert parallelism over `ep` ranks: the rank's experts / ep experts (batch), each on the tokens
+/// routed to it from the ep ranks' micro-batches, ceil(ep x tokens x experts_per_token / experts).
+[[nodiscard]] std::vector<GemmShape> layer_gemms(const ModelSpec& m, std::int64_t micro_batch, std::int64_t tp,
+                                                 std::int64_t ep = 1);
 /// The weights and biases of a forward GEMM of layer_gemms(m, micro_batch, 1): one matrix per
 /// expert for the experts' GEMMs, none for the attention core.
 [[nodiscard]] std::int64_t projection_parameters(const ModelSpec& m, const GemmShape& g);

@@ -587,3 +587,38 @@ TEST(TensorParallel, RanksMustBeTpTimesDp) {
 
 }  // namespace
 }  // namespace offsim::models
+
+namespace offsim::models {
+namespace {
+
+const std::string kTinyMoe = std::string(OFFSIM_SOURCE_DIR) + "/tests/data/tiny-moe-dp2.yaml";
+
+TEST(ExpertParallel, EachRankHoldsItsExpertsAndTheTokensGoThereByAllToAll) {
+  // Tiny GPT with a mixture of 2 experts (1 per token) on the 2-GPU test node, ZeRO-0.
+  //   per layer: attention 4h^2 + 4h = 16,640; each expert 2hf + f + h = 33,088; router hE = 128;
+  //   norms 4h = 256 -> 83,200; the rest: embedding Vh 8,192, positions sh 2,048, final norm 128,
+  //   head Vh 8,192 (18,560). P = 2 x 83,200 + 18,560 = 184,960.
+  // ep 2: each rank holds one expert: P_rank = 184,960 - 2 x 33,088 = 118,784, its states
+  // 16 B x P_rank. Its expert's data-parallel group is itself, so only the 52,608 other gradients
+  // are all-reduced across the 2 ranks (2 x 2 B x 52,608 on the link, as ZeroStages counts).
+  // Each layer sends its s k h = 2,048 routed token elements to the experts' ranks and back, in
+  // forward and in backward: 4 all-to-alls per layer, each putting 2 x 2,048 B on the link.
+  const ExperimentResult ep2 = run_experiment(load_experiment(kTinyMoe, {"strategy.ep=2"}));
+  EXPECT_EQ(ep2.model_states_per_device.count, 16 * 118'784);
+  EXPECT_NEAR(link_bytes(ep2, "gpu-gpu"), 4.0 * 52'608 + 2 * 4 * 4096, 1.0);
+  // Without expert parallelism every rank holds both experts and all-reduces every gradient.
+  const ExperimentResult ep1 = run_experiment(load_experiment(kTinyMoe, {}));
+  EXPECT_EQ(ep1.model_states_per_device.count, 16 * 184'960);
+  EXPECT_NEAR(link_bytes(ep1, "gpu-gpu"), 4.0 * 184'960, 1.0);
+  // The same model FLOPs either way: every token runs one expert.
+  EXPECT_NEAR(ep2.model_tflops_per_device * ep2.iteration_time.seconds(),
+              ep1.model_tflops_per_device * ep1.iteration_time.seconds(), 1e-12);
+}
+
+TEST(ExpertParallel, NeedsAMixtureOfExpertsThatDivides) {
+  EXPECT_THROW((void)run_experiment(load_experiment(kTiny, {"strategy.ep=2"})), std::invalid_argument);
+  EXPECT_THROW((void)load_experiment(kTinyMoe, {"strategy.ep=3"}), sim::config::ConfigError);
+}
+
+}  // namespace
+}  // namespace offsim::models
