@@ -5,9 +5,12 @@
 
 namespace offsim::app {
 
-// Exit codes: 0 success, 2 bad input, 3 simulation error.
+// Exit codes: 0 success (1: a check or validation bound failed), 2 bad input, 3 the simulation
+// could not be done on this machine (out of memory, an output that cannot be written), 70 an
+// internal error: a bug in offsim (sysexits' EX_SOFTWARE).
 inline constexpr int kExitBadInput = 2;
 inline constexpr int kExitSimulationError = 3;
+inline constexpr int kExitInternalError = 70;
 
 struct RunOptions {
   std::string config;

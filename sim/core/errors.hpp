@@ -1,6 +1,6 @@
 #pragma once
 // Typed exceptions of the engine. Only the CLI's main maps them to exit codes
-// (2 = bad input, 3 = simulation error).
+// (apps/offsim/commands.hpp: a SimulationError is an internal error, exit 70).
 #include <stdexcept>
 
 namespace offsim::sim {
