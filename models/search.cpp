@@ -116,6 +116,7 @@ std::string strategy_override(const SearchCandidate& c, const BaseFacts& f) {
         "param_persistence_threshold: {}",
         c.zero_stage, c.dp, c.tp, kReduceBucketElements, c.zero_stage == 3 ? "true" : "false",
         DataParallelSpec::kDeepSpeedPersistenceThreshold);
+    if (c.ep > 1) s += fmt::format(", ep: {}", c.ep);
     if (c.offload) {
       s += fmt::format(
           ", offload_optimizer: {{device: cpu, pin_memory: true, ratio: 1.0, sub_group_size: {}}}, runtime: "
@@ -138,11 +139,79 @@ std::vector<int> divisors(std::int64_t n) {
   return out;
 }
 
+// The strategies of the space, without GPU count and micro-batch: kind, tp, pp, expert
+// parallelism, ZeRO stage and offload, each a combination DeepSpeed or Megatron can run (offload
+// at ZeRO 2-3 of data parallelism with a host CPU; Megatron at ZeRO 0-1; experts spread over ep
+// ranks without tp or offload) whose tp divides the heads and widths and pp the layers.
+std::vector<SearchCandidate> strategy_shapes(const ModelSpec& m, const SearchSpace& space, const BaseFacts& f) {
+  std::vector<int> tps = space.tp;
+  if (tps.empty()) {
+    for (int t = 1; t <= f.gpus_per_node; t *= 2) tps.push_back(t);
+  }
+  std::vector<int> eps{1};
+  for (int e = 2; m.moe() && e <= m.experts; e *= 2) {
+    if (m.experts % e == 0) eps.push_back(e);
+  }
+  const std::vector<bool> offloads = space.offload.empty() ? std::vector<bool>{false, true} : space.offload;
+  std::vector<SearchCandidate> out;
+  for (const auto& kind : space.kinds.empty() ? std::vector<std::string>{"data_parallel", "megatron"} : space.kinds) {
+    const bool megatron = kind == "megatron";
+    const std::vector<int> pps = megatron ? (space.pp.empty() ? divisors(m.layers) : space.pp) : std::vector<int>{1};
+    std::vector<int> stages = space.zero_stages;
+    if (stages.empty()) stages = megatron ? std::vector<int>{0, 1} : std::vector<int>{0, 1, 2, 3};
+    for (const int tp : tps) {
+      for (const int pp : pps) {
+        for (const int ep : megatron ? std::vector<int>{1} : eps) {
+          for (const int zero : stages) {
+            for (const bool offload : offloads) {
+              if (offload && (megatron || zero < 2 || !f.has_cpu)) continue;
+              if (megatron && zero > 1) continue;
+              if (ep > 1 && (tp > 1 || offload)) continue;
+              if (!tp_divides_model(m, tp) || m.layers % pp != 0) continue;
+              SearchCandidate c;
+              c.kind = kind;
+              c.tp = tp;
+              c.pp = pp;
+              c.ep = ep;
+              c.zero_stage = zero;
+              c.offload = offload;
+              out.push_back(std::move(c));
+            }
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
+// Parameters a rank holds before ZeRO shards them: a tp share of the model, or of its fullest
+// pipeline stage (its layers and the embedding or the head, whichever is larger), with only its
+// experts / ep experts under expert parallelism.
+std::int64_t parameters_held(const ModelSpec& m, const ParameterCounts& params, const SearchCandidate& c) {
+  std::int64_t held = tensor_parallel_share(params, c.tp).total;
+  if (c.kind == "megatron" && c.pp > 1) {
+    const std::int64_t layers = m.layers / c.pp * params.per_layer;
+    const std::int64_t edge =
+        std::max(params.embedding + params.position, params.final_norm + (m.tied_embeddings ? 0 : params.output_head));
+    held = (layers + edge + c.tp - 1) / c.tp;
+  }
+  if (c.ep > 1) {
+    std::int64_t experts = 0;
+    for (const auto& g : layer_gemms(m, 1, 1)) {
+      if (g.name.starts_with("expert_")) experts += projection_parameters(m, g);
+    }
+    held -= (experts - experts / c.ep) * m.layers;
+  }
+  return held;
+}
+
 }  // namespace
 
 std::string SearchCandidate::label() const {
   std::string s = kind == "megatron" ? fmt::format("megatron tp{} pp{} dp{} zero{}", tp, pp, dp, zero_stage)
                                      : fmt::format("zero{}{} tp{} dp{}", zero_stage, offload ? "+offload" : "", tp, dp);
+  if (ep > 1) s += fmt::format(" ep{}", ep);
   return s + fmt::format(" mb{} ga{}", micro_batch, grad_accum);
 }
 
@@ -169,73 +238,33 @@ SearchPlan plan_search(const ExperimentSpec& base, const SearchSpace& space, con
   } else {
     gpu_counts.push_back(static_cast<int>(std::visit([](const auto& s) { return s.devices.size(); }, base.strategy)));
   }
-  const std::vector<std::string> kinds =
-      space.kinds.empty() ? std::vector<std::string>{"data_parallel", "megatron"} : space.kinds;
   const std::vector<std::int64_t> micro_batches =
       space.micro_batches.empty() ? std::vector<std::int64_t>{1, 2, 4, 8} : space.micro_batches;
+  const std::vector<SearchCandidate> shapes = strategy_shapes(m, space, f);
   const ParameterCounts params = count_parameters(m);
   for (const int gpus : gpu_counts) {
-    const int nodes = std::max(1, (gpus + f.gpus_per_node - 1) / f.gpus_per_node);
-    std::vector<int> tps = space.tp;
-    if (tps.empty()) {
-      for (int t = 1; t <= f.gpus_per_node; t *= 2) tps.push_back(t);
-    }
-    for (const auto& kind : kinds) {
-      const bool megatron = kind == "megatron";
-      const std::vector<int> pps = megatron ? (space.pp.empty() ? divisors(m.layers) : space.pp) : std::vector<int>{1};
-      std::vector<int> stages = space.zero_stages;
-      if (stages.empty()) stages = megatron ? std::vector<int>{0, 1} : std::vector<int>{0, 1, 2, 3};
-      for (const int tp : tps) {
-        for (const int pp : pps) {
-          for (const int zero : stages) {
-            std::vector<bool> offloads = space.offload.empty() ? std::vector<bool>{false, true} : space.offload;
-            for (const bool offload : offloads) {
-              for (const std::int64_t mb : micro_batches) {
-                SearchCandidate c;
-                c.kind = kind;
-                c.gpus = gpus;
-                c.nodes = nodes;
-                c.tp = tp;
-                c.pp = pp;
-                c.zero_stage = zero;
-                c.offload = offload;
-                c.micro_batch = mb;
-                // Not strategies: offload outside ZeRO 2-3 of data parallelism or without a host
-                // CPU, a Megatron ZeRO stage above 1. Shapes that do not divide are counted.
-                if (offload && (megatron || zero < 2 || !f.has_cpu)) continue;
-                if (megatron && zero > 1) continue;
-                if (gpus % (tp * pp) != 0 || !tp_divides_model(m, tp) || m.layers % pp != 0) {
-                  ++plan.invalid;
-                  continue;
-                }
-                c.dp = gpus / (tp * pp);
-                if (plan.global_batch % (mb * c.dp) != 0) {
-                  ++plan.invalid;
-                  continue;
-                }
-                c.grad_accum = plan.global_batch / (mb * c.dp);
-                // Parameters on one rank: a tp share of the model, or of its fullest pipeline
-                // stage (its layers and the embedding or the head, whichever is larger).
-                std::int64_t on_rank = tensor_parallel_share(params, tp).total;
-                if (megatron && pp > 1) {
-                  const std::int64_t layers = m.layers / pp * params.per_layer;
-                  const std::int64_t edge = std::max(params.embedding + params.position,
-                                                     params.final_norm + (m.tied_embeddings ? 0 : params.output_head));
-                  on_rank = (layers + edge + tp - 1) / tp;
-                }
-                c.state_bytes_lower_bound = state_bytes(c, on_rank);
-                c.overrides = {fmt::format("strategy={}", strategy_override(c, f)),
-                               fmt::format("training.micro_batch={}", mb),
-                               fmt::format("training.grad_accum={}", c.grad_accum)};
-                if (f.nodes_vary) c.overrides.push_back(fmt::format("hardware.nodes={}", nodes));
-                if (c.state_bytes_lower_bound > plan.max_hbm_bytes) {
-                  plan.pruned.push_back(std::move(c));
-                } else {
-                  plan.simulated.push_back(std::move(c));
-                }
-              }
-            }
-          }
+    for (const SearchCandidate& shape : shapes) {
+      for (const std::int64_t mb : micro_batches) {
+        SearchCandidate c = shape;
+        c.gpus = gpus;
+        c.nodes = std::max(1, (gpus + f.gpus_per_node - 1) / f.gpus_per_node);
+        c.micro_batch = mb;
+        // Shapes that do not divide (GPUs, batch, experts over the replicas) are counted.
+        if (gpus % (c.tp * c.pp) != 0 || (gpus / (c.tp * c.pp)) % c.ep != 0 ||
+            plan.global_batch % (mb * (gpus / (c.tp * c.pp))) != 0) {
+          ++plan.invalid;
+          continue;
+        }
+        c.dp = gpus / (c.tp * c.pp);
+        c.grad_accum = plan.global_batch / (mb * c.dp);
+        c.state_bytes_lower_bound = state_bytes(c, parameters_held(m, params, c));
+        c.overrides = {fmt::format("strategy={}", strategy_override(c, f)), fmt::format("training.micro_batch={}", mb),
+                       fmt::format("training.grad_accum={}", c.grad_accum)};
+        if (f.nodes_vary) c.overrides.push_back(fmt::format("hardware.nodes={}", c.nodes));
+        if (c.state_bytes_lower_bound > plan.max_hbm_bytes) {
+          plan.pruned.push_back(std::move(c));
+        } else {
+          plan.simulated.push_back(std::move(c));
         }
       }
     }

@@ -3,7 +3,8 @@
 // limits (docs/search.md).
 //
 // From a base experiment (machine, calibration, model, training), the search enumerates
-// strategies: data parallelism with ZeRO 0-3 and CPU optimizer offload, with tensor parallelism;
+// strategies: data parallelism with ZeRO 0-3 and CPU optimizer offload, with tensor parallelism
+// or, for a mixture of experts, expert parallelism;
 // Megatron 3D parallelism (1F1B) with tensor, pipeline and data parallelism and ZeRO 0-1; over
 // micro-batch sizes, at a fixed global batch (sequences per iteration), on a fixed GPU count or on
 // 1, 2, 4, ... nodes up to a maximum. Points whose model states alone (parameters, gradients and
@@ -46,6 +47,7 @@ struct SearchCandidate {
   int gpus = 0;
   int nodes = 0;
   int tp = 1, pp = 1, dp = 1, zero_stage = 0;
+  int ep = 1;  // expert parallelism (mixture-of-experts models, data_parallel)
   bool offload = false;
   std::int64_t micro_batch = 1, grad_accum = 1;
   std::int64_t state_bytes_lower_bound = 0;  // model states on one GPU
