@@ -24,6 +24,28 @@ using sim::config::Node;
 
 namespace {
 
+// The most ranks a strategy may ask for (tp x pp x dp): 14 x Frontier's 75,264 GCDs. A larger
+// product is refused before it overflows (docs/fuzzing.md).
+constexpr std::int64_t kMaxRanks = std::int64_t{1} << 20;
+// The most micro-batches, and the largest micro-batch, of an iteration (a micro-batch of 65,536
+// sequences is 30 times the GPT-3 175B global batch).
+constexpr std::int64_t kMaxBatch = std::int64_t{1} << 16;
+
+// The product of a strategy's parallel degrees (`what`: "tp x dp = 2 x 4"), or 0 with an error at
+// `loc` when it exceeds kMaxRanks.
+int checked_ranks(Context& ctx, const sim::config::Location& loc, const std::string& path,
+                  std::initializer_list<int> factors, const std::string& what) {
+  std::int64_t ranks = 1;
+  for (const int f : factors) {
+    ranks *= f;  // |ranks| <= 2^20 before, |f| < 2^31: no overflow
+    if (ranks > kMaxRanks || ranks < -kMaxRanks) {
+      ctx.error(loc, path, fmt::format("{}: more ranks than offsim simulates ({})", what, kMaxRanks));
+      return 0;
+    }
+  }
+  return static_cast<int>(ranks);
+}
+
 std::optional<TrainingSpec> parse_training(const Node& node) {
   auto& ctx = node.context();
   const std::size_t errors_before = ctx.error_count();
@@ -33,6 +55,12 @@ std::optional<TrainingSpec> parse_training(const Node& node) {
   const auto ga = r.required<std::int64_t>("grad_accum");
   if (mb.valid && mb.value < 1) ctx.error(mb.loc, node.child_path("micro_batch"), "expected a positive integer");
   if (ga.valid && ga.value < 1) ctx.error(ga.loc, node.child_path("grad_accum"), "expected a positive integer");
+  for (const auto& [v, key] : {std::pair{mb, "micro_batch"}, std::pair{ga, "grad_accum"}}) {
+    if (v.valid && v.value > kMaxBatch) {
+      ctx.error(v.loc, node.child_path(key),
+                fmt::format("expected at most {} (offsim's limit), got {}", kMaxBatch, v.value));
+    }
+  }
   t.micro_batch = mb.value;
   t.grad_accum = ga.value;
   (void)r.choice("precision", {"bf16"});
@@ -96,6 +124,18 @@ std::optional<std::vector<std::string>> parse_devices(MapReader& r, const Node& 
   // Each entry is checked once per node, and a bad entry is reported once (on the first node
   // where it fails), not once per node.
   const std::vector<Node> items = local->items();
+  if (topology) {
+    // A longer list repeats a GPU on every node: refused before nodes x entries names are made.
+    std::size_t node_gpus = 0;
+    for (const auto g : topology->devices_of(topo::DeviceKind::kGpu)) {
+      if (topology->device(g).node == 0) ++node_gpus;
+    }
+    if (items.size() > node_gpus) {
+      ctx.error(local->location(), local->path(),
+                fmt::format("{} entries, but a node of the machine has {} GPUs", items.size(), node_gpus));
+      return std::nullopt;
+    }
+  }
   std::vector<std::optional<std::string>> names;  // read once: a non-string entry is one error
   for (const auto& item : items) names.push_back(item.as<std::string>());
   std::vector<bool> reported(items.size(), false);
@@ -205,7 +245,9 @@ std::optional<StrategySpec> parse_strategy(const Node& node, const topo::Topolog
     if (tp.valid && tp.value < 1)
       ctx.error(tp.loc, node.child_path("tp"), fmt::format("expected >= 1, got {}", tp.value));
     const int tp_size = std::max(1, tp.value);
-    const int rank_count = degree.valid ? degree.value * tp_size : 0;
+    const int rank_count = degree.valid ? checked_ranks(ctx, degree.loc, node.child_path("dp"), {degree.value, tp_size},
+                                                        fmt::format("tp x dp = {} x {}", tp_size, degree.value))
+                                        : 0;
     std::vector<std::string> devices;
     if (auto d = parse_devices(r, node, topology, false)) {
       devices = std::move(*d);
@@ -267,7 +309,9 @@ std::optional<StrategySpec> parse_strategy(const Node& node, const topo::Topolog
     mg.zero_stage = zero.value;
     mg.collectives = parse_collective_options(r);
     mg.all_ranks = parse_all_ranks(r);
-    const std::size_t ranks = static_cast<std::size_t>(std::max(1, mg.tp) * std::max(1, mg.pp) * std::max(1, mg.dp));
+    const auto ranks = static_cast<std::size_t>(
+        checked_ranks(ctx, node.location(), node.path(), {std::max(1, mg.tp), std::max(1, mg.pp), std::max(1, mg.dp)},
+                      fmt::format("tp x pp x dp = {} x {} x {}", mg.tp, mg.pp, mg.dp)));
     if (auto devices = parse_devices(r, node, topology, false)) {
       mg.devices = std::move(*devices);
       if (mg.devices.size() != ranks && ctx.error_count() == errors_before) {
@@ -307,7 +351,9 @@ std::optional<StrategySpec> parse_strategy(const Node& node, const topo::Topolog
               fmt::format("expected a divisor of dp ({}), got {}", degree.valid ? degree.value : 0, ep.value));
   }
   dp.ep = std::max(1, ep.value);
-  const int rank_count = degree.valid ? degree.value * dp.tp : 0;
+  const int rank_count = degree.valid ? checked_ranks(ctx, degree.loc, node.child_path("dp"), {degree.value, dp.tp},
+                                                      fmt::format("tp x dp = {} x {}", dp.tp, degree.value))
+                                      : 0;
   const auto bucket = r.required<std::int64_t>("reduce_bucket_elements");
   if (bucket.valid && bucket.value < 1)
     ctx.error(bucket.loc, node.child_path("reduce_bucket_elements"), "expected a positive integer");
@@ -517,8 +563,9 @@ ExperimentSpec load_experiment(const std::filesystem::path& file, const std::vec
       // they differ: the config is what DeepSpeed would run.
       const auto adopt = [&](const std::optional<std::int64_t>& v, std::int64_t& field, const char* what) {
         if (!v) return;
-        if (*v < 1) {
-          ctx.error(from_strategy.at, "strategy.config", fmt::format("{} must be positive, got {}", what, *v));
+        if (*v < 1 || *v > kMaxBatch) {
+          ctx.error(from_strategy.at, "strategy.config",
+                    fmt::format("{} must be from 1 to {} (offsim's limit), got {}", what, kMaxBatch, *v));
           return;
         }
         if (*v != field) {
@@ -721,40 +768,52 @@ CostFigures cost_figures(const CostSpec& c, const ExperimentResult& r) {
 namespace {
 
 // The effective configuration as a tree: maps keep reading order, numeric keys make sequences.
+// (Children are a struct, not std::pair<std::string, ConfigTree>, which clang 14 with libstdc++ 12
+// cannot instantiate inside ConfigTree: the fuzz build, docs/fuzzing.md.)
 struct ConfigTree {
+  struct Child;
   std::string value;
   bool leaf = false;
-  std::vector<std::pair<std::string, ConfigTree>> children;
-  ConfigTree& child(const std::string& key) {
-    for (auto& [k, c] : children) {
-      if (k == key) return c;
-    }
-    children.emplace_back(key, ConfigTree{});
-    return children.back().second;
-  }
-  void emit(YAML::Emitter& out) const {
-    if (leaf) {
-      out << value;
-      return;
-    }
-    const bool sequence = !children.empty() && std::all_of(children.begin(), children.end(), [](const auto& kv) {
-      return !kv.first.empty() &&
-             std::all_of(kv.first.begin(), kv.first.end(), [](unsigned char c) { return std::isdigit(c); });
-    });
-    if (sequence) {
-      out << YAML::BeginSeq;
-      for (const auto& [k, c] : children) c.emit(out);
-      out << YAML::EndSeq;
-      return;
-    }
-    out << YAML::BeginMap;
-    for (const auto& [k, c] : children) {
-      out << YAML::Key << k << YAML::Value;
-      c.emit(out);
-    }
-    out << YAML::EndMap;
-  }
+  std::vector<Child> children;
+  ConfigTree& child(const std::string& key);
+  void emit(YAML::Emitter& out) const;
 };
+
+struct ConfigTree::Child {
+  std::string key;
+  ConfigTree tree;
+};
+
+ConfigTree& ConfigTree::child(const std::string& key) {
+  for (auto& [k, c] : children) {
+    if (k == key) return c;
+  }
+  children.push_back({key, ConfigTree{}});
+  return children.back().tree;
+}
+
+void ConfigTree::emit(YAML::Emitter& out) const {
+  if (leaf) {
+    out << value;
+    return;
+  }
+  const bool sequence = !children.empty() && std::all_of(children.begin(), children.end(), [](const Child& kv) {
+    return !kv.key.empty() &&
+           std::all_of(kv.key.begin(), kv.key.end(), [](unsigned char c) { return std::isdigit(c); });
+  });
+  if (sequence) {
+    out << YAML::BeginSeq;
+    for (const auto& [k, c] : children) c.emit(out);
+    out << YAML::EndSeq;
+    return;
+  }
+  out << YAML::BeginMap;
+  for (const auto& [k, c] : children) {
+    out << YAML::Key << k << YAML::Value;
+    c.emit(out);
+  }
+  out << YAML::EndMap;
+}
 
 }  // namespace
 

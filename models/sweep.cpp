@@ -24,6 +24,10 @@ using sim::config::Node;
 
 namespace {
 
+// The most points a sweep may have, and so the most values of one axis (docs/fuzzing.md): a
+// hundred thousand simulations is days of work; larger sweeps are split.
+constexpr std::size_t kMaxSweepPoints = 100'000;
+
 // One axis: a single key, or several keys zipped (same number of values each).
 struct Axis {
   std::vector<std::string> keys;
@@ -59,10 +63,14 @@ std::optional<std::pair<std::string, std::vector<std::string>>> parse_key_values
     const auto step = rr.required<double>("step");
     if (step.valid && !(step.value > 0.0)) {
       ctx.error(step.loc, range->child_path("step"), "expected a positive step");
+    } else if (from.valid && to.valid && step.valid &&
+               (to.value - from.value) / step.value >= static_cast<double>(kMaxSweepPoints)) {
+      ctx.error(range->location(), range->path(),
+                fmt::format("more than {} values (offsim's limit for a sweep)", kMaxSweepPoints));
     } else if (from.valid && to.valid && step.valid) {
       // Inclusive of `to` (within a millionth of a step, so 0.1 steps land on it).
-      for (int i = 0;; ++i) {
-        const double v = from.value + i * step.value;
+      for (std::size_t i = 0; i <= kMaxSweepPoints; ++i) {
+        const double v = from.value + static_cast<double>(i) * step.value;
         if (v > to.value + 1e-6 * step.value) break;
         values.push_back(number_text(v));
       }
@@ -202,6 +210,16 @@ Sweep load_sweep(const std::filesystem::path& file) {
           sweep.keys.push_back(k);
         }
         axes.push_back(std::move(axis));
+      }
+    }
+    std::size_t points = 1;
+    for (const auto& a : axes) {
+      points *= a.values.size();
+      if (points > kMaxSweepPoints) {
+        ctx.error(root.location(), "axes",
+                  fmt::format("the axes make more than {} points (offsim's limit): split the sweep", kMaxSweepPoints));
+        axes.clear();
+        break;
       }
     }
     if (auto where = r.child("where")) {

@@ -1,6 +1,9 @@
 #include "topologies/topology_parser.hpp"
 
 #include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdint>
 #include <set>
 
 namespace offsim::topo {
@@ -89,6 +92,13 @@ std::optional<NodeSpec> parse_node_spec(const Node& node) {
         ctx.error(item.location(), item.child_path("memory"), "missing required key (a GPU needs its memory)");
       }
       if (count.value < 1) ctx.error(count.loc, item.child_path("count"), "expected a positive integer");
+      if (const std::size_t devices = out.devices.size() + static_cast<std::size_t>(std::max(count.value, 0));
+          devices > max_machine_elements) {
+        ctx.error(count.loc, item.child_path("count"),
+                  fmt::format("{} devices on a node, more than offsim builds ({} devices and links in a machine)",
+                              devices, max_machine_elements));
+        break;
+      }
       if (!d.has("count")) {
         dev.name = name.value;
         out.devices.push_back(dev);
@@ -234,12 +244,17 @@ std::optional<NetworkSpec> parse_network(const Node& node) {
   return n;
 }
 
+// Switch vertices of the network: one per dragonfly group (written so that no sum overflows).
+int group_count(const NetworkSpec& net, int nodes) {
+  return net.kind == "dragonfly" ? (nodes - 1) / net.group_size + 1 : 1;
+}
+
 // Joins the NICs of every node to the network. A dragonfly group is one switch vertex: Slingshot
 // groups are all-to-all with adaptive routing, modelled as non-blocking inside a group. The
 // global links between two groups are one constraint per direction carrying their total
 // bandwidth (adaptive routing spreads traffic over them). Only minimal routes are modelled.
 void add_network(Topology& t, const NetworkSpec& net, int nodes, const std::vector<std::vector<std::string>>& nics) {
-  const int groups = net.kind == "dragonfly" ? (nodes + net.group_size - 1) / net.group_size : 1;
+  const int groups = group_count(net, nodes);
   const auto switch_name = [&](int g) {
     return net.kind == "dragonfly" ? fmt::format("group{}", g) : std::string("switch");
   };
@@ -295,6 +310,23 @@ std::optional<NodeTopology> parse_machine(const Node& node) {
   }
   if (ctx.error_count() != errors_before || !spec) return std::nullopt;
 
+  // The size of what would be built, checked first: nodes < 2^31 and a node's devices and links are
+  // bounded by the limit and the file size, so nothing here overflows 64 bits.
+  std::uint64_t nics_per_node = 0;
+  for (const auto& d : spec->devices) nics_per_node += d.kind == DeviceKind::kNic ? 1 : 0;
+  const auto nodes = static_cast<std::uint64_t>(out.nodes);
+  std::uint64_t elements = nodes * (spec->devices.size() + spec->links.size());
+  if (network) {
+    const auto groups = static_cast<std::uint64_t>(group_count(*network, out.nodes));
+    elements += groups + 2 * nodes * nics_per_node + groups * (groups - 1);
+  }
+  if (elements > max_machine_elements) {
+    ctx.error(nodes_loc, node.child_path("nodes"),
+              fmt::format("{} nodes of {} devices and {} links make {} devices and links with the network, more "
+                          "than offsim builds ({})",
+                          out.nodes, spec->devices.size(), spec->links.size(), elements, max_machine_elements));
+    return std::nullopt;
+  }
   out.network_kind = network ? network->kind : "none";
   const bool prefixed = out.nodes > 1;
   std::vector<std::vector<std::string>> nics(out.nodes);
@@ -311,7 +343,12 @@ std::optional<NodeTopology> parse_machine(const Node& node) {
       ctx.error(node.location(), node.child_path("network"), "the node has no NIC to attach to the network");
       return std::nullopt;
     }
-    add_network(out.topology, *network, out.nodes, nics);
+    try {
+      add_network(out.topology, *network, out.nodes, nics);
+    } catch (const TopologyError& e) {  // a device of a one-node machine named like a switch
+      ctx.error(node.location(), node.child_path("network"), e.what());
+      return std::nullopt;
+    }
   } else if (out.nodes > 1) {
     ctx.error(nodes_loc, node.child_path("nodes"), "several nodes need a network");
     return std::nullopt;

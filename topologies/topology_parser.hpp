@@ -28,6 +28,7 @@
 //     global_link: {bandwidth: "25 GB/s", latency: "0 s"}
 //
 // Problems are recorded in the config Context with their file:line:col.
+#include <cstddef>
 #include <optional>
 #include <string>
 
@@ -42,6 +43,12 @@ struct NodeTopology {
   std::string network_kind;  // "none", "switch" or "dragonfly"
   Topology topology;
 };
+
+/// The largest machine parse_machine builds, in devices and links over all its nodes and its
+/// network (Frontier's 9,408 nodes hold 0.68 M). A larger one is refused with a located error
+/// before anything is built. The fuzz harness lowers it (tests/fuzz/fuzz_readers.cpp): larger
+/// machines are legal, only slower under the sanitizers than the fuzzer's hang limit.
+inline std::size_t max_machine_elements = std::size_t{1} << 22;
 
 /// Returns nullopt if errors were recorded (the Context holds them).
 [[nodiscard]] std::optional<NodeTopology> parse_machine(const sim::config::Node& node);

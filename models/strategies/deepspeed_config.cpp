@@ -18,6 +18,10 @@ constexpr double kDefaultSubGroupSize = 1e9;
 constexpr bool kDefaultPinMemory = false;
 constexpr double kDefaultRatio = 1.0;
 constexpr int kDefaultBufferCount = 4;  // offload_optimizer.buffer_count
+// Batch sizes offsim reads (the training section's limit: 65,536) and sizes in elements (1e15,
+// a million times DeepSpeed's defaults), so that their products stay in 64-bit integers.
+constexpr std::int64_t kMaxBatch = std::int64_t{1} << 16;
+constexpr double kMaxElements = 1e15;
 
 }  // namespace
 
@@ -35,9 +39,17 @@ std::optional<DeepSpeedImport> import_deepspeed_config(const Node& node, const s
   MapReader r(node);
   // "auto": a value the Hugging Face Trainer fills in from its own arguments.
   const auto is_auto = [](const Node& n) { return n.is_scalar() && n.yaml().Scalar() == "auto"; };
-  if (auto mb = r.child("train_micro_batch_size_per_gpu"); mb && !is_auto(*mb))
-    out.micro_batch = mb->as<std::int64_t>();
-  if (auto ga = r.child("gradient_accumulation_steps"); ga && !is_auto(*ga)) out.grad_accum = ga->as<std::int64_t>();
+  // A batch size within 1..kMaxBatch (nullopt with an error otherwise).
+  const auto batch = [&](const Node& n) -> std::optional<std::int64_t> {
+    const auto v = n.as<std::int64_t>();
+    if (v && (*v < 1 || *v > kMaxBatch)) {
+      ctx.error(n.location(), n.path(), fmt::format("expected 1 to {} (offsim's limit), got {}", kMaxBatch, *v));
+      return std::nullopt;
+    }
+    return v;
+  };
+  if (auto mb = r.child("train_micro_batch_size_per_gpu"); mb && !is_auto(*mb)) out.micro_batch = batch(*mb);
+  if (auto ga = r.child("gradient_accumulation_steps"); ga && !is_auto(*ga)) out.grad_accum = batch(*ga);
   if (auto total = r.child("train_batch_size"); total && !is_auto(*total)) {
     // DeepSpeed's batch arithmetic (runtime/config.py, _configure_train_batch_size):
     // train_batch_size = micro-batch x accumulation x data-parallel ranks; a missing one of the
@@ -115,7 +127,13 @@ std::optional<DeepSpeedImport> import_deepspeed_config(const Node& node, const s
         defaults.push_back(fmt::format("{}={:g}", key, fallback));
         return fallback;
       }
-      return z.required<double>(key).value;
+      const auto v = z.required<double>(key);
+      if (v.valid && !(v.value >= 0.0 && v.value <= kMaxElements)) {
+        ctx.error(v.loc, zero->child_path(key),
+                  fmt::format("expected 0 to {:g} (offsim's limit), got {:g}", kMaxElements, v.value));
+        return fallback;
+      }
+      return v.value;
     };
     const auto auto_size = [&](const char* key) {
       const auto v = z.child(key);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 
 namespace offsim::models {
 
@@ -18,13 +19,22 @@ std::optional<int> level_size(const Node& item, const LevelSizes& levels) {
   const auto text = item.as<std::string>();
   if (!text) return std::nullopt;
   if (*text == "gcd_pair") return 2;
-  if (*text == "node") return levels.gpus_per_node;
+  if (*text == "node") {
+    // No GPU on node 0: the machine is missing or broken (its error is reported where it is).
+    if (levels.gpus_per_node >= 1) return levels.gpus_per_node;
+    ctx.error(item.location(), item.path(), "the level node needs a machine with GPUs (hardware)");
+    return std::nullopt;
+  }
   if (*text == "cluster") return levels.ranks;
   if (!text->empty() && std::all_of(text->begin(), text->end(), [](unsigned char c) { return std::isdigit(c); })) {
-    const int n = std::stoi(*text);
-    if (n >= 1 && n <= levels.ranks && levels.ranks % n == 0) return n;
+    int n = 0;
+    const auto [end, ec] = std::from_chars(text->data(), text->data() + text->size(), n);
+    if (ec == std::errc{} && end == text->data() + text->size() && n >= 1 && n <= levels.ranks &&
+        levels.ranks % n == 0) {
+      return n;
+    }
     ctx.error(item.location(), item.path(),
-              fmt::format("expected a group size dividing the {} ranks, got {}", levels.ranks, n));
+              fmt::format("expected a group size dividing the {} ranks, got {}", levels.ranks, *text));
     return std::nullopt;
   }
   ctx.error(item.location(), item.path(),

@@ -8,6 +8,66 @@ namespace offsim::models {
 
 namespace {
 
+// The largest values a model may give, far above any published model (GPT-1T: 128 layers, hidden
+// 25,600; DeepSeek-V3: 256 experts; Gemma: vocabulary 256,000): a larger value is refused at its
+// key, so that nothing computed from them leaves offsim's 64-bit integers (docs/fuzzing.md).
+constexpr std::int64_t kMaxLayers = std::int64_t{1} << 12;   // 4,096
+constexpr std::int64_t kMaxWidth = std::int64_t{1} << 20;    // hidden, ffn, head_dim: 1,048,576
+constexpr std::int64_t kMaxHeads = std::int64_t{1} << 16;    // heads, kv_heads: 65,536
+constexpr std::int64_t kMaxExperts = std::int64_t{1} << 12;  // experts (routed, per token, shared)
+constexpr std::int64_t kMaxTokens = std::int64_t{1} << 24;   // vocabulary, sequence: 16,777,216
+constexpr double kMaxParameters = 1e15;                      // 1,000 x GPT-1T
+
+// The limit of a shape key, offsim's or a Hugging Face config's.
+std::int64_t max_value(std::string_view key) {
+  for (const std::string_view k : {"layers", "num_hidden_layers", "n_layer"}) {
+    if (key == k) return kMaxLayers;
+  }
+  for (const std::string_view k :
+       {"heads", "kv_heads", "num_attention_heads", "num_key_value_heads", "num_kv_heads", "n_head"}) {
+    if (key == k) return kMaxHeads;
+  }
+  for (const std::string_view k : {"experts", "experts_per_token", "num_local_experts", "num_experts",
+                                   "num_experts_per_tok", "n_routed_experts", "n_shared_experts"}) {
+    if (key == k) return kMaxExperts;
+  }
+  for (const std::string_view k : {"vocab", "seq", "vocab_size", "max_position_embeddings", "n_positions"}) {
+    if (key == k) return kMaxTokens;
+  }
+  return kMaxWidth;  // hidden, ffn, shared_ffn, head_dim and their Hugging Face names
+}
+
+// Records an error at `loc` when `value` is above the limit of `key`.
+void check_max(sim::config::Context& ctx, const sim::config::Location& loc, const std::string& path,
+               std::string_view key, std::int64_t value) {
+  if (value > max_value(key)) {
+    ctx.error(loc, path, fmt::format("expected at most {} (offsim's limit), got {}", max_value(key), value));
+  }
+}
+
+// The parameters of a model whose every value is within its limit, estimated in floating point
+// (its matrices) before count_parameters adds them up in 64-bit integers.
+double approximate_parameters(const ModelSpec& m) {
+  const double h = static_cast<double>(m.hidden);
+  const double head = m.head_size > 0 ? static_cast<double>(m.head_size) : h / static_cast<double>(m.heads);
+  const double q = static_cast<double>(m.heads) * head;
+  const double kv = static_cast<double>(m.kv_heads) * head;
+  const double experts = static_cast<double>(std::max<std::int64_t>(m.experts, 1));
+  const double mlp = 3.0 * h * (experts * static_cast<double>(m.ffn) + static_cast<double>(m.shared_ffn)) + h * experts;
+  return static_cast<double>(m.layers) * (2.0 * h * q + 2.0 * h * kv + mlp) +
+         (2.0 * static_cast<double>(m.vocab) + static_cast<double>(m.seq)) * h;
+}
+
+// Records an error when the model has more parameters than offsim counts.
+void check_parameters(const ModelSpec& m, const sim::config::Node& node) {
+  const double parameters = approximate_parameters(m);
+  if (parameters > kMaxParameters) {
+    node.context().error(
+        node.location(), node.path(),
+        fmt::format("about {:.3g} parameters, more than offsim models ({:.0e})", parameters, kMaxParameters));
+  }
+}
+
 // A Hugging Face config.json (`model: !include llama.config.json`): the keys offsim maps, by
 // model_type, with transformers' defaults for the keys a config leaves out (each family's
 // Config class); every other key is listed in one warning, never silently dropped. Families
@@ -60,6 +120,7 @@ class HfConfigReader {
       ctx_.error(node_.location(), node_.path(),
                  fmt::format("heads ({}) is not a multiple of key/value heads ({})", m_.heads, m_.kv_heads));
     }
+    if (ctx_.error_count() == errors_before && m_.heads > 0) check_parameters(m_, node_);
     if (ctx_.error_count() != errors_before) return std::nullopt;
     return m_;
   }
@@ -68,7 +129,9 @@ class HfConfigReader {
   std::int64_t positive(std::string_view key) {
     const auto v = r_.required<std::int64_t>(key);
     if (v.valid && v.value <= 0) error_at(v.loc, key, fmt::format("expected a positive integer, got {}", v.value));
-    return v.value;
+    if (v.valid) check_max(ctx_, v.loc, node_.child_path(key), key, v.value);
+    // Out of range is 0 (not read), so that nothing computed from it overflows.
+    return v.valid && v.value <= max_value(key) ? v.value : 0;
   }
   // An optional count that may also be written as null (transformers' "use the default").
   std::int64_t positive_or(std::string_view key, std::int64_t fallback) {
@@ -77,7 +140,8 @@ class HfConfigReader {
     const auto v = c->as<std::int64_t>();
     if (!v) return fallback;
     if (*v <= 0) error_at(c->location(), key, fmt::format("expected a positive integer, got {}", *v));
-    return *v;
+    check_max(ctx_, c->location(), node_.child_path(key), key, *v);
+    return *v <= max_value(key) ? *v : 0;
   }
   double number_or(std::string_view key, double fallback) {
     const auto c = r_.child(key);
@@ -297,6 +361,7 @@ std::optional<ModelSpec> parse_model(const sim::config::Node& node) {
     const auto v = r.required<std::int64_t>(key);
     if (v.valid && v.value <= 0)
       ctx.error(v.loc, node.child_path(key), fmt::format("expected a positive integer, got {}", v.value));
+    if (v.valid) check_max(ctx, v.loc, node.child_path(key), key, v.value);
     return v;
   };
   m.layers = positive("layers").value;
@@ -321,6 +386,7 @@ std::optional<ModelSpec> parse_model(const sim::config::Node& node) {
   if (head_dim.valid && head_dim.value < 0)
     ctx.error(head_dim.loc, node.child_path("head_dim"),
               fmt::format("expected a positive integer, got {}", head_dim.value));
+  if (head_dim.valid) check_max(ctx, head_dim.loc, node.child_path("head_dim"), "head_dim", head_dim.value);
   m.head_size = std::max<std::int64_t>(head_dim.value, 0);
   if (auto moe = r.child("moe")) {
     // Mixture of experts: `experts` MLPs of width ffn, experts_per_token of them per token, and
@@ -330,6 +396,7 @@ std::optional<ModelSpec> parse_model(const sim::config::Node& node) {
       const auto v = required ? e.required<std::int64_t>(key) : e.optional<std::int64_t>(key, 0);
       if (v.valid && (v.value < 0 || (required && v.value == 0)))
         ctx.error(v.loc, moe->child_path(key), fmt::format("expected a positive integer, got {}", v.value));
+      if (v.valid) check_max(ctx, v.loc, moe->child_path(key), key, v.value);
       return v;
     };
     m.experts = std::max<std::int64_t>(count("experts", true).value, 0);
@@ -349,6 +416,7 @@ std::optional<ModelSpec> parse_model(const sim::config::Node& node) {
     ctx.error(kv_heads.loc, node.child_path("kv_heads"),
               fmt::format("heads ({}) must be a multiple of kv_heads ({})", m.heads, m.kv_heads));
   }
+  if (ctx.error_count() == errors_before) check_parameters(m, node);
   if (ctx.error_count() != errors_before) return std::nullopt;
   return m;
 }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <ios>
 #include <tuple>
 
 #include "sim/config/did_you_mean.hpp"
@@ -14,6 +15,9 @@ namespace {
 
 // Includes nest at most this deep; deeper is reported as a probable include cycle.
 constexpr int kMaxIncludeDepth = 16;
+// A configuration file is at most this large (the largest shipped one is 21 KB): a larger one is
+// refused before yaml-cpp spends minutes and gigabytes on it.
+constexpr std::uintmax_t kMaxFileBytes = 16u << 20;
 constexpr std::string_view kIncludeTag = "!include";
 // Keys that document a value and are accepted in every mapping.
 const std::vector<std::string> kDocumentationKeys{"source", "notes"};
@@ -33,6 +37,25 @@ std::string describe_found(const YAML::Node& n) {
   if (n.IsMap()) return "a mapping";
   if (n.IsSequence()) return "a list";
   return fmt::format("\"{}\"", n.Scalar());
+}
+
+// Why `name` cannot be read as a configuration file, or nullopt when it can be tried (a missing
+// file is left to yaml-cpp's BadFile). Includes must name regular files; a root file may also be
+// a pipe (`offsim run /dev/stdin`), but not a directory.
+std::optional<std::string> unreadable(const std::string& name, bool regular_only) {
+  std::error_code ec;
+  const auto status = std::filesystem::status(name, ec);
+  if (ec || !std::filesystem::exists(status)) return std::nullopt;
+  if (std::filesystem::is_directory(status)) return "is a directory, not a file";
+  if (!std::filesystem::is_regular_file(status)) {
+    if (regular_only) return "is not a regular file";
+    return std::nullopt;
+  }
+  const auto bytes = std::filesystem::file_size(name, ec);
+  if (!ec && bytes > kMaxFileBytes) {
+    return fmt::format("is {} bytes, more than a configuration file may hold ({} MiB)", bytes, kMaxFileBytes >> 20);
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -98,6 +121,7 @@ void Context::add_file_overrides(const std::vector<Located<std::string>>& overri
 Node Context::load_root(const std::filesystem::path& file) {
   const std::string name = file.string();
   YAML::Node root;
+  if (const auto why = unreadable(name, false)) throw ConfigError({Diagnostic{Location{name, 0, 0}, "", *why}});
   try {
     root = YAML::LoadFile(name);
   } catch (const YAML::BadFile&) {
@@ -105,6 +129,8 @@ Node Context::load_root(const std::filesystem::path& file) {
   } catch (const YAML::ParserException& e) {
     throw ConfigError(
         {Diagnostic{Location{name, e.mark.line + 1, e.mark.column + 1}, "", fmt::format("invalid YAML: {}", e.msg)}});
+  } catch (const std::ios_base::failure& e) {
+    throw ConfigError({Diagnostic{Location{name, 0, 0}, "", fmt::format("cannot read the file: {}", e.what())}});
   }
   return Node(*this, root, name, "", Location{name, 1, 1}, 0);
 }
@@ -118,9 +144,10 @@ void Context::warning(const Location& loc, std::string_view key_path, std::strin
 }
 
 void Context::finish() {
+  std::vector<std::string> known;  // the paths read, for suggestions: made once, when needed
   for (auto& [key, o] : overrides_) {
     if (o.used) continue;
-    std::vector<std::string> known(known_paths_.begin(), known_paths_.end());
+    if (known.empty()) known.assign(known_paths_.begin(), known_paths_.end());
     const auto hint = did_you_mean(key, known);
     error(Location{o.where, 0, 0}, key,
           hint ? fmt::format("no such key (did you mean '{}'?)", *hint) : std::string("no such key"));
@@ -156,6 +183,10 @@ Node Context::include_file(const Node& parent, const std::string& child_path, co
     error(at, child_path, fmt::format("includes nest deeper than {} (an include cycle?)", kMaxIncludeDepth));
     return Node(*this, YAML::Node(), parent.file(), child_path, at, parent.include_depth()).as_broken();
   }
+  if (const auto why = unreadable(name, true)) {
+    error(at, child_path, fmt::format("!include: '{}' {}", name, *why));
+    return Node(*this, YAML::Node(), parent.file(), child_path, at, parent.include_depth()).as_broken();
+  }
   try {
     YAML::Node loaded = YAML::LoadFile(name);
     return Node(*this, loaded, name, child_path, Location{name, 1, 1}, parent.include_depth() + 1);
@@ -163,6 +194,8 @@ Node Context::include_file(const Node& parent, const std::string& child_path, co
     error(at, child_path, fmt::format("!include: cannot open '{}'", name));
   } catch (const YAML::ParserException& e) {
     error(Location{name, e.mark.line + 1, e.mark.column + 1}, child_path, fmt::format("invalid YAML: {}", e.msg));
+  } catch (const std::ios_base::failure& e) {
+    error(at, child_path, fmt::format("!include: cannot read '{}': {}", name, e.what()));
   }
   return Node(*this, YAML::Node(), parent.file(), child_path, at, parent.include_depth()).as_broken();
 }

@@ -25,6 +25,10 @@ std::optional<std::string> did_you_mean(std::string_view word, const std::vector
   std::optional<std::string> best;
   std::size_t best_distance = limit + 1;
   for (const auto& c : candidates) {
+    // The distance is at least the difference in length: a candidate that cannot be closer than
+    // the best so far is not measured (a long mistyped key against every path read stays linear).
+    const std::size_t longer = std::max(word.size(), c.size());
+    if (longer - std::min(word.size(), c.size()) >= best_distance) continue;
     const std::size_t dist = edit_distance(word, c);
     if (dist < best_distance) {
       best_distance = dist;

@@ -1,0 +1,148 @@
+// libFuzzer harness over offsim's configuration readers (docs/fuzzing.md). Readers only: nothing
+// is simulated.
+//
+// The input is the text of one YAML file. Its first line picks the reader:
+//   #machine   topo::parse_machine     (configs/hardware/*.yaml)
+//   #model     models::parse_model     (configs/models/*.yaml, Hugging Face config.json)
+//   #sweep     models::load_sweep      (configs/sweeps/*.yaml)
+//   otherwise  models::load_experiment (configs/experiments/*.yaml)
+// The line is a YAML comment, so every input is also a file offsim reads as it is: placed in
+// configs/experiments/, a regression input runs with `offsim run`, `topo`, `model` or `sweep`.
+//
+// The text is written to <tmp>/configs/experiments/fuzz.yaml in a per-process temporary folder
+// laid out like configs/: its hardware, models, calibration, strategies, ... folders are links to
+// the repository's, and experiments/ holds links to the shipped experiments, machines, models and
+// tests/data files, so the `!include`s of the seed corpus resolve as they do in the repository.
+//
+// Bad input must end in sim::config::ConfigError, a located message (file:line:col: key: why).
+// Any other exception escapes and aborts: libFuzzer records it as a crash, as it does sanitizer
+// reports and inputs that run longer than -timeout.
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <string_view>
+#include <system_error>
+
+#include "models/experiment.hpp"
+#include "models/sweep.hpp"
+#include "models/transformer/model_parser.hpp"
+#include "sim/config/config_reader.hpp"
+#include "topologies/topology_parser.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path g_root;         // the per-process temporary folder
+fs::path g_input;        // <root>/configs/experiments/fuzz.yaml
+bool g_verbose = false;  // OFFSIM_FUZZ_VERBOSE=1: print each input's errors
+
+void remove_root() {
+  std::error_code ec;
+  if (!g_root.empty()) fs::remove_all(g_root, ec);
+}
+
+// Links every file of `from` (not its subfolders) into `to`; the first of a name wins.
+void link_files(const fs::path& from, const fs::path& to) {
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(from, ec)) {
+    if (!entry.is_regular_file()) continue;
+    const fs::path link = to / entry.path().filename();
+    if (!fs::exists(link, ec)) fs::create_symlink(entry.path(), link, ec);
+  }
+}
+
+void set_up() {
+  const fs::path source = OFFSIM_SOURCE_DIR;
+  std::string pattern = (fs::temp_directory_path() / "offsim-fuzz-XXXXXX").string();
+  if (mkdtemp(pattern.data()) == nullptr) {
+    std::perror("offsim fuzz: mkdtemp");
+    std::abort();
+  }
+  g_root = pattern;
+  std::atexit(remove_root);
+  const fs::path configs = g_root / "configs";
+  fs::create_directories(configs / "experiments");
+  for (const char* dir : {"hardware", "models", "calibration", "strategies", "sweeps", "validation", "regression"}) {
+    fs::create_directory_symlink(source / "configs" / dir, configs / dir);
+  }
+  // Same-folder includes of the seeds: experiments (and their scale/ subfolder), machines
+  // (`node: !include frontier-node.yaml`), tests/data (`hardware: !include two-gpu-node.yaml`).
+  for (const char* dir : {"configs/experiments", "configs/hardware", "configs/models", "tests/data"}) {
+    link_files(source / dir, configs / "experiments");
+  }
+  fs::create_directory_symlink(source / "configs" / "experiments" / "scale", configs / "experiments" / "scale");
+  // tests/config_errors/*.yaml include ../../configs/...: from experiments/ that is <tmp>/configs.
+  g_input = configs / "experiments" / "fuzz.yaml";
+}
+
+enum class Reader { kExperiment, kMachine, kModel, kSweep };
+
+Reader reader_of(std::string_view text) {
+  const std::string_view line = text.substr(0, text.find('\n'));
+  if (line == "#machine") return Reader::kMachine;
+  if (line == "#model") return Reader::kModel;
+  if (line == "#sweep") return Reader::kSweep;
+  return Reader::kExperiment;
+}
+
+void read(Reader reader, const fs::path& file) {
+  using offsim::sim::config::Context;
+  switch (reader) {
+    case Reader::kExperiment:
+      (void)offsim::models::load_experiment(file, {});
+      return;
+    case Reader::kMachine: {  // as `offsim topo` reads a machine
+      Context ctx;
+      (void)offsim::topo::parse_machine(ctx.load_root(file));
+      ctx.finish();
+      return;
+    }
+    case Reader::kModel: {  // as `offsim model` reads a model
+      Context ctx;
+      (void)offsim::models::parse_model(ctx.load_root(file));
+      ctx.finish();
+      return;
+    }
+    case Reader::kSweep:
+      (void)offsim::models::load_sweep(file);
+      return;
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
+  set_up();
+  g_verbose = std::getenv("OFFSIM_FUZZ_VERBOSE") != nullptr;
+  // Machines of up to 4 M devices and links are legal (the full Frontier holds 0.68 M) but take
+  // about 18 us each under ASan and UBSan: the fuzzer, whose hang limit is 10 s, builds at most
+  // 64 K (about 70 Frontier nodes) and sees larger ones refused, as the readers refuse them beyond
+  // the real limit.
+  offsim::topo::max_machine_elements = std::size_t{1} << 16;
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  const std::string_view text(reinterpret_cast<const char*>(data), size);
+  {
+    std::ofstream out(g_input, std::ios::binary | std::ios::trunc);
+    out.write(text.data(), static_cast<std::streamsize>(text.size()));
+    if (!out) {
+      std::perror("offsim fuzz: cannot write the input file");
+      std::abort();
+    }
+  }
+  try {
+    read(reader_of(text), g_input);
+  } catch (const offsim::sim::config::ConfigError& e) {
+    // Bad input, reported with its location: the expected outcome (printed when asked for).
+    if (g_verbose) std::fprintf(stderr, "%s\n", e.what());
+  }
+  return 0;
+}
