@@ -167,11 +167,16 @@ class HfConfigReader {
     (void)r_.choice(key, choices, fallback);
   }
 
-  void read_llama_family(const std::string& t) {
-    m_.layers = positive("num_hidden_layers");
-    m_.hidden = positive("hidden_size");
-    m_.heads = positive("num_attention_heads");
+  // The sizes every family has, under its own key names.
+  void read_sizes(std::string_view layers, std::string_view hidden, std::string_view heads) {
+    m_.layers = positive(layers);
+    m_.hidden = positive(hidden);
+    m_.heads = positive(heads);
     m_.vocab = positive("vocab_size");
+  }
+
+  void read_llama_family(const std::string& t) {
+    read_sizes("num_hidden_layers", "hidden_size", "num_attention_heads");
     m_.seq = positive("max_position_embeddings");
     // LlamaConfig and its kin: num_key_value_heads defaults to num_attention_heads; head_dim
     // (newer configs; Gemma's is 256 by default) to hidden / heads.
@@ -233,10 +238,7 @@ class HfConfigReader {
 
   void read_gpt_neox() {
     // GPTNeoXConfig: rotary on rotary_pct of each head, LayerNorm, biases, untied by default.
-    m_.layers = positive("num_hidden_layers");
-    m_.hidden = positive("hidden_size");
-    m_.heads = positive("num_attention_heads");
-    m_.vocab = positive("vocab_size");
+    read_sizes("num_hidden_layers", "hidden_size", "num_attention_heads");
     m_.seq = positive("max_position_embeddings");
     m_.kv_heads = m_.heads;
     m_.ffn = positive("intermediate_size");
@@ -251,10 +253,7 @@ class HfConfigReader {
 
   void read_gpt2() {
     // GPT2Config: n_inner null means 4 x n_embd; learned positions; tied embeddings.
-    m_.layers = positive("n_layer");
-    m_.hidden = positive("n_embd");
-    m_.heads = positive("n_head");
-    m_.vocab = positive("vocab_size");
+    read_sizes("n_layer", "n_embd", "n_head");
     m_.seq = positive("n_positions");
     m_.kv_heads = m_.heads;
     m_.ffn = positive_or("n_inner", 4 * m_.hidden);
@@ -271,11 +270,8 @@ class HfConfigReader {
     // FalconConfig: multi-query attention (one K/V head) unless new_decoder_architecture names
     // num_kv_heads; GeLU MLP of 4 x hidden (ffn_hidden_size in newer configs); LayerNorm; rotary
     // positions unless alibi; no biases; embeddings tied. Its parallel attention and MLP run the
-    // same GEMMs and kernels as the sequential block (one norm fewer in Falcon-7B: costed as two).
-    m_.layers = positive("num_hidden_layers");
-    m_.hidden = positive("hidden_size");
-    m_.heads = positive("num_attention_heads");
-    m_.vocab = positive("vocab_size");
+    // same GEMMs and kernels as the sequential block, on one norm (Falcon-7B) or two (40B, 180B).
+    read_sizes("num_hidden_layers", "hidden_size", "num_attention_heads");
     m_.seq = positive_or("max_position_embeddings", 2048);
     const bool new_arch = flag_or("new_decoder_architecture", false);
     const bool multi_query = flag_or("multi_query", true);
@@ -298,10 +294,7 @@ class HfConfigReader {
   void read_opt() {
     // OPTConfig: learned positions, LayerNorm, biases, ReLU MLP of ffn_dim (costed as the GeLU
     // MLP: same GEMMs, one elementwise kernel), tied embeddings, dropout 0.1.
-    m_.layers = positive("num_hidden_layers");
-    m_.hidden = positive("hidden_size");
-    m_.heads = positive("num_attention_heads");
-    m_.vocab = positive("vocab_size");
+    read_sizes("num_hidden_layers", "hidden_size", "num_attention_heads");
     m_.seq = positive("max_position_embeddings");
     m_.kv_heads = m_.heads;
     m_.ffn = positive("ffn_dim");
@@ -324,10 +317,7 @@ class HfConfigReader {
   void read_phi() {
     // PhiConfig (phi-1.5, phi-2): parallel attention and GeLU MLP (the sequential block's GEMMs
     // and kernels), LayerNorm, biases, rotary positions on part of each head, untied head.
-    m_.layers = positive("num_hidden_layers");
-    m_.hidden = positive("hidden_size");
-    m_.heads = positive("num_attention_heads");
-    m_.vocab = positive("vocab_size");
+    read_sizes("num_hidden_layers", "hidden_size", "num_attention_heads");
     m_.seq = positive("max_position_embeddings");
     m_.kv_heads = positive_or("num_key_value_heads", m_.heads);
     m_.ffn = positive("intermediate_size");
