@@ -196,13 +196,7 @@ std::int64_t parameters_held(const ModelSpec& m, const ParameterCounts& params, 
         std::max(params.embedding + params.position, params.final_norm + (m.tied_embeddings ? 0 : params.output_head));
     held = (layers + edge + c.tp - 1) / c.tp;
   }
-  if (c.ep > 1) {
-    std::int64_t experts = 0;
-    for (const auto& g : layer_gemms(m, 1, 1)) {
-      if (g.name.starts_with("expert_")) experts += projection_parameters(m, g);
-    }
-    held -= (experts - experts / c.ep) * m.layers;
-  }
+  if (c.ep > 1) held -= (params.experts_per_layer - params.experts_per_layer / c.ep) * m.layers;
   return held;
 }
 

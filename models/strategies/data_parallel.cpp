@@ -160,12 +160,8 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
   const std::int64_t P_model = params.total;
   std::int64_t experts_per_layer_on_rank = 0;  // expert parallelism: the rank's experts' weights
   if (ep > 1) {
-    std::int64_t all_experts = 0;
-    for (const auto& gemm : layer_gemms(m, 1, 1)) {
-      if (gemm.name.starts_with("expert_")) all_experts += projection_parameters(m, gemm);
-    }
-    experts_per_layer_on_rank = all_experts / ep;
-    params.per_layer -= all_experts - experts_per_layer_on_rank;
+    experts_per_layer_on_rank = params.experts_per_layer / ep;
+    params.per_layer -= params.experts_per_layer - experts_per_layer_on_rank;
     params.layers = params.per_layer * m.layers;
     params.total = params.layers + params.embedding + params.position + params.final_norm + params.output_head;
   }
@@ -212,8 +208,8 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
     std::int64_t linear = 0;
     for (const auto& gemm : layer_gemms(m, 1, 1, ep)) {
       if (gemm.attention_core) continue;
-      layer_parts.push_back((projection_parameters(m, gemm) + tp - 1) / tp);
-      expert_parts.push_back(ep > 1 && gemm.name.starts_with("expert_"));
+      layer_parts.push_back((gemm.parameters() + tp - 1) / tp);
+      expert_parts.push_back(ep > 1 && gemm.expert);
       linear += layer_parts.back();
     }
     layer_parts.push_back(params.per_layer - linear);
@@ -951,11 +947,12 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
   if (stage == 3) out.approximations.push_back("ZeRO-3 prefetch: one module ahead, at most two modules gathered");
   if (m.moe()) {
     out.approximations.push_back(
-        ep > 1 ? fmt::format("expert parallelism over {} consecutive ranks: each routed token goes to its expert's rank "
-                             "and back by all-to-all (even routing: (ep - 1) / ep of the tokens leave each rank), "
-                             "on the critical path of its layer",
-                             ep)
-               : "no expert parallelism: every rank runs every expert (set strategy.ep to spread them)");
+        ep > 1
+            ? fmt::format("expert parallelism over {} consecutive ranks: each routed token goes to its expert's rank "
+                          "and back by all-to-all (even routing: (ep - 1) / ep of the tokens leave each rank), "
+                          "on the critical path of its layer",
+                          ep)
+            : "no expert parallelism: every rank runs every expert (set strategy.ep to spread them)");
   }
   return out;
 }

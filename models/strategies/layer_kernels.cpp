@@ -42,7 +42,7 @@ KernelTimes kernel_times(const IterationInputs& in, std::int64_t params_on_rank,
     }
     const TimePs b = gradient_gemms_time(c, g);
     gemms_bwd += b;
-    if (g.name.starts_with("expert_")) {
+    if (g.expert) {
       k.experts_fwd += d;
       k.experts_bwd += b;
     }
@@ -92,6 +92,7 @@ ParameterCounts tensor_parallel_share(const ParameterCounts& all, std::int64_t t
   c.output_head = share(all.output_head);
   c.total = c.layers + c.embedding + c.position + c.final_norm + c.output_head;
   c.active = share(all.active);
+  c.experts_per_layer = share(all.experts_per_layer);
   return c;
 }
 

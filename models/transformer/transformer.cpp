@@ -55,6 +55,7 @@ ParameterCounts count_parameters(const ModelSpec& m) {
   c.output_head = (m.tied_embeddings ? 0 : m.vocab * h) + (m.head_bias ? m.vocab : 0);
   c.total = c.layers + c.embedding + c.position + c.final_norm + c.output_head;
   c.active = c.total - (m.moe() ? (m.experts - m.experts_per_token) * expert * m.layers : 0);
+  c.experts_per_layer = m.moe() ? m.experts * expert : 0;
   return c;
 }
 
@@ -90,34 +91,28 @@ std::vector<GemmShape> layer_gemms(const ModelSpec& m, std::int64_t micro_batch,
   const std::int64_t q = m.q_width();
   const auto up = [&](std::int64_t w) { return m.ffn_kind == FfnKind::kSwiglu ? 2 * w : w; };  // gate and up fused
   std::vector<GemmShape> gemms{
-      {"qkv", tokens, (q + 2 * m.kv_width()) / tp, h, 1},
+      {"qkv", tokens, (q + 2 * m.kv_width()) / tp, h, 1, false, false, m.linear_bias || m.qkv_bias},
       {"attention_scores", m.seq, m.seq, m.head_dim(), micro_batch * m.heads / tp, true},  // Q K^T per head
       {"attention_values", m.seq, m.head_dim(), m.seq, micro_batch * m.heads / tp, true},  // softmax . V
-      {"attention_out", tokens, h, q / tp, 1},
+      {"attention_out", tokens, h, q / tp, 1, false, false, m.linear_bias},
   };
   if (!m.moe()) {
-    gemms.push_back({"mlp_up", tokens, up(m.ffn) / tp, h, 1});
-    gemms.push_back({"mlp_down", tokens, h, m.ffn / tp, 1});
+    gemms.push_back({"mlp_up", tokens, up(m.ffn) / tp, h, 1, false, false, m.linear_bias});
+    gemms.push_back({"mlp_down", tokens, h, m.ffn / tp, 1, false, false, m.linear_bias});
     return gemms;
   }
   if (ep < 1 || m.experts % ep != 0) {
     throw std::invalid_argument(fmt::format("model {}: experts ({}) must divide by ep ({})", m.name, m.experts, ep));
   }
   const std::int64_t routed = tokens_per_expert(m, tokens * ep);
-  gemms.push_back({"moe_router", tokens, m.experts, h, 1});
-  gemms.push_back({"expert_up", routed, up(m.ffn) / tp, h, m.experts / ep});
-  gemms.push_back({"expert_down", routed, h, m.ffn / tp, m.experts / ep});
+  gemms.push_back({"moe_router", tokens, m.experts, h, 1});  // no bias
+  gemms.push_back({"expert_up", routed, up(m.ffn) / tp, h, m.experts / ep, false, true, m.linear_bias});
+  gemms.push_back({"expert_down", routed, h, m.ffn / tp, m.experts / ep, false, true, m.linear_bias});
   if (m.shared_ffn > 0) {
-    gemms.push_back({"shared_mlp_up", tokens, up(m.shared_ffn) / tp, h, 1});
-    gemms.push_back({"shared_mlp_down", tokens, h, m.shared_ffn / tp, 1});
+    gemms.push_back({"shared_mlp_up", tokens, up(m.shared_ffn) / tp, h, 1, false, false, m.linear_bias});
+    gemms.push_back({"shared_mlp_down", tokens, h, m.shared_ffn / tp, 1, false, false, m.linear_bias});
   }
   return gemms;
-}
-
-std::int64_t projection_parameters(const ModelSpec& m, const GemmShape& g) {
-  if (g.attention_core) return 0;
-  const bool bias = (m.linear_bias && g.name != "moe_router") || (m.qkv_bias && g.name == "qkv");
-  return g.batch * (g.n * g.k + (bias ? g.n : 0));
 }
 
 std::vector<ElementwiseKernel> layer_elementwise_kernels(const ModelSpec& m, std::int64_t micro_batch, std::int64_t tp,

@@ -60,7 +60,8 @@ struct ParameterCounts {
   std::int64_t final_norm = 0;
   std::int64_t output_head = 0;  // 0 when tied to the embedding
   std::int64_t total = 0;
-  std::int64_t active = 0;  // parameters one token runs through: total less the experts it is not routed to
+  std::int64_t active = 0;             // parameters one token runs through: total less the experts it is not routed to
+  std::int64_t experts_per_layer = 0;  // of per_layer: the weights of all routed experts (0 when dense)
 };
 
 [[nodiscard]] ParameterCounts count_parameters(const ModelSpec& m);
@@ -114,6 +115,11 @@ struct GemmShape {
   std::int64_t k = 0;
   std::int64_t batch = 1;
   bool attention_core = false;  // Q K^T or softmax . V (fused away by flash attention)
+  bool expert = false;          // a routed expert's projection (one weight matrix per expert in batch)
+  bool bias = false;            // the projection has a bias (per output column)
+  /// The weights and biases of a projection of layer_gemms(m, micro_batch, 1): one matrix per
+  /// expert for the experts' GEMMs, none for the attention core.
+  [[nodiscard]] std::int64_t parameters() const { return attention_core ? 0 : batch * (n * k + (bias ? n : 0)); }
   [[nodiscard]] double flops() const {
     return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) * static_cast<double>(batch);
   }
@@ -131,9 +137,6 @@ struct GemmShape {
 /// routed to it from the ep ranks' micro-batches, ceil(ep x tokens x experts_per_token / experts).
 [[nodiscard]] std::vector<GemmShape> layer_gemms(const ModelSpec& m, std::int64_t micro_batch, std::int64_t tp,
                                                  std::int64_t ep = 1);
-/// The weights and biases of a forward GEMM of layer_gemms(m, micro_batch, 1): one matrix per
-/// expert for the experts' GEMMs, none for the attention core.
-[[nodiscard]] std::int64_t projection_parameters(const ModelSpec& m, const GemmShape& g);
 /// The output projection (logits), vocabulary split by columns across tp ranks.
 [[nodiscard]] GemmShape head_gemm(const ModelSpec& m, std::int64_t micro_batch, std::int64_t tp);
 

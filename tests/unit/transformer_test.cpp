@@ -254,7 +254,7 @@ TEST(MixtureOfExperts, ExpertGemmsCarryTheRoutedTokensAndAddUpToTheLayerFlops) {
   EXPECT_DOUBLE_EQ(tp1, w.gemm.count + w.attention.count);
   // Routed weights: one matrix per expert, so the layer's projections and norms add up.
   std::int64_t weights = 0;
-  for (const auto& g : layer_gemms(m, 1, 1)) weights += projection_parameters(m, g);
+  for (const auto& g : layer_gemms(m, 1, 1)) weights += g.parameters();
   EXPECT_EQ(weights + 2 * m.hidden, count_parameters(m).per_layer);
   // Uneven token counts round up per expert: 3 tokens x 2 / 8 experts -> 1 each.
   ModelSpec short_seq = m;
