@@ -1,7 +1,12 @@
 #pragma once
+#include <fmt/format.h>
+
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "sim/config/config_reader.hpp"
 
 namespace offsim::app {
 
@@ -82,6 +87,21 @@ struct SearchCliOptions {
   std::vector<std::int64_t> micro_batches;
   std::string offload;  // "", "none", "cpu", "both"
 };
+
+/// Runs `command`; a std::runtime_error from it (an existing output without --resume, a results
+/// file of another sweep or search) is the user's input: printed, exit 2. Configuration errors
+/// go on to main, which prints them located.
+template <class Command>
+int runtime_errors_are_bad_input(Command&& command) {
+  try {
+    return command();
+  } catch (const sim::config::ConfigError&) {
+    throw;
+  } catch (const std::runtime_error& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    return kExitBadInput;
+  }
+}
 
 int run_command(const RunOptions& options);
 int search_command(const SearchCliOptions& options);

@@ -34,15 +34,7 @@ int search_or_throw(const SearchCliOptions& options);
 }  // namespace
 
 int search_command(const SearchCliOptions& options) {
-  try {
-    return search_or_throw(options);
-  } catch (const sim::config::ConfigError&) {
-    throw;
-  } catch (const std::runtime_error& e) {
-    // An existing search.csv without --resume, or one of another search: the user's input.
-    fmt::print(stderr, "error: {}\n", e.what());
-    return kExitBadInput;
-  }
+  return runtime_errors_are_bad_input([&] { return search_or_throw(options); });
 }
 
 namespace {

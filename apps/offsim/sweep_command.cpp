@@ -16,15 +16,7 @@ int sweep_or_throw(const SweepCliOptions& options);
 }  // namespace
 
 int sweep_command(const SweepCliOptions& options) {
-  try {
-    return sweep_or_throw(options);
-  } catch (const sim::config::ConfigError&) {
-    throw;
-  } catch (const std::runtime_error& e) {
-    // An existing --out without --resume, or a file of another sweep: the user's input.
-    fmt::print(stderr, "error: {}\n", e.what());
-    return kExitBadInput;
-  }
+  return runtime_errors_are_bad_input([&] { return sweep_or_throw(options); });
 }
 
 namespace {
