@@ -7,6 +7,7 @@
 #include <map>
 #include <stdexcept>
 
+#include "models/strategies/deepspeed_config.hpp"
 #include "models/strategies/layer_kernels.hpp"
 #include "sim/report/text_table.hpp"
 
@@ -17,8 +18,8 @@ namespace {
 // DeepSpeed's defaults for what the search does not vary (deepspeed/runtime/zero/config.py):
 // reduce_bucket_size 5e8, stage3_param_persistence_threshold 1e5, sub_group_size 1e9; the
 // offloaded optimizer's buffers pinned, as the Hugging Face and DeepSpeed examples configure it.
-constexpr std::int64_t kReduceBucketElements = 500'000'000;
-constexpr std::int64_t kSubGroupSize = 1'000'000'000;
+constexpr std::int64_t kReduceBucketElements = deepspeed_defaults::kReduceBucketSize;
+constexpr std::int64_t kSubGroupSize = deepspeed_defaults::kSubGroupSize;
 
 // What the base experiment fixes: the machine's shape, the batch, the collectives' channels and
 // the order of a node's GPUs.

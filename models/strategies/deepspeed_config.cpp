@@ -13,8 +13,8 @@ namespace {
 
 // DeepSpeed 0.13.3 defaults (runtime/zero/config.py, offload_config.py; deepspeed-offload.md
 // section 4). Applied only when the ds_config leaves the key out, and named in a warning.
-constexpr double kDefaultReduceBucketSize = 5e8;
-constexpr double kDefaultSubGroupSize = 1e9;
+constexpr auto kDefaultReduceBucketSize = static_cast<double>(deepspeed_defaults::kReduceBucketSize);
+constexpr auto kDefaultSubGroupSize = static_cast<double>(deepspeed_defaults::kSubGroupSize);
 constexpr bool kDefaultPinMemory = false;
 constexpr double kDefaultRatio = 1.0;
 constexpr int kDefaultBufferCount = 4;  // offload_optimizer.buffer_count

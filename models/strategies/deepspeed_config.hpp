@@ -13,6 +13,7 @@
 // Every key offsim maps becomes the matching data_parallel setting; keys DeepSpeed leaves to its
 // defaults take DeepSpeed 0.13.3's (runtime/zero/config.py, deepspeed-offload.md section 4), each
 // named in a warning; keys offsim does not model are listed in a warning, never dropped silently.
+#include <cstdint>
 #include <optional>
 
 #include "models/strategies/partitioning_parser.hpp"
@@ -20,6 +21,13 @@
 #include "sim/config/config_reader.hpp"
 
 namespace offsim::models {
+
+/// DeepSpeed 0.13.3 defaults (runtime/zero/config.py, offload_config.py; deepspeed-offload.md
+/// section 4): for the keys a ds_config leaves out, and the strategies `offsim search` builds.
+namespace deepspeed_defaults {
+inline constexpr std::int64_t kReduceBucketSize = 500'000'000;  // elements
+inline constexpr std::int64_t kSubGroupSize = 1'000'000'000;    // elements
+}  // namespace deepspeed_defaults
 
 struct DeepSpeedImport {
   DataParallelSpec strategy;
