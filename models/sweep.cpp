@@ -398,6 +398,7 @@ SweepSummary run_sweep(const Sweep& sweep, const SweepOptions& options) {
   std::atomic<std::size_t> next{0};
   std::size_t finished = summary.skipped;
   const auto worker = [&] {
+    const sim::config::ScopedFileCache files;  // each worker parses the experiments' YAML once
     while (true) {
       const std::size_t i = next.fetch_add(1);
       if (i >= todo.size()) return;

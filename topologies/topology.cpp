@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <algorithm>
+#include <array>
 #include <deque>
 #include <limits>
 
@@ -112,6 +113,24 @@ void Topology::seal() {
     }
   }
   if (!problems.empty()) throw TopologyError(fmt::format("{}", fmt::join(problems, "; ")));
+  arcs_.clear();
+  arc_begin_.assign(1, 0);
+  local_end_.clear();
+  for (std::size_t v = 0; v < devices_.size(); ++v) {
+    const std::size_t begin = arcs_.size();
+    std::size_t order = 0;
+    for (auto [e, end] = boost::out_edges(v, graph_); e != end; ++e, ++order) {
+      const std::size_t w = boost::target(*e, graph_);
+      arcs_.push_back(Arc{static_cast<std::uint32_t>(w), static_cast<std::uint32_t>(graph_[*e].link),
+                          static_cast<std::uint32_t>(order), devices_[w].node});
+    }
+    const int own = devices_[v].node;
+    const auto cross = std::stable_partition(arcs_.begin() + static_cast<std::ptrdiff_t>(begin), arcs_.end(),
+                                             [&](const Arc& a) { return a.node == -1 || a.node == own; });
+    std::stable_sort(cross, arcs_.end(), [](const Arc& a, const Arc& b) { return a.node < b.node; });
+    local_end_.push_back(static_cast<std::size_t>(cross - arcs_.begin()));
+    arc_begin_.push_back(arcs_.size());
+  }
   sealed_ = true;
 }
 
@@ -144,53 +163,72 @@ void Topology::add_route_override(const std::string& src, const std::string& dst
 
 const Route& Topology::route(std::size_t src, std::size_t dst) const {
   if (!sealed_) throw TopologyError("routes are only available on a sealed topology");
-  const auto key = std::make_pair(src, dst);
+  const std::uint64_t key = (static_cast<std::uint64_t>(src) << 32) | static_cast<std::uint64_t>(dst);
   if (auto it = route_cache_.find(key); it != route_cache_.end()) return it->second;
-  if (auto it = overrides_.find(key); it != overrides_.end())
+  if (auto it = overrides_.find({src, dst}); it != overrides_.end())
     return route_cache_.emplace(key, it->second).first->second;
   const int src_node = devices_[src].node;
   const int dst_node = devices_[dst].node;
-  const auto allowed = [&](std::size_t v) {
-    const int n = devices_[v].node;
-    return n == -1 || n == src_node || n == dst_node;
-  };
   // Breadth-first by levels; within a level a vertex keeps the widest path reaching it. A vertex's
   // width is final when it is dequeued, because every vertex of the previous level came first.
   constexpr int kUnseen = -1;
-  std::vector<int> hops(devices_.size(), kUnseen);
-  std::vector<double> width(devices_.size(), 0.0);
-  std::vector<std::size_t> via_link(devices_.size(), 0);
-  std::deque<std::size_t> frontier{src};
-  hops[src] = 0;
-  width[src] = std::numeric_limits<double>::infinity();
-  while (!frontier.empty()) {
-    const std::size_t v = frontier.front();
-    frontier.pop_front();
+  auto& [hops, width, via_link, touched] = search_;
+  if (hops.size() != devices_.size()) {
+    hops.assign(devices_.size(), kUnseen);
+    width.assign(devices_.size(), 0.0);
+    via_link.assign(devices_.size(), 0);
+  }
+  const auto visit = [&](std::size_t v, int level, double w, std::size_t link) {
+    hops[v] = level;
+    width[v] = w;
+    via_link[v] = link;
+    touched.push_back(v);
+  };
+  visit(src, 0, std::numeric_limits<double>::infinity(), 0);
+  // The links a search may take out of v, in declaration order: those in v's node or to the
+  // network, and those into the source's or the destination's node (when v is not in it).
+  const auto arcs_into = [&](std::size_t v, int node) -> std::pair<const Arc*, const Arc*> {
+    const Arc* first = arcs_.data() + local_end_[v];
+    const Arc* last = arcs_.data() + arc_begin_[v + 1];
+    if (node == devices_[v].node || node == -1) return {last, last};
+    const auto [lo, hi] =
+        std::equal_range(first, last, Arc{0, 0, 0, node}, [](const Arc& a, const Arc& b) { return a.node < b.node; });
+    return {lo, hi};
+  };
+  // `touched` doubles as the queue: vertices are appended in breadth-first order.
+  for (std::size_t next = 0; next < touched.size(); ++next) {
+    const std::size_t v = touched[next];
     if (hops[dst] != kUnseen && hops[v] >= hops[dst]) break;
-    for (auto [e, end] = boost::out_edges(v, graph_); e != end; ++e) {
-      const std::size_t w = boost::target(*e, graph_);
-      if (!allowed(w)) continue;
-      const std::size_t l = graph_[*e].link;
-      const double through = std::min(width[v], links_[l].bandwidth.bytes_per_s);
-      if (hops[w] == kUnseen) {
-        hops[w] = hops[v] + 1;
-        width[w] = through;
-        via_link[w] = l;
-        frontier.push_back(w);
-      } else if (hops[w] == hops[v] + 1 && through > width[w]) {
-        width[w] = through;
-        via_link[w] = l;
+    std::array<std::pair<const Arc*, const Arc*>, 3> ranges{
+        std::pair{arcs_.data() + arc_begin_[v], arcs_.data() + local_end_[v]}, arcs_into(v, src_node),
+        dst_node == src_node ? std::pair<const Arc*, const Arc*>{nullptr, nullptr} : arcs_into(v, dst_node)};
+    while (true) {  // merge the three ranges by declaration order
+      std::pair<const Arc*, const Arc*>* pick = nullptr;
+      for (auto& r : ranges) {
+        if (r.first != r.second && (pick == nullptr || r.first->order < pick->first->order)) pick = &r;
+      }
+      if (pick == nullptr) break;
+      const Arc& a = *pick->first++;
+      const double through = std::min(width[v], links_[a.link].bandwidth.bytes_per_s);
+      if (hops[a.target] == kUnseen) {
+        visit(a.target, hops[v] + 1, through, a.link);
+      } else if (hops[a.target] == hops[v] + 1 && through > width[a.target]) {
+        width[a.target] = through;
+        via_link[a.target] = a.link;
       }
     }
   }
-  if (hops[dst] == kUnseen) {
-    throw TopologyError(fmt::format("no route from '{}' to '{}'", devices_[src].name, devices_[dst].name));
-  }
+  const bool found = hops[dst] != kUnseen;
   Route r;
-  for (std::size_t v = dst; v != src;) {
+  for (std::size_t v = dst; found && v != src;) {
     const std::size_t l = via_link[v];
     r.links.push_back(l);
     v = link_ends_[l].first;
+  }
+  for (const std::size_t v : touched) hops[v] = kUnseen;
+  touched.clear();
+  if (!found) {
+    throw TopologyError(fmt::format("no route from '{}' to '{}'", devices_[src].name, devices_[dst].name));
   }
   std::reverse(r.links.begin(), r.links.end());
   return route_cache_.emplace(key, std::move(r)).first->second;

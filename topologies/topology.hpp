@@ -21,6 +21,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -109,7 +110,30 @@ class Topology {
   std::map<std::pair<std::size_t, std::size_t>, Route> overrides_;
   Graph graph_;
   bool sealed_ = false;
-  mutable std::map<std::pair<std::size_t, std::size_t>, Route> route_cache_;
+  // The route search's view of the links (built by seal()): each device's out-links in declaration
+  // order, those that stay in its own node or reach the network first (up to local_end_), then
+  // those into other nodes, sorted by that node. A search between two nodes then looks at the
+  // links into those two nodes only, not at every node a network switch reaches.
+  struct Arc {
+    std::uint32_t target = 0;
+    std::uint32_t link = 0;
+    std::uint32_t order = 0;  // position among the device's out-links (ties go to the first declared)
+    int node = -1;            // the target's node
+  };
+  std::vector<Arc> arcs_;
+  std::vector<std::size_t> arc_begin_;  // per device, and one past the last
+  std::vector<std::size_t> local_end_;  // per device
+  // Routes found so far, by (src, dst) packed into one key.
+  mutable std::unordered_map<std::uint64_t, Route> route_cache_;
+  // The search's per-device state, sized once and reset only where a search touched it, so that a
+  // route costs what it visits (two nodes and the network), not the whole machine.
+  struct RouteSearch {
+    std::vector<int> hops;
+    std::vector<double> width;
+    std::vector<std::size_t> via_link;
+    std::vector<std::size_t> touched;
+  };
+  mutable RouteSearch search_;
 };
 
 }  // namespace offsim::topo

@@ -103,6 +103,7 @@ bool run_distributed_sweep(const models::Sweep& sweep, const SweepCliOptions& op
   std::ofstream append;
   if (rank == 0) append.open(options.out, std::ios::binary | std::ios::app);
   const int rounds = (count + size - 1) / size;
+  const sim::config::ScopedFileCache files;  // this rank parses the experiments' YAML once
   for (int round = 0; round < rounds; ++round) {
     const int i = round * size + rank;
     std::string row;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <ios>
 #include <tuple>
+#include <unordered_map>
 
 #include "sim/config/did_you_mean.hpp"
 
@@ -58,7 +59,26 @@ std::optional<std::string> unreadable(const std::string& name, bool regular_only
   return std::nullopt;
 }
 
+// The files of the innermost live ScopedFileCache on this thread, by name; null when none.
+thread_local std::unordered_map<std::string, YAML::Node>* file_cache = nullptr;
+
+YAML::Node load_file(const std::string& name) {
+  if (file_cache == nullptr) return YAML::LoadFile(name);
+  if (auto it = file_cache->find(name); it != file_cache->end()) return it->second;
+  return file_cache->emplace(name, YAML::LoadFile(name)).first->second;
+}
+
 }  // namespace
+
+ScopedFileCache::ScopedFileCache() {
+  if (file_cache != nullptr) return;
+  file_cache = &files_;
+  owner_ = true;
+}
+
+ScopedFileCache::~ScopedFileCache() {
+  if (owner_) file_cache = nullptr;
+}
 
 std::string Location::str() const {
   if (line == 0) return file;
@@ -123,7 +143,7 @@ Node Context::load_root(const std::filesystem::path& file) {
   YAML::Node root;
   if (const auto why = unreadable(name, false)) throw ConfigError({Diagnostic{Location{name, 0, 0}, "", *why}});
   try {
-    root = YAML::LoadFile(name);
+    root = load_file(name);
   } catch (const YAML::BadFile&) {
     throw ConfigError({Diagnostic{Location{name, 0, 0}, "", "cannot open the file"}});
   } catch (const YAML::ParserException& e) {
@@ -188,7 +208,7 @@ Node Context::include_file(const Node& parent, const std::string& child_path, co
     return Node(*this, YAML::Node(), parent.file(), child_path, at, parent.include_depth()).as_broken();
   }
   try {
-    YAML::Node loaded = YAML::LoadFile(name);
+    YAML::Node loaded = load_file(name);
     return Node(*this, loaded, name, child_path, Location{name, 1, 1}, parent.include_depth() + 1);
   } catch (const YAML::BadFile&) {
     error(at, child_path, fmt::format("!include: cannot open '{}'", name));

@@ -21,12 +21,29 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "sim/core/units.hpp"
 
 namespace offsim::sim::config {
+
+/// While one is alive on a thread, every file that thread's readers load is parsed once and then
+/// reused (a sweep reads the YAML of its experiments once, not once per point; parsing is most of
+/// a small experiment's load time). Files are taken as they were when first read. Scopes nest: an
+/// inner one shares the outer one's files. Parse errors are not kept: they are reported each time.
+class ScopedFileCache {
+ public:
+  ScopedFileCache();
+  ~ScopedFileCache();
+  ScopedFileCache(const ScopedFileCache&) = delete;
+  ScopedFileCache& operator=(const ScopedFileCache&) = delete;
+
+ private:
+  std::unordered_map<std::string, YAML::Node> files_;
+  bool owner_ = false;
+};
 
 struct Location {
   std::string file;
