@@ -368,6 +368,11 @@ std::optional<StrategySpec> parse_strategy(const Node& node, const topo::Topolog
       ctx.error(threshold.loc, node.child_path("param_persistence_threshold"), "expected a count >= 0");
     }
     dp.param_persistence_threshold = threshold.value;
+    const auto fetch = r.choice("zero3_fetch", {"prefetch", "blocking"}, "prefetch");
+    if (fetch.valid && fetch.value == "blocking") {
+      if (!stage3) ctx.error(fetch.loc, node.child_path("zero3_fetch"), "applies to zero_stage 3 only");
+      dp.zero3_fetch = DataParallelSpec::Fetch::kBlocking;
+    }
   }
   if (auto off = r.child("offload_optimizer")) {
     MapReader o(*off);

@@ -479,6 +479,8 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
     std::vector<TaskId> allocated(sims);
     for (int r = 0; r < sims; ++r) {
       std::vector<TaskId> d{gather_stream[r]};
+      // Blocking fetch: the gather starts once the rank's queued work (the previous module) is done.
+      if (spec.zero3_fetch == DataParallelSpec::Fetch::kBlocking) d.push_back(prev[r]);
       d.insert(d.end(), freed_two_ago[r].begin(), freed_two_ago[r].end());
       allocated[r] = alloc(r, fmt::format("{}.alloc.{}", when, mod.name), "communication", kGathered,
                            Bytes{mod.gathered() * kBf16Bytes}, std::move(d));
@@ -944,7 +946,13 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
   out.approximations.push_back(
       "collectives: bidirectional rings (all-to-all for qgZ) over each stage of the plan, in rank order; reduction "
       "arithmetic not modelled");
-  if (stage == 3) out.approximations.push_back("ZeRO-3 prefetch: one module ahead, at most two modules gathered");
+  if (stage == 3 && spec.zero3_fetch == DataParallelSpec::Fetch::kPrefetch)
+    out.approximations.push_back("ZeRO-3 prefetch: one module ahead, at most two modules gathered");
+  if (stage == 3 && spec.zero3_fetch == DataParallelSpec::Fetch::kBlocking) {
+    out.approximations.push_back(
+        "ZeRO-3 blocking fetch (DeepSpeed of 2021): every gather waits for the previous module and the module for "
+        "it, no overlap; the per-parameter launches and bookkeeping of that version are not costed");
+  }
   if (m.moe()) {
     out.approximations.push_back(
         ep > 1

@@ -80,6 +80,15 @@ struct DataParallelSpec {
   /// DeepSpeed's default stage3_param_persistence_threshold (deepspeed/runtime/zero/config.py,
   /// and the ZeRO section of the DeepSpeed configuration docs): 100,000 parameters.
   static constexpr std::int64_t kDeepSpeedPersistenceThreshold = 100'000;
+  // Stage 3: how a module's parameters are fetched.
+  //  kPrefetch: on a gather stream of their own, one module ahead of the compute (DeepSpeed since
+  //    its stage-3 overlap rework, PR #1453, merged late 2021).
+  //  kBlocking: each all-gather waits for the device's queued work and the module waits for it, so
+  //    gathers never overlap compute (DeepSpeed's first ZeRO-3 releases, March to late 2021: "the
+  //    async version is not async at all, because each all_gather calls torch.cuda.synchronize()",
+  //    PR #1188; prefetching skipped by an off-by-one trace, issue #1069).
+  enum class Fetch { kPrefetch, kBlocking };
+  Fetch zero3_fetch = Fetch::kPrefetch;
   std::optional<OptimizerOffload> offload;  // stages 2-3
   // ZeRO-Infinity parameter offload (`offload_param: {device: cpu}`, stage 3, with the optimizer
   // offloaded too): the bf16 parameter partition (and the hpZ secondary) live in host memory; each
