@@ -36,7 +36,7 @@ std::size_t Topology::add_device(Device d) {
   const std::size_t index = devices_.size();
   by_name_.emplace(d.name, index);
   devices_.push_back(std::move(d));
-  boost::add_vertex(VertexProps{index}, graph_);
+  boost::add_vertex(VertexProps{index}, graph());
   return index;
 }
 
@@ -53,7 +53,7 @@ std::size_t Topology::add_link(Link l) {
   const std::size_t index = links_.size();
   links_.push_back(std::move(l));
   link_ends_.emplace_back(*src, *dst);
-  boost::add_edge(*src, *dst, EdgeProps{index}, graph_);
+  boost::add_edge(*src, *dst, EdgeProps{index}, graph());
   return index;
 }
 
@@ -94,7 +94,7 @@ void Topology::seal() {
           }
         };
         if (forward) {
-          for (auto [e, end] = boost::out_edges(v, graph_); e != end; ++e) visit(boost::target(*e, graph_));
+          for (auto [e, end] = boost::out_edges(v, graph()); e != end; ++e) visit(boost::target(*e, graph()));
         } else {
           for (const auto w : reverse[v]) visit(w);
         }
@@ -119,9 +119,9 @@ void Topology::seal() {
   for (std::size_t v = 0; v < devices_.size(); ++v) {
     const std::size_t begin = arcs_.size();
     std::size_t order = 0;
-    for (auto [e, end] = boost::out_edges(v, graph_); e != end; ++e, ++order) {
-      const std::size_t w = boost::target(*e, graph_);
-      arcs_.push_back(Arc{static_cast<std::uint32_t>(w), static_cast<std::uint32_t>(graph_[*e].link),
+    for (auto [e, end] = boost::out_edges(v, graph()); e != end; ++e, ++order) {
+      const std::size_t w = boost::target(*e, graph());
+      arcs_.push_back(Arc{static_cast<std::uint32_t>(w), static_cast<std::uint32_t>(graph()[*e].link),
                           static_cast<std::uint32_t>(order), devices_[w].node});
     }
     const int own = devices_[v].node;
@@ -135,8 +135,8 @@ void Topology::seal() {
 }
 
 std::optional<std::size_t> Topology::direct_link(std::size_t src, std::size_t dst) const {
-  for (auto [e, end] = boost::out_edges(src, graph_); e != end; ++e) {
-    if (boost::target(*e, graph_) == dst) return graph_[*e].link;
+  for (auto [e, end] = boost::out_edges(src, graph()); e != end; ++e) {
+    if (boost::target(*e, graph()) == dst) return graph()[*e].link;
   }
   return std::nullopt;
 }
@@ -172,7 +172,11 @@ const Route& Topology::route(std::size_t src, std::size_t dst) const {
   // Breadth-first by levels; within a level a vertex keeps the widest path reaching it. A vertex's
   // width is final when it is dequeued, because every vertex of the previous level came first.
   constexpr int kUnseen = -1;
-  auto& [hops, width, via_link, touched] = search_;
+  // Plain references, not a structured binding: lambdas below capture them (clang 14 cannot).
+  auto& hops = search_.hops;
+  auto& width = search_.width;
+  auto& via_link = search_.via_link;
+  auto& touched = search_.touched;
   if (hops.size() != devices_.size()) {
     hops.assign(devices_.size(), kUnseen);
     width.assign(devices_.size(), 0.0);

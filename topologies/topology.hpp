@@ -19,6 +19,7 @@
 #include <boost/graph/adjacency_list.hpp>
 #pragma GCC diagnostic pop
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -108,7 +109,23 @@ class Topology {
   std::vector<std::pair<std::size_t, std::size_t>> link_ends_;  // device indices of each link's ends
   std::map<std::string, std::size_t, std::less<>> by_name_;
   std::map<std::pair<std::size_t, std::size_t>, Route> overrides_;
-  Graph graph_;
+  // boost::adjacency_list has no move operations (Boost 1.74): held by pointer so that moving a
+  // Topology (a 9,408-node machine out of its parser) moves it instead of copying it.
+  struct GraphBox {
+    std::unique_ptr<Graph> graph = std::make_unique<Graph>();
+    GraphBox() = default;
+    GraphBox(const GraphBox& o) : graph(std::make_unique<Graph>(*o.graph)) {}
+    GraphBox& operator=(const GraphBox& o) {
+      if (this != &o) graph = std::make_unique<Graph>(*o.graph);
+      return *this;
+    }
+    GraphBox(GraphBox&&) noexcept = default;
+    GraphBox& operator=(GraphBox&&) noexcept = default;
+    ~GraphBox() = default;
+  };
+  GraphBox graph_box_;
+  [[nodiscard]] Graph& graph() { return *graph_box_.graph; }
+  [[nodiscard]] const Graph& graph() const { return *graph_box_.graph; }
   bool sealed_ = false;
   // The route search's view of the links (built by seal()): each device's out-links in declaration
   // order, those that stay in its own node or reach the network first (up to local_end_), then
