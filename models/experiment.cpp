@@ -46,7 +46,7 @@ int checked_ranks(Context& ctx, const sim::config::Location& loc, const std::str
   return static_cast<int>(ranks);
 }
 
-std::optional<TrainingSpec> parse_training(const Node& node) {
+std::optional<TrainingSpec> parse_training(const Node& node, sim::config::Location* grad_accum_at) {
   auto& ctx = node.context();
   const std::size_t errors_before = ctx.error_count();
   MapReader r(node);
@@ -63,6 +63,7 @@ std::optional<TrainingSpec> parse_training(const Node& node) {
   }
   t.micro_batch = mb.value;
   t.grad_accum = ga.value;
+  if (grad_accum_at) *grad_accum_at = ga.loc;
   (void)r.choice("precision", {"bf16"});
   const std::string recompute = r.choice("recompute", {"none", "selective", "full"}).value;
   t.recompute = recompute == "full"        ? Recompute::kFull
@@ -197,7 +198,98 @@ struct TrainingFromStrategy {
   std::optional<std::int64_t> grad_accum;
   sim::config::Location at;
   std::optional<DeepSpeedImport> deepspeed;  // for its "auto" sizes, resolved with the model
+  // Where the strategy gives its degrees, for the checks that need the model (check_against_model).
+  sim::config::Location tp_at, pp_at, ep_at;
+  bool collective = false;  // kind: collective, which has no model or training (even when invalid)
 };
+
+// What a strategy asks of the model's shape: tensor parallelism splits heads and MLP widths,
+// pipelines split layers, expert parallelism splits experts. Checked once both are read, so that
+// each mismatch is located at the strategy's key (the strategy builders assume them).
+void check_against_model(Context& ctx, const StrategySpec& strategy, const ModelSpec& m, const TrainingSpec& training,
+                         const TrainingFromStrategy& at, const sim::config::Location& grad_accum_at) {
+  const auto tensor_parallel = [&](int tp) {
+    if (tp <= 1) return;
+    std::vector<std::string> uneven;
+    for (const auto& [what, n] : {std::pair{"heads", m.heads}, std::pair{"kv_heads", m.kv_heads},
+                                  std::pair{"ffn", m.ffn}, std::pair{"shared_ffn", m.shared_ffn}}) {
+      if (n % tp != 0) uneven.push_back(fmt::format("{} ({})", what, n));
+    }
+    if (!uneven.empty()) {
+      ctx.error(at.tp_at, "strategy.tp",
+                fmt::format("the model does not split over tp = {} ranks: {} must divide by it", tp,
+                            fmt::join(uneven, ", ")));
+    }
+  };
+  if (const auto* dp = std::get_if<DataParallelSpec>(&strategy)) {
+    tensor_parallel(dp->tp);
+    if (dp->ep > 1 && (!m.moe() || m.experts % dp->ep != 0)) {
+      ctx.error(at.ep_at, "strategy.ep",
+                m.moe() ? fmt::format("the model's {} experts do not divide by ep = {}", m.experts, dp->ep)
+                        : fmt::format("expert parallelism (ep = {}) needs a mixture-of-experts model; {} is dense",
+                                      dp->ep, m.name));
+    }
+  }
+  if (const auto* mg = std::get_if<MegatronSpec>(&strategy)) {
+    tensor_parallel(mg->tp);
+    const std::int64_t chunks = std::int64_t{mg->pp} * std::max(1, mg->virtual_stages);
+    if (chunks > 0 && m.layers % chunks != 0) {
+      ctx.error(at.pp_at, "strategy.pp",
+                mg->virtual_stages > 1
+                    ? fmt::format("{} layers do not split into pp x virtual_stages = {} x {} = {} equal chunks",
+                                  m.layers, mg->pp, mg->virtual_stages, chunks)
+                    : fmt::format("{} layers do not split into pp = {} equal stages", m.layers, mg->pp));
+    }
+    if (mg->virtual_stages > 1 && mg->pp > 0 && training.grad_accum % mg->pp != 0) {
+      ctx.error(grad_accum_at, "training.grad_accum",
+                fmt::format("the interleaved schedule needs micro-batches divisible by pp ({}), got {}", mg->pp,
+                            training.grad_accum));
+    }
+  }
+}
+
+// Optimizer offload moves states to the CPU nearest each rank in its node (nearest_cpu, as the
+// data-parallel builder picks it), whose memory must have a capacity and a
+// bandwidth shared by transfers, and with NVMe to an NVMe device of the node with a capacity.
+// Reports the first rank whose node lacks one, at `at` (offload_optimizer.device).
+void check_offload_hosts(Context& ctx, const topo::Topology& t, const DataParallelSpec& dp,
+                         const sim::config::Location& at) {
+  const std::string path = "strategy.offload_optimizer.device";
+  for (const auto& name : dp.devices) {
+    const auto gpu = t.find_device(name);
+    if (!gpu) continue;  // reported with the devices
+    const int node = t.device(*gpu).node;
+    std::optional<std::size_t> cpu;
+    try {
+      cpu = nearest_cpu(t, *gpu);
+    } catch (const topo::TopologyError& e) {  // the builder would stop there too
+      ctx.error(at, path, e.what());
+      return;
+    }
+    if (!cpu) {
+      ctx.error(at, path, fmt::format("'{}' has no CPU in its node to offload to", name));
+      return;
+    }
+    const auto& memory = t.device(*cpu).memory;
+    if (!memory || !memory->bandwidth) {
+      ctx.error(at, path,
+                fmt::format("offload needs the memory of '{}' (the CPU of '{}') with a capacity and a bandwidth "
+                            "shared by transfers (memory: {{..., shared_by_transfers: true}})",
+                            t.device(*cpu).name, name));
+      return;
+    }
+    if (dp.offload->nvme) {
+      bool found = false;
+      for (const auto d : t.devices_of(topo::DeviceKind::kNvme)) {
+        if (t.device(d).node == node && t.device(d).memory) found = true;
+      }
+      if (!found) {
+        ctx.error(at, path, fmt::format("the node of '{}' has no NVMe device with a memory capacity", name));
+        return;
+      }
+    }
+  }
+}
 
 std::optional<StrategySpec> parse_strategy(const Node& node, const topo::Topology* topology,
                                            TrainingFromStrategy* training) {
@@ -215,6 +307,7 @@ std::optional<StrategySpec> parse_strategy(const Node& node, const topo::Topolog
     }
   }
   if (kind.value == "collective") {
+    if (training) training->collective = true;
     CollectiveSpec c;
     const std::string op = r.choice("operation", {"all_gather", "reduce_scatter", "all_reduce"}).value;
     c.operation = op == "reduce_scatter" ? CollectiveKind::kReduceScatter
@@ -240,14 +333,19 @@ std::optional<StrategySpec> parse_strategy(const Node& node, const topo::Topolog
     if (auto q = r.child("qwz")) qwz = parse_quantization_format(*q);
     if (auto q = r.child("qgz")) qgz = parse_quantization_format(*q);
     const auto degree = r.required<int>("dp");
+    if (degree.valid && degree.value < 1) {
+      ctx.error(degree.loc, node.child_path("dp"), fmt::format("expected >= 1, got {}", degree.value));
+    }
     // Megatron-DeepSpeed's --tensor-model-parallel-size: dp replicas of tp ranks each.
     const auto tp = r.optional<int>("tp", 1);
     if (tp.valid && tp.value < 1)
       ctx.error(tp.loc, node.child_path("tp"), fmt::format("expected >= 1, got {}", tp.value));
     const int tp_size = std::max(1, tp.value);
-    const int rank_count = degree.valid ? checked_ranks(ctx, degree.loc, node.child_path("dp"), {degree.value, tp_size},
-                                                        fmt::format("tp x dp = {} x {}", tp_size, degree.value))
-                                        : 0;
+    const sim::config::Location tp_at = tp.loc;
+    const int rank_count = degree.valid && degree.value >= 1
+                               ? checked_ranks(ctx, degree.loc, node.child_path("dp"), {degree.value, tp_size},
+                                               fmt::format("tp x dp = {} x {}", tp_size, degree.value))
+                               : 0;
     std::vector<std::string> devices;
     if (auto d = parse_devices(r, node, topology, false)) {
       devices = std::move(*d);
@@ -257,7 +355,7 @@ std::optional<StrategySpec> parse_strategy(const Node& node, const topo::Topolog
         devices.push_back(topology->device(gpus[i]).name);
       }
     }
-    if (degree.valid && static_cast<int>(devices.size()) != rank_count) {
+    if (degree.valid && degree.value >= 1 && static_cast<int>(devices.size()) != rank_count) {
       ctx.error(degree.loc, node.child_path("dp"),
                 tp_size == 1
                     ? fmt::format("dp is {} but {} devices are listed or available", degree.value, devices.size())
@@ -268,6 +366,9 @@ std::optional<StrategySpec> parse_strategy(const Node& node, const topo::Topolog
     auto config = r.required_child("config", "a DeepSpeed ds_config (usually !include ../strategies/ds/x.json)");
     const auto collectives = parse_collective_options(r);
     const bool all_ranks = parse_all_ranks(r);
+    if (levels.ranks < 1 && ctx.error_count() == errors_before) {
+      ctx.error(node.location(), node.child_path("devices"), "expected at least one device");
+    }
     if (!config || levels.ranks < 1) return std::nullopt;
     auto imported = import_deepspeed_config(
         *config, devices, levels, qwz, qgz,
@@ -275,19 +376,26 @@ std::optional<StrategySpec> parse_strategy(const Node& node, const topo::Topolog
     if (!imported || ctx.error_count() != errors_before) return std::nullopt;
     imported->strategy.collectives = collectives;
     imported->strategy.all_ranks = all_ranks;
-    if (training) *training = {imported->micro_batch, imported->grad_accum, config->location(), *imported};
+    if (training) {
+      training->micro_batch = imported->micro_batch;
+      training->grad_accum = imported->grad_accum;
+      training->at = config->location();
+      training->deepspeed = *imported;
+      training->tp_at = tp_at;
+    }
     return StrategySpec{imported->strategy};
   }
   if (kind.value == "megatron") {
     MegatronSpec mg;
-    const auto positive = [&](const char* key) {
+    const auto positive = [&](const char* key, sim::config::Location* at) {
       const auto v = r.required<int>(key);
       if (v.valid && v.value < 1) ctx.error(v.loc, node.child_path(key), fmt::format("expected >= 1, got {}", v.value));
+      if (at) *at = v.loc;
       return v.value;
     };
-    mg.tp = positive("tp");
-    mg.pp = positive("pp");
-    mg.dp = positive("dp");
+    mg.tp = positive("tp", training ? &training->tp_at : nullptr);
+    mg.pp = positive("pp", training ? &training->pp_at : nullptr);
+    mg.dp = positive("dp", nullptr);
     const auto schedule = r.choice("schedule", {"1f1b", "interleaved"});
     if (schedule.valid && schedule.value == "interleaved") {
       const auto v = r.required<int>("virtual_stages");
@@ -343,6 +451,7 @@ std::optional<StrategySpec> parse_strategy(const Node& node, const topo::Topolog
   if (tp.valid && tp.value < 1)
     ctx.error(tp.loc, node.child_path("tp"), fmt::format("expected >= 1, got {}", tp.value));
   dp.tp = std::max(1, tp.value);
+  if (training) training->tp_at = tp.loc;
   dp.sequence_parallel = r.optional<bool>("sequence_parallel", false).value;
   // Expert parallelism for mixture-of-experts models: experts over ep consecutive ranks.
   const auto ep = r.optional<int>("ep", 1);
@@ -351,6 +460,7 @@ std::optional<StrategySpec> parse_strategy(const Node& node, const topo::Topolog
               fmt::format("expected a divisor of dp ({}), got {}", degree.valid ? degree.value : 0, ep.value));
   }
   dp.ep = std::max(1, ep.value);
+  if (training) training->ep_at = ep.loc;
   const int rank_count = degree.valid ? checked_ranks(ctx, degree.loc, node.child_path("dp"), {degree.value, dp.tp},
                                                       fmt::format("tp x dp = {} x {}", dp.tp, degree.value))
                                       : 0;
@@ -374,9 +484,11 @@ std::optional<StrategySpec> parse_strategy(const Node& node, const topo::Topolog
       dp.zero3_fetch = DataParallelSpec::Fetch::kBlocking;
     }
   }
+  sim::config::Location offload_at = node.location();
   if (auto off = r.child("offload_optimizer")) {
     MapReader o(*off);
     const auto device = o.choice("device", {"cpu", "nvme", "none"});
+    offload_at = device.loc;
     OptimizerOffload offload;
     offload.pin_memory = o.required<bool>("pin_memory").value;
     const auto ratio = o.optional<double>("ratio", 1.0);
@@ -441,7 +553,9 @@ std::optional<StrategySpec> parse_strategy(const Node& node, const topo::Topolog
       topology ? topology->devices_of(topo::DeviceKind::kGpu) : std::vector<std::size_t>{};
   if (auto devices = parse_devices(r, node, topology, false)) {
     dp.devices = std::move(*devices);
-    if (degree.valid && static_cast<int>(dp.devices.size()) != rank_count) {
+    if (degree.valid && degree.value < 1) {
+      ctx.error(degree.loc, node.child_path("dp"), fmt::format("expected >= 1, got {}", degree.value));
+    } else if (degree.valid && static_cast<int>(dp.devices.size()) != rank_count) {
       ctx.error(degree.loc, node.child_path("dp"),
                 dp.tp == 1 ? fmt::format("the devices list {} ranks but dp is {}", dp.devices.size(), degree.value)
                            : fmt::format("the devices list {} ranks but tp x dp is {} x {} = {}", dp.devices.size(),
@@ -460,6 +574,11 @@ std::optional<StrategySpec> parse_strategy(const Node& node, const topo::Topolog
   }
   dp.collectives = parse_collective_options(r);
   dp.all_ranks = parse_all_ranks(r);
+  if (dp.ep > 1 && (dp.tp > 1 || dp.offload || r.has("partitioning"))) {
+    ctx.error(ep.loc, node.child_path("ep"),
+              "expert parallelism together with tp > 1, a partitioning or optimizer offload is not modelled");
+  }
+  if (dp.offload && topology && !dp.devices.empty()) check_offload_hosts(ctx, *topology, dp, offload_at);
   if (auto part = r.child("partitioning")) {
     levels.ranks = static_cast<int>(dp.devices.size());
     if (dp.tp > 1) {
@@ -536,10 +655,13 @@ ExperimentSpec load_experiment(const std::filesystem::path& file, const std::vec
       }
     }
     bool needs_model = true;
+    bool strategy_ok = false, model_ok = false, training_ok = false;
+    sim::config::Location grad_accum_at = root.location();
     TrainingFromStrategy from_strategy;
     if (auto n = r.required_child("strategy", "a strategy mapping with kind")) {
       if (auto s = parse_strategy(*n, hw ? &hw->topology : nullptr, &from_strategy)) {
         spec.strategy = *s;
+        strategy_ok = true;
         // More than one rank needs the collectives the strategy runs.
         std::size_t ranks = 0;
         if (const auto* dp = std::get_if<DataParallelSpec>(&*s)) ranks = dp->devices.size();
@@ -555,14 +677,21 @@ ExperimentSpec load_experiment(const std::filesystem::path& file, const std::vec
           }
         }
       }
+      if (from_strategy.collective) needs_model = false;
     }
     // A collective benchmark has no model; training a model needs one.
     if (needs_model) {
       if (auto n = r.required_child("model", "a model (usually !include ../models/x.yaml)")) {
-        if (auto m = parse_model(*n)) spec.model = *m;
+        if (auto m = parse_model(*n)) {
+          spec.model = *m;
+          model_ok = true;
+        }
       }
       if (auto n = r.required_child("training", "a mapping with micro_batch, grad_accum, ...")) {
-        if (auto t = parse_training(*n)) spec.training = *t;
+        if (auto t = parse_training(*n, &grad_accum_at)) {
+          spec.training = *t;
+          training_ok = true;
+        }
       }
       // A DeepSpeed config's batch settings win over the training section, with a warning when
       // they differ: the config is what DeepSpeed would run.
@@ -583,6 +712,9 @@ ExperimentSpec load_experiment(const std::filesystem::path& file, const std::vec
       adopt(from_strategy.grad_accum, spec.training.grad_accum, "gradient_accumulation_steps");
       if (auto* dp = std::get_if<DataParallelSpec>(&spec.strategy); dp && from_strategy.deepspeed) {
         resolve_deepspeed_auto(*from_strategy.deepspeed, spec.model.hidden, *dp);
+      }
+      if (strategy_ok && model_ok && training_ok) {
+        check_against_model(ctx, spec.strategy, spec.model, spec.training, from_strategy, grad_accum_at);
       }
     }
     if (auto c = r.child("cost")) spec.cost = parse_cost(*c);

@@ -49,6 +49,7 @@ std::optional<double> as_number(const std::string& s) {
 // `{key, values: [...]}` or `{key, range: {from, to, step}}`: the key and its values.
 std::optional<std::pair<std::string, std::vector<std::string>>> parse_key_values(const Node& node) {
   auto& ctx = node.context();
+  const std::size_t errors_before = ctx.error_count();
   MapReader r(node);
   const auto key = r.required<std::string>("key");
   std::vector<std::string> values;
@@ -80,7 +81,8 @@ std::optional<std::pair<std::string, std::vector<std::string>>> parse_key_values
   }
   if (!key.valid) return std::nullopt;
   if (values.empty()) {
-    ctx.error(node.location(), node.path(), "the axis has no values");
+    // Said once: a range or values already reported have no values either.
+    if (ctx.error_count() == errors_before) ctx.error(node.location(), node.path(), "the axis has no values");
     return std::nullopt;
   }
   return std::pair{key.value, values};
@@ -393,7 +395,7 @@ SweepSummary run_sweep(const Sweep& sweep, const SweepOptions& options) {
     if (!done[p.index]) todo.push_back(&p);
   }
   std::ofstream append(options.out, std::ios::binary | std::ios::app);
-  if (!append) throw std::runtime_error(fmt::format("cannot append to {}", options.out.string()));
+  if (!append) throw sim::report::OutputError(fmt::format("cannot append to {}", options.out.string()));
   std::mutex lock;
   std::atomic<std::size_t> next{0};
   std::size_t finished = summary.skipped;

@@ -44,7 +44,14 @@ std::optional<MemorySpec> parse_memory(const Node& n) {
   MemorySpec mem;
   mem.kind = m.choice("kind", {"hbm", "dram", "nvme"}).value;
   mem.capacity = m.required<sim::Bytes>("capacity").value;
-  if (m.has("bandwidth")) mem.bandwidth = m.required<sim::Bandwidth>("bandwidth").value;
+  if (m.has("bandwidth")) {
+    const auto bandwidth = m.required<sim::Bandwidth>("bandwidth");
+    if (bandwidth.valid && !(bandwidth.value.bytes_per_s > 0.0)) {
+      // Even unshared it is the machine's description (reports show it): zero is a mistake.
+      n.context().error(bandwidth.loc, n.child_path("bandwidth"), "expected a positive bandwidth, got 0");
+    }
+    if (bandwidth.valid) mem.bandwidth = bandwidth.value;
+  }
   const auto shared = m.optional<bool>("shared_by_transfers", false);
   if (shared.value && !mem.bandwidth) {
     n.context().error(shared.loc, n.child_path("shared_by_transfers"), "needs a memory bandwidth to share");
@@ -83,12 +90,20 @@ std::optional<NodeSpec> parse_node_spec(const Node& node) {
       const auto count = d.optional<int>("count", 1);
       Device dev;
       dev.kind = device_kind_of(kind.value);
-      if (dev.kind == DeviceKind::kGpu || dev.kind == DeviceKind::kCpu) {
+      // An unknown kind is reported once, not again as a GPU's missing keys.
+      if (kind.valid && (dev.kind == DeviceKind::kGpu || dev.kind == DeviceKind::kCpu)) {
         dev.device_kind = d.required<std::string>("device_kind").value;
       }
-      if (dev.kind == DeviceKind::kCpu) dev.cores = d.required<int>("cores").value;
+      if (dev.kind == DeviceKind::kCpu) {
+        const auto cores = d.required<int>("cores");
+        if (cores.valid && cores.value < 1) {
+          ctx.error(cores.loc, item.child_path("cores"),
+                    fmt::format("expected a positive integer, got {}", cores.value));
+        }
+        dev.cores = cores.value;
+      }
       if (auto mem = d.child("memory")) dev.memory = parse_memory(*mem);
-      if (dev.kind == DeviceKind::kGpu && !dev.memory && d.node().yaml().IsMap()) {
+      if (kind.valid && dev.kind == DeviceKind::kGpu && !dev.memory && d.node().yaml().IsMap()) {
         ctx.error(item.location(), item.child_path("memory"), "missing required key (a GPU needs its memory)");
       }
       if (count.value < 1) ctx.error(count.loc, item.child_path("count"), "expected a positive integer");

@@ -2,20 +2,21 @@
 #include <fmt/format.h>
 
 #include <cstdint>
+#include <filesystem>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "apps/offsim/exit_codes.hpp"
 #include "sim/config/config_reader.hpp"
+#include "sim/core/errors.hpp"
+#include "sim/report/atomic_file.hpp"
 
 namespace offsim::app {
 
-// Exit codes: 0 success (1: a check or validation bound failed), 2 bad input, 3 the simulation
-// could not be done on this machine (out of memory, an output that cannot be written), 70 an
-// internal error: a bug in offsim (sysexits' EX_SOFTWARE).
-inline constexpr int kExitBadInput = 2;
-inline constexpr int kExitSimulationError = 3;
-inline constexpr int kExitInternalError = 70;
+// Exit codes (apps/offsim/exit_codes.hpp): 0 success (1: a check or validation bound failed),
+// 2 bad input, 3 the simulation could not be done on this machine (out of memory, an output that
+// cannot be written, a simulation beyond offsim's limits), 70 an internal error: a bug in offsim.
 
 struct RunOptions {
   std::string config;
@@ -97,6 +98,12 @@ int runtime_errors_are_bad_input(Command&& command) {
     return command();
   } catch (const sim::config::ConfigError&) {
     throw;
+  } catch (const sim::SimulationLimit&) {
+    throw;  // exit 3, not bad input
+  } catch (const sim::report::OutputError&) {
+    throw;  // an output that cannot be written: exit 3
+  } catch (const std::filesystem::filesystem_error&) {
+    throw;  // a folder that cannot be made: exit 3
   } catch (const std::runtime_error& e) {
     fmt::print(stderr, "error: {}\n", e.what());
     return kExitBadInput;

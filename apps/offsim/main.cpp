@@ -1,34 +1,19 @@
 // offsim: simulate offloaded and partitioned distributed training of transformer models.
-// main() is the only place that maps exceptions to exit codes (apps/offsim/commands.hpp): 2 = bad
+// main() is the only place that maps exceptions to exit codes (apps/offsim/exit_codes.hpp): 2 = bad
 // input, 3 = the simulation cannot be done on this machine, 70 = internal error (a bug).
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cctype>
+#include <exception>
 #include <filesystem>
-#include <new>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 
 #include "apps/offsim/commands.hpp"
-#include "models/cost/calibration.hpp"
-#include "sim/config/config_reader.hpp"
-#include "sim/core/errors.hpp"
-#include "topologies/topology.hpp"
-
-namespace {
-
-// A bug in offsim, not in the user's input: exit 70 with a request for a report.
-int internal_error(const std::string& what) {
-  fmt::print(stderr,
-             "internal error: {}\nThis is a bug in offsim {} ({}), not in your input: please report it with the "
-             "command line and the input files.\n",
-             what, OFFSIM_VERSION, OFFSIM_GIT_HASH);
-  return offsim::app::kExitInternalError;
-}
-
-}  // namespace
+#include "apps/offsim/exit_codes.hpp"
 
 int main(int argc, char** argv) {
   using namespace offsim;
@@ -231,38 +216,11 @@ int main(int argc, char** argv) {
     }
     if (*list_cmd) return app::list_command();
     if (*search_cmd) return app::search_command(search_opts);
-  } catch (const sim::config::ConfigError& e) {
-    fmt::print(stderr, "{}\n", e.what());
-    return app::kExitBadInput;
-  } catch (const models::CalibrationError& e) {
-    fmt::print(stderr, "error: {}\n", e.what());
-    return app::kExitBadInput;
-  } catch (const topo::TopologyError& e) {
-    fmt::print(stderr, "error: {}\n", e.what());
-    return app::kExitBadInput;
-  } catch (const sim::SimulationError& e) {
-    // The engine reached a state a correct model cannot reach (a deadlock, time going backwards).
-    return internal_error(fmt::format("simulation error: {}", e.what()));
-  } catch (const std::invalid_argument& e) {
-    // What the input asks for cannot be done (a missing run to diff, a strategy the machine
-    // cannot host): bad input.
-    fmt::print(stderr, "error: {}\n", e.what());
-    return app::kExitBadInput;
-  } catch (const std::bad_alloc&) {
-    fmt::print(stderr,
-               "error: the simulation needs more memory than this machine has: simulate fewer nodes, layers or "
-               "micro-batches (rank symmetry is on unless --all-ranks), or run where there is more memory\n");
-    return app::kExitSimulationError;
-  } catch (const std::logic_error& e) {
-    return internal_error(e.what());  // a broken invariant of offsim's own
-  } catch (const std::runtime_error& e) {
-    // The environment: an output that cannot be written, a file that cannot be read.
-    fmt::print(stderr, "error: {}\n", e.what());
-    return app::kExitSimulationError;
-  } catch (const std::exception& e) {
-    return internal_error(e.what());
   } catch (...) {
-    return internal_error("an exception of unknown type");
+    const app::ExitReport report =
+        app::report_exception(std::current_exception(), fmt::format("{} ({})", OFFSIM_VERSION, OFFSIM_GIT_HASH));
+    fmt::print(stderr, "{}", report.message);
+    return report.code;
   }
   return 0;
 }

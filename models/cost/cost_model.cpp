@@ -293,8 +293,16 @@ std::optional<DeviceCosts> parse_device_costs(const Node& node) {
   d.device_kind = r.required<std::string>("device_kind").value;
   if (auto peak = r.required_child("peak", "a mapping with matrix_bf16 and memory_bandwidth")) {
     MapReader p(*peak);
-    d.peak_matrix_bf16 = p.required<sim::FlopRate>("matrix_bf16").value;
-    d.memory_bandwidth = p.required<sim::Bandwidth>("memory_bandwidth").value;
+    const auto matrix = p.required<sim::FlopRate>("matrix_bf16");
+    if (matrix.valid && !(matrix.value.flops_per_s > 0.0)) {
+      ctx.error(matrix.loc, peak->child_path("matrix_bf16"), "expected a positive FLOP rate");
+    }
+    d.peak_matrix_bf16 = matrix.value;
+    const auto memory = p.required<sim::Bandwidth>("memory_bandwidth");
+    if (memory.valid && !(memory.value.bytes_per_s > 0.0)) {
+      ctx.error(memory.loc, peak->child_path("memory_bandwidth"), "expected a positive bandwidth");
+    }
+    d.memory_bandwidth = memory.value;
   }
   if (auto gemm = r.required_child("gemm", "a mapping with efficiency")) {
     MapReader g(*gemm);
@@ -497,7 +505,12 @@ std::optional<MeasuredCosts> parse_measured_costs(const Node& node) {
       auto item = cr.child(name);
       if (!item) continue;
       MapReader f(*item);
-      c.copies[name] = CopyFit{f.required<sim::TimePs>("latency").value, f.required<sim::Bandwidth>("bandwidth").value};
+      const auto latency = f.required<sim::TimePs>("latency");
+      const auto bandwidth = f.required<sim::Bandwidth>("bandwidth");
+      if (bandwidth.valid && !(bandwidth.value.bytes_per_s > 0.0)) {
+        ctx.error(bandwidth.loc, item->child_path("bandwidth"), "expected a positive bandwidth");
+      }
+      c.copies[name] = CopyFit{latency.value, bandwidth.value};
       read_fit(f);
     }
   }
@@ -507,7 +520,17 @@ std::optional<MeasuredCosts> parse_measured_costs(const Node& node) {
     if (!list) continue;
     for (const auto& item : list->items()) {
       MapReader f(item);
-      fits->push_back({f.required<int>("threads").value, f.required<double>("params_per_s").value});
+      const auto threads = f.required<int>("threads");
+      if (threads.valid && threads.value < 1) {
+        ctx.error(threads.loc, item.child_path("threads"), fmt::format("expected >= 1, got {}", threads.value));
+      }
+      const auto rate = f.required<double>("params_per_s");
+      if (rate.valid && !(rate.value >= 1.0)) {
+        // At least one parameter a second: slower rates leave the simulated clock.
+        ctx.error(rate.loc, item.child_path("params_per_s"),
+                  fmt::format("expected a rate of at least 1 parameter per second, got {}", rate.value));
+      }
+      fits->push_back({threads.value, rate.value});
       (void)f.optional<int>("rows", 0);
     }
   }

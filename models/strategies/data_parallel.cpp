@@ -45,22 +45,6 @@ using sim::TaskId;
 using sim::TimePs;
 using sim::TransferTask;
 
-// The CPU fewest hops from `gpu` (the first declared among equals): the host of its offload.
-std::size_t nearest_cpu(const topo::Topology& t, std::size_t gpu) {
-  std::optional<std::size_t> best;
-  std::size_t best_hops = 0;
-  for (const auto cpu : t.devices_of(topo::DeviceKind::kCpu)) {
-    if (t.device(cpu).node != t.device(gpu).node) continue;
-    const std::size_t hops = t.route(gpu, cpu).links.size();
-    if (!best || hops < best_hops) {
-      best = cpu;
-      best_hops = hops;
-    }
-  }
-  if (!best) throw std::invalid_argument(fmt::format("'{}' has no CPU in its node to offload to", t.device(gpu).name));
-  return *best;
-}
-
 // A gradient-producing step of backward: the task after which its gradients exist on each rank.
 struct GradientItem {
   std::int64_t elements;
@@ -256,7 +240,12 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
     info.pool = *out.machine.pool_of_device[device];
     info.prefix = fmt::format("r{}", layout.simulated[r]);
     if (offload) {
-      info.host = nearest_cpu(in.topology, device);
+      const auto host = nearest_cpu(in.topology, device);
+      if (!host) {
+        throw std::invalid_argument(
+            fmt::format("'{}' has no CPU in its node to offload to", in.topology.device(device).name));
+      }
+      info.host = *host;
       const auto& mem = out.machine.memory_constraint_of_device[info.host];
       if (!mem || !out.machine.pool_of_device[info.host]) {
         throw std::invalid_argument(

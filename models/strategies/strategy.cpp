@@ -6,6 +6,20 @@
 
 namespace offsim::models {
 
+std::optional<std::size_t> nearest_cpu(const topo::Topology& t, std::size_t gpu) {
+  std::optional<std::size_t> best;
+  std::size_t best_hops = 0;
+  for (const auto cpu : t.devices_of(topo::DeviceKind::kCpu)) {
+    if (t.device(cpu).node != t.device(gpu).node) continue;
+    const std::size_t hops = t.route(gpu, cpu).links.size();
+    if (!best || hops < best_hops) {
+      best = cpu;
+      best_hops = hops;
+    }
+  }
+  return best;
+}
+
 std::vector<StrategyInfo> list_strategies() {
   return {{"data_parallel",
            "data parallelism with ZeRO stage 0-3: bucketed ring all-reduce or reduce-scatter of gradients, "

@@ -3,6 +3,7 @@
 // iteration. The set of strategies is closed: StrategySpec is a std::variant and
 // build_iteration() visits it; `offsim list` prints the alternatives.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -186,6 +187,10 @@ struct IterationInputs {
   const MeasuredCosts& collectives;
   const MeasuredCosts& host;  // host-side costs (cpu_adam); may be empty
 };
+
+/// The CPU of `gpu`'s node fewest hops from it (the first declared among equals): the host of its
+/// offload. Nullopt when the node has no CPU.
+[[nodiscard]] std::optional<std::size_t> nearest_cpu(const topo::Topology& t, std::size_t gpu);
 
 /// Builds the task graph of one iteration. Throws std::invalid_argument for a strategy the
 /// machine cannot host (e.g. more ranks than GPUs); the parser reports those first with locations.

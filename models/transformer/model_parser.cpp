@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <string>
 
 namespace offsim::models {
 
@@ -58,12 +59,18 @@ double approximate_parameters(const ModelSpec& m) {
          (2.0 * static_cast<double>(m.vocab) + static_cast<double>(m.seq)) * h;
 }
 
+// The key path of a model's own messages: "model" in an experiment; the root of a model file
+// (`offsim model`) has no path, and a message always names a key.
+std::string model_path(const sim::config::Node& node) {
+  return node.path().empty() ? std::string("model") : node.path();
+}
+
 // Records an error when the model has more parameters than offsim counts.
 void check_parameters(const ModelSpec& m, const sim::config::Node& node) {
   const double parameters = approximate_parameters(m);
   if (parameters > kMaxParameters) {
     node.context().error(
-        node.location(), node.path(),
+        node.location(), model_path(node),
         fmt::format("about {:.3g} parameters, more than offsim models ({:.0e})", parameters, kMaxParameters));
   }
 }
@@ -108,16 +115,16 @@ class HfConfigReader {
     const std::vector<std::string> ignored = r_.take_unread_keys();
     if (!ignored.empty() && ctx_.error_count() == errors_before) {
       ctx_.warning(
-          node_.location(), node_.path(),
+          node_.location(), model_path(node_),
           fmt::format("Hugging Face config keys offsim does not model, ignored: {}", fmt::join(ignored, ", ")));
     }
     if (ctx_.error_count() == errors_before && m_.head_size == 0 && m_.heads > 0 && m_.hidden % m_.heads != 0) {
       ctx_.error(
-          node_.location(), node_.path(),
+          node_.location(), model_path(node_),
           fmt::format("hidden ({}) is not a multiple of heads ({}) and no head_dim is given", m_.hidden, m_.heads));
     }
     if (ctx_.error_count() == errors_before && m_.heads > 0 && m_.kv_heads > 0 && m_.heads % m_.kv_heads != 0) {
-      ctx_.error(node_.location(), node_.path(),
+      ctx_.error(node_.location(), model_path(node_),
                  fmt::format("heads ({}) is not a multiple of key/value heads ({})", m_.heads, m_.kv_heads));
     }
     if (ctx_.error_count() == errors_before && m_.heads > 0) check_parameters(m_, node_);

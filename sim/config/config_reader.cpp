@@ -348,6 +348,21 @@ std::optional<T> Node::as() const {
     } catch (const UnitError& e) {
       why = e.what();
     }
+    // Rates far outside any machine's: a duration computed from them would leave the 64-bit
+    // picosecond clock (a slow one) or round every transfer to no time (an infinite one). Zero is
+    // left to the readers, which say "expected a positive ..." where a rate must be positive.
+    if constexpr (std::is_same_v<T, Bandwidth>) {
+      if (out && out->bytes_per_s != 0.0 && !(out->bytes_per_s >= kMinBandwidth && out->bytes_per_s <= kMaxBandwidth)) {
+        why = fmt::format("expected a bandwidth from 1 kB/s to 1 EB/s (offsim's limits), got \"{}\"", s);
+        out.reset();
+      }
+    }
+    if constexpr (std::is_same_v<T, FlopRate>) {
+      if (out && out->flops_per_s != 0.0 && !(out->flops_per_s >= kMinFlopRate && out->flops_per_s <= kMaxFlopRate)) {
+        why = fmt::format("expected a FLOP rate from 1 MFLOP/s to 1e21 FLOP/s (offsim's limits), got \"{}\"", s);
+        out.reset();
+      }
+    }
   }
   if (!out) {
     ctx_->error(loc_, path_, why.empty() ? fmt::format("expected {}, got \"{}\"", expected, s) : why);

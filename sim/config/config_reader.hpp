@@ -29,6 +29,13 @@
 
 namespace offsim::sim::config {
 
+// The rates a configuration may give (docs/fuzzing.md): 1 GB at 1 kB/s takes 1e6 s, within the
+// 64-bit picosecond clock (106 days); 1 EB/s and 1e21 FLOP/s are a million times any device's.
+inline constexpr double kMinBandwidth = 1e3;  // B/s
+inline constexpr double kMaxBandwidth = 1e18;
+inline constexpr double kMinFlopRate = 1e6;  // FLOP/s
+inline constexpr double kMaxFlopRate = 1e21;
+
 /// While one is alive on a thread, every file that thread's readers load is parsed once and then
 /// reused (a sweep reads the YAML of its experiments once, not once per point; parsing is most of
 /// a small experiment's load time). Files are taken as they were when first read. Scopes nest: an

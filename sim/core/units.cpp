@@ -9,17 +9,45 @@
 
 namespace offsim::sim {
 
-TimePs duration_of(double amount, double rate_per_s) {
+namespace {
+
+// 2^63 as a double: the first value that does not fit int64 (kMaxTimePs itself rounds up to it).
+constexpr double kTwoTo63 = 9223372036854775808.0;
+
+std::string clock_limit() {
+  return fmt::format("the simulated clock holds at most {} ps (2^63 - 1 ps, about {:.2f} days)", kMaxTimePs,
+                     static_cast<double>(kMaxTimePs) * 1e-12 / 86400.0);
+}
+
+}  // namespace
+
+void throw_time_overflow(std::int64_t a, char op, std::int64_t b) {
+  throw SimulationLimit(
+      fmt::format("simulated time out of range: {} ps {} {} ps does not fit; {}", a, op, b, clock_limit()));
+}
+
+TimePs duration_of(double amount, double rate_per_s, std::string_view unit) {
+  if (std::isnan(amount) || std::isnan(rate_per_s)) {
+    throw std::domain_error(
+        fmt::format("duration_of: {} {} at {} {}/s is not a number", amount, unit, rate_per_s, unit));
+  }
   if (amount <= 0.0) return TimePs{0};
   if (!(rate_per_s > 0.0)) throw std::domain_error(fmt::format("duration_of: rate {} must be positive", rate_per_s));
   // Multiply before dividing: whole amounts at round rates then give exact picoseconds.
   const double ps = std::ceil(amount * static_cast<double>(kPsPerSecond) / rate_per_s);
-  if (ps >= static_cast<double>(std::numeric_limits<std::int64_t>::max())) return TimePs::max();
+  if (!(ps < kTwoTo63)) {
+    throw SimulationLimit(fmt::format("a duration of {:.4g} s ({:.6g} {} at {:.6g} {}/s) does not fit: {}",
+                                      amount / rate_per_s, amount, unit, rate_per_s, unit, clock_limit()));
+  }
   return TimePs{static_cast<std::int64_t>(ps)};
 }
 
 TimePs seconds_to_time(double seconds) {
-  return TimePs{static_cast<std::int64_t>(std::llround(seconds * static_cast<double>(kPsPerSecond)))};
+  const double ps = std::round(seconds * static_cast<double>(kPsPerSecond));
+  if (!(ps < kTwoTo63 && ps >= -kTwoTo63)) {
+    throw SimulationLimit(fmt::format("a time of {:.6g} s does not fit: {}", seconds, clock_limit()));
+  }
+  return TimePs{static_cast<std::int64_t>(ps)};
 }
 
 namespace {
@@ -44,7 +72,8 @@ Quantity split_quantity(std::string_view text, std::string_view what, std::strin
     throw UnitError(fmt::format("expected {} such as \"{}\", got \"{}\"", what, example, text));
   }
   if (!std::isfinite(value) || value < 0.0) {
-    throw UnitError(fmt::format("expected a non-negative finite {} such as \"{}\", got \"{}\"", what, example, text));
+    throw UnitError(
+        fmt::format("expected {} such as \"{}\" (non-negative and finite), got \"{}\"", what, example, text));
   }
   const std::string_view unit = trim(s.substr(static_cast<std::size_t>(ptr - s.data())));
   if (unit.empty()) {

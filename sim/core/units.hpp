@@ -7,6 +7,9 @@
 // The one rounding rule for rate -> ticks: a duration computed from an amount and a rate is
 // rounded UP to the next picosecond (`duration_of`). A non-zero amount therefore never takes zero
 // time, and a transfer or kernel never completes before its work could have been done.
+//
+// The clock is checked: a duration or a time that does not fit int64 picoseconds (2^63 - 1 ps,
+// about 106.75 days) throws SimulationLimit (exit 3: the simulation cannot be done), never wraps.
 #include <compare>
 #include <cstdint>
 #include <limits>
@@ -14,7 +17,15 @@
 #include <string>
 #include <string_view>
 
+#include "sim/core/errors.hpp"
+
 namespace offsim::sim {
+
+/// The longest time the clock holds: 2^63 - 1 ps, about 106.75 days.
+inline constexpr std::int64_t kMaxTimePs = std::numeric_limits<std::int64_t>::max();
+
+/// Throws SimulationLimit for `a op b` (ps) leaving the clock. Out of line: the checks stay small.
+[[noreturn]] void throw_time_overflow(std::int64_t a, char op, std::int64_t b);
 
 struct Bytes {
   std::int64_t count = 0;
@@ -40,15 +51,28 @@ struct TimePs {
   constexpr TimePs() = default;
   constexpr explicit TimePs(std::int64_t t) : ps(t) {}
   constexpr auto operator<=>(const TimePs&) const = default;
-  constexpr TimePs operator+(TimePs o) const { return TimePs{ps + o.ps}; }
-  constexpr TimePs operator-(TimePs o) const { return TimePs{ps - o.ps}; }
-  constexpr TimePs& operator+=(TimePs o) {
-    ps += o.ps;
-    return *this;
+  // Checked: a sum or difference that leaves int64 throws SimulationLimit instead of wrapping.
+  constexpr TimePs operator+(TimePs o) const {
+    std::int64_t r = 0;
+    if (__builtin_add_overflow(ps, o.ps, &r)) [[unlikely]]
+      throw_time_overflow(ps, '+', o.ps);
+    return TimePs{r};
   }
+  constexpr TimePs operator-(TimePs o) const {
+    std::int64_t r = 0;
+    if (__builtin_sub_overflow(ps, o.ps, &r)) [[unlikely]]
+      throw_time_overflow(ps, '-', o.ps);
+    return TimePs{r};
+  }
+  constexpr TimePs& operator+=(TimePs o) { return *this = *this + o; }
   [[nodiscard]] constexpr double seconds() const { return static_cast<double>(ps) * 1e-12; }
-  static constexpr TimePs max() { return TimePs{std::numeric_limits<std::int64_t>::max()}; }
-  static constexpr TimePs from_us(std::int64_t us) { return TimePs{us * 1'000'000}; }
+  static constexpr TimePs max() { return TimePs{kMaxTimePs}; }
+  static constexpr TimePs from_us(std::int64_t us) {
+    std::int64_t r = 0;
+    if (__builtin_mul_overflow(us, std::int64_t{1'000'000}, &r)) [[unlikely]]
+      throw_time_overflow(us, '*', 1'000'000);
+    return TimePs{r};
+  }
 };
 
 inline constexpr std::int64_t kPsPerSecond = 1'000'000'000'000;
@@ -76,15 +100,19 @@ struct FlopRate {
   constexpr FlopRate operator*(double k) const { return FlopRate{flops_per_s * k}; }
 };
 
-/// Time to process `amount` units at `rate` units/s, rounded up to the next picosecond.
-/// Throws std::domain_error for a non-positive rate with a positive amount.
-[[nodiscard]] TimePs duration_of(double amount, double rate_per_s);
+/// Time to process `amount` units at `rate` units/s, rounded up to the next picosecond; `unit`
+/// names the amount in messages ("B", "FLOP"). Throws SimulationLimit when the duration does not
+/// fit the clock (above 2^63 - 1 ps; 1 GB at 1 GB/s is exactly 1e12 ps), and std::domain_error
+/// (a bug: readers refuse such rates) for a non-positive rate with a positive amount or an amount
+/// or rate that is not a number.
+[[nodiscard]] TimePs duration_of(double amount, double rate_per_s, std::string_view unit = "B");
 [[nodiscard]] inline TimePs operator/(Bytes b, Bandwidth bw) {
-  return duration_of(b.as_double(), bw.bytes_per_s);
+  return duration_of(b.as_double(), bw.bytes_per_s, "B");
 }
 [[nodiscard]] inline TimePs operator/(Flops f, FlopRate r) {
-  return duration_of(f.count, r.flops_per_s);
+  return duration_of(f.count, r.flops_per_s, "FLOP");
 }
+/// Seconds to the clock, rounded to the nearest picosecond; SimulationLimit when it does not fit.
 [[nodiscard]] TimePs seconds_to_time(double seconds);
 
 /// A unit string that could not be read. The message says what was expected, with an example.

@@ -13,7 +13,8 @@ namespace offsim::sim::report {
 void write_file_atomically(const std::filesystem::path& path, std::string_view content) {
   const std::filesystem::path tmp = path.string() + fmt::format(".tmp.{}", ::getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw std::runtime_error(fmt::format("cannot write {}: {}", tmp.string(), std::strerror(errno)));
+  // Named by the file asked for: the temporary's name (with the process id) means nothing to a user.
+  if (fd < 0) throw OutputError(fmt::format("cannot write {}: {}", path.string(), std::strerror(errno)));
   std::size_t written = 0;
   while (written < content.size()) {
     const ssize_t n = ::write(fd, content.data() + written, content.size() - written);
@@ -22,19 +23,18 @@ void write_file_atomically(const std::filesystem::path& path, std::string_view c
       const int err = errno;
       ::close(fd);
       std::filesystem::remove(tmp);
-      throw std::runtime_error(fmt::format("cannot write {}: {}", tmp.string(), std::strerror(err)));
+      throw OutputError(fmt::format("cannot write {}: {}", tmp.string(), std::strerror(err)));
     }
     written += static_cast<std::size_t>(n);
   }
   if (::fsync(fd) != 0 || ::close(fd) != 0) {
     std::filesystem::remove(tmp);
-    throw std::runtime_error(fmt::format("cannot flush {}: {}", tmp.string(), std::strerror(errno)));
+    throw OutputError(fmt::format("cannot flush {}: {}", tmp.string(), std::strerror(errno)));
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     const int err = errno;
     std::filesystem::remove(tmp);
-    throw std::runtime_error(
-        fmt::format("cannot rename {} to {}: {}", tmp.string(), path.string(), std::strerror(err)));
+    throw OutputError(fmt::format("cannot rename {} to {}: {}", tmp.string(), path.string(), std::strerror(err)));
   }
 }
 

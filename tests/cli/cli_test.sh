@@ -111,5 +111,34 @@ contains "search writes the front" "$tmp/search/pareto.csv" "strategy,gpus,kind,
   >"$tmp/search2.txt" 2>/dev/null; check "search --resume exits 0" 0 $?
 cmp -s "$tmp/search.txt" "$tmp/search2.txt"; check "search --resume gives the same report" 0 $?
 
+# Exit codes and the first line of their message (docs/fuzzing.md): 2 bad input, located; 3 the
+# simulation cannot be done (an output that cannot be written, a time beyond the 64-bit clock).
+# 70 (an internal error) cannot be reached from any input: tests/unit/exit_codes_test.cpp checks it.
+first_line() {  # first_line NAME FILE EXPECTED_FIRST_LINE
+  if [ "$(head -n 1 "$2")" = "$3" ]; then passed=$((passed + 1)); else
+    echo "FAIL: $1: first line is not '$3':"; cat "$2"; failed=$((failed + 1)); fi
+}
+"$offsim" run tests/config_errors/megatron-layer-split.yaml >"$tmp/split.txt" 2>&1; check "uneven pipeline split exits 2" 2 $?
+first_line "uneven pipeline split is located" "$tmp/split.txt" \
+  "tests/config_errors/megatron-layer-split.yaml:20:39: strategy.pp: 3 layers do not split into pp = 2 equal stages"
+"$offsim" run tests/config_errors/deepspeed-dp-zero.yaml >"$tmp/dp0.txt" 2>&1; check "deepspeed dp: 0 exits 2" 2 $?
+first_line "deepspeed dp: 0 is located" "$tmp/dp0.txt" \
+  "tests/config_errors/deepspeed-dp-zero.yaml:8:58: strategy.dp: expected >= 1, got 0"
+: >"$tmp/regular"
+"$offsim" run tests/data/tiny-dp2.yaml --out "$tmp/regular/run" >/dev/null 2>"$tmp/out3.txt"
+check "--out under a regular file exits 3" 3 $?
+first_line "--out under a regular file names it" "$tmp/out3.txt" \
+  "error: filesystem error: cannot create directories: Not a directory [$tmp/regular/run]"
+"$offsim" run tests/data/tiny-dp2.yaml --out /proc/offsim-cli-test >/dev/null 2>"$tmp/proc.txt"
+check "--out under /proc exits 3" 3 $?
+contains "--out under /proc names it" "$tmp/proc.txt" "error: filesystem error: cannot create directories:"
+printf 'name: s\nbase: %s/tests/data/tiny-dp2.yaml\naxes: [{key: training.micro_batch, values: [1]}]\n' "$PWD" >"$tmp/s.yaml"
+"$offsim" sweep "$tmp/s.yaml" --out "$tmp/regular/s.csv" >/dev/null 2>"$tmp/sweep3.txt"
+check "sweep --out under a regular file exits 3" 3 $?
+first_line "sweep --out names the file" "$tmp/sweep3.txt" "error: cannot write $tmp/regular/s.csv: Not a directory"
+"$offsim" run tests/data/clock-limit-collective.yaml >/dev/null 2>"$tmp/clock.txt"; check "beyond the clock exits 3" 3 $?
+first_line "beyond the clock names the duration" "$tmp/clock.txt" \
+  "error: cannot simulate: a duration of 5e+07 s (2.5e+10 B at 500 B/s) does not fit: the simulated clock holds at most 9223372036854775807 ps (2^63 - 1 ps, about 106.75 days)"
+
 echo "cli: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -77,7 +77,9 @@ void set_up() {
     link_files(source / dir, configs / "experiments");
   }
   fs::create_directory_symlink(source / "configs" / "experiments" / "scale", configs / "experiments" / "scale");
-  // tests/config_errors/*.yaml include ../../configs/...: from experiments/ that is <tmp>/configs.
+  // tests/config_errors/*.yaml include ../../configs/...: from experiments/ that is <tmp>/configs;
+  // and ../data/... (tests/data): <tmp>/configs/data.
+  fs::create_directory_symlink(source / "tests" / "data", configs / "data");
   g_input = configs / "experiments" / "fuzz.yaml";
 }
 

@@ -1,14 +1,28 @@
-// Golden error messages: every tests/config_errors/NAME.yaml must fail to load with exactly the
-// text in NAME.expected. Paths in messages are relative to the source directory, where the test
-// runs. OFFSIM_UPDATE_GOLDEN=1 rewrites the .expected files (review the diff before committing).
+// Golden error messages: every bad input under tests/config_errors/ must fail to load with exactly
+// the text in its .expected file (NAME.yaml -> NAME.expected, NAME.config.json ->
+// NAME.config.expected). Each folder is read as the command that takes such files reads it:
+//   tests/config_errors/*.yaml            experiments (offsim run: models::load_experiment)
+//   tests/config_errors/models/           models and Hugging Face config.json (offsim model)
+//   tests/config_errors/machines/         machines (offsim topo: topo::parse_machine)
+//   tests/config_errors/sweeps/           sweep files (offsim sweep: models::load_sweep)
+// Every message must be located (file:line:col: key.path: ...). Paths in messages are relative to
+// the source directory, where the test runs. OFFSIM_UPDATE_GOLDEN=1 rewrites the .expected files
+// (review the diff before committing).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <regex>
 #include <sstream>
 
 #include "models/experiment.hpp"
+#include "models/sweep.hpp"
+#include "models/transformer/model_parser.hpp"
+#include "sim/config/config_reader.hpp"
+#include "topologies/topology_parser.hpp"
 
 namespace offsim::models {
 namespace {
@@ -22,25 +36,36 @@ std::string read_file(const fs::path& p) {
   return ss.str();
 }
 
-TEST(ConfigErrors, GoldenMessages) {
+// Loads every case of `folder` (files ending in one of `extensions`, not its subfolders) with
+// `load` and compares the error with the case's .expected file. Returns the number of cases.
+std::size_t check_golden(const fs::path& folder, const std::vector<std::string>& extensions,
+                         const std::function<void(const fs::path&)>& load) {
   fs::current_path(OFFSIM_SOURCE_DIR);
   const bool update = std::getenv("OFFSIM_UPDATE_GOLDEN") != nullptr;
   std::vector<fs::path> cases;
-  for (const auto& entry : fs::directory_iterator("tests/config_errors")) {
-    if (entry.path().extension() == ".yaml") cases.push_back(entry.path());
+  for (const auto& entry : fs::directory_iterator(folder)) {
+    if (!entry.is_regular_file()) continue;
+    const std::string ext = entry.path().extension().string();
+    if (std::find(extensions.begin(), extensions.end(), ext) != extensions.end()) cases.push_back(entry.path());
   }
   std::sort(cases.begin(), cases.end());
-  ASSERT_GE(cases.size(), 5u);
-  for (const auto& yaml : cases) {
-    SCOPED_TRACE(yaml.string());
+  // Every line names a file, its line and column, then the key: "f.yaml:12:3: a.b: why".
+  const std::regex located(R"(^[^:\s]+:[0-9]+:[0-9]+: [^ ]+: .+)");
+  for (const auto& file : cases) {
+    SCOPED_TRACE(file.string());
     std::string message;
     try {
-      (void)load_experiment(yaml, {});
+      load(file);
     } catch (const sim::config::ConfigError& e) {
       message = std::string(e.what()) + "\n";
     }
-    ASSERT_FALSE(message.empty()) << "expected a configuration error";
-    fs::path expected = yaml;
+    EXPECT_FALSE(message.empty()) << "expected a configuration error";
+    if (message.empty()) continue;
+    std::istringstream lines(message);
+    for (std::string line; std::getline(lines, line);) {
+      EXPECT_TRUE(std::regex_match(line, located)) << "not located: " << line;
+    }
+    fs::path expected = file;
     expected.replace_extension(".expected");
     if (update) {
       std::ofstream(expected) << message;
@@ -48,6 +73,39 @@ TEST(ConfigErrors, GoldenMessages) {
     }
     EXPECT_EQ(message, read_file(expected));
   }
+  return cases.size();
+}
+
+TEST(ConfigErrors, GoldenMessages) {
+  const std::size_t cases =
+      check_golden("tests/config_errors", {".yaml"}, [](const fs::path& file) { (void)load_experiment(file, {}); });
+  EXPECT_GE(cases, 29u);
+}
+
+TEST(ConfigErrors, GoldenModelMessages) {
+  // As `offsim model` reads a model: an offsim model or a Hugging Face config.json.
+  const std::size_t cases = check_golden("tests/config_errors/models", {".yaml", ".json"}, [](const fs::path& file) {
+    sim::config::Context ctx;
+    (void)parse_model(ctx.load_root(file));
+    ctx.finish();
+  });
+  EXPECT_GE(cases, 5u);
+}
+
+TEST(ConfigErrors, GoldenMachineMessages) {
+  // As `offsim topo` reads a machine.
+  const std::size_t cases = check_golden("tests/config_errors/machines", {".yaml"}, [](const fs::path& file) {
+    sim::config::Context ctx;
+    (void)topo::parse_machine(ctx.load_root(file));
+    ctx.finish();
+  });
+  EXPECT_GE(cases, 3u);
+}
+
+TEST(ConfigErrors, GoldenSweepMessages) {
+  const std::size_t cases =
+      check_golden("tests/config_errors/sweeps", {".yaml"}, [](const fs::path& file) { (void)load_sweep(file); });
+  EXPECT_GE(cases, 2u);
 }
 
 }  // namespace

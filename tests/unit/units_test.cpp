@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <string>
+
 #include "sim/core/units.hpp"
 
 namespace offsim::sim {
@@ -64,6 +67,58 @@ TEST(Units, DurationRoundsUpToTheNextPicosecond) {
   EXPECT_EQ((Bytes{36'000'000'000} / Bandwidth{36e9}).ps, kPsPerSecond);
   EXPECT_EQ((Flops{0.0} / FlopRate{1.0}).ps, 0);
   EXPECT_THROW((void)(Bytes{1} / Bandwidth{0.0}), std::domain_error);
+}
+
+// The clock holds 2^63 - 1 ps = 9,223,372.036854775807 s (about 106.75 days). Durations and times
+// beyond it throw SimulationLimit (exit 3), naming the quantity, instead of wrapping.
+TEST(Units, TheClockIsCheckedAtTwoToThe63Picoseconds) {
+  EXPECT_EQ(kMaxTimePs, 9'223'372'036'854'775'807);
+  EXPECT_EQ(TimePs::max().ps, kMaxTimePs);
+  // Exact limits: 1 GB at 1 GB/s is exactly 1e12 ps; 9,223,372 B at 1 B/s fits (9.223372e18 ps),
+  // 9,223,373 B does not.
+  EXPECT_EQ((Bytes{1'000'000'000} / Bandwidth{1e9}).ps, 1'000'000'000'000);
+  EXPECT_EQ(duration_of(9'223'372.0, 1.0).ps, 9'223'372'000'000'000'000);
+  EXPECT_THROW((void)duration_of(9'223'373.0, 1.0), SimulationLimit);
+  // 2^63 ps exactly (2^63 B at 1e12 B/s, 1 ps each): one past the limit.
+  EXPECT_THROW((void)duration_of(9223372036854775808.0, 1e12), SimulationLimit);
+  // The example: 1e9 bytes at 1e-300 B/s. The message names the amount, the rate and why.
+  try {
+    (void)(Bytes{1'000'000'000} / Bandwidth{1e-300});
+    FAIL() << "expected a SimulationLimit";
+  } catch (const SimulationLimit& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "a duration of inf s (1e+09 B at 1e-300 B/s) does not fit: the simulated clock holds at most "
+              "9223372036854775807 ps (2^63 - 1 ps, about 106.75 days)");
+  }
+  // FLOPs: 1e30 FLOP at 1 TFLOP/s is 1e18 s.
+  try {
+    (void)(Flops{1e30} / FlopRate{1e12});
+    FAIL() << "expected a SimulationLimit";
+  } catch (const SimulationLimit& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("a duration of 1e+18 s (1e+30 FLOP at 1e+12 FLOP/s) does not fit", 0), 0u)
+        << e.what();
+  }
+  // Not a number is a bug, not a limit.
+  EXPECT_THROW((void)duration_of(std::nan(""), 1.0), std::domain_error);
+  // Sums, differences and conversions are checked at the same limit.
+  EXPECT_EQ((TimePs{kMaxTimePs - 1} + TimePs{1}).ps, kMaxTimePs);
+  EXPECT_THROW((void)(TimePs::max() + TimePs{1}), SimulationLimit);
+  EXPECT_THROW((void)(TimePs{-kMaxTimePs} - TimePs{2}), SimulationLimit);
+  TimePs t{kMaxTimePs};
+  EXPECT_THROW(t += TimePs{1}, SimulationLimit);
+  EXPECT_EQ(t.ps, kMaxTimePs);  // unchanged
+  EXPECT_EQ(TimePs::from_us(9'223'372'036'854).ps, 9'223'372'036'854'000'000);
+  EXPECT_THROW((void)TimePs::from_us(9'223'372'036'855), SimulationLimit);
+  EXPECT_EQ(seconds_to_time(9'223'372.0).ps, 9'223'372'000'000'000'000);
+  EXPECT_THROW((void)seconds_to_time(1e7), SimulationLimit);
+  EXPECT_THROW((void)seconds_to_time(std::nan("")), SimulationLimit);
+  try {
+    (void)(TimePs::max() + TimePs{5});
+  } catch (const SimulationLimit& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "simulated time out of range: 9223372036854775807 ps + 5 ps does not fit; the simulated clock holds at "
+              "most 9223372036854775807 ps (2^63 - 1 ps, about 106.75 days)");
+  }
 }
 
 TEST(Units, Formatting) {
