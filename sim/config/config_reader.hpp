@@ -47,6 +47,10 @@ class ScopedFileCache {
   ScopedFileCache(const ScopedFileCache&) = delete;
   ScopedFileCache& operator=(const ScopedFileCache&) = delete;
 
+  /// Drops `name` (as the readers spell it: the root's path, an include's normalised path), so that
+  /// the next read parses it again: for a file rewritten while the cache lives (the fuzz input).
+  void forget(const std::string& name) { files_.erase(name); }
+
  private:
   std::unordered_map<std::string, YAML::Node> files_;
   bool owner_ = false;

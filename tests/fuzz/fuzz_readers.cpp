@@ -140,6 +140,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       std::abort();
     }
   }
+  // The shipped files an input includes (calibration tables, machines, models) are parsed once
+  // per process, most of an experiment's reading time; the input itself is read afresh.
+  static offsim::sim::config::ScopedFileCache shipped_files;
+  shipped_files.forget(g_input.string());
   try {
     read(reader_of(text), g_input);
   } catch (const offsim::sim::config::ConfigError& e) {
