@@ -84,14 +84,9 @@ Module make_module(std::string name, const std::vector<std::int64_t>& parts, std
   return mod;
 }
 
-}  // namespace
-
-BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallelSpec& spec) {
-  BuiltIteration out;
-  out.machine = make_machine_resources(in.topology);
-  auto& g = out.graph;
+// The spec's checks, made before anything is built. Returns the number of ranks.
+int checked_ranks(const IterationInputs& in, const DataParallelSpec& spec) {
   const auto& m = in.model;
-  const auto& train = in.training;
   const int ranks = static_cast<int>(spec.devices.size());
   const int stage = spec.zero_stage;
   if (ranks < 1) throw std::invalid_argument("data_parallel needs at least one device");
@@ -104,9 +99,6 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
     throw std::invalid_argument("data_parallel: a hierarchical partitioning together with tp > 1 is not modelled");
   }
   const int replicas = ranks / tp;
-  // Expert parallelism (DeepSpeed-MoE): the experts of every MoE layer spread over ep consecutive
-  // ranks; each expert's states are ZeRO-partitioned over its data-parallel group (the ranks of
-  // one expert-parallel position, stride ep).
   const int ep = spec.ep;
   if (ep != 1) {
     if (ep < 1 || !m.moe() || m.experts % ep != 0 || replicas % ep != 0) {
@@ -119,191 +111,339 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
           "data_parallel: expert parallelism together with tp > 1, a partitioning or offload is not modelled");
     }
   }
-  const RankLayout layout = lay_out_ranks(out, in.topology, spec.devices, "data_parallel", spec.all_ranks, tp);
-  const int sims = layout.simulated_ranks();
-  Communicator comm(g, out.machine, in.topology, layout, in.collectives, in.costs, spec.collectives,
-                    out.approximations);
+  return ranks;
+}
+
+// An empty iteration on the machine's resources.
+BuiltIteration with_machine(const topo::Topology& topology) {
+  BuiltIteration out;
+  out.machine = make_machine_resources(topology);
+  return out;
+}
+
+// Where a simulated rank runs: its GPU's unit and pool, and with offload its host (and NVMe).
+struct Rank {
+  std::uint32_t unit = 0;
+  std::uint32_t pool = 0;
+  std::string prefix;
+  std::size_t host = 0;  // the nearest CPU (offload)
+  std::uint32_t host_pool = 0;
+  sim::ConstraintId host_memory;                // its DDR, crossed by host copies and CPU work
+  std::optional<sim::ConstraintId> host_cores;  // its cores' streaming throughput, crossed by CPU work
+  std::size_t nvme = 0;                         // ZeRO-Infinity: the node's NVMe device
+  std::uint32_t nvme_pool = 0;
+};
+
+// A layer's tasks per rank (layer_compute).
+struct LayerTasks {
+  std::vector<TaskId> first, last_compute, end;
+};
+
+constexpr const char* kGathered = "gathered parameters (bf16)";
+// hpZ: after its first forward gather, each rank keeps a secondary shard of the module (bf16)
+// until the optimizer step drops them (DeepSpeed invalidate_secondary_tensor).
+constexpr const char* kSecondary = "secondary parameter partition (hpZ, bf16)";
+
+// build_data_parallel in phases. The constructor checks the spec and works out the layout, the
+// parameter counts, the kernel times, the modules and each rank's placement; build() adds the
+// iteration's tasks phase by phase: model states, each micro-batch's forward, backward and
+// gradient reduction, the optimizer step and the parameter all-gather.
+class DataParallelBuilder {
+ public:
+  DataParallelBuilder(const IterationInputs& inputs, const DataParallelSpec& strategy)
+      : in(inputs),
+        spec(strategy),
+        out(with_machine(inputs.topology)),
+        g(out.graph),
+        m(inputs.model),
+        train(inputs.training),
+        ranks(checked_ranks(inputs, strategy)),
+        stage(strategy.zero_stage),
+        tp(strategy.tp),
+        replicas(ranks / tp),
+        ep(strategy.ep),
+        layout(lay_out_ranks(out, inputs.topology, strategy.devices, "data_parallel", strategy.all_ranks, tp)),
+        sims(layout.simulated_ranks()),
+        comm(g, out.machine, inputs.topology, layout, inputs.collectives, inputs.costs, strategy.collectives,
+             out.approximations),
+        replica_plan(tp == 1 ? Communicator::flat(ranks)
+                             : CollectivePlan{{Band{"dp", tp, ranks}}, StageAlgorithm::kRing, {}}),
+        tp_plan(Communicator::flat(tp)),
+        expert_plan{{Band{"expert-dp", ep, ranks}}, StageAlgorithm::kRing, {}},
+        dispatch_plan{{Band{"ep", 1, ep}}, StageAlgorithm::kAllToAll, {}},
+        part(strategy.partitioning.value_or(Partitioning{replicas, replica_plan, 0, {}, replica_plan, {}})),
+        shard(stage == 3 ? part.shard_ranks : replicas),
+        offload(strategy.offload.has_value()),
+        off(strategy.offload.value_or(OptimizerOffload{})),
+        backward_tasks(sims),
+        prev(sims),
+        freed_two_ago(sims),
+        freed_one_ago(sims),
+        secondary_kept(sims),
+        gradient_swaps(sims),
+        last_backward(sims) {
+    count_rank_parameters();
+    split_offload_subgroups();
+    k = kernel_times(in, updated_on_rank, tp, spec.sequence_parallel, ep);
+    stored = stored_activations_on_tp_rank(m, train, tp, spec.sequence_parallel);
+    const std::int64_t vocab_on_rank = (m.vocab + tp - 1) / tp;
+    logits = Bytes{train.micro_batch * m.seq * vocab_on_rank * kLogitBytesPerElement};
+    loss_workspace = Bytes{train.micro_batch * m.seq * vocab_on_rank * kLossWorkspaceBytesPerElement};
+    w = layer_forward(m, train.micro_batch, train.flash_attention);
+    if (train.recompute == Recompute::kFull) recomputed = w.gemm + w.attention;
+    if (train.recompute == Recompute::kSelective) recomputed = w.attention;
+    define_modules();
+    list_gradient_items();
+    place_ranks();
+    check_copy_fits();
+    measure_host_rates();
+  }
+
+  // The iteration's tasks, phase by phase.
+  BuiltIteration build() {
+    place_states();
+    for (std::int64_t mb = 0; mb < train.grad_accum; ++mb) micro_batch(mb);
+    std::vector<TaskId> end = parameter_allgather(optimizer_step());
+    // hpZ: the secondary partitions are dropped after the optimizer step.
+    if (secondary_elements > 0) {
+      for (int r = 0; r < sims; ++r) {
+        end[r] =
+            release(r, "free.secondary", "optimizer", kSecondary, Bytes{secondary_elements * kBf16Bytes}, {end[r]});
+      }
+    }
+    (void)g.add("iteration.end", "end", BarrierTask{}, end);
+    finish();
+    return std::move(out);
+  }
+
+ private:
+  const IterationInputs& in;
+  const DataParallelSpec& spec;
+  BuiltIteration out;
+  sim::TaskGraph& g;
+  const ModelSpec& m;
+  const TrainingSpec& train;
+  const int ranks;
+  const int stage;
+  const int tp;
+  const int replicas;
+  // Expert parallelism (DeepSpeed-MoE): the experts of every MoE layer spread over ep consecutive
+  // ranks; each expert's states are ZeRO-partitioned over its data-parallel group (the ranks of
+  // one expert-parallel position, stride ep).
+  const int ep;
+  const RankLayout layout;
+  const int sims;
+  Communicator comm;
   // ZeRO's collectives run across the replicas (the ranks of one tensor rank, stride tp); the
   // tensor-parallel all-reduces inside each group of tp consecutive ranks.
-  const CollectivePlan replica_plan =
-      tp == 1 ? Communicator::flat(ranks) : CollectivePlan{{Band{"dp", tp, ranks}}, StageAlgorithm::kRing, {}};
-  const CollectivePlan tp_plan = Communicator::flat(tp);
+  const CollectivePlan replica_plan;
+  const CollectivePlan tp_plan;
   // Expert parallelism: the experts' states over their data-parallel group (stride ep); the routed
   // tokens' all-to-all among the ep consecutive ranks of an expert-parallel group.
-  const CollectivePlan expert_plan{{Band{"expert-dp", ep, ranks}}, StageAlgorithm::kRing, {}};
-  const CollectivePlan dispatch_plan{{Band{"ep", 1, ep}}, StageAlgorithm::kAllToAll, {}};
+  const CollectivePlan expert_plan;
+  const CollectivePlan dispatch_plan;
   // Stage 3 follows the partitioning (by default: every state over all replicas, flat rings).
-  const Partitioning part = spec.partitioning.value_or(Partitioning{replicas, replica_plan, 0, {}, replica_plan, {}});
-  const int shard = stage == 3 ? part.shard_ranks : replicas;
-
-  ParameterCounts params = tensor_parallel_share(count_parameters(m), tp);
+  const Partitioning part;
+  const int shard;
   // All the model's parameters (P_model), sharded over `shard` ranks by ZeRO; P: those a rank holds
   // whole before sharding (with expert parallelism, its experts only). An expert's share of its
   // data-parallel group (shard / ep ranks) is (experts / ep) / (shard / ep): sharded counts are
   // P_model / shard either way.
-  const std::int64_t P_model = params.total;
+  ParameterCounts params;
+  std::int64_t P_model = 0;
   std::int64_t experts_per_layer_on_rank = 0;  // expert parallelism: the rank's experts' weights
-  if (ep > 1) {
-    experts_per_layer_on_rank = params.experts_per_layer / ep;
-    params.per_layer -= params.experts_per_layer - experts_per_layer_on_rank;
-    params.layers = params.per_layer * m.layers;
-    params.total = params.layers + params.embedding + params.position + params.final_norm + params.output_head;
-  }
-  const std::int64_t P = params.total;
-  const auto partition = [&](std::int64_t n) { return (n + shard - 1) / shard; };
-  const std::int64_t updated_on_rank = stage == 0 ? P : partition(P_model);
+  std::int64_t P = 0;
+  std::int64_t updated_on_rank = 0;
   // Optimizer offload: the rank's partition is updated in subgroups of sub_group_size elements;
   // the first int(ratio x n) subgroups on the host CPU, the rest on the GPU (Twin-Flow).
-  const bool offload = spec.offload.has_value();
-  const OptimizerOffload off = spec.offload.value_or(OptimizerOffload{});
+  const bool offload;
+  const OptimizerOffload off;
   std::vector<std::int64_t> subgroups;
   std::size_t cpu_subgroups = 0;
   std::int64_t cpu_params = 0;
-  if (offload) {
-    // ZeRO-2 runs CPU Adam over the whole partition at once (one parameter group here).
-    const std::int64_t group_size = stage == 2 ? updated_on_rank : off.sub_group_size;
-    for (std::int64_t left = updated_on_rank; left > 0; left -= group_size) {
-      subgroups.push_back(std::min(left, group_size));
-    }
-    cpu_subgroups = static_cast<std::size_t>(off.ratio * static_cast<double>(subgroups.size()));
-    for (std::size_t j = 0; j < cpu_subgroups; ++j) cpu_params += subgroups[j];
-  }
-  const double cpu_fraction = offload ? static_cast<double>(cpu_params) / static_cast<double>(updated_on_rank) : 0.0;
-  const KernelTimes k = kernel_times(in, updated_on_rank, tp, spec.sequence_parallel, ep);
-  const Bytes stored = stored_activations_on_tp_rank(m, train, tp, spec.sequence_parallel);
-  const std::int64_t vocab_on_rank = (m.vocab + tp - 1) / tp;
-  const Bytes logits{train.micro_batch * m.seq * vocab_on_rank * kLogitBytesPerElement};
-  const Bytes loss_workspace{train.micro_batch * m.seq * vocab_on_rank * kLossWorkspaceBytesPerElement};
+  double cpu_fraction = 0.0;
+  KernelTimes k;
+  Bytes stored;
+  Bytes logits;
+  Bytes loss_workspace;
   // Megatron's tensor-parallel layer: an all-reduce of the micro-batch's activations after the
   // attention and after the MLP in forward, two in backward (four with full recomputation).
   const std::int64_t activation_elements = train.micro_batch * m.seq * m.hidden;
   const int tp_reductions_forward = tp > 1 ? 2 : 1;
   const int tp_reductions_backward = tp == 1 ? 1 : (train.recompute == Recompute::kFull ? 4 : 2);
-  const LayerWork w = layer_forward(m, train.micro_batch, train.flash_attention);
+  LayerWork w;
   sim::Flops recomputed{};
-  if (train.recompute == Recompute::kFull) recomputed = w.gemm + w.attention;
-  if (train.recompute == Recompute::kSelective) recomputed = w.attention;
-
-  // Modules in forward order; the head multiplies by the embedding when they are tied.
-  // A layer's submodules: its linear projections (weight and bias) and what remains (the norms).
-  std::vector<std::int64_t> layer_parts;
-  std::vector<bool> expert_parts;  // expert parallelism: the parts gathered over the experts' group
-  {
-    std::int64_t linear = 0;
-    for (const auto& gemm : layer_gemms(m, 1, 1, ep)) {
-      if (gemm.attention_core) continue;
-      layer_parts.push_back((gemm.parameters() + tp - 1) / tp);
-      expert_parts.push_back(ep > 1 && gemm.expert);
-      linear += layer_parts.back();
-    }
-    layer_parts.push_back(params.per_layer - linear);
-    expert_parts.push_back(false);
-  }
-  const std::int64_t threshold = spec.param_persistence_threshold;
-  std::vector<Module> modules{make_module("embedding", {params.embedding, params.position}, threshold)};
-  for (std::int64_t l = 0; l < m.layers; ++l)
-    modules.push_back(make_module(fmt::format("layer{}", l), layer_parts, threshold, expert_parts));
-  modules.push_back(
-      make_module("head", {params.final_norm, m.tied_embeddings ? params.embedding : params.output_head}, threshold));
+  // Modules in forward order (define_modules).
+  std::vector<Module> modules;
   std::int64_t persistent = 0;
-  for (const auto& mod : modules) persistent += mod.persistent;
   // Gradients in the order backward produces them (each parameter once), and on the last
   // micro-batch each rank's backward compute tasks in that order.
-  std::vector<std::vector<TaskId>> backward_tasks(sims);
+  std::vector<std::vector<TaskId>> backward_tasks;
   std::vector<GradientItem> items;
-  items.push_back({params.output_head + params.final_norm, {}});
-  for (std::int64_t l = m.layers - 1; l >= 0; --l) {
-    items.push_back({params.per_layer - experts_per_layer_on_rank, {}, experts_per_layer_on_rank});
+  std::vector<Rank> rank_info;
+  // CPU work's measured rates (measure_host_rates).
+  std::optional<sim::Bandwidth> cpu_adam_bound, cpu_upcast_bound, cpu_downcast_bound;
+  // Model states (place_states); prev: each rank's last task so far.
+  std::int64_t parameters_on_rank = 0;
+  std::vector<TaskId> prev;
+  // Stage 3 gather stream and the modules freed one and two modules ago (gather_module).
+  std::vector<TaskId> gather_stream;
+  std::vector<std::vector<TaskId>> freed_two_ago, freed_one_ago;
+  std::vector<std::vector<TaskId>> secondary_kept;  // hpZ secondary shards
+  std::int64_t secondary_elements = 0;
+  // Elements of each expert-parallel all-to-all (expert_parallel_layer).
+  const std::int64_t dispatch_elements = train.micro_batch * m.seq * m.experts_per_token * m.hidden;
+  // Gradient reduction (reduce_micro_batch): reduce-scatter at stages 2-3, all-reduce at 0-1.
+  const CollectiveKind reduction = stage >= 2 ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce;
+  std::vector<std::vector<TaskId>> gradient_swaps;  // ZeRO-Infinity gradient writes
+  std::vector<TaskId> reduce_stream;                // empty until the first bucket
+  std::vector<TaskId> last_backward;
+  const sim::Flops head_flops = head_forward_flops(m, train.micro_batch) * (1.0 / tp);
+
+  // The parameters a rank holds (P) and updates (updated_on_rank).
+  void count_rank_parameters() {
+    params = tensor_parallel_share(count_parameters(m), tp);
+    P_model = params.total;
+    if (ep > 1) {
+      experts_per_layer_on_rank = params.experts_per_layer / ep;
+      params.per_layer -= params.experts_per_layer - experts_per_layer_on_rank;
+      params.layers = params.per_layer * m.layers;
+      params.total = params.layers + params.embedding + params.position + params.final_norm + params.output_head;
+    }
+    P = params.total;
+    updated_on_rank = stage == 0 ? P : partition(P_model);
   }
-  items.push_back({params.embedding + params.position, {}});
+  [[nodiscard]] std::int64_t partition(std::int64_t n) const { return (n + shard - 1) / shard; }
+
+  // Optimizer offload's subgroups and the CPU's share of them.
+  void split_offload_subgroups() {
+    if (offload) {
+      // ZeRO-2 runs CPU Adam over the whole partition at once (one parameter group here).
+      const std::int64_t group_size = stage == 2 ? updated_on_rank : off.sub_group_size;
+      for (std::int64_t left = updated_on_rank; left > 0; left -= group_size) {
+        subgroups.push_back(std::min(left, group_size));
+      }
+      cpu_subgroups = static_cast<std::size_t>(off.ratio * static_cast<double>(subgroups.size()));
+      for (std::size_t j = 0; j < cpu_subgroups; ++j) cpu_params += subgroups[j];
+    }
+    cpu_fraction = offload ? static_cast<double>(cpu_params) / static_cast<double>(updated_on_rank) : 0.0;
+  }
+
+  void define_modules() {
+    // Modules in forward order; the head multiplies by the embedding when they are tied.
+    // A layer's submodules: its linear projections (weight and bias) and what remains (the norms).
+    std::vector<std::int64_t> layer_parts;
+    std::vector<bool> expert_parts;  // expert parallelism: the parts gathered over the experts' group
+    {
+      std::int64_t linear = 0;
+      for (const auto& gemm : layer_gemms(m, 1, 1, ep)) {
+        if (gemm.attention_core) continue;
+        layer_parts.push_back((gemm.parameters() + tp - 1) / tp);
+        expert_parts.push_back(ep > 1 && gemm.expert);
+        linear += layer_parts.back();
+      }
+      layer_parts.push_back(params.per_layer - linear);
+      expert_parts.push_back(false);
+    }
+    const std::int64_t threshold = spec.param_persistence_threshold;
+    modules = {make_module("embedding", {params.embedding, params.position}, threshold)};
+    for (std::int64_t l = 0; l < m.layers; ++l)
+      modules.push_back(make_module(fmt::format("layer{}", l), layer_parts, threshold, expert_parts));
+    modules.push_back(
+        make_module("head", {params.final_norm, m.tied_embeddings ? params.embedding : params.output_head}, threshold));
+    for (const auto& mod : modules) persistent += mod.persistent;
+  }
+
+  // The gradient items, in backward order (see backward_tasks).
+  void list_gradient_items() {
+    items.push_back({params.output_head + params.final_norm, {}});
+    for (std::int64_t l = m.layers - 1; l >= 0; --l) {
+      items.push_back({params.per_layer - experts_per_layer_on_rank, {}, experts_per_layer_on_rank});
+    }
+    items.push_back({params.embedding + params.position, {}});
+  }
+
+  // rank_info: each simulated rank's GPU and, with offload, its host and NVMe.
+  void place_ranks() {
+    // Host cores are one resource per CPU, shared by the ranks offloading to it (calibration.host
+    // cpu_work: the streaming throughput its cores sustain for CPU Adam and casts).
+    std::map<std::size_t, sim::ConstraintId> cores_of_host;
+    for (int r = 0; r < sims; ++r) {
+      Rank info;
+      const std::size_t device = out.devices[layout.simulated[r]];
+      info.unit = *out.machine.unit_of_device[device];
+      info.pool = *out.machine.pool_of_device[device];
+      info.prefix = fmt::format("r{}", layout.simulated[r]);
+      if (offload) {
+        const auto host = nearest_cpu(in.topology, device);
+        if (!host) {
+          throw std::invalid_argument(
+              fmt::format("'{}' has no CPU in its node to offload to", in.topology.device(device).name));
+        }
+        info.host = *host;
+        const auto& mem = out.machine.memory_constraint_of_device[info.host];
+        if (!mem || !out.machine.pool_of_device[info.host]) {
+          throw std::invalid_argument(
+              fmt::format("optimizer offload needs the memory of '{}' with a bandwidth shared by transfers",
+                          in.topology.device(info.host).name));
+        }
+        info.host_memory = *mem;
+        if (in.host.cpu_work_bandwidth) {
+          auto it = cores_of_host.find(info.host);
+          if (it == cores_of_host.end()) {
+            // Named after the host's cores unit, which it stands for: trace.json draws the host work
+            // that streams through it on that unit's track.
+            const std::string cores = out.machine.platform.units.at(*out.machine.unit_of_device.at(info.host)).name;
+            it = cores_of_host
+                     .emplace(info.host, out.machine.platform.add_constraint(
+                                             {cores, *in.host.cpu_work_bandwidth, "cpu-work", "", "", ""}))
+                     .first;
+          }
+          info.host_cores = it->second;
+        }
+        info.host_pool = *out.machine.pool_of_device[info.host];
+        if (off.nvme) {
+          std::optional<std::size_t> nvme;
+          for (const auto d : in.topology.devices_of(topo::DeviceKind::kNvme)) {
+            if (in.topology.device(d).node == in.topology.device(device).node && out.machine.pool_of_device[d]) {
+              nvme = d;
+              break;
+            }
+          }
+          if (!nvme) {
+            throw std::invalid_argument(fmt::format("NVMe offload: the node of '{}' has no NVMe device with a capacity",
+                                                    in.topology.device(device).name));
+          }
+          info.nvme = *nvme;
+          info.nvme_pool = *out.machine.pool_of_device[*nvme];
+        }
+      }
+      rank_info.push_back(std::move(info));
+    }
+  }
 
   // Per-rank task builders.
-  struct Rank {
-    std::uint32_t unit = 0;
-    std::uint32_t pool = 0;
-    std::string prefix;
-    std::size_t host = 0;  // the nearest CPU (offload)
-    std::uint32_t host_pool = 0;
-    sim::ConstraintId host_memory;                // its DDR, crossed by host copies and CPU work
-    std::optional<sim::ConstraintId> host_cores;  // its cores' streaming throughput, crossed by CPU work
-    std::size_t nvme = 0;                         // ZeRO-Infinity: the node's NVMe device
-    std::uint32_t nvme_pool = 0;
-  };
-  std::vector<Rank> rank_info;
-  // Host cores are one resource per CPU, shared by the ranks offloading to it (calibration.host
-  // cpu_work: the streaming throughput its cores sustain for CPU Adam and casts).
-  std::map<std::size_t, sim::ConstraintId> cores_of_host;
-  for (int r = 0; r < sims; ++r) {
-    Rank info;
-    const std::size_t device = out.devices[layout.simulated[r]];
-    info.unit = *out.machine.unit_of_device[device];
-    info.pool = *out.machine.pool_of_device[device];
-    info.prefix = fmt::format("r{}", layout.simulated[r]);
-    if (offload) {
-      const auto host = nearest_cpu(in.topology, device);
-      if (!host) {
-        throw std::invalid_argument(
-            fmt::format("'{}' has no CPU in its node to offload to", in.topology.device(device).name));
-      }
-      info.host = *host;
-      const auto& mem = out.machine.memory_constraint_of_device[info.host];
-      if (!mem || !out.machine.pool_of_device[info.host]) {
-        throw std::invalid_argument(
-            fmt::format("optimizer offload needs the memory of '{}' with a bandwidth shared by transfers",
-                        in.topology.device(info.host).name));
-      }
-      info.host_memory = *mem;
-      if (in.host.cpu_work_bandwidth) {
-        auto it = cores_of_host.find(info.host);
-        if (it == cores_of_host.end()) {
-          // Named after the host's cores unit, which it stands for: trace.json draws the host work
-          // that streams through it on that unit's track.
-          const std::string cores = out.machine.platform.units.at(*out.machine.unit_of_device.at(info.host)).name;
-          it = cores_of_host
-                   .emplace(info.host, out.machine.platform.add_constraint(
-                                           {cores, *in.host.cpu_work_bandwidth, "cpu-work", "", "", ""}))
-                   .first;
-        }
-        info.host_cores = it->second;
-      }
-      info.host_pool = *out.machine.pool_of_device[info.host];
-      if (off.nvme) {
-        std::optional<std::size_t> nvme;
-        for (const auto d : in.topology.devices_of(topo::DeviceKind::kNvme)) {
-          if (in.topology.device(d).node == in.topology.device(device).node && out.machine.pool_of_device[d]) {
-            nvme = d;
-            break;
-          }
-        }
-        if (!nvme) {
-          throw std::invalid_argument(fmt::format("NVMe offload: the node of '{}' has no NVMe device with a capacity",
-                                                  in.topology.device(device).name));
-        }
-        info.nvme = *nvme;
-        info.nvme_pool = *out.machine.pool_of_device[*nvme];
-      }
-    }
-    rank_info.push_back(std::move(info));
-  }
   // Host-side work (CPU Adam, casts) is traffic through the host's DDR and, when the host table
   // measures it, through the cores' streaming throughput that every rank on the host shares; each
   // rank's work is also capped at a measured per-thread-count rate when the table has one.
-  const auto host_traffic = [&](int r, const std::string& name, const char* phase, Bytes bytes,
-                                std::optional<sim::Bandwidth> bound, std::vector<TaskId> deps) {
+  TaskId host_traffic(int r, const std::string& name, const char* phase, Bytes bytes,
+                      std::optional<sim::Bandwidth> bound, std::vector<TaskId> deps) {
     std::vector<sim::ConstraintId> route{rank_info[r].host_memory};
     if (rank_info[r].host_cores) route.push_back(*rank_info[r].host_cores);
     return g.add(fmt::format("{}.{}", rank_info[r].prefix, name), phase,
                  TransferTask{std::move(route), bytes, TimePs{0}, bound, {}}, std::move(deps));
-  };
+  }
   // Host copies of pinned or pageable buffers (offload_optimizer.pin_memory) follow the copy fits
   // measured for the host (calibration.host copies: latency and bandwidth); without a fit only the
   // links limit them, and the report says pinned and pageable are not told apart.
-  const auto copy_fit = [&](bool to_host, bool pinned) -> const CopyFit* {
+  [[nodiscard]] const CopyFit* copy_fit(bool to_host, bool pinned) const {
     const std::string key = fmt::format("{}_{}", to_host ? "d2h" : "h2d", pinned ? "pinned" : "pageable");
     const auto it = in.host.copies.find(key);
     return it == in.host.copies.end() ? nullptr : &it->second;
-  };
-  if (offload) {
+  }
+  // Notes the host copies that have no measured fit.
+  void check_copy_fits() {
+    if (!offload) return;
     // Pageable copies happen whatever pin_memory says (dtype-changing copies, below).
     std::vector<std::string> missing;
     for (const bool pinned : {true, false}) {
@@ -319,8 +459,8 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
           fmt::join(missing, ", ")));
     }
   }
-  const auto copy = [&](int r, const std::string& name, const char* phase, bool to_host, Bytes bytes,
-                        std::vector<TaskId> deps, bool pinned) {
+  TaskId copy(int r, const std::string& name, const char* phase, bool to_host, Bytes bytes, std::vector<TaskId> deps,
+              bool pinned) {
     const std::size_t gpu = out.devices[layout.simulated[r]];
     const std::size_t cpu = rank_info[r].host;
     const CopyFit* fit = copy_fit(to_host, pinned);
@@ -332,9 +472,9 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
                               fit ? std::optional<sim::Bandwidth>(fit->bandwidth) : std::nullopt,
                               {}},
                  std::move(deps));
-  };
+  }
   // ZeRO-Infinity swaps: NVMe to host memory (read) or back (write), through the NVMe links and DDR.
-  const auto swap = [&](int r, const std::string& name, bool to_nvme, Bytes bytes, std::vector<TaskId> deps) {
+  TaskId swap(int r, const std::string& name, bool to_nvme, Bytes bytes, std::vector<TaskId> deps) {
     const std::size_t cpu = rank_info[r].host;
     const std::size_t nvme = rank_info[r].nvme;
     return g.add(fmt::format("{}.{}", rank_info[r].prefix, name), "optimizer",
@@ -345,11 +485,11 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
                               {},
                               {}},
                  std::move(deps));
-  };
+  }
   // Host work is capped at the rate measured for the threads each rank has (cores / ranks on the
   // host, nearest measured count), when the host table has one; otherwise DDR is its only limit.
-  std::optional<sim::Bandwidth> cpu_adam_bound, cpu_upcast_bound, cpu_downcast_bound;
-  if (offload) {
+  void measure_host_rates() {
+    if (!offload) return;
     const auto ranks_per_host =
         std::count_if(rank_info.begin(), rank_info.end(), [&](const Rank& x) { return x.host == rank_info[0].host; });
     const int threads = std::max(1, in.topology.device(rank_info[0].host).cores / static_cast<int>(ranks_per_host));
@@ -384,86 +524,86 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
     }
     out.approximations.push_back("Twin-Flow: each gradient bucket is offloaded in the CPU share of the partition");
   }
-  const auto compute = [&](int r, const std::string& name, const char* phase, TimePs duration, sim::Flops flops,
-                           const char* kernel, std::vector<TaskId> deps) {
+  TaskId compute(int r, const std::string& name, const char* phase, TimePs duration, sim::Flops flops,
+                 const char* kernel, std::vector<TaskId> deps) {
     return g.add(fmt::format("{}.{}", rank_info[r].prefix, name), phase,
                  ComputeTask{rank_info[r].unit, duration, flops, Bytes{0}, kernel}, std::move(deps));
-  };
-  const auto alloc = [&](int r, const std::string& name, const char* phase, const char* tenant, Bytes bytes,
-                         std::vector<TaskId> deps) {
+  }
+  TaskId alloc(int r, const std::string& name, const char* phase, const char* tenant, Bytes bytes,
+               std::vector<TaskId> deps) {
     return g.add(fmt::format("{}.{}", rank_info[r].prefix, name), phase, AllocTask{rank_info[r].pool, tenant, bytes},
                  std::move(deps));
-  };
-  const auto release = [&](int r, const std::string& name, const char* phase, const char* tenant, Bytes bytes,
-                           std::vector<TaskId> deps) {
+  }
+  TaskId release(int r, const std::string& name, const char* phase, const char* tenant, Bytes bytes,
+                 std::vector<TaskId> deps) {
     return g.add(fmt::format("{}.{}", rank_info[r].prefix, name), phase,
                  sim::FreeTask{rank_info[r].pool, tenant, bytes}, std::move(deps));
-  };
-  const auto per_rank = [&](const std::vector<TaskId>& tasks) {
+  }
+  [[nodiscard]] std::vector<std::vector<TaskId>> per_rank(const std::vector<TaskId>& tasks) const {
     std::vector<std::vector<TaskId>> deps(sims);
     for (int r = 0; r < sims; ++r) deps[r] = {tasks[r]};
     return deps;
-  };
+  }
 
   // Model states. At stage 3 each rank keeps its partition of the gathered parameters and every
   // persistent one whole (DeepSpeed's param_persistence_threshold).
-  const std::int64_t parameters_on_rank = stage == 3 ? partition(P_model - persistent) + persistent : P;
-  constexpr const char* kGathered = "gathered parameters (bf16)";
-  std::vector<TaskId> prev(sims);
-  for (int r = 0; r < sims; ++r) {
-    const TaskId a0 = spec.offload_param ? g.add(fmt::format("{}.alloc.parameters", rank_info[r].prefix), "setup",
-                                                 AllocTask{rank_info[r].host_pool, "parameter partition on host (bf16)",
-                                                           Bytes{parameters_on_rank * kBf16Bytes}},
-                                                 {})
-                                         : alloc(r, "alloc.parameters", "setup",
-                                                 stage == 3 ? "parameter partition (bf16)" : "parameters (bf16)",
-                                                 Bytes{parameters_on_rank * kBf16Bytes}, {});
-    // With offload, the GPU keeps the states of its GPU-resident subgroups (fp32 master, m, v and
-    // fp32 gradients); the host keeps the rest and a bf16 buffer for the whole gradient partition.
-    const std::int64_t gpu_updated = updated_on_rank - cpu_params;
-    const TaskId a1 =
-        offload ? alloc(r, "alloc.gradients", "setup", "fp32 gradients of GPU subgroups",
-                        Bytes{gpu_updated * kFp32Bytes}, {a0})
-                : alloc(r, "alloc.gradients", "setup", stage >= 2 ? "gradient partition (bf16)" : "gradients (bf16)",
-                        Bytes{(stage >= 2 ? partition(P_model) : P) * kBf16Bytes}, {a0});
-    TaskId last = alloc(r, "alloc.optimizer", "setup", "optimizer states (fp32 master, m, v)",
-                        Bytes{gpu_updated * kOptimizerStateBytesPerParam}, {a1});
-    if (offload) {
-      const auto host_alloc = [&](const char* name, const char* tenant, Bytes bytes, TaskId after) {
-        return g.add(fmt::format("{}.{}", rank_info[r].prefix, name), "setup",
-                     AllocTask{rank_info[r].host_pool, tenant, bytes}, {after});
-      };
-      if (off.nvme) {
-        // States and fp32 gradients on the NVMe; the host keeps the pinned swap buffers.
-        last = g.add(fmt::format("{}.alloc.nvme_states", rank_info[r].prefix), "setup",
-                     AllocTask{rank_info[r].nvme_pool, "optimizer states and fp32 gradients on NVMe",
-                               Bytes{cpu_params * (kOptimizerStateBytesPerParam + kFp32Bytes)}},
-                     {last});
-        const std::int64_t largest = *std::max_element(subgroups.begin(), subgroups.end());
-        last = host_alloc("alloc.swap_buffers", "pinned NVMe swap buffers",
-                          Bytes{off.buffer_count * largest * kFp32Bytes}, last);
-      } else {
-        last = host_alloc("alloc.host_optimizer", "optimizer states on host (fp32 master, m, v)",
-                          Bytes{cpu_params * kOptimizerStateBytesPerParam}, last);
-        last = host_alloc("alloc.host_gradients", "fp32 gradients on host", Bytes{cpu_params * kFp32Bytes}, last);
+  void place_states() {
+    parameters_on_rank = stage == 3 ? partition(P_model - persistent) + persistent : P;
+    for (int r = 0; r < sims; ++r) {
+      const TaskId a0 =
+          spec.offload_param
+              ? g.add(fmt::format("{}.alloc.parameters", rank_info[r].prefix), "setup",
+                      AllocTask{rank_info[r].host_pool, "parameter partition on host (bf16)",
+                                Bytes{parameters_on_rank * kBf16Bytes}},
+                      {})
+              : alloc(r, "alloc.parameters", "setup", stage == 3 ? "parameter partition (bf16)" : "parameters (bf16)",
+                      Bytes{parameters_on_rank * kBf16Bytes}, {});
+      // With offload, the GPU keeps the states of its GPU-resident subgroups (fp32 master, m, v and
+      // fp32 gradients); the host keeps the rest and a bf16 buffer for the whole gradient partition.
+      const std::int64_t gpu_updated = updated_on_rank - cpu_params;
+      const TaskId a1 =
+          offload ? alloc(r, "alloc.gradients", "setup", "fp32 gradients of GPU subgroups",
+                          Bytes{gpu_updated * kFp32Bytes}, {a0})
+                  : alloc(r, "alloc.gradients", "setup", stage >= 2 ? "gradient partition (bf16)" : "gradients (bf16)",
+                          Bytes{(stage >= 2 ? partition(P_model) : P) * kBf16Bytes}, {a0});
+      TaskId last = alloc(r, "alloc.optimizer", "setup", "optimizer states (fp32 master, m, v)",
+                          Bytes{gpu_updated * kOptimizerStateBytesPerParam}, {a1});
+      if (offload) {
+        const auto host_alloc = [&](const char* name, const char* tenant, Bytes bytes, TaskId after) {
+          return g.add(fmt::format("{}.{}", rank_info[r].prefix, name), "setup",
+                       AllocTask{rank_info[r].host_pool, tenant, bytes}, {after});
+        };
+        if (off.nvme) {
+          // States and fp32 gradients on the NVMe; the host keeps the pinned swap buffers.
+          last = g.add(fmt::format("{}.alloc.nvme_states", rank_info[r].prefix), "setup",
+                       AllocTask{rank_info[r].nvme_pool, "optimizer states and fp32 gradients on NVMe",
+                                 Bytes{cpu_params * (kOptimizerStateBytesPerParam + kFp32Bytes)}},
+                       {last});
+          const std::int64_t largest = *std::max_element(subgroups.begin(), subgroups.end());
+          last = host_alloc("alloc.swap_buffers", "pinned NVMe swap buffers",
+                            Bytes{off.buffer_count * largest * kFp32Bytes}, last);
+        } else {
+          last = host_alloc("alloc.host_optimizer", "optimizer states on host (fp32 master, m, v)",
+                            Bytes{cpu_params * kOptimizerStateBytesPerParam}, last);
+          last = host_alloc("alloc.host_gradients", "fp32 gradients on host", Bytes{cpu_params * kFp32Bytes}, last);
+        }
+        if (stage == 3) {
+          last = host_alloc("alloc.host_gradient_buffer", "bf16 gradient buffer on host",
+                            Bytes{updated_on_rank * kBf16Bytes}, last);
+        }
       }
-      if (stage == 3) {
-        last = host_alloc("alloc.host_gradient_buffer", "bf16 gradient buffer on host",
-                          Bytes{updated_on_rank * kBf16Bytes}, last);
+      if (stage >= 2) {
+        last = alloc(r, "alloc.reduce_bucket", "setup", "gradient reduce bucket (bf16)",
+                     Bytes{std::min(spec.reduce_bucket_elements, P) * kBf16Bytes}, {last});
       }
+      prev[r] = last;
     }
-    if (stage >= 2) {
-      last = alloc(r, "alloc.reduce_bucket", "setup", "gradient reduce bucket (bf16)",
-                   Bytes{std::min(spec.reduce_bucket_elements, P) * kBf16Bytes}, {last});
-    }
-    prev[r] = last;
+    gather_stream = prev;
   }
 
   // Stage 3: the all-gather of module i for every rank, issued on the gather stream after the
   // previous gather and after module i-2's parameters were freed (two modules live at most).
-  std::vector<TaskId> gather_stream = prev;
-  std::vector<std::vector<TaskId>> freed_two_ago(sims), freed_one_ago(sims);
-  const auto gather_module = [&](const Module& mod, const std::string& when) {
+  std::vector<TaskId> gather_module(const Module& mod, const std::string& when) {
     std::vector<std::vector<TaskId>> deps(sims);
     std::vector<TaskId> allocated(sims);
     for (int r = 0; r < sims; ++r) {
@@ -495,22 +635,18 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
     }
     gather_stream = done;
     return done;
-  };
-  // hpZ: after its first forward gather, each rank keeps a secondary shard of the module (bf16)
-  // until the optimizer step drops them (DeepSpeed invalidate_secondary_tensor).
-  constexpr const char* kSecondary = "secondary parameter partition (hpZ, bf16)";
-  std::vector<std::vector<TaskId>> secondary_kept(sims);
-  std::int64_t secondary_elements = 0;
-  const auto release_module = [&](int r, const Module& mod, const std::string& when, TaskId after) {
+  }
+  void release_module(int r, const Module& mod, const std::string& when, TaskId after) {
     const TaskId f = release(r, fmt::format("{}.free.{}", when, mod.name), "communication", kGathered,
                              Bytes{mod.gathered() * kBf16Bytes}, {after});
     freed_two_ago[r] = freed_one_ago[r];
     freed_one_ago[r] = {f};
-  };
+  }
   // Runs one module's compute on every rank, with its stage-3 gather and release around it.
   // `body(deps)` builds the module's work on all ranks at once (tensor-parallel all-reduces join
   // the ranks of a group), from each rank's dependencies, and returns each rank's last task.
-  const auto run_module_on_all = [&](const Module& mod, const std::string& when, auto&& body) {
+  template <typename Body>
+  void run_module_on_all(const Module& mod, const std::string& when, Body&& body) {
     std::vector<TaskId> gathered;
     if (stage == 3) gathered = gather_module(mod, when);
     const bool keep_secondary = stage == 3 && part.secondary_ranks > 0 && when == "mb0.fwd";
@@ -531,28 +667,22 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
     for (int r = 0; r < sims; ++r) {
       if (stage == 3) release_module(r, mod, when, prev[r]);
     }
-  };
+  }
   // The same with `body(r, deps)` building one rank's work at a time.
-  const auto run_module = [&](const Module& mod, const std::string& when, auto&& body) {
+  template <typename Body>
+  void run_module(const Module& mod, const std::string& when, Body&& body) {
     run_module_on_all(mod, when, [&](std::vector<std::vector<TaskId>> deps) {
       std::vector<TaskId> last(sims);
       for (int r = 0; r < sims; ++r) last[r] = body(r, std::move(deps[r]));
       return last;
     });
-  };
-  // A layer's compute on every rank: one task, or with tensor parallelism `reductions` pieces each
-  // followed by the all-reduce of the activations inside the tensor-parallel group. Returns the
-  // first and the last compute task and the end of the layer (its last all-reduce) per rank.
-  struct LayerTasks {
-    std::vector<TaskId> first, last_compute, end;
-  };
+  }
   // With expert parallelism the MoE layer's compute splits around the all-to-alls that send each
   // routed token to its expert's rank and back (DeepSpeed-MoE): forward [attention and router,
   // dispatch, experts, combine]; backward [combine's gradient, experts, dispatch's gradient, the
   // rest], after the recomputed forward (all-to-alls included) with full recomputation.
-  const std::int64_t dispatch_elements = train.micro_batch * m.seq * m.experts_per_token * m.hidden;
-  const auto expert_parallel_layer = [&](const std::string& name, const char* phase, bool forward, sim::Flops flops,
-                                         std::vector<std::vector<TaskId>> deps) {
+  LayerTasks expert_parallel_layer(const std::string& name, const char* phase, bool forward, sim::Flops flops,
+                                   std::vector<std::vector<TaskId>> deps) {
     std::vector<std::optional<TimePs>> steps;  // compute pieces; nullopt: an all-to-all
     const auto forward_steps = [&] {
       steps.insert(steps.end(), {TimePs{k.layer_fwd.ps - k.experts_fwd.ps}, std::nullopt, k.experts_fwd, std::nullopt});
@@ -587,9 +717,12 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
       started = true;
     }
     return t;
-  };
-  const auto layer_compute = [&](const std::string& name, const char* phase, bool forward, sim::Flops flops,
-                                 std::vector<std::vector<TaskId>> deps) {
+  }
+  // A layer's compute on every rank: one task, or with tensor parallelism `reductions` pieces each
+  // followed by the all-reduce of the activations inside the tensor-parallel group. Returns the
+  // first and the last compute task and the end of the layer (its last all-reduce) per rank.
+  LayerTasks layer_compute(const std::string& name, const char* phase, bool forward, sim::Flops flops,
+                           std::vector<std::vector<TaskId>> deps) {
     if (ep > 1) return expert_parallel_layer(name, phase, forward, flops, std::move(deps));
     const TimePs duration = forward ? k.layer_fwd : k.layer_bwd;
     const int reductions = forward ? tp_reductions_forward : tp_reductions_backward;
@@ -612,135 +745,35 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
                        tp_plan, per_rank(t.last_compute));
     }
     return t;
-  };
+  }
 
-  // Gradient reduction of one micro-batch's backward: buckets of consecutive gradient items until
-  // a bucket holds at least reduce_bucket_elements, reduced one after another on the rank's reduce
-  // stream. Stages 0-1 reduce only at the accumulation boundary (the last micro-batch); stages 2-3
-  // reduce every micro-batch into the gradient partition.
-  const CollectiveKind reduction = stage >= 2 ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce;
-  std::vector<std::vector<TaskId>> gradient_swaps(sims);  // ZeRO-Infinity gradient writes
-  std::vector<TaskId> reduce_stream;                      // empty until the first bucket
-  std::vector<TaskId> last_backward(sims);
-  const auto reduce_micro_batch = [&](std::int64_t mb, bool boundary) {
-    std::vector<GradientItem> buckets;
-    std::vector<std::size_t> bucket_last_item;
-    GradientItem open{0, {}};
-    for (std::size_t i = 0; i < items.size(); ++i) {
-      open.elements += items[i].elements;
-      open.expert_elements += items[i].expert_elements;
-      open.ready_on_rank = items[i].ready_on_rank;
-      if (open.elements + open.expert_elements >= spec.reduce_bucket_elements || i + 1 == items.size()) {
-        buckets.push_back(open);
-        bucket_last_item.push_back(i);
-        open = GradientItem{0, {}};
-      }
-    }
-    for (std::size_t b = 0; b < buckets.size(); ++b) {
-      std::vector<std::vector<TaskId>> deps(sims);
-      for (int r = 0; r < sims; ++r) {
-        deps[r] = {spec.overlap_comm ? buckets[b].ready_on_rank[r] : last_backward[r]};
-        if (!reduce_stream.empty()) deps[r].push_back(reduce_stream[r]);
-      }
-      const std::string bucket = fmt::format("mb{}.bucket{}", mb, b);
-      if (buckets[b].expert_elements > 0) {
-        // Expert parallelism: the bucket's expert gradients over the experts' data-parallel group,
-        // then the rest over all ranks.
-        deps = per_rank(comm.add(reduction, bucket + ".experts", buckets[b].expert_elements, expert_plan, deps));
-      }
-      if (stage < 3) {
-        reduce_stream = comm.add(reduction, bucket, buckets[b].elements, replica_plan, deps);
-      } else {
-        reduce_stream = comm.add(reduction, bucket, buckets[b].elements, part.gradient_reduce, deps);
-        if (boundary && shard < replicas) {
-          // The shard groups are replicas: all-reduce the reduced partition across them (MiCS).
-          reduce_stream = comm.add(CollectiveKind::kAllReduce, bucket + ".replicas", partition(buckets[b].elements),
-                                   part.replica_reduce, per_rank(reduce_stream));
-        }
-      }
-      if (!offload) continue;
-      // The reduced partition goes to the host (deepspeed-offload.md section 2). First micro-step:
-      // a non-blocking D2H into the bf16 host buffer and its H2D "ping-pong" back. Later
-      // micro-steps: the host buffer comes back to the GPU (H2D), the new partition is added, and
-      // the sum goes back (D2H). At the boundary, 0.13 copies it once more with a blocking D2H and
-      // up-casts it on the CPU (the autograd thread waits: the next backward kernel cannot start);
-      // 0.16.3+ up-casts on the GPU and copies the fp32 result asynchronously.
-      const std::int64_t e =
-          static_cast<std::int64_t>(std::llround(cpu_fraction * static_cast<double>(partition(buckets[b].elements))));
-      if (e == 0) continue;
-      if (stage == 2) {
-        // ZeRO-2 offload (stage_1_and_2.py, deepspeed-offload.md section 2): on the compute stream,
-        // up-cast the reduced partition on the GPU and copy it to the host fp32 gradient (4 B per
-        // element, non-blocking). From the second micro-step on, the host gradient accumulates
-        // through the GPU: H2D of the host fp32 gradient, add, D2H back.
-        for (int r = 0; r < sims; ++r) {
-          const std::string name = bucket + ".offload";
-          std::vector<TaskId> after{reduce_stream[r]};
-          if (mb > 0) {
-            after = {
-                copy(r, name + ".h2d_accumulate", "backward", false, Bytes{e * kFp32Bytes}, after, off.pin_memory)};
-          }
-          const TaskId cast =
-              compute(r, name + ".gpu_upcast", "backward",
-                      in.costs.memory_bound_time(Bytes{e * (kBf16Bytes + 2 * kFp32Bytes)}), {}, "memory", after);
-          reduce_stream[r] =
-              copy(r, name + ".d2h_fp32", "backward", true, Bytes{e * kFp32Bytes}, {cast}, off.pin_memory);
-          const std::size_t next = bucket_last_item[b] + 1;
-          if (spec.overlap_comm && next < backward_tasks[r].size()) g.add_dependency(backward_tasks[r][next], cast);
-        }
-        continue;
-      }
-      for (int r = 0; r < sims; ++r) {
-        const std::string name = bucket + ".offload";
-        TaskId last;
-        if (mb == 0) {
-          const TaskId d2h =
-              copy(r, name + ".d2h", "backward", true, Bytes{e * kBf16Bytes}, {reduce_stream[r]}, off.pin_memory);
-          last = copy(r, name + ".h2d", "backward", false, Bytes{e * kBf16Bytes}, {d2h}, off.pin_memory);
-        } else {
-          const TaskId h2d = copy(r, name + ".h2d_accumulate", "backward", false, Bytes{e * kBf16Bytes},
-                                  {reduce_stream[r]}, off.pin_memory);
-          last = copy(r, name + ".d2h_accumulate", "backward", true, Bytes{e * kBf16Bytes}, {h2d}, off.pin_memory);
-        }
-        reduce_stream[r] = last;
-        if (!boundary) continue;
-        TaskId blocking;
-        if (off.runtime == Runtime::kDeepSpeed013) {
-          // `fp32_grad_tensor.copy_(grad_buffer)` changes dtype across devices: PyTorch copies into a
-          // fresh pageable bf16 temporary and up-casts on the CPU, so this copy is pageable whatever
-          // pin_memory says (deepspeed-offload.md section 2, step d).
-          const TaskId d2h_blocking =
-              copy(r, name + ".d2h_blocking", "backward", true, Bytes{e * kBf16Bytes}, {last}, /*pinned=*/false);
-          blocking = host_traffic(r, name + ".cpu_upcast", "backward", Bytes{e * (kBf16Bytes + kFp32Bytes)},
-                                  cpu_upcast_bound, {d2h_blocking});
-          reduce_stream[r] = blocking;
-        } else {
-          blocking = compute(r, name + ".gpu_upcast", "backward",
-                             in.costs.memory_bound_time(Bytes{e * (kBf16Bytes + kFp32Bytes)}), {}, "memory", {last});
-          reduce_stream[r] =
-              copy(r, name + ".d2h_fp32", "backward", true, Bytes{e * kFp32Bytes}, {blocking}, off.pin_memory);
-        }
-        // The next backward kernel waits for the blocking step; without overlap_comm the buckets
-        // are reduced after the whole backward, so no backward kernel comes after them.
-        const std::size_t next = bucket_last_item[b] + 1;
-        if (spec.overlap_comm && next < backward_tasks[r].size()) g.add_dependency(backward_tasks[r][next], blocking);
-        if (off.nvme) {
-          // ZeRO-Infinity: the fp32 gradient goes on to the NVMe (AsyncTensorSwapper).
-          gradient_swaps[r].push_back(
-              swap(r, name + ".swap_out_gradient", true, Bytes{e * kFp32Bytes}, {reduce_stream[r]}));
-        }
-      }
-    }
-  };
-
-  const sim::Flops head_flops = head_forward_flops(m, train.micro_batch) * (1.0 / tp);
-  for (std::int64_t mb = 0; mb < train.grad_accum; ++mb) {
+  // One micro-batch: forward, backward, and (when this micro-batch reduces) its gradient reduction.
+  void micro_batch(std::int64_t mb) {
     const std::string mbs = fmt::format("mb{}", mb);
     const bool last_mb = mb == train.grad_accum - 1;
     const bool reduces = stage >= 2 || last_mb;  // this micro-batch's gradients are reduced
     for (auto& it : items) it.ready_on_rank.clear();
     for (auto& tasks : backward_tasks) tasks.clear();
-    std::vector<TaskId> f_first(sims), f_last(sims), b_first(sims);
+    const std::pair<TaskId, TaskId> fwd = forward_pass(mbs);
+    const TaskId b_first = backward_pass(mbs, reduces);
+    out.spans.push_back({"forward", fwd.first, fwd.second, false});
+    out.spans.push_back({"backward", b_first, last_backward[0], false});
+    if (!reduces) return;
+    reduce_micro_batch(mb, last_mb);
+    if (!last_mb) {
+      // DeepSpeed's end-of-backward epilogue flushes the last bucket and waits for the reduce
+      // stream: the next micro-batch's forward starts after this one's gradients are reduced.
+      for (int r = 0; r < sims; ++r) {
+        prev[r] = g.add(fmt::format("r{}.{}.gradients_reduced", r, mbs), "communication", BarrierTask{},
+                        {prev[r], reduce_stream[r]});
+      }
+      out.spans.push_back({"exposed_communication", last_backward[0], prev[0], true});
+    }
+  }
+  // Forward of micro-batch `mbs` on every rank: embedding, layers, head. Returns rank 0's first and
+  // last forward compute.
+  std::pair<TaskId, TaskId> forward_pass(const std::string& mbs) {
+    std::vector<TaskId> f_first(sims), f_last(sims);
     run_module(modules.front(), mbs + ".fwd", [&](int r, std::vector<TaskId> deps) {
       return f_first[r] = compute(r, mbs + ".fwd.embedding", "forward", k.embed_fwd, {}, "memory", std::move(deps));
     });
@@ -762,6 +795,12 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
       f_last[r] = compute(r, mbs + ".fwd.head", "forward", k.head_fwd, head_flops, "gemm", std::move(deps));
       return release(r, mbs + ".free.loss", "forward", "activations", loss_workspace, {f_last[r]});
     });
+    return {f_first[0], f_last[0]};
+  }
+  // Backward of micro-batch `mbs`; when it `reduces`, its gradient items record when each rank's
+  // gradients exist. Returns rank 0's first backward compute.
+  TaskId backward_pass(const std::string& mbs, bool reduces) {
+    std::vector<TaskId> b_first(sims);
     // Backward: head, layers in reverse, embedding.
     std::size_t item = 0;
     run_module(modules.back(), mbs + ".bwd", [&](int r, std::vector<TaskId> deps) {
@@ -803,155 +842,277 @@ BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallel
       }
       return last_backward[r] = b;
     });
-    out.spans.push_back({"forward", f_first[0], f_last[0], false});
-    out.spans.push_back({"backward", b_first[0], last_backward[0], false});
-    if (!reduces) continue;
-    reduce_micro_batch(mb, last_mb);
-    if (!last_mb) {
-      // DeepSpeed's end-of-backward epilogue flushes the last bucket and waits for the reduce
-      // stream: the next micro-batch's forward starts after this one's gradients are reduced.
-      for (int r = 0; r < sims; ++r) {
-        prev[r] = g.add(fmt::format("r{}.{}.gradients_reduced", r, mbs), "communication", BarrierTask{},
-                        {prev[r], reduce_stream[r]});
-      }
-      out.spans.push_back({"exposed_communication", last_backward[0], prev[0], true});
-    }
+    return b_first[0];
   }
 
-  std::vector<TaskId> adam(sims);
-  for (int r = 0; r < sims; ++r) {
-    std::vector<TaskId> deps{last_backward[r], reduce_stream[r]};
-    const TaskId ready =
-        g.add(fmt::format("r{}.gradients_synchronized", r), "communication", BarrierTask{}, std::move(deps));
-    TaskId first_step;
-    if (!offload) {
-      first_step = adam[r] =
-          g.add(fmt::format("r{}.adam", r), "optimizer",
-                ComputeTask{rank_info[r].unit, k.adam, {}, Bytes{updated_on_rank * kAdamTrafficBytesPerParam}, "adam"},
-                {ready});
-    } else {
-      // DeepSpeed 0.13 and later, stage 3: subgroups strictly one after another. A host subgroup
-      // runs CPU Adam, then the blocking copy-back: down-cast on the CPU and H2D of the bf16
-      // parameters. A GPU subgroup runs Adam on the GPU. No overlap between subgroups.
-      TaskId last = ready;
-      // The copy-back `bf16_partition.copy_(fp32_partition)` changes dtype across devices: PyTorch
-      // down-casts into a fresh pageable temporary on the CPU and copies that, so the H2D is pageable
-      // whatever pin_memory says (stage 3, and stage 2 before 0.14.1). ZeRO-2 from 0.14.1 (PR #5301)
-      // copies from the pinned fp32 partition.
-      const bool copy_back_pinned = stage == 2 && off.runtime != Runtime::kDeepSpeed013 && off.pin_memory;
-      // ZeRO-Infinity: each subgroup's fp32 p, m, v and gradient are read from the NVMe before CPU
-      // Adam (the next one prefetched with pipeline_read) and p, m, v written back after it (the
-      // next subgroup waits for the write unless pipeline_write).
-      std::vector<TaskId> nvme_writes;
-      std::optional<TaskId> prefetched;
-      if (off.nvme) {
-        std::vector<TaskId> swapped{ready};
-        swapped.insert(swapped.end(), gradient_swaps[r].begin(), gradient_swaps[r].end());
-        last = g.add(fmt::format("{}.gradients_on_nvme", rank_info[r].prefix), "optimizer", BarrierTask{}, swapped);
-        if (r == 0) out.spans.push_back({"nvme_gradient_flush", ready, last, true});
+  // Gradient reduction of one micro-batch's backward: buckets of consecutive gradient items until
+  // a bucket holds at least reduce_bucket_elements, reduced one after another on the rank's reduce
+  // stream. Stages 0-1 reduce only at the accumulation boundary (the last micro-batch); stages 2-3
+  // reduce every micro-batch into the gradient partition.
+  void reduce_micro_batch(std::int64_t mb, bool boundary) {
+    std::vector<GradientItem> buckets;
+    std::vector<std::size_t> bucket_last_item;
+    GradientItem open{0, {}};
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      open.elements += items[i].elements;
+      open.expert_elements += items[i].expert_elements;
+      open.ready_on_rank = items[i].ready_on_rank;
+      if (open.elements + open.expert_elements >= spec.reduce_bucket_elements || i + 1 == items.size()) {
+        buckets.push_back(open);
+        bucket_last_item.push_back(i);
+        open = GradientItem{0, {}};
       }
-      for (std::size_t j = 0; j < subgroups.size(); ++j) {
-        const std::int64_t n = subgroups[j];
-        const std::string name = fmt::format("subgroup{}", j);
-        if (j < cpu_subgroups) {
-          std::vector<TaskId> adam_deps{last};
-          if (off.nvme) {
-            const Bytes in_bytes{n * (kOptimizerStateBytesPerParam + kFp32Bytes)};
-            const TaskId read = prefetched ? *prefetched : swap(r, name + ".swap_in", false, in_bytes, {last});
-            adam_deps.push_back(read);
-            prefetched.reset();
-            if (off.pipeline_read && j + 1 < cpu_subgroups) {
-              const Bytes next_bytes{subgroups[j + 1] * (kOptimizerStateBytesPerParam + kFp32Bytes)};
-              prefetched = swap(r, fmt::format("subgroup{}.swap_in", j + 1), false, next_bytes, {read});
-            }
-          }
-          const TaskId step = host_traffic(r, name + ".cpu_adam", "optimizer", Bytes{n * kHostAdamTrafficBytesPerParam},
-                                           cpu_adam_bound, adam_deps);
-          const TaskId down = host_traffic(r, name + ".cpu_downcast", "optimizer", Bytes{n * (kFp32Bytes + kBf16Bytes)},
-                                           cpu_downcast_bound, {step});
-          std::vector<TaskId> copy_deps{down};
-          if (off.nvme) {
-            nvme_writes.push_back(swap(r, name + ".swap_out", true, Bytes{n * kOptimizerStateBytesPerParam}, {step}));
-            if (!off.pipeline_write) copy_deps.push_back(nvme_writes.back());
-          }
-          // With parameter offload the down-cast writes the host partition: nothing goes back.
-          last = spec.offload_param ? g.add(fmt::format("{}.{}.params_on_host", rank_info[r].prefix, name), "optimizer",
-                                            BarrierTask{}, copy_deps)
-                                    : copy(r, name + ".h2d_params", "optimizer", false, Bytes{n * kBf16Bytes},
-                                           copy_deps, copy_back_pinned);
-          if (j == 0) first_step = step;
-        } else {
-          last = compute(r, name + ".gpu_adam", "optimizer",
-                         in.costs.memory_bound_time(Bytes{n * kAdamTrafficBytesPerParam}), {}, "adam", {last});
-          if (j == 0) first_step = last;
+    }
+    for (std::size_t b = 0; b < buckets.size(); ++b) {
+      std::vector<std::vector<TaskId>> deps(sims);
+      for (int r = 0; r < sims; ++r) {
+        deps[r] = {spec.overlap_comm ? buckets[b].ready_on_rank[r] : last_backward[r]};
+        if (!reduce_stream.empty()) deps[r].push_back(reduce_stream[r]);
+      }
+      const std::string bucket = fmt::format("mb{}.bucket{}", mb, b);
+      if (buckets[b].expert_elements > 0) {
+        // Expert parallelism: the bucket's expert gradients over the experts' data-parallel group,
+        // then the rest over all ranks.
+        deps = per_rank(comm.add(reduction, bucket + ".experts", buckets[b].expert_elements, expert_plan, deps));
+      }
+      if (stage < 3) {
+        reduce_stream = comm.add(reduction, bucket, buckets[b].elements, replica_plan, deps);
+      } else {
+        reduce_stream = comm.add(reduction, bucket, buckets[b].elements, part.gradient_reduce, deps);
+        if (boundary && shard < replicas) {
+          // The shard groups are replicas: all-reduce the reduced partition across them (MiCS).
+          reduce_stream = comm.add(CollectiveKind::kAllReduce, bucket + ".replicas", partition(buckets[b].elements),
+                                   part.replica_reduce, per_rank(reduce_stream));
         }
       }
-      if (!nvme_writes.empty()) {
-        nvme_writes.push_back(last);
-        last = g.add(fmt::format("{}.states_on_nvme", rank_info[r].prefix), "optimizer", BarrierTask{}, nvme_writes);
+      if (!offload) continue;
+      offload_bucket(mb, boundary, bucket, buckets[b].elements, bucket_last_item[b]);
+    }
+  }
+  // Offload of one reduced bucket of `elements` (its last gradient item `last_item`) to the host.
+  void offload_bucket(std::int64_t mb, bool boundary, const std::string& bucket, std::int64_t elements,
+                      std::size_t last_item) {
+    // The reduced partition goes to the host (deepspeed-offload.md section 2). First micro-step:
+    // a non-blocking D2H into the bf16 host buffer and its H2D "ping-pong" back. Later
+    // micro-steps: the host buffer comes back to the GPU (H2D), the new partition is added, and
+    // the sum goes back (D2H). At the boundary, 0.13 copies it once more with a blocking D2H and
+    // up-casts it on the CPU (the autograd thread waits: the next backward kernel cannot start);
+    // 0.16.3+ up-casts on the GPU and copies the fp32 result asynchronously.
+    const std::int64_t e =
+        static_cast<std::int64_t>(std::llround(cpu_fraction * static_cast<double>(partition(elements))));
+    if (e == 0) return;
+    if (stage == 2) {
+      // ZeRO-2 offload (stage_1_and_2.py, deepspeed-offload.md section 2): on the compute stream,
+      // up-cast the reduced partition on the GPU and copy it to the host fp32 gradient (4 B per
+      // element, non-blocking). From the second micro-step on, the host gradient accumulates
+      // through the GPU: H2D of the host fp32 gradient, add, D2H back.
+      for (int r = 0; r < sims; ++r) {
+        const std::string name = bucket + ".offload";
+        std::vector<TaskId> after{reduce_stream[r]};
+        if (mb > 0) {
+          after = {copy(r, name + ".h2d_accumulate", "backward", false, Bytes{e * kFp32Bytes}, after, off.pin_memory)};
+        }
+        const TaskId cast =
+            compute(r, name + ".gpu_upcast", "backward",
+                    in.costs.memory_bound_time(Bytes{e * (kBf16Bytes + 2 * kFp32Bytes)}), {}, "memory", after);
+        reduce_stream[r] = copy(r, name + ".d2h_fp32", "backward", true, Bytes{e * kFp32Bytes}, {cast}, off.pin_memory);
+        const std::size_t next = last_item + 1;
+        if (spec.overlap_comm && next < backward_tasks[r].size()) g.add_dependency(backward_tasks[r][next], cast);
       }
-      adam[r] = last;
+      return;
     }
-    if (r == 0) {
-      out.spans.push_back({"exposed_communication", last_backward[0], ready, true});
-      out.spans.push_back({"optimizer", first_step, adam[0], false});
-    }
-  }
-  std::vector<TaskId> end = adam;
-  if ((stage == 1 || stage == 2) && replicas > 1) {
-    // Every rank updated its partition: all-gather the new bf16 parameters.
-    const std::int64_t experts_on_rank = experts_per_layer_on_rank * m.layers;
-    if (experts_on_rank > 0) {
-      adam = comm.add(CollectiveKind::kAllGather, "updated_parameters.experts", experts_on_rank, expert_plan,
-                      per_rank(adam));
-    }
-    end = comm.add(CollectiveKind::kAllGather, "updated_parameters", P - experts_on_rank, replica_plan, per_rank(adam));
-    out.spans.push_back({"parameter_allgather", adam[0], end[0], true});
-  }
-  if (secondary_elements > 0) {
     for (int r = 0; r < sims; ++r) {
-      end[r] = release(r, "free.secondary", "optimizer", kSecondary, Bytes{secondary_elements * kBf16Bytes}, {end[r]});
+      const std::string name = bucket + ".offload";
+      TaskId last;
+      if (mb == 0) {
+        const TaskId d2h =
+            copy(r, name + ".d2h", "backward", true, Bytes{e * kBf16Bytes}, {reduce_stream[r]}, off.pin_memory);
+        last = copy(r, name + ".h2d", "backward", false, Bytes{e * kBf16Bytes}, {d2h}, off.pin_memory);
+      } else {
+        const TaskId h2d = copy(r, name + ".h2d_accumulate", "backward", false, Bytes{e * kBf16Bytes},
+                                {reduce_stream[r]}, off.pin_memory);
+        last = copy(r, name + ".d2h_accumulate", "backward", true, Bytes{e * kBf16Bytes}, {h2d}, off.pin_memory);
+      }
+      reduce_stream[r] = last;
+      if (!boundary) continue;
+      TaskId blocking;
+      if (off.runtime == Runtime::kDeepSpeed013) {
+        // `fp32_grad_tensor.copy_(grad_buffer)` changes dtype across devices: PyTorch copies into a
+        // fresh pageable bf16 temporary and up-casts on the CPU, so this copy is pageable whatever
+        // pin_memory says (deepspeed-offload.md section 2, step d).
+        const TaskId d2h_blocking =
+            copy(r, name + ".d2h_blocking", "backward", true, Bytes{e * kBf16Bytes}, {last}, /*pinned=*/false);
+        blocking = host_traffic(r, name + ".cpu_upcast", "backward", Bytes{e * (kBf16Bytes + kFp32Bytes)},
+                                cpu_upcast_bound, {d2h_blocking});
+        reduce_stream[r] = blocking;
+      } else {
+        blocking = compute(r, name + ".gpu_upcast", "backward",
+                           in.costs.memory_bound_time(Bytes{e * (kBf16Bytes + kFp32Bytes)}), {}, "memory", {last});
+        reduce_stream[r] =
+            copy(r, name + ".d2h_fp32", "backward", true, Bytes{e * kFp32Bytes}, {blocking}, off.pin_memory);
+      }
+      // The next backward kernel waits for the blocking step; without overlap_comm the buckets
+      // are reduced after the whole backward, so no backward kernel comes after them.
+      const std::size_t next = last_item + 1;
+      if (spec.overlap_comm && next < backward_tasks[r].size()) g.add_dependency(backward_tasks[r][next], blocking);
+      if (off.nvme) {
+        // ZeRO-Infinity: the fp32 gradient goes on to the NVMe (AsyncTensorSwapper).
+        gradient_swaps[r].push_back(
+            swap(r, name + ".swap_out_gradient", true, Bytes{e * kFp32Bytes}, {reduce_stream[r]}));
+      }
     }
   }
-  (void)g.add("iteration.end", "end", BarrierTask{}, end);
 
-  const double sequences = static_cast<double>(train.micro_batch * train.grad_accum);
-  out.tokens_per_iteration = sequences * static_cast<double>(m.seq) * replicas;
-  {
-    // Model states on one GPU: parameters, gradients, optimizer states (the setup allocations) and
-    // the hpZ secondary partition.
-    const std::int64_t gpu_updated = updated_on_rank - cpu_params;
-    const std::int64_t parameters = spec.offload_param ? 0 : parameters_on_rank * kBf16Bytes;
-    const std::int64_t gradients =
-        offload ? gpu_updated * kFp32Bytes : (stage >= 2 ? partition(P_model) : P) * kBf16Bytes;
-    out.model_states_per_device =
-        Bytes{parameters + gradients + gpu_updated * kOptimizerStateBytesPerParam + secondary_elements * kBf16Bytes};
+  // The optimizer step on every rank, once its gradients are reduced; returns each rank's last task.
+  std::vector<TaskId> optimizer_step() {
+    std::vector<TaskId> adam(sims);
+    for (int r = 0; r < sims; ++r) {
+      std::vector<TaskId> deps{last_backward[r], reduce_stream[r]};
+      const TaskId ready =
+          g.add(fmt::format("r{}.gradients_synchronized", r), "communication", BarrierTask{}, std::move(deps));
+      TaskId first_step;
+      if (!offload) {
+        first_step = adam[r] = g.add(
+            fmt::format("r{}.adam", r), "optimizer",
+            ComputeTask{rank_info[r].unit, k.adam, {}, Bytes{updated_on_rank * kAdamTrafficBytesPerParam}, "adam"},
+            {ready});
+      } else {
+        adam[r] = offloaded_step(r, ready, first_step);
+      }
+      if (r == 0) {
+        out.spans.push_back({"exposed_communication", last_backward[0], ready, true});
+        out.spans.push_back({"optimizer", first_step, adam[0], false});
+      }
+    }
+    return adam;
   }
-  out.model_flops_per_device = model_flops_per_sequence(m) * (sequences / tp);
-  out.hardware_flops_per_device = hardware_flops_per_sequence(m, train.recompute) * (sequences / tp);
-  const auto cost_notes = in.costs.approximations();
-  out.approximations.insert(out.approximations.begin(), cost_notes.begin(), cost_notes.end());
-  out.approximations.push_back(kNonGemmKernelsApproximation);
-  out.approximations.push_back(
-      "collectives: bidirectional rings (all-to-all for qgZ) over each stage of the plan, in rank order; reduction "
-      "arithmetic not modelled");
-  if (stage == 3 && spec.zero3_fetch == DataParallelSpec::Fetch::kPrefetch)
-    out.approximations.push_back("ZeRO-3 prefetch: one module ahead, at most two modules gathered");
-  if (stage == 3 && spec.zero3_fetch == DataParallelSpec::Fetch::kBlocking) {
+  // Adam with optimizer offload on rank r from `ready`: returns its last task and sets `first_step`.
+  TaskId offloaded_step(int r, TaskId ready, TaskId& first_step) {
+    // DeepSpeed 0.13 and later, stage 3: subgroups strictly one after another. A host subgroup
+    // runs CPU Adam, then the blocking copy-back: down-cast on the CPU and H2D of the bf16
+    // parameters. A GPU subgroup runs Adam on the GPU. No overlap between subgroups.
+    TaskId last = ready;
+    // The copy-back `bf16_partition.copy_(fp32_partition)` changes dtype across devices: PyTorch
+    // down-casts into a fresh pageable temporary on the CPU and copies that, so the H2D is pageable
+    // whatever pin_memory says (stage 3, and stage 2 before 0.14.1). ZeRO-2 from 0.14.1 (PR #5301)
+    // copies from the pinned fp32 partition.
+    const bool copy_back_pinned = stage == 2 && off.runtime != Runtime::kDeepSpeed013 && off.pin_memory;
+    // ZeRO-Infinity: each subgroup's fp32 p, m, v and gradient are read from the NVMe before CPU
+    // Adam (the next one prefetched with pipeline_read) and p, m, v written back after it (the
+    // next subgroup waits for the write unless pipeline_write).
+    std::vector<TaskId> nvme_writes;
+    std::optional<TaskId> prefetched;
+    if (off.nvme) {
+      std::vector<TaskId> swapped{ready};
+      swapped.insert(swapped.end(), gradient_swaps[r].begin(), gradient_swaps[r].end());
+      last = g.add(fmt::format("{}.gradients_on_nvme", rank_info[r].prefix), "optimizer", BarrierTask{}, swapped);
+      if (r == 0) out.spans.push_back({"nvme_gradient_flush", ready, last, true});
+    }
+    for (std::size_t j = 0; j < subgroups.size(); ++j) {
+      const std::int64_t n = subgroups[j];
+      const std::string name = fmt::format("subgroup{}", j);
+      if (j < cpu_subgroups) {
+        std::vector<TaskId> adam_deps{last};
+        if (off.nvme) {
+          const Bytes in_bytes{n * (kOptimizerStateBytesPerParam + kFp32Bytes)};
+          const TaskId read = prefetched ? *prefetched : swap(r, name + ".swap_in", false, in_bytes, {last});
+          adam_deps.push_back(read);
+          prefetched.reset();
+          if (off.pipeline_read && j + 1 < cpu_subgroups) {
+            const Bytes next_bytes{subgroups[j + 1] * (kOptimizerStateBytesPerParam + kFp32Bytes)};
+            prefetched = swap(r, fmt::format("subgroup{}.swap_in", j + 1), false, next_bytes, {read});
+          }
+        }
+        const TaskId step = host_traffic(r, name + ".cpu_adam", "optimizer", Bytes{n * kHostAdamTrafficBytesPerParam},
+                                         cpu_adam_bound, adam_deps);
+        const TaskId down = host_traffic(r, name + ".cpu_downcast", "optimizer", Bytes{n * (kFp32Bytes + kBf16Bytes)},
+                                         cpu_downcast_bound, {step});
+        std::vector<TaskId> copy_deps{down};
+        if (off.nvme) {
+          nvme_writes.push_back(swap(r, name + ".swap_out", true, Bytes{n * kOptimizerStateBytesPerParam}, {step}));
+          if (!off.pipeline_write) copy_deps.push_back(nvme_writes.back());
+        }
+        // With parameter offload the down-cast writes the host partition: nothing goes back.
+        last = spec.offload_param ? g.add(fmt::format("{}.{}.params_on_host", rank_info[r].prefix, name), "optimizer",
+                                          BarrierTask{}, copy_deps)
+                                  : copy(r, name + ".h2d_params", "optimizer", false, Bytes{n * kBf16Bytes}, copy_deps,
+                                         copy_back_pinned);
+        if (j == 0) first_step = step;
+      } else {
+        last = compute(r, name + ".gpu_adam", "optimizer",
+                       in.costs.memory_bound_time(Bytes{n * kAdamTrafficBytesPerParam}), {}, "adam", {last});
+        if (j == 0) first_step = last;
+      }
+    }
+    if (!nvme_writes.empty()) {
+      nvme_writes.push_back(last);
+      last = g.add(fmt::format("{}.states_on_nvme", rank_info[r].prefix), "optimizer", BarrierTask{}, nvme_writes);
+    }
+    return last;
+  }
+
+  // Stages 1-2: the all-gather of the updated parameters after `adam`; returns each rank's end.
+  std::vector<TaskId> parameter_allgather(std::vector<TaskId> adam) {
+    std::vector<TaskId> end = adam;
+    if ((stage == 1 || stage == 2) && replicas > 1) {
+      // Every rank updated its partition: all-gather the new bf16 parameters.
+      const std::int64_t experts_on_rank = experts_per_layer_on_rank * m.layers;
+      if (experts_on_rank > 0) {
+        adam = comm.add(CollectiveKind::kAllGather, "updated_parameters.experts", experts_on_rank, expert_plan,
+                        per_rank(adam));
+      }
+      end =
+          comm.add(CollectiveKind::kAllGather, "updated_parameters", P - experts_on_rank, replica_plan, per_rank(adam));
+      out.spans.push_back({"parameter_allgather", adam[0], end[0], true});
+    }
+    return end;
+  }
+
+  // The iteration's figures and approximations.
+  void finish() {
+    const double sequences = static_cast<double>(train.micro_batch * train.grad_accum);
+    out.tokens_per_iteration = sequences * static_cast<double>(m.seq) * replicas;
+    {
+      // Model states on one GPU: parameters, gradients, optimizer states (the setup allocations) and
+      // the hpZ secondary partition.
+      const std::int64_t gpu_updated = updated_on_rank - cpu_params;
+      const std::int64_t parameters = spec.offload_param ? 0 : parameters_on_rank * kBf16Bytes;
+      const std::int64_t gradients =
+          offload ? gpu_updated * kFp32Bytes : (stage >= 2 ? partition(P_model) : P) * kBf16Bytes;
+      out.model_states_per_device =
+          Bytes{parameters + gradients + gpu_updated * kOptimizerStateBytesPerParam + secondary_elements * kBf16Bytes};
+    }
+    out.model_flops_per_device = model_flops_per_sequence(m) * (sequences / tp);
+    out.hardware_flops_per_device = hardware_flops_per_sequence(m, train.recompute) * (sequences / tp);
+    const auto cost_notes = in.costs.approximations();
+    out.approximations.insert(out.approximations.begin(), cost_notes.begin(), cost_notes.end());
+    out.approximations.push_back(kNonGemmKernelsApproximation);
     out.approximations.push_back(
-        "ZeRO-3 blocking fetch (DeepSpeed of 2021): every gather waits for the previous module and the module for "
-        "it, no overlap; the per-parameter launches and bookkeeping of that version are not costed");
+        "collectives: bidirectional rings (all-to-all for qgZ) over each stage of the plan, in rank order; reduction "
+        "arithmetic not modelled");
+    if (stage == 3 && spec.zero3_fetch == DataParallelSpec::Fetch::kPrefetch)
+      out.approximations.push_back("ZeRO-3 prefetch: one module ahead, at most two modules gathered");
+    if (stage == 3 && spec.zero3_fetch == DataParallelSpec::Fetch::kBlocking) {
+      out.approximations.push_back(
+          "ZeRO-3 blocking fetch (DeepSpeed of 2021): every gather waits for the previous module and the module for "
+          "it, no overlap; the per-parameter launches and bookkeeping of that version are not costed");
+    }
+    if (m.moe()) {
+      out.approximations.push_back(
+          ep > 1
+              ? fmt::format("expert parallelism over {} consecutive ranks: each routed token goes to its expert's rank "
+                            "and back by all-to-all (even routing: (ep - 1) / ep of the tokens leave each rank), "
+                            "on the critical path of its layer",
+                            ep)
+              : "no expert parallelism: every rank runs every expert (set strategy.ep to spread them)");
+    }
   }
-  if (m.moe()) {
-    out.approximations.push_back(
-        ep > 1
-            ? fmt::format("expert parallelism over {} consecutive ranks: each routed token goes to its expert's rank "
-                          "and back by all-to-all (even routing: (ep - 1) / ep of the tokens leave each rank), "
-                          "on the critical path of its layer",
-                          ep)
-            : "no expert parallelism: every rank runs every expert (set strategy.ep to spread them)");
-  }
-  return out;
+};
+
+}  // namespace
+
+BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallelSpec& spec) {
+  return DataParallelBuilder(in, spec).build();
 }
 
 }  // namespace offsim::models
