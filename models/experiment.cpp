@@ -790,7 +790,7 @@ ExperimentResult run_experiment(const ExperimentSpec& spec, const RunExperimentO
   const std::uint32_t unit0 = *built.machine.unit_of_device[device0];
   for (const auto& t : built.graph.tasks()) {
     if (const auto* c = std::get_if<sim::ComputeTask>(&t.body); c && c->unit == unit0) {
-      r.rank0_compute.push_back({t.phase, run.tasks[t.id.index].start, run.tasks[t.id.index].end});
+      r.rank0_compute.push_back({built.graph.phase(t), run.tasks[t.id.index].start, run.tasks[t.id.index].end});
     }
   }
   r.rank0_memory = run.pools[*built.machine.pool_of_device[device0]].timeline;

@@ -108,10 +108,10 @@ class Run {
       if (lines.size() >= kDeadlockTasksShown) continue;
       std::vector<std::string> waits;
       for (const auto d : t.deps) {
-        if (!done_[d.index]) waits.push_back(graph_.task(d).name);
+        if (!done_[d.index]) waits.emplace_back(graph_.name(graph_.task(d)));
       }
-      lines.push_back(waits.empty() ? fmt::format("'{}' started but never finished", t.name)
-                                    : fmt::format("'{}' waits for {}", t.name, fmt::join(waits, ", ")));
+      lines.push_back(waits.empty() ? fmt::format("'{}' started but never finished", graph_.name(t))
+                                    : fmt::format("'{}' waits for {}", graph_.name(t), fmt::join(waits, ", ")));
     }
     throw SimulationError(fmt::format("deadlock at t={} ps: {} of {} tasks never finished:\n  {}", sim_.now().ps, stuck,
                                       graph_.size(), fmt::join(lines, "\n  ")));

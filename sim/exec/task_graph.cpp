@@ -1,6 +1,8 @@
 #include "sim/exec/task_graph.hpp"
 
 #include <fmt/format.h>
+#include <algorithm>
+#include <limits>
 #include <stdexcept>
 
 namespace offsim::sim {
@@ -18,13 +20,31 @@ std::uint32_t Platform::add_pool(PoolSpec p) {
   return static_cast<std::uint32_t>(pools.size() - 1);
 }
 
-TaskId TaskGraph::add(std::string name, std::string phase, TaskBody body, std::vector<TaskId> deps,
+TaskId TaskGraph::add(std::string_view name, std::string_view phase, TaskBody body, std::vector<TaskId> deps,
                       std::int64_t priority) {
   const TaskId id{static_cast<std::uint32_t>(tasks_.size())};
   for (const auto d : deps) {
     if (d.index >= id.index) throw std::invalid_argument(fmt::format("task '{}' depends on an unknown task", name));
   }
-  tasks_.push_back(Task{id, std::move(name), std::move(phase), std::move(body), std::move(deps), priority});
+  if (names_.size() + name.size() > std::numeric_limits<std::uint32_t>::max()) {
+    throw std::length_error("the task graph's names exceed 4 GiB");
+  }
+  // Phases are few (forward, backward, communication, ...): the last one used is the likely match.
+  auto phase_at = std::find(phases_.rbegin(), phases_.rend(), phase);
+  if (phase_at == phases_.rend()) {
+    if (phases_.size() > std::numeric_limits<std::uint16_t>::max()) throw std::length_error("too many task phases");
+    phases_.emplace_back(phase);
+    phase_at = phases_.rbegin();
+  }
+  Task t{id,
+         static_cast<std::uint32_t>(names_.size()),
+         static_cast<std::uint32_t>(name.size()),
+         static_cast<std::uint16_t>(phases_.rend() - phase_at - 1),
+         std::move(body),
+         std::move(deps),
+         priority};
+  names_.append(name);
+  tasks_.push_back(std::move(t));
   return id;
 }
 
@@ -50,28 +70,28 @@ void TaskGraph::validate(const Platform& platform) const {
   std::vector<std::string> problems;
   for (const auto& t : tasks_) {
     if (const auto* c = std::get_if<ComputeTask>(&t.body); c && c->unit >= platform.units.size()) {
-      problems.push_back(fmt::format("task {} '{}': unknown compute unit {}", t.id.index, t.name, c->unit));
+      problems.push_back(fmt::format("task {} '{}': unknown compute unit {}", t.id.index, name(t), c->unit));
     }
     if (const auto* x = std::get_if<TransferTask>(&t.body)) {
       for (const auto c : x->route) {
         if (c.index >= platform.constraints.size()) {
-          problems.push_back(fmt::format("task {} '{}': unknown constraint {}", t.id.index, t.name, c.index));
+          problems.push_back(fmt::format("task {} '{}': unknown constraint {}", t.id.index, name(t), c.index));
         }
       }
       if (x->route.empty() && x->bytes.count > 0 && !x->rate_bound) {
-        problems.push_back(fmt::format("task {} '{}': a transfer with bytes needs a route", t.id.index, t.name));
+        problems.push_back(fmt::format("task {} '{}': a transfer with bytes needs a route", t.id.index, name(t)));
       }
     }
     const auto check_pool = [&](std::uint32_t pool) {
       if (pool >= platform.pools.size()) {
-        problems.push_back(fmt::format("task {} '{}': unknown memory pool {}", t.id.index, t.name, pool));
+        problems.push_back(fmt::format("task {} '{}': unknown memory pool {}", t.id.index, name(t), pool));
       }
     };
     if (const auto* a = std::get_if<AllocTask>(&t.body)) check_pool(a->pool);
     if (const auto* f = std::get_if<FreeTask>(&t.body)) check_pool(f->pool);
     for (const auto d : t.deps) {
       if (d.index >= tasks_.size())
-        problems.push_back(fmt::format("task {} '{}': unknown dependency", t.id.index, t.name));
+        problems.push_back(fmt::format("task {} '{}': unknown dependency", t.id.index, name(t)));
     }
   }
   if (!problems.empty())
@@ -122,7 +142,7 @@ std::string TaskGraph::to_text(const Platform& platform) const {
   for (const auto& t : tasks_) {
     std::vector<std::uint32_t> deps;
     for (const auto d : t.deps) deps.push_back(d.index);
-    out += fmt::format("{} {} [{}] prio={} deps=[{}] {}\n", t.id.index, t.name, t.phase, t.priority,
+    out += fmt::format("{} {} [{}] prio={} deps=[{}] {}\n", t.id.index, name(t), phase(t), t.priority,
                        fmt::join(deps, ","), describe(t.body, platform));
   }
   return out;
@@ -133,8 +153,8 @@ std::string TaskGraph::to_dot(const Platform& platform) const {
   for (const auto& t : tasks_) {
     const std::string_view kind = task_kind(t.body);
     const char* shape = kind == "compute" ? "box" : kind == "transfer" ? "cds" : kind == "barrier" ? "diamond" : "note";
-    out += fmt::format("  t{} [label=\"{}\\n{}\", shape={}, tooltip=\"{}\"];\n", t.id.index, dot_escape(t.name),
-                       t.phase, shape, dot_escape(describe(t.body, platform)));
+    out += fmt::format("  t{} [label=\"{}\\n{}\", shape={}, tooltip=\"{}\"];\n", t.id.index, dot_escape(name(t)),
+                       phase(t), shape, dot_escape(describe(t.body, platform)));
   }
   for (const auto& t : tasks_) {
     for (const auto d : t.deps) out += fmt::format("  t{} -> t{};\n", d.index, t.id.index);

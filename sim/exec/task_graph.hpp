@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -79,10 +80,14 @@ struct BarrierTask {};
 
 using TaskBody = std::variant<ComputeTask, TransferTask, AllocTask, FreeTask, BarrierTask>;
 
+// A task's name and phase live in its graph (TaskGraph::name, TaskGraph::phase): the names back
+// to back in one buffer, the few distinct phases in a table, so that a graph of millions of tasks
+// does not hold two strings (and a heap block) per task.
 struct Task {
   TaskId id;
-  std::string name;
-  std::string phase;  // reporting group, e.g. "forward"
+  std::uint32_t name_begin = 0;  // in the graph's name buffer
+  std::uint32_t name_size = 0;
+  std::uint16_t phase = 0;  // index into the graph's phase table; reporting group, e.g. "forward"
   TaskBody body;
   std::vector<TaskId> deps;
   std::int64_t priority = 0;  // lower runs first among ready tasks competing for a unit
@@ -90,7 +95,7 @@ struct Task {
 
 class TaskGraph {
  public:
-  TaskId add(std::string name, std::string phase, TaskBody body, std::vector<TaskId> deps = {},
+  TaskId add(std::string_view name, std::string_view phase, TaskBody body, std::vector<TaskId> deps = {},
              std::int64_t priority = 0);
   /// Adds an edge after the fact (e.g. to chain the last task of one stage to the next).
   void add_dependency(TaskId task, TaskId depends_on);
@@ -98,6 +103,10 @@ class TaskGraph {
   [[nodiscard]] const std::vector<Task>& tasks() const { return tasks_; }
   [[nodiscard]] const Task& task(TaskId id) const { return tasks_[id.index]; }
   [[nodiscard]] std::size_t size() const { return tasks_.size(); }
+  [[nodiscard]] std::string_view name(const Task& t) const {
+    return std::string_view(names_).substr(t.name_begin, t.name_size);
+  }
+  [[nodiscard]] const std::string& phase(const Task& t) const { return phases_[t.phase]; }
 
   /// Checks every reference against the platform; throws std::invalid_argument listing them all.
   void validate(const Platform& platform) const;
@@ -107,6 +116,8 @@ class TaskGraph {
 
  private:
   std::vector<Task> tasks_;
+  std::string names_;                // every task's name, back to back
+  std::vector<std::string> phases_;  // the distinct phases, in order of first use
 };
 
 [[nodiscard]] std::string_view task_kind(const TaskBody& body);

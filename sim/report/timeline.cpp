@@ -177,20 +177,20 @@ std::string chrome_trace(const Platform& platform, const TaskGraph& graph, const
     const auto& rec = run.tasks[task.id.index];
     if (const auto* c = std::get_if<ComputeTask>(&task.body)) {
       emit(fmt::format(R"({{"ph": "X", "pid": {}, "tid": {}, "name": {}, "cat": {}, "ts": {}, "dur": {}}})",
-                       kComputePid, c->unit, q(task.name), q(task.phase), micros(rec.start.ps),
+                       kComputePid, c->unit, q(graph.name(task)), q(graph.phase(task)), micros(rec.start.ps),
                        micros(rec.end.ps - rec.start.ps)));
     } else if (const auto* x = std::get_if<TransferTask>(&task.body)) {
       if (const auto u = unit_worked_by(*x)) {
         emit(fmt::format(R"({{"ph": "X", "pid": {}, "tid": {}, "name": {}, "cat": {}, "ts": {}, "dur": {}}})",
-                         kComputePid, *u, q(task.name), q(task.phase), micros(rec.start.ps),
+                         kComputePid, *u, q(graph.name(task)), q(graph.phase(task)), micros(rec.start.ps),
                          micros(rec.end.ps - rec.start.ps)));
       }
       const std::string cat = x->route.empty() ? "transfer" : run.constraints[x->route.front().index].group;
       emit(
           fmt::format(R"({{"ph": "b", "pid": {}, "id": {}, "name": {}, "cat": {}, "ts": {}, "args": {{"bytes": {}}}}})",
-                      kTransferPid, task.id.index, q(task.name), q(cat), micros(rec.start.ps), x->bytes.count));
+                      kTransferPid, task.id.index, q(graph.name(task)), q(cat), micros(rec.start.ps), x->bytes.count));
       emit(fmt::format(R"({{"ph": "e", "pid": {}, "id": {}, "name": {}, "cat": {}, "ts": {}}})", kTransferPid,
-                       task.id.index, q(task.name), q(cat), micros(rec.end.ps)));
+                       task.id.index, q(graph.name(task)), q(cat), micros(rec.end.ps)));
     }
   }
   for (const auto& s : memory_series(run)) {
