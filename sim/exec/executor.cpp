@@ -1,7 +1,10 @@
 #include "sim/exec/executor.hpp"
 
 #include <fmt/format.h>
-#include <set>
+#include <algorithm>
+#include <functional>
+#include <utility>
+#include <vector>
 
 #include "sim/core/errors.hpp"
 #include "sim/core/simulator.hpp"
@@ -24,17 +27,24 @@ class Run {
     const std::size_t n = graph.size();
     records_.resize(n);
     waiting_on_.resize(n);
-    dependents_.resize(n);
     done_.assign(n, false);
+    // Dependents in one array (compressed rows, in task order), not one vector per task.
+    dependents_begin_.assign(n + 1, 0);
     for (const auto& t : graph.tasks()) {
       waiting_on_[t.id.index] = static_cast<std::uint32_t>(t.deps.size());
-      for (const auto d : t.deps) dependents_[d.index].push_back(t.id.index);
+      for (const auto d : t.deps) ++dependents_begin_[d.index + 1];
+    }
+    for (std::size_t i = 0; i < n; ++i) dependents_begin_[i + 1] += dependents_begin_[i];
+    dependents_.resize(dependents_begin_[n]);
+    std::vector<std::size_t> filled(dependents_begin_.begin(), dependents_begin_.end() - 1);
+    for (const auto& t : graph.tasks()) {
+      for (const auto d : t.deps) dependents_[filled[d.index]++] = t.id.index;
     }
   }
 
   RunResult go() {
     for (const auto& t : graph_.tasks()) {
-      if (waiting_on_[t.id.index] == 0) ready_.insert({t.priority, t.id.index});
+      if (waiting_on_[t.id.index] == 0) make_ready(t.id.index);
     }
     drain();
     sim_.run();
@@ -46,8 +56,9 @@ class Run {
  private:
   void drain() {
     while (!ready_.empty()) {
-      const auto [priority, id] = *ready_.begin();
-      ready_.erase(ready_.begin());
+      std::pop_heap(ready_.begin(), ready_.end(), std::greater<>{});
+      const std::uint32_t id = ready_.back().second;
+      ready_.pop_back();
       start(id);
     }
   }
@@ -94,9 +105,17 @@ class Run {
     records_[id].end = sim_.now();
     done_[id] = true;
     ++finished_;
-    for (const auto dep : dependents_[id]) {
-      if (--waiting_on_[dep] == 0) ready_.insert({graph_.tasks()[dep].priority, dep});
+    for (std::size_t i = dependents_begin_[id]; i < dependents_begin_[id + 1]; ++i) {
+      const std::uint32_t dep = dependents_[i];
+      if (--waiting_on_[dep] == 0) make_ready(dep);
     }
+  }
+
+  // Ready tasks start lowest (priority, id) first: a min-heap of distinct pairs, so the order is
+  // total and the same as a sorted set's.
+  void make_ready(std::uint32_t id) {
+    ready_.emplace_back(graph_.tasks()[id].priority, id);
+    std::push_heap(ready_.begin(), ready_.end(), std::greater<>{});
   }
 
   [[noreturn]] void report_deadlock() const {
@@ -143,10 +162,11 @@ class Run {
   std::vector<MemoryPool> pools_;
   std::vector<TaskRecord> records_;
   std::vector<std::uint32_t> waiting_on_;
-  std::vector<std::vector<std::uint32_t>> dependents_;
+  std::vector<std::size_t> dependents_begin_;  // task i's dependents: [begin[i], begin[i + 1])
+  std::vector<std::uint32_t> dependents_;
   std::vector<bool> done_;
   std::size_t finished_ = 0;
-  std::set<std::pair<std::int64_t, std::uint32_t>> ready_;
+  std::vector<std::pair<std::int64_t, std::uint32_t>> ready_;  // min-heap
 };
 
 }  // namespace

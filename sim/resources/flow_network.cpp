@@ -262,7 +262,12 @@ void FlowNetwork::on_completion_event(std::uint64_t generation) {
   });
   invalidate();
   for (const auto id : finished) {
-    auto done = std::move(flows_[id].on_complete);
+    // A finished flow keeps its record, not its route lists: a run of a million transfers would
+    // otherwise hold every one until the end.
+    Flow& flow = flows_[id];
+    std::vector<ConstraintId>().swap(flow.spec.route);
+    std::vector<ConstraintId>().swap(flow.accounted);
+    auto done = std::move(flow.on_complete);
     if (done) done();
   }
 }
