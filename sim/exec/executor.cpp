@@ -31,14 +31,14 @@ class Run {
     // Dependents in one array (compressed rows, in task order), not one vector per task.
     dependents_begin_.assign(n + 1, 0);
     for (const auto& t : graph.tasks()) {
-      waiting_on_[t.id.index] = static_cast<std::uint32_t>(t.deps.size());
-      for (const auto d : t.deps) ++dependents_begin_[d.index + 1];
+      waiting_on_[t.id.index] = static_cast<std::uint32_t>(graph.deps(t).size());
+      for (const auto d : graph.deps(t)) ++dependents_begin_[d.index + 1];
     }
     for (std::size_t i = 0; i < n; ++i) dependents_begin_[i + 1] += dependents_begin_[i];
     dependents_.resize(dependents_begin_[n]);
     std::vector<std::size_t> filled(dependents_begin_.begin(), dependents_begin_.end() - 1);
     for (const auto& t : graph.tasks()) {
-      for (const auto d : t.deps) dependents_[filled[d.index]++] = t.id.index;
+      for (const auto d : graph.deps(t)) dependents_[filled[d.index]++] = t.id.index;
     }
   }
 
@@ -126,7 +126,7 @@ class Run {
       ++stuck;
       if (lines.size() >= kDeadlockTasksShown) continue;
       std::vector<std::string> waits;
-      for (const auto d : t.deps) {
+      for (const auto d : graph_.deps(t)) {
         if (!done_[d.index]) waits.emplace_back(graph_.name(graph_.task(d)));
       }
       lines.push_back(waits.empty() ? fmt::format("'{}' started but never finished", graph_.name(t))

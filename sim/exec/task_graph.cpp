@@ -26,8 +26,9 @@ TaskId TaskGraph::add(std::string_view name, std::string_view phase, TaskBody bo
   for (const auto d : deps) {
     if (d.index >= id.index) throw std::invalid_argument(fmt::format("task '{}' depends on an unknown task", name));
   }
-  if (names_.size() + name.size() > std::numeric_limits<std::uint32_t>::max()) {
-    throw std::length_error("the task graph's names exceed 4 GiB");
+  if (names_.size() + name.size() > std::numeric_limits<std::uint32_t>::max() ||
+      deps_.size() + deps.size() > std::numeric_limits<std::uint32_t>::max()) {
+    throw std::length_error("the task graph's names or dependencies exceed 2^32 entries");
   }
   // Phases are few (forward, backward, communication, ...): the last one used is the likely match.
   auto phase_at = std::find(phases_.rbegin(), phases_.rend(), phase);
@@ -41,9 +42,11 @@ TaskId TaskGraph::add(std::string_view name, std::string_view phase, TaskBody bo
          static_cast<std::uint32_t>(name.size()),
          static_cast<std::uint16_t>(phases_.rend() - phase_at - 1),
          std::move(body),
-         std::move(deps),
+         static_cast<std::uint32_t>(deps_.size()),
+         static_cast<std::uint32_t>(deps.size()),
          priority};
   names_.append(name);
+  deps_.insert(deps_.end(), deps.begin(), deps.end());
   tasks_.push_back(std::move(t));
   return id;
 }
@@ -52,7 +55,16 @@ void TaskGraph::add_dependency(TaskId task, TaskId depends_on) {
   if (task.index >= tasks_.size() || depends_on.index >= tasks_.size()) {
     throw std::invalid_argument("add_dependency: unknown task");
   }
-  tasks_[task.index].deps.push_back(depends_on);
+  // Rare (a few per graph): the task's list moves to the end of the buffer with the new one.
+  Task& t = tasks_[task.index];
+  const std::uint32_t begin = t.deps_begin;
+  t.deps_begin = static_cast<std::uint32_t>(deps_.size());
+  for (std::uint32_t i = 0; i < t.deps_size; ++i) {
+    const TaskId d = deps_[begin + i];  // a copy: push_back may reallocate
+    deps_.push_back(d);
+  }
+  deps_.push_back(depends_on);
+  ++t.deps_size;
 }
 
 std::string_view task_kind(const TaskBody& body) {
@@ -89,7 +101,7 @@ void TaskGraph::validate(const Platform& platform) const {
     };
     if (const auto* a = std::get_if<AllocTask>(&t.body)) check_pool(a->pool);
     if (const auto* f = std::get_if<FreeTask>(&t.body)) check_pool(f->pool);
-    for (const auto d : t.deps) {
+    for (const auto d : deps(t)) {
       if (d.index >= tasks_.size())
         problems.push_back(fmt::format("task {} '{}': unknown dependency", t.id.index, name(t)));
     }
@@ -140,10 +152,10 @@ std::string dot_escape(std::string_view s) {
 std::string TaskGraph::to_text(const Platform& platform) const {
   std::string out;
   for (const auto& t : tasks_) {
-    std::vector<std::uint32_t> deps;
-    for (const auto d : t.deps) deps.push_back(d.index);
+    std::vector<std::uint32_t> indices;
+    for (const auto d : deps(t)) indices.push_back(d.index);
     out += fmt::format("{} {} [{}] prio={} deps=[{}] {}\n", t.id.index, name(t), phase(t), t.priority,
-                       fmt::join(deps, ","), describe(t.body, platform));
+                       fmt::join(indices, ","), describe(t.body, platform));
   }
   return out;
 }
@@ -157,7 +169,7 @@ std::string TaskGraph::to_dot(const Platform& platform) const {
                        phase(t), shape, dot_escape(describe(t.body, platform)));
   }
   for (const auto& t : tasks_) {
-    for (const auto d : t.deps) out += fmt::format("  t{} -> t{};\n", d.index, t.id.index);
+    for (const auto d : deps(t)) out += fmt::format("  t{} -> t{};\n", d.index, t.id.index);
   }
   out += "}\n";
   return out;

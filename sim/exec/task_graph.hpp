@@ -7,6 +7,7 @@
 // of what the tasks mean.
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -80,16 +81,17 @@ struct BarrierTask {};
 
 using TaskBody = std::variant<ComputeTask, TransferTask, AllocTask, FreeTask, BarrierTask>;
 
-// A task's name and phase live in its graph (TaskGraph::name, TaskGraph::phase): the names back
-// to back in one buffer, the few distinct phases in a table, so that a graph of millions of tasks
-// does not hold two strings (and a heap block) per task.
+// A task's name, phase and dependencies live in its graph (TaskGraph::name, phase, deps): names and
+// dependencies back to back in one buffer each, the few distinct phases in a table, so that a graph
+// of millions of tasks does not hold two strings and a vector (and their heap blocks) per task.
 struct Task {
   TaskId id;
   std::uint32_t name_begin = 0;  // in the graph's name buffer
   std::uint32_t name_size = 0;
   std::uint16_t phase = 0;  // index into the graph's phase table; reporting group, e.g. "forward"
   TaskBody body;
-  std::vector<TaskId> deps;
+  std::uint32_t deps_begin = 0;  // in the graph's dependency buffer (TaskGraph::deps)
+  std::uint32_t deps_size = 0;
   std::int64_t priority = 0;  // lower runs first among ready tasks competing for a unit
 };
 
@@ -107,6 +109,9 @@ class TaskGraph {
     return std::string_view(names_).substr(t.name_begin, t.name_size);
   }
   [[nodiscard]] const std::string& phase(const Task& t) const { return phases_[t.phase]; }
+  [[nodiscard]] std::span<const TaskId> deps(const Task& t) const {
+    return std::span<const TaskId>(deps_).subspan(t.deps_begin, t.deps_size);
+  }
 
   /// Checks every reference against the platform; throws std::invalid_argument listing them all.
   void validate(const Platform& platform) const;
@@ -117,6 +122,7 @@ class TaskGraph {
  private:
   std::vector<Task> tasks_;
   std::string names_;                // every task's name, back to back
+  std::vector<TaskId> deps_;         // every task's dependencies, back to back
   std::vector<std::string> phases_;  // the distinct phases, in order of first use
 };
 
