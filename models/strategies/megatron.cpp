@@ -92,20 +92,15 @@ std::vector<Op> schedule(int pp, int stage, int v, int m) {
   return ops;
 }
 
-}  // namespace
+using OpKey = std::tuple<bool, int, int>;  // (forward, virtual stage, micro-batch)
 
-BuiltIteration build_megatron(const IterationInputs& in, const MegatronSpec& spec) {
-  BuiltIteration out;
-  out.machine = make_machine_resources(in.topology);
-  auto& g = out.graph;
+// tp x pp x dp, checked against the devices, the layers and the micro-batches.
+int checked_ranks(const IterationInputs& in, const MegatronSpec& spec) {
   const auto& m = in.model;
-  const auto& train = in.training;
-  const int tp = spec.tp;
   const int pp = spec.pp;
-  const int dp = spec.dp;
   const int v = spec.virtual_stages;
-  const int ranks = tp * pp * dp;
-  const int micro_batches = static_cast<int>(train.grad_accum);
+  const int ranks = spec.tp * pp * spec.dp;
+  const int micro_batches = static_cast<int>(in.training.grad_accum);
   if (static_cast<int>(spec.devices.size()) != ranks) {
     throw std::invalid_argument(
         fmt::format("megatron: tp x pp x dp = {} ranks but {} devices", ranks, spec.devices.size()));
@@ -119,21 +114,95 @@ BuiltIteration build_megatron(const IterationInputs& in, const MegatronSpec& spe
         fmt::format("megatron: the interleaved schedule needs micro-batches (grad_accum {}) divisible by pp ({})",
                     micro_batches, pp));
   }
-  const RankLayout layout = lay_out_ranks(out, in.topology, spec.devices, "megatron", spec.all_ranks, tp * pp);
-  const int sims = layout.simulated_ranks();
-  Communicator dp_comm(g, out.machine, in.topology, layout, in.collectives, in.costs, spec.collectives,
-                       out.approximations);
+  return ranks;
+}
+
+// An empty iteration on the machine's resources.
+BuiltIteration with_machine(const topo::Topology& topology) {
+  BuiltIteration out;
+  out.machine = make_machine_resources(topology);
+  return out;
+}
+
+// A simulated rank: its place in the grid, its GPU's unit and pool, its parameters and kernels.
+struct RankState {
+  int rank = 0;
+  int t = 0;
+  int stage = 0;
+  std::uint32_t unit = 0;
+  std::uint32_t pool = 0;
+  std::size_t device = 0;
+  std::int64_t params = 0;
+  KernelTimes k;
+};
+
+// build_megatron in phases. The constructor checks the spec and works out the layout, the work
+// and states of one rank, each simulated rank's place and the TP communicators; build() adds the
+// iteration's tasks phase by phase: model states, each TP group's schedule of operations, the
+// point-to-point transfers between stages, the DP gradient reduction, Adam and (ZeRO-1) the
+// parameter all-gather.
+class MegatronBuilder {
+ public:
+  MegatronBuilder(const IterationInputs& inputs, const MegatronSpec& strategy)
+      : in(inputs),
+        spec(strategy),
+        out(with_machine(inputs.topology)),
+        g(out.graph),
+        m(inputs.model),
+        train(inputs.training),
+        tp(strategy.tp),
+        pp(strategy.pp),
+        dp(strategy.dp),
+        v(strategy.virtual_stages),
+        ranks(checked_ranks(inputs, strategy)),
+        micro_batches(static_cast<int>(inputs.training.grad_accum)),
+        layout(lay_out_ranks(out, inputs.topology, strategy.devices, "megatron", strategy.all_ranks, tp * pp)),
+        sims(layout.simulated_ranks()),
+        dp_comm(g, out.machine, inputs.topology, layout, inputs.collectives, inputs.costs, strategy.collectives,
+                out.approximations),
+        rank_state(sims),
+        entry(sims),
+        exit(sims),
+        dp_plan{{Band{"dp", tp * pp, ranks}}, StageAlgorithm::kRing, {}} {
+    if (train.recompute == Recompute::kFull) recomputed = w.gemm + w.attention;
+    if (train.recompute == Recompute::kSelective) recomputed = w.attention;
+    place_ranks();
+    make_tp_communicators();
+  }
+
+  // The iteration's tasks, phase by phase.
+  BuiltIteration build() {
+    const std::vector<TaskId> ready = place_states();
+    run_schedules(ready);
+    point_to_point();
+    std::vector<TaskId> end = optimizer_step(reduce_gradients());
+    if (spec.zero_stage == 1 && dp > 1) end = parameter_allgather(end);
+    (void)g.add("iteration.end", "end", BarrierTask{}, end);
+    finish();
+    return std::move(out);
+  }
+
+ private:
+  const IterationInputs& in;
+  const MegatronSpec& spec;
+  BuiltIteration out;
+  sim::TaskGraph& g;
+  const ModelSpec& m;
+  const TrainingSpec& train;
+  const int tp;
+  const int pp;
+  const int dp;
+  const int v;
+  const int ranks;
+  const int micro_batches;
+  const RankLayout layout;
+  const int sims;
+  Communicator dp_comm;
 
   // Work and states of one rank.
   const ParameterCounts params = count_parameters(m);
   const std::int64_t layers_per_chunk = m.layers / (pp * v);
   const int last_virtual = pp * v - 1;
-  const auto params_of_stage = [&](int stage) {
-    std::int64_t n = layers_per_chunk * v * params.per_layer;
-    if (stage == 0) n += params.embedding + params.position;
-    if (stage == (last_virtual % pp)) n += params.final_norm + (m.tied_embeddings ? 0 : params.output_head);
-    return (n + tp - 1) / tp;
-  };
   const std::int64_t tokens = train.micro_batch * m.seq;
   const std::int64_t activation_elements = tokens * m.hidden;
   const Bytes stored = stored_activations_on_tp_rank(m, train, tp, spec.sequence_parallel);
@@ -143,8 +212,6 @@ BuiltIteration build_megatron(const IterationInputs& in, const MegatronSpec& spe
   const Bytes p2p_bytes{activation_elements * kBf16Bytes / tp};
   const LayerWork w = layer_forward(m, train.micro_batch, train.flash_attention);
   sim::Flops recomputed{};
-  if (train.recompute == Recompute::kFull) recomputed = w.gemm + w.attention;
-  if (train.recompute == Recompute::kSelective) recomputed = w.attention;
   const sim::Flops head_flops = head_forward_flops(m, train.micro_batch);
   const int tp_reductions_backward = train.recompute == Recompute::kFull ? 4 : 2;
 
@@ -153,230 +220,291 @@ BuiltIteration build_megatron(const IterationInputs& in, const MegatronSpec& spe
   std::deque<RankLayout> tp_layouts;
   std::map<int, Communicator> tp_comms;  // by the group's first rank
   const CollectivePlan tp_plan = Communicator::flat(tp);
-  struct RankState {
-    int rank = 0;
-    int t = 0;
-    int stage = 0;
-    std::uint32_t unit = 0;
-    std::uint32_t pool = 0;
-    std::size_t device = 0;
-    std::int64_t params = 0;
-    KernelTimes k;
-  };
-  std::vector<RankState> rank_state(sims);
+  std::vector<RankState> rank_state;
   std::map<int, int> sim_of_rank;
-  for (int s = 0; s < sims; ++s) {
-    RankState& rs = rank_state[s];
-    rs.rank = layout.simulated[s];
-    rs.t = rs.rank % tp;
-    rs.stage = (rs.rank / tp) % pp;
-    rs.device = out.devices[rs.rank];
-    rs.unit = *out.machine.unit_of_device[rs.device];
-    rs.pool = *out.machine.pool_of_device[rs.device];
-    rs.params = params_of_stage(rs.stage);
-    rs.k = kernel_times(in, spec.zero_stage == 1 ? (rs.params + dp - 1) / dp : rs.params, tp, spec.sequence_parallel);
-    sim_of_rank[rs.rank] = s;
+
+  // entry[s][(forward, vs, mb)]: the barrier at which the operation may start; exit: its last
+  // task (run_schedules). last_op: each rank's last task so far.
+  std::vector<std::map<OpKey, TaskId>> entry, exit;
+  std::vector<TaskId> last_op;
+
+  // The DP group of a rank: the ranks tp x pp apart (reduce_gradients, parameter_allgather).
+  const CollectivePlan dp_plan;
+
+  // The parameters of a rank of `stage` (its share of its TP group's).
+  [[nodiscard]] std::int64_t params_of_stage(int stage) const {
+    std::int64_t n = layers_per_chunk * v * params.per_layer;
+    if (stage == 0) n += params.embedding + params.position;
+    if (stage == (last_virtual % pp)) n += params.final_norm + (m.tied_embeddings ? 0 : params.output_head);
+    return (n + tp - 1) / tp;
   }
-  if (tp > 1) {
+  // Of a rank's n parameters, those whose optimizer states it holds and updates: 1/dp of them at
+  // ZeRO-1 (Megatron's distributed optimizer).
+  [[nodiscard]] std::int64_t optimizer_share(std::int64_t n) const {
+    return spec.zero_stage == 1 ? (n + dp - 1) / dp : n;
+  }
+  // The rank of TP rank t of `stage` in `replica`.
+  [[nodiscard]] int rank_of(int t, int stage, int replica) const { return t + tp * (stage + pp * replica); }
+
+  // Each simulated rank's place, parameters and kernel times.
+  void place_ranks() {
     for (int s = 0; s < sims; ++s) {
-      const int first = rank_state[s].rank - rank_state[s].t;
-      if (tp_comms.contains(first)) continue;
-      std::vector<std::size_t> group;
-      for (int t = 0; t < tp; ++t) group.push_back(out.devices[first + t]);
-      tp_layouts.push_back(make_rank_layout(in.topology, group, true, nullptr));
-      tp_comms.emplace(std::piecewise_construct, std::forward_as_tuple(first),
-                       std::forward_as_tuple(g, out.machine, in.topology, tp_layouts.back(), in.collectives, in.costs,
-                                             spec.collectives, out.approximations));
+      RankState& rs = rank_state[s];
+      rs.rank = layout.simulated[s];
+      rs.t = rs.rank % tp;
+      rs.stage = (rs.rank / tp) % pp;
+      rs.device = out.devices[rs.rank];
+      rs.unit = *out.machine.unit_of_device[rs.device];
+      rs.pool = *out.machine.pool_of_device[rs.device];
+      rs.params = params_of_stage(rs.stage);
+      rs.k = kernel_times(in, optimizer_share(rs.params), tp, spec.sequence_parallel);
+      sim_of_rank[rs.rank] = s;
     }
   }
 
-  const auto compute = [&](int s, const std::string& name, const char* phase, TimePs d, sim::Flops flops,
-                           const char* kernel, std::vector<TaskId> deps) {
+  void make_tp_communicators() {
+    if (tp > 1) {
+      for (int s = 0; s < sims; ++s) {
+        const int first = rank_state[s].rank - rank_state[s].t;
+        if (tp_comms.contains(first)) continue;
+        std::vector<std::size_t> group;
+        for (int t = 0; t < tp; ++t) group.push_back(out.devices[first + t]);
+        tp_layouts.push_back(make_rank_layout(in.topology, group, true, nullptr));
+        tp_comms.emplace(std::piecewise_construct, std::forward_as_tuple(first),
+                         std::forward_as_tuple(g, out.machine, in.topology, tp_layouts.back(), in.collectives, in.costs,
+                                               spec.collectives, out.approximations));
+      }
+    }
+  }
+
+  // A task of simulated rank s, named r<rank>.<name>: compute on its GPU, or (de)allocation in its memory.
+  TaskId compute(int s, const std::string& name, const char* phase, TimePs d, sim::Flops flops, const char* kernel,
+                 std::vector<TaskId> deps) {
     return g.add(fmt::format("r{}.{}", rank_state[s].rank, name), phase,
                  ComputeTask{rank_state[s].unit, d, flops, Bytes{0}, kernel}, std::move(deps));
-  };
-  const auto alloc = [&](int s, const std::string& name, const char* tenant, Bytes bytes, std::vector<TaskId> deps,
-                         bool release = false) {
+  }
+  TaskId alloc(int s, const std::string& name, const char* tenant, Bytes bytes, std::vector<TaskId> deps,
+               bool release = false) {
     const std::string full = fmt::format("r{}.{}", rank_state[s].rank, name);
     if (release) return g.add(full, "memory", sim::FreeTask{rank_state[s].pool, tenant, bytes}, std::move(deps));
     return g.add(full, "setup", AllocTask{rank_state[s].pool, tenant, bytes}, std::move(deps));
-  };
+  }
 
   // Model states.
-  std::vector<TaskId> ready(sims);
-  for (int s = 0; s < sims; ++s) {
-    const std::int64_t n = rank_state[s].params;
-    const TaskId a = alloc(s, "alloc.parameters", "parameters (bf16)", Bytes{n * kBf16Bytes}, {});
-    const TaskId b = alloc(s, "alloc.gradients", "gradients (bf16)", Bytes{n * kBf16Bytes}, {a});
-    ready[s] = alloc(s, "alloc.optimizer", "optimizer states (fp32 master, m, v)",
-                     Bytes{(spec.zero_stage == 1 ? (n + dp - 1) / dp : n) * kOptimizerStateBytesPerParam}, {b});
+  std::vector<TaskId> place_states() {
+    std::vector<TaskId> ready(sims);
+    for (int s = 0; s < sims; ++s) {
+      const std::int64_t n = rank_state[s].params;
+      const TaskId a = alloc(s, "alloc.parameters", "parameters (bf16)", Bytes{n * kBf16Bytes}, {});
+      const TaskId b = alloc(s, "alloc.gradients", "gradients (bf16)", Bytes{n * kBf16Bytes}, {a});
+      ready[s] = alloc(s, "alloc.optimizer", "optimizer states (fp32 master, m, v)",
+                       Bytes{optimizer_share(n) * kOptimizerStateBytesPerParam}, {b});
+    }
+    return ready;
   }
 
   // The operations, built group by group (the TP ranks of one stage run the same schedule in
-  // lockstep through their all-reduces). entry[s][(forward, vs, mb)]: the barrier at which the
-  // operation may start; exit: its last task.
-  using OpKey = std::tuple<bool, int, int>;
-  std::vector<std::map<OpKey, TaskId>> entry(sims), exit(sims);
-  std::vector<TaskId> last_op = ready;
-  std::map<int, std::vector<int>> groups;  // first rank of the TP group -> simulated indices
-  for (int s = 0; s < sims; ++s) groups[rank_state[s].rank - rank_state[s].t].push_back(s);
-  for (const auto& [first, members] : groups) {
+  // lockstep through their all-reduces).
+  void run_schedules(const std::vector<TaskId>& ready) {
+    last_op = ready;
+    std::map<int, std::vector<int>> groups;  // first rank of the TP group -> simulated indices
+    for (int s = 0; s < sims; ++s) groups[rank_state[s].rank - rank_state[s].t].push_back(s);
+    for (const auto& [first, members] : groups) run_group(first, members, ready);
+  }
+
+  // One TP group's schedule; previous: each member's last task.
+  void run_group(int first, const std::vector<int>& members, const std::vector<TaskId>& ready) {
     const int stage = rank_state[members.front()].stage;
     const std::vector<Op> ops = schedule(pp, stage, v, micro_batches);
     std::vector<TaskId> previous(members.size());
     for (std::size_t i = 0; i < members.size(); ++i) previous[i] = ready[members[i]];
-    for (const Op& op : ops) {
-      const int vs = op.chunk * pp + stage;
-      const std::string tag = fmt::format("{}{}.mb{}", op.forward ? "F" : "B", vs, op.micro_batch);
-      // Each half-layer ends with a TP all-reduce; without TP the chunk is one kernel per rank.
-      std::vector<TaskId> at(members.size());
+    for (const Op& op : ops) previous = run_operation(first, members, op.chunk * pp + stage, op, previous);
+  }
+
+  // One operation of virtual stage vs on every member of the TP group: its barrier, the
+  // activations it allocates, its compute and all-reduces, and the frees after it. Returns each
+  // member's last task.
+  std::vector<TaskId> run_operation(int first, const std::vector<int>& members, int vs, const Op& op,
+                                    const std::vector<TaskId>& previous) {
+    const std::string tag = fmt::format("{}{}.mb{}", op.forward ? "F" : "B", vs, op.micro_batch);
+    std::vector<TaskId> at(members.size());
+    for (std::size_t i = 0; i < members.size(); ++i) {
+      const int s = members[i];
+      at[i] = g.add(fmt::format("r{}.{}.ready", rank_state[s].rank, tag), "pipeline", BarrierTask{}, {previous[i]});
+      entry[s][{op.forward, vs, op.micro_batch}] = at[i];
+    }
+    const char* phase = op.forward ? "forward" : "backward";
+    const bool head = vs == last_virtual;
+    if (op.forward) {
       for (std::size_t i = 0; i < members.size(); ++i) {
-        const int s = members[i];
-        at[i] = g.add(fmt::format("r{}.{}.ready", rank_state[s].rank, tag), "pipeline", BarrierTask{}, {previous[i]});
-        entry[s][{op.forward, vs, op.micro_batch}] = at[i];
+        at[i] = alloc(members[i], tag + ".alloc.activations", "activations", activation_bytes(head), {at[i]});
       }
-      const KernelTimes& k = rank_state[members.front()].k;
-      TimePs edge{0};
-      sim::Flops edge_flops{};
-      if (op.forward) {
-        if (vs == 0) edge = edge + k.embed_fwd;
-        if (vs == last_virtual) {
-          edge = edge + k.head_fwd;
-          edge_flops = head_flops * (1.0 / tp);
-        }
-      } else {
-        if (vs == 0) edge = edge + k.embed_bwd;
-        if (vs == last_virtual) {
-          edge = edge + k.head_bwd;
-          edge_flops = head_flops * (2.0 / tp);
-        }
-      }
-      const TimePs layer = op.forward ? k.layer_fwd : k.layer_bwd;
-      const sim::Flops layer_flops =
-          (op.forward ? (w.gemm + w.attention) : (w.gemm + w.attention) * 2.0 + recomputed) * (1.0 / tp);
-      const char* phase = op.forward ? "forward" : "backward";
-      const bool head = vs == last_virtual;
-      if (op.forward) {
-        for (std::size_t i = 0; i < members.size(); ++i) {
-          const int s = members[i];
-          at[i] = alloc(s, tag + ".alloc.activations", "activations",
-                        Bytes{stored.count * layers_per_chunk + (head ? logits.count : 0)}, {at[i]});
-        }
-      }
-      if (head) {
-        for (std::size_t i = 0; i < members.size(); ++i) {
-          at[i] = alloc(members[i], tag + ".alloc.loss", "activations", loss_workspace, {at[i]});
-        }
-      }
-      if (tp == 1) {
-        for (std::size_t i = 0; i < members.size(); ++i) {
-          at[i] = compute(members[i], tag, phase, TimePs{layer.ps * layers_per_chunk} + edge,
-                          layer_flops * static_cast<double>(layers_per_chunk) + edge_flops, "layer", {at[i]});
-        }
-      } else {
-        Communicator& comm = tp_comms.at(first);
-        const int reductions = op.forward ? 2 : tp_reductions_backward;
-        const TimePs piece{layer.ps / reductions};
-        for (std::size_t i = 0; i < members.size(); ++i) {
-          if (edge.ps > 0) at[i] = compute(members[i], tag + ".edge", phase, edge, edge_flops, "gemm", {at[i]});
-        }
-        for (std::int64_t l = 0; l < layers_per_chunk; ++l) {
-          for (int half = 0; half < reductions; ++half) {
-            std::vector<std::vector<TaskId>> deps(members.size());
-            for (std::size_t i = 0; i < members.size(); ++i) {
-              deps[i] = {compute(members[i], fmt::format("{}.l{}.{}", tag, l, half), phase, piece,
-                                 layer_flops * (1.0 / reductions), "layer", {at[i]})};
-            }
-            at = comm.add(CollectiveKind::kAllReduce, fmt::format("tp{}.{}.l{}.{}", first, tag, l, half),
-                          activation_elements, tp_plan, deps);
-          }
-        }
-      }
+    }
+    if (head) {
       for (std::size_t i = 0; i < members.size(); ++i) {
-        const int s = members[i];
-        if (head) at[i] = alloc(s, tag + ".free.loss", "activations", loss_workspace, {at[i]}, true);
-        if (!op.forward) {
-          at[i] = alloc(s, tag + ".free.activations", "activations",
-                        Bytes{stored.count * layers_per_chunk + (head ? logits.count : 0)}, {at[i]}, true);
+        at[i] = alloc(members[i], tag + ".alloc.loss", "activations", loss_workspace, {at[i]});
+      }
+    }
+    run_chunk(first, members, op.forward, vs, tag, phase, at);
+    for (std::size_t i = 0; i < members.size(); ++i) {
+      const int s = members[i];
+      if (head) at[i] = alloc(s, tag + ".free.loss", "activations", loss_workspace, {at[i]}, true);
+      if (!op.forward)
+        at[i] = alloc(s, tag + ".free.activations", "activations", activation_bytes(head), {at[i]}, true);
+      exit[s][{op.forward, vs, op.micro_batch}] = at[i];
+      // Rank 0's phases: its busy time per operation; the waits before them are the bubble.
+      if (rank_state[s].rank == 0) {
+        const TaskId start = entry[s][{op.forward, vs, op.micro_batch}];
+        out.spans.push_back({"pipeline_bubble", last_op[s], start, true});
+        out.spans.push_back({phase, start, at[i], true});
+      }
+      last_op[s] = at[i];
+    }
+    return at;
+  }
+
+  // The activations an operation of a chunk stores (with the logits on the last virtual stage).
+  [[nodiscard]] Bytes activation_bytes(bool head) const {
+    return Bytes{stored.count * layers_per_chunk + (head ? logits.count : 0)};
+  }
+
+  // The embedding's and the head's work on the first and last virtual stages.
+  struct EdgeWork {
+    TimePs time{0};
+    sim::Flops flops{};
+  };
+  [[nodiscard]] EdgeWork edge_work(const KernelTimes& k, bool forward, int vs) const {
+    EdgeWork edge;
+    if (forward) {
+      if (vs == 0) edge.time = edge.time + k.embed_fwd;
+      if (vs == last_virtual) {
+        edge.time = edge.time + k.head_fwd;
+        edge.flops = head_flops * (1.0 / tp);
+      }
+    } else {
+      if (vs == 0) edge.time = edge.time + k.embed_bwd;
+      if (vs == last_virtual) {
+        edge.time = edge.time + k.head_bwd;
+        edge.flops = head_flops * (2.0 / tp);
+      }
+    }
+    return edge;
+  }
+
+  // The chunk's compute on every member, after at. Each half-layer ends with a TP all-reduce;
+  // without TP the chunk is one kernel per rank.
+  void run_chunk(int first, const std::vector<int>& members, bool forward, int vs, const std::string& tag,
+                 const char* phase, std::vector<TaskId>& at) {
+    const KernelTimes& k = rank_state[members.front()].k;
+    const EdgeWork edge = edge_work(k, forward, vs);
+    const TimePs layer = forward ? k.layer_fwd : k.layer_bwd;
+    const sim::Flops layer_flops =
+        (forward ? (w.gemm + w.attention) : (w.gemm + w.attention) * 2.0 + recomputed) * (1.0 / tp);
+    if (tp == 1) {
+      for (std::size_t i = 0; i < members.size(); ++i) {
+        at[i] = compute(members[i], tag, phase, TimePs{layer.ps * layers_per_chunk} + edge.time,
+                        layer_flops * static_cast<double>(layers_per_chunk) + edge.flops, "layer", {at[i]});
+      }
+      return;
+    }
+    Communicator& comm = tp_comms.at(first);
+    const int reductions = forward ? 2 : tp_reductions_backward;
+    const TimePs piece{layer.ps / reductions};
+    for (std::size_t i = 0; i < members.size(); ++i) {
+      if (edge.time.ps > 0) at[i] = compute(members[i], tag + ".edge", phase, edge.time, edge.flops, "gemm", {at[i]});
+    }
+    for (std::int64_t l = 0; l < layers_per_chunk; ++l) {
+      for (int half = 0; half < reductions; ++half) {
+        std::vector<std::vector<TaskId>> deps(members.size());
+        for (std::size_t i = 0; i < members.size(); ++i) {
+          deps[i] = {compute(members[i], fmt::format("{}.l{}.{}", tag, l, half), phase, piece,
+                             layer_flops * (1.0 / reductions), "layer", {at[i]})};
         }
-        exit[s][{op.forward, vs, op.micro_batch}] = at[i];
-        previous[i] = at[i];
-        // Rank 0's phases: its busy time per operation; the waits before them are the bubble.
-        if (rank_state[s].rank == 0) {
-          const TaskId start = entry[s][{op.forward, vs, op.micro_batch}];
-          out.spans.push_back({"pipeline_bubble", last_op[s], start, true});
-          out.spans.push_back({phase, start, at[i], true});
-        }
-        last_op[s] = at[i];
+        at = comm.add(CollectiveKind::kAllReduce, fmt::format("tp{}.{}.l{}.{}", first, tag, l, half),
+                      activation_elements, tp_plan, deps);
       }
     }
   }
 
   // Point-to-point: each operation's input comes from the same TP rank of the neighbouring virtual
   // stage (forward: the previous one's activations; backward: the next one's gradients).
-  const auto rank_of = [&](int t, int stage, int replica) { return t + tp * (stage + pp * replica); };
-  for (int s = 0; s < sims; ++s) {
-    const RankState& rs = rank_state[s];
-    const int replica = rs.rank / (tp * pp);
-    for (const auto& [key, start] : entry[s]) {
-      const auto [forward, vs, mb] = key;
-      const int from_vs = forward ? vs - 1 : vs + 1;
-      if (from_vs < 0 || from_vs > last_virtual) continue;
-      const int from_rank = rank_of(rs.t, from_vs % pp, replica);
-      const auto found = sim_of_rank.find(from_rank);
-      if (found == sim_of_rank.end()) continue;
-      const int from = found->second;
-      const TaskId sent = exit[from].at({forward, from_vs, mb});
-      const TaskId p2p =
-          g.add(fmt::format("p2p.{}{}.mb{}.r{}to{}", forward ? "act" : "grad", from_vs, mb, from_rank, rs.rank),
-                "communication",
-                TransferTask{out.machine.transfer_route(in.topology, rank_state[from].device, rs.device),
-                             p2p_bytes,
-                             TimePs{0},
-                             {},
-                             {}},
-                {sent});
-      g.add_dependency(start, p2p);
+  void point_to_point() {
+    for (int s = 0; s < sims; ++s) {
+      const RankState& rs = rank_state[s];
+      const int replica = rs.rank / (tp * pp);
+      for (const auto& [key, start] : entry[s]) {
+        const auto [forward, vs, mb] = key;
+        const int from_vs = forward ? vs - 1 : vs + 1;
+        if (from_vs < 0 || from_vs > last_virtual) continue;
+        const int from_rank = rank_of(rs.t, from_vs % pp, replica);
+        const auto found = sim_of_rank.find(from_rank);
+        if (found == sim_of_rank.end()) continue;
+        const int from = found->second;
+        const TaskId sent = exit[from].at({forward, from_vs, mb});
+        const TaskId p2p =
+            g.add(fmt::format("p2p.{}{}.mb{}.r{}to{}", forward ? "act" : "grad", from_vs, mb, from_rank, rs.rank),
+                  "communication",
+                  TransferTask{out.machine.transfer_route(in.topology, rank_state[from].device, rs.device),
+                               p2p_bytes,
+                               TimePs{0},
+                               {},
+                               {}},
+                  {sent});
+        g.add_dependency(start, p2p);
+      }
     }
   }
 
-  // Data parallelism: the rank's gradients over its DP group (ranks tp x pp apart), then Adam.
-  const CollectivePlan dp_plan{{Band{"dp", tp * pp, ranks}}, StageAlgorithm::kRing, {}};
-  std::vector<std::vector<TaskId>> after_backward(sims);
-  for (int s = 0; s < sims; ++s) after_backward[s] = {last_op[s]};
-  std::vector<TaskId> reduced(sims);
-  std::vector<TaskId> end(sims);
-  if (dp > 1) {
-    // Ranks of different stages hold different amounts: one collective per distinct size, each
-    // rank taking part in its own (the others pass through).
+  // The simulated ranks by their number of parameters (which differs between stages).
+  [[nodiscard]] std::map<std::int64_t, std::vector<int>> ranks_by_size() const {
     std::map<std::int64_t, std::vector<int>> by_size;
     for (int s = 0; s < sims; ++s) by_size[rank_state[s].params].push_back(s);
-    for (const auto& [n, members] : by_size) {
-      std::vector<bool> taking_part(sims, false);
-      for (const int s : members) taking_part[s] = true;
-      const auto done = dp_comm.add(spec.zero_stage == 1 ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce,
-                                    fmt::format("dp.gradients.{}", n), n, dp_plan, after_backward, taking_part);
-      for (const int s : members) reduced[s] = done[s];
-    }
-  } else {
-    for (int s = 0; s < sims; ++s) reduced[s] = last_op[s];
+    return by_size;
   }
-  for (int s = 0; s < sims; ++s) {
-    const RankState& rs = rank_state[s];
-    const std::int64_t updated = spec.zero_stage == 1 ? (rs.params + dp - 1) / dp : rs.params;
-    end[s] =
-        g.add(fmt::format("r{}.adam", rs.rank), "optimizer",
-              ComputeTask{rs.unit, rs.k.adam, {}, Bytes{updated * kAdamTrafficBytesPerParam}, "adam"}, {reduced[s]});
-    if (rs.rank == 0) {
-      out.spans.push_back({"gradient_reduction", last_op[s], reduced[s], true});
-      out.spans.push_back({"optimizer", reduced[s], end[s], true});
+
+  // Data parallelism: the rank's gradients over its DP group (ranks tp x pp apart).
+  std::vector<TaskId> reduce_gradients() {
+    std::vector<std::vector<TaskId>> after_backward(sims);
+    for (int s = 0; s < sims; ++s) after_backward[s] = {last_op[s]};
+    std::vector<TaskId> reduced(sims);
+    if (dp > 1) {
+      // Ranks of different stages hold different amounts: one collective per distinct size, each
+      // rank taking part in its own (the others pass through).
+      for (const auto& [n, members] : ranks_by_size()) {
+        std::vector<bool> taking_part(sims, false);
+        for (const int s : members) taking_part[s] = true;
+        const auto done =
+            dp_comm.add(spec.zero_stage == 1 ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce,
+                        fmt::format("dp.gradients.{}", n), n, dp_plan, after_backward, taking_part);
+        for (const int s : members) reduced[s] = done[s];
+      }
+    } else {
+      for (int s = 0; s < sims; ++s) reduced[s] = last_op[s];
     }
+    return reduced;
   }
-  if (spec.zero_stage == 1 && dp > 1) {
-    std::map<std::int64_t, std::vector<int>> by_size;
-    for (int s = 0; s < sims; ++s) by_size[rank_state[s].params].push_back(s);
+
+  // Then Adam on the GPU, over the rank's optimizer share.
+  std::vector<TaskId> optimizer_step(const std::vector<TaskId>& reduced) {
+    std::vector<TaskId> end(sims);
+    for (int s = 0; s < sims; ++s) {
+      const RankState& rs = rank_state[s];
+      const std::int64_t updated = optimizer_share(rs.params);
+      end[s] =
+          g.add(fmt::format("r{}.adam", rs.rank), "optimizer",
+                ComputeTask{rs.unit, rs.k.adam, {}, Bytes{updated * kAdamTrafficBytesPerParam}, "adam"}, {reduced[s]});
+      if (rs.rank == 0) {
+        out.spans.push_back({"gradient_reduction", last_op[s], reduced[s], true});
+        out.spans.push_back({"optimizer", reduced[s], end[s], true});
+      }
+    }
+    return end;
+  }
+
+  // ZeRO-1: the updated parameters all-gathered over the DP group.
+  std::vector<TaskId> parameter_allgather(const std::vector<TaskId>& end) {
     std::vector<TaskId> gathered = end;
-    for (const auto& [n, members] : by_size) {
+    for (const auto& [n, members] : ranks_by_size()) {
       std::vector<std::vector<TaskId>> deps(sims);
       for (int s = 0; s < sims; ++s) deps[s] = {end[s]};
       std::vector<bool> taking_part(sims, false);
@@ -388,30 +516,36 @@ BuiltIteration build_megatron(const IterationInputs& in, const MegatronSpec& spe
     for (int s = 0; s < sims; ++s) {
       if (rank_state[s].rank == 0) out.spans.push_back({"parameter_allgather", end[s], gathered[s], true});
     }
-    end = gathered;
+    return gathered;
   }
-  (void)g.add("iteration.end", "end", BarrierTask{}, end);
 
-  const double sequences = static_cast<double>(train.micro_batch * train.grad_accum);
-  // Per device: the replica's work split over its tp x pp devices.
-  out.model_flops_per_device = model_flops_per_sequence(m) * (sequences / (tp * pp));
-  out.hardware_flops_per_device = hardware_flops_per_sequence(m, train.recompute) * (sequences / (tp * pp));
-  out.tokens_per_iteration = sequences * static_cast<double>(m.seq) * dp;
-  {
-    const std::int64_t n = rank_state.front().params;
-    out.model_states_per_device =
-        Bytes{n * 2 * kBf16Bytes + (spec.zero_stage == 1 ? (n + dp - 1) / dp : n) * kOptimizerStateBytesPerParam};
+  // The iteration's figures and approximations.
+  void finish() {
+    const double sequences = static_cast<double>(train.micro_batch * train.grad_accum);
+    // Per device: the replica's work split over its tp x pp devices.
+    out.model_flops_per_device = model_flops_per_sequence(m) * (sequences / (tp * pp));
+    out.hardware_flops_per_device = hardware_flops_per_sequence(m, train.recompute) * (sequences / (tp * pp));
+    out.tokens_per_iteration = sequences * static_cast<double>(m.seq) * dp;
+    {
+      const std::int64_t n = rank_state.front().params;
+      out.model_states_per_device = Bytes{n * 2 * kBf16Bytes + optimizer_share(n) * kOptimizerStateBytesPerParam};
+    }
+    const auto cost_notes = in.costs.approximations();
+    out.approximations.insert(out.approximations.begin(), cost_notes.begin(), cost_notes.end());
+    out.approximations.push_back(kNonGemmKernelsApproximation);
+    if (tp > 1) {
+      out.approximations.push_back(
+          "tensor parallelism: each layer's compute split in equal halves around its all-reduces; sequence "
+          "parallelism costed as the all-reduce it replaces");
+    }
+    out.approximations.push_back("pipeline: gradients reduced after the last backward (no overlap with the cool-down)");
   }
-  const auto cost_notes = in.costs.approximations();
-  out.approximations.insert(out.approximations.begin(), cost_notes.begin(), cost_notes.end());
-  out.approximations.push_back(kNonGemmKernelsApproximation);
-  if (tp > 1) {
-    out.approximations.push_back(
-        "tensor parallelism: each layer's compute split in equal halves around its all-reduces; sequence parallelism "
-        "costed as the all-reduce it replaces");
-  }
-  out.approximations.push_back("pipeline: gradients reduced after the last backward (no overlap with the cool-down)");
-  return out;
+};
+
+}  // namespace
+
+BuiltIteration build_megatron(const IterationInputs& in, const MegatronSpec& spec) {
+  return MegatronBuilder(in, spec).build();
 }
 
 }  // namespace offsim::models
