@@ -5,6 +5,10 @@
 #include <limits>
 #include <stdexcept>
 
+#include <unistd.h>
+
+#include "sim/core/errors.hpp"
+
 namespace offsim::sim {
 
 std::uint32_t Platform::add_unit(UnitSpec u) {
@@ -20,8 +24,30 @@ std::uint32_t Platform::add_pool(PoolSpec p) {
   return static_cast<std::uint32_t>(pools.size() - 1);
 }
 
+std::size_t default_task_limit() {
+  static const std::size_t limit = [] {
+    constexpr std::size_t kFloor = std::size_t{1} << 20;
+    const long pages = sysconf(_SC_AVPHYS_PAGES);
+    const long page_size = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || page_size <= 0) return std::numeric_limits<std::uint32_t>::max() + std::size_t{0};
+    const auto available = static_cast<std::size_t>(pages) * static_cast<std::size_t>(page_size);
+    // Task ids are 32-bit.
+    return std::min<std::size_t>(std::max(kFloor, available / kBytesPerTaskEstimate),
+                                 std::numeric_limits<std::uint32_t>::max());
+  }();
+  return limit;
+}
+
 TaskId TaskGraph::add(std::string_view name, std::string_view phase, TaskBody body, std::vector<TaskId> deps,
                       std::int64_t priority) {
+  if (tasks_.size() >= task_limit_) {
+    throw SimulationLimit(fmt::format(
+        "the task graph grows past {} tasks, about {} of memory to build and run ({} per task), more than this "
+        "machine has available: simulate fewer ranks (rank symmetry stands one node or pipeline for all unless "
+        "--all-ranks), layers, micro-batches or nodes",
+        task_limit_, format_bytes(Bytes{static_cast<std::int64_t>(task_limit_ * kBytesPerTaskEstimate)}),
+        format_bytes(Bytes{static_cast<std::int64_t>(kBytesPerTaskEstimate)})));
+  }
   const TaskId id{static_cast<std::uint32_t>(tasks_.size())};
   for (const auto d : deps) {
     if (d.index >= id.index) throw std::invalid_argument(fmt::format("task '{}' depends on an unknown task", name));

@@ -92,6 +92,25 @@ TEST(TaskGraph, DumpsAsTextAndDotWithoutRunning) {
   EXPECT_NE(dot.find("t1 [label=\"send\\ncomm\", shape=cds"), std::string::npos);
 }
 
+TEST(TaskGraph, AGraphPastItsTaskLimitIsASimulationLimitNotAnOutOfMemoryKill) {
+  // With a limit of 3 tasks the fourth add throws SimulationLimit (exit 3), naming the limit, the
+  // memory it stands for (3 x 1000 B = 2.93 KiB) and what to simulate less of; the graph keeps its
+  // 3 tasks. The default limit is this machine's available memory over 1000 B, at least 1 M tasks.
+  TaskGraph g;
+  g.set_task_limit(3);
+  for (int i = 0; i < 3; ++i) g.add(fmt::format("b{}", i), "setup", BarrierTask{});
+  try {
+    g.add("b3", "setup", BarrierTask{});
+    FAIL() << "expected SimulationLimit";
+  } catch (const SimulationLimit& e) {
+    const std::string expected =
+        "the task graph grows past 3 tasks, about 2.93 KiB of memory to build and run (1000 B per task), more";
+    EXPECT_EQ(std::string(e.what()).substr(0, expected.size()), expected);
+  }
+  EXPECT_EQ(g.size(), 3u);
+  EXPECT_GE(default_task_limit(), std::size_t{1} << 20);
+}
+
 TEST(Executor, IsDeterministicAcrossRuns) {
   Fixture f;
   TaskGraph g;
