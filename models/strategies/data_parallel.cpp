@@ -30,6 +30,7 @@
 #include <stdexcept>
 
 #include "models/collectives/communicator.hpp"
+#include "models/placement/state_placement.hpp"
 #include "models/strategies/layer_kernels.hpp"
 #include "models/strategies/strategy.hpp"
 
@@ -206,9 +207,9 @@ class DataParallelBuilder {
     std::vector<TaskId> end = parameter_allgather(optimizer_step());
     // hpZ: the secondary partitions are dropped after the optimizer step.
     if (secondary_elements > 0) {
+      const Bytes secondary{states().secondary.gpu};
       for (int r = 0; r < sims; ++r) {
-        end[r] =
-            release(r, "free.secondary", "optimizer", kSecondary, Bytes{secondary_elements * kBf16Bytes}, {end[r]});
+        end[r] = release(r, "free.secondary", "optimizer", kSecondary, secondary, {end[r]});
       }
     }
     (void)g.add("iteration.end", "end", BarrierTask{}, end);
@@ -283,8 +284,7 @@ class DataParallelBuilder {
   std::vector<Rank> rank_info;
   // CPU work's measured rates (measure_host_rates).
   std::optional<sim::Bandwidth> cpu_adam_bound, cpu_upcast_bound, cpu_downcast_bound;
-  // Model states (place_states); prev: each rank's last task so far.
-  std::int64_t parameters_on_rank = 0;
+  // prev: each rank's last task so far.
   std::vector<TaskId> prev;
   // Stage 3 gather stream and the modules freed one and two modules ago (gather_module).
   std::vector<TaskId> gather_stream;
@@ -311,7 +311,7 @@ class DataParallelBuilder {
       params.total = params.layers + params.embedding + params.position + params.final_norm + params.output_head;
     }
     P = params.total;
-    updated_on_rank = stage == 0 ? P : partition(P_model);
+    updated_on_rank = updated_parameters(stage, P, P_model, shard);
   }
   [[nodiscard]] std::int64_t partition(std::int64_t n) const { return (n + shard - 1) / shard; }
 
@@ -545,29 +545,50 @@ class DataParallelBuilder {
     return deps;
   }
 
-  // Model states. At stage 3 each rank keeps its partition of the gathered parameters and every
-  // persistent one whole (DeepSpeed's param_persistence_threshold).
+  // Each rank's model states per memory tier (models/placement): at stage 3 each rank keeps its
+  // partition of the gathered parameters and every persistent one whole (DeepSpeed's
+  // param_persistence_threshold); with offload, the host (or the NVMe) keeps the states of the CPU
+  // subgroups. The hpZ secondary partition counts once the first forward has kept it.
+  [[nodiscard]] StatePlacement states() const {
+    StateCounts c;
+    c.held = P;
+    c.sharded = P_model;
+    c.zero_stage = stage;
+    c.shard_ranks = shard;
+    c.persistent = persistent;
+    c.reduce_bucket_elements = spec.reduce_bucket_elements;
+    c.optimizer_offload = offload;
+    c.offloaded_elements = cpu_params;
+    c.nvme = off.nvme;
+    if (off.nvme && !subgroups.empty()) {
+      c.swap_buffer_elements = off.buffer_count * *std::max_element(subgroups.begin(), subgroups.end());
+    }
+    c.parameter_offload = spec.offload_param;
+    c.secondary_elements = secondary_elements;
+    return place_model_states(c, StatePrecision{kBf16Bytes, kFp32Bytes, kOptimizerStateBytesPerParam});
+  }
+
+  // Model states: the setup allocations of states() on every rank.
   void place_states() {
-    parameters_on_rank = stage == 3 ? partition(P_model - persistent) + persistent : P;
+    const StatePlacement st = states();
     for (int r = 0; r < sims; ++r) {
       const TaskId a0 =
           spec.offload_param
-              ? g.add(fmt::format("{}.alloc.parameters", rank_info[r].prefix), "setup",
-                      AllocTask{rank_info[r].host_pool, "parameter partition on host (bf16)",
-                                Bytes{parameters_on_rank * kBf16Bytes}},
-                      {})
+              ? g.add(
+                    fmt::format("{}.alloc.parameters", rank_info[r].prefix), "setup",
+                    AllocTask{rank_info[r].host_pool, "parameter partition on host (bf16)", Bytes{st.parameters.host}},
+                    {})
               : alloc(r, "alloc.parameters", "setup", stage == 3 ? "parameter partition (bf16)" : "parameters (bf16)",
-                      Bytes{parameters_on_rank * kBf16Bytes}, {});
+                      Bytes{st.parameters.gpu}, {});
       // With offload, the GPU keeps the states of its GPU-resident subgroups (fp32 master, m, v and
       // fp32 gradients); the host keeps the rest and a bf16 buffer for the whole gradient partition.
-      const std::int64_t gpu_updated = updated_on_rank - cpu_params;
-      const TaskId a1 =
-          offload ? alloc(r, "alloc.gradients", "setup", "fp32 gradients of GPU subgroups",
-                          Bytes{gpu_updated * kFp32Bytes}, {a0})
-                  : alloc(r, "alloc.gradients", "setup", stage >= 2 ? "gradient partition (bf16)" : "gradients (bf16)",
-                          Bytes{(stage >= 2 ? partition(P_model) : P) * kBf16Bytes}, {a0});
-      TaskId last = alloc(r, "alloc.optimizer", "setup", "optimizer states (fp32 master, m, v)",
-                          Bytes{gpu_updated * kOptimizerStateBytesPerParam}, {a1});
+      const TaskId a1 = alloc(r, "alloc.gradients", "setup",
+                              offload      ? "fp32 gradients of GPU subgroups"
+                              : stage >= 2 ? "gradient partition (bf16)"
+                                           : "gradients (bf16)",
+                              Bytes{st.gradients.gpu}, {a0});
+      TaskId last =
+          alloc(r, "alloc.optimizer", "setup", "optimizer states (fp32 master, m, v)", Bytes{st.optimizer.gpu}, {a1});
       if (offload) {
         const auto host_alloc = [&](const char* name, const char* tenant, Bytes bytes, TaskId after) {
           return g.add(fmt::format("{}.{}", rank_info[r].prefix, name), "setup",
@@ -577,24 +598,22 @@ class DataParallelBuilder {
           // States and fp32 gradients on the NVMe; the host keeps the pinned swap buffers.
           last = g.add(fmt::format("{}.alloc.nvme_states", rank_info[r].prefix), "setup",
                        AllocTask{rank_info[r].nvme_pool, "optimizer states and fp32 gradients on NVMe",
-                                 Bytes{cpu_params * (kOptimizerStateBytesPerParam + kFp32Bytes)}},
+                                 Bytes{st.optimizer.nvme + st.gradients.nvme}},
                        {last});
-          const std::int64_t largest = *std::max_element(subgroups.begin(), subgroups.end());
-          last = host_alloc("alloc.swap_buffers", "pinned NVMe swap buffers",
-                            Bytes{off.buffer_count * largest * kFp32Bytes}, last);
+          last = host_alloc("alloc.swap_buffers", "pinned NVMe swap buffers", Bytes{st.swap_buffers.host}, last);
         } else {
           last = host_alloc("alloc.host_optimizer", "optimizer states on host (fp32 master, m, v)",
-                            Bytes{cpu_params * kOptimizerStateBytesPerParam}, last);
-          last = host_alloc("alloc.host_gradients", "fp32 gradients on host", Bytes{cpu_params * kFp32Bytes}, last);
+                            Bytes{st.optimizer.host}, last);
+          last = host_alloc("alloc.host_gradients", "fp32 gradients on host", Bytes{st.gradients.host}, last);
         }
         if (stage == 3) {
           last = host_alloc("alloc.host_gradient_buffer", "bf16 gradient buffer on host",
-                            Bytes{updated_on_rank * kBf16Bytes}, last);
+                            Bytes{st.gradient_buffer.host}, last);
         }
       }
       if (stage >= 2) {
-        last = alloc(r, "alloc.reduce_bucket", "setup", "gradient reduce bucket (bf16)",
-                     Bytes{std::min(spec.reduce_bucket_elements, P) * kBf16Bytes}, {last});
+        last = alloc(r, "alloc.reduce_bucket", "setup", "gradient reduce bucket (bf16)", Bytes{st.reduce_bucket.gpu},
+                     {last});
       }
       prev[r] = last;
     }
@@ -1072,16 +1091,9 @@ class DataParallelBuilder {
   void finish() {
     const double sequences = static_cast<double>(train.micro_batch * train.grad_accum);
     out.tokens_per_iteration = sequences * static_cast<double>(m.seq) * replicas;
-    {
-      // Model states on one GPU: parameters, gradients, optimizer states (the setup allocations) and
-      // the hpZ secondary partition.
-      const std::int64_t gpu_updated = updated_on_rank - cpu_params;
-      const std::int64_t parameters = spec.offload_param ? 0 : parameters_on_rank * kBf16Bytes;
-      const std::int64_t gradients =
-          offload ? gpu_updated * kFp32Bytes : (stage >= 2 ? partition(P_model) : P) * kBf16Bytes;
-      out.model_states_per_device =
-          Bytes{parameters + gradients + gpu_updated * kOptimizerStateBytesPerParam + secondary_elements * kBf16Bytes};
-    }
+    // Model states on one GPU: parameters, gradients, optimizer states (the setup allocations) and
+    // the hpZ secondary partition.
+    out.model_states_per_device = Bytes{states().gpu_model_states()};
     out.model_flops_per_device = model_flops_per_sequence(m) * (sequences / tp);
     out.hardware_flops_per_device = hardware_flops_per_sequence(m, train.recompute) * (sequences / tp);
     const auto cost_notes = in.costs.approximations();

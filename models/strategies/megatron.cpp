@@ -37,6 +37,7 @@
 #include <stdexcept>
 
 #include "models/collectives/communicator.hpp"
+#include "models/placement/state_placement.hpp"
 #include "models/strategies/layer_kernels.hpp"
 #include "models/strategies/strategy.hpp"
 
@@ -241,7 +242,17 @@ class MegatronBuilder {
   // Of a rank's n parameters, those whose optimizer states it holds and updates: 1/dp of them at
   // ZeRO-1 (Megatron's distributed optimizer).
   [[nodiscard]] std::int64_t optimizer_share(std::int64_t n) const {
-    return spec.zero_stage == 1 ? (n + dp - 1) / dp : n;
+    return updated_parameters(spec.zero_stage, n, n, dp);
+  }
+  // The model states of simulated rank s (models/placement): its parameters and gradients whole,
+  // its optimizer share, all on the GPU.
+  [[nodiscard]] StatePlacement states_of(int s) const {
+    StateCounts c;
+    c.held = rank_state[s].params;
+    c.sharded = rank_state[s].params;
+    c.zero_stage = spec.zero_stage;
+    c.shard_ranks = dp;
+    return place_model_states(c, StatePrecision{kBf16Bytes, kFp32Bytes, kOptimizerStateBytesPerParam});
   }
   // The rank of TP rank t of `stage` in `replica`.
   [[nodiscard]] int rank_of(int t, int stage, int replica) const { return t + tp * (stage + pp * replica); }
@@ -294,11 +305,10 @@ class MegatronBuilder {
   std::vector<TaskId> place_states() {
     std::vector<TaskId> ready(sims);
     for (int s = 0; s < sims; ++s) {
-      const std::int64_t n = rank_state[s].params;
-      const TaskId a = alloc(s, "alloc.parameters", "parameters (bf16)", Bytes{n * kBf16Bytes}, {});
-      const TaskId b = alloc(s, "alloc.gradients", "gradients (bf16)", Bytes{n * kBf16Bytes}, {a});
-      ready[s] = alloc(s, "alloc.optimizer", "optimizer states (fp32 master, m, v)",
-                       Bytes{optimizer_share(n) * kOptimizerStateBytesPerParam}, {b});
+      const StatePlacement st = states_of(s);
+      const TaskId a = alloc(s, "alloc.parameters", "parameters (bf16)", Bytes{st.parameters.gpu}, {});
+      const TaskId b = alloc(s, "alloc.gradients", "gradients (bf16)", Bytes{st.gradients.gpu}, {a});
+      ready[s] = alloc(s, "alloc.optimizer", "optimizer states (fp32 master, m, v)", Bytes{st.optimizer.gpu}, {b});
     }
     return ready;
   }
@@ -526,10 +536,10 @@ class MegatronBuilder {
     out.model_flops_per_device = model_flops_per_sequence(m) * (sequences / (tp * pp));
     out.hardware_flops_per_device = hardware_flops_per_sequence(m, train.recompute) * (sequences / (tp * pp));
     out.tokens_per_iteration = sequences * static_cast<double>(m.seq) * dp;
-    {
-      const std::int64_t n = rank_state.front().params;
-      out.model_states_per_device = Bytes{n * 2 * kBf16Bytes + optimizer_share(n) * kOptimizerStateBytesPerParam};
-    }
+    // The model states of the first simulated rank (pipeline stage 0). The last stage holds more
+    // when the embeddings are untied (the output head and final norm against the embedding); the
+    // largest over the ranks would change the shipped llama2-70b figure, so it is left as is.
+    out.model_states_per_device = Bytes{states_of(0).gpu_model_states()};
     const auto cost_notes = in.costs.approximations();
     out.approximations.insert(out.approximations.begin(), cost_notes.begin(), cost_notes.end());
     out.approximations.push_back(kNonGemmKernelsApproximation);

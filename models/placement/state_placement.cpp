@@ -1,0 +1,57 @@
+// One rank's model states per memory tier (state_placement.hpp). With P the parameters a rank
+// holds, P_model those ZeRO shards over g ranks, w / f / o the working (bf16), fp32 and optimizer
+// (fp32 master + m + v) bytes per element, and U the updated parameters (P at stage 0, P_model / g
+// otherwise), of which C update on the CPU under optimizer offload:
+//   parameters   w P                  (stage 3: w (P_model - persistent) / g + w persistent);
+//                on the host with parameter offload
+//   gradients    w P at stages 0-1, w P_model / g at stages 2-3; with offload f (U - C) on the GPU
+//                and f C on the host (on the NVMe with ZeRO-Infinity)
+//   optimizer    o (U - C) on the GPU, o C on the host (or the NVMe)
+//   secondary    w x the hpZ secondary elements, on the GPU
+//   buffers      reduce bucket w min(bucket, P) on the GPU at stages 2-3; stage 3 offload: a bf16
+//                host buffer of the gradient partition, w U; NVMe: f x the swap buffers' elements
+// (x / g rounds up: a rank's share of a sharded tensor.)
+#include "models/placement/state_placement.hpp"
+
+#include <algorithm>
+
+namespace offsim::models {
+
+namespace {
+
+std::int64_t share(std::int64_t n, int shard_ranks) {
+  return (n + shard_ranks - 1) / shard_ranks;
+}
+
+}  // namespace
+
+std::int64_t updated_parameters(int zero_stage, std::int64_t held, std::int64_t sharded, int shard_ranks) {
+  return zero_stage == 0 ? held : share(sharded, shard_ranks);
+}
+
+StatePlacement place_model_states(const StateCounts& c, const StatePrecision& bytes) {
+  StatePlacement out;
+  const int stage = c.zero_stage;
+  out.parameter_elements = stage == 3 ? share(c.sharded - c.persistent, c.shard_ranks) + c.persistent : c.held;
+  out.updated_elements = updated_parameters(stage, c.held, c.sharded, c.shard_ranks);
+  (c.parameter_offload ? out.parameters.host : out.parameters.gpu) = out.parameter_elements * bytes.working;
+
+  // Optimizer offload: the GPU keeps the states of its own subgroups (fp32 master, m, v and fp32
+  // gradients); the host (or the NVMe) keeps the rest.
+  const std::int64_t offloaded = c.optimizer_offload ? c.offloaded_elements : 0;
+  const std::int64_t gpu_updated = out.updated_elements - offloaded;
+  out.gradients.gpu = c.optimizer_offload ? gpu_updated * bytes.fp32
+                                          : (stage >= 2 ? share(c.sharded, c.shard_ranks) : c.held) * bytes.working;
+  out.optimizer.gpu = gpu_updated * bytes.optimizer;
+  if (c.optimizer_offload) {
+    (c.nvme ? out.optimizer.nvme : out.optimizer.host) = offloaded * bytes.optimizer;
+    (c.nvme ? out.gradients.nvme : out.gradients.host) = offloaded * bytes.fp32;
+    if (c.nvme) out.swap_buffers.host = c.swap_buffer_elements * bytes.fp32;
+    if (stage == 3) out.gradient_buffer.host = out.updated_elements * bytes.working;
+  }
+  if (stage >= 2) out.reduce_bucket.gpu = std::min(c.reduce_bucket_elements, c.held) * bytes.working;
+  out.secondary.gpu = c.secondary_elements * bytes.working;
+  return out;
+}
+
+}  // namespace offsim::models

@@ -1,0 +1,82 @@
+#pragma once
+// Where one rank's model states live: the bytes of each state (parameters, gradients, optimizer
+// states, and the buffers that come with them) in each memory tier (GPU HBM, host DRAM, NVMe),
+// for ZeRO stages 0-3, optimizer offload to the CPU or NVMe (with Twin-Flow's GPU share),
+// ZeRO-Infinity parameter offload and hpZ's secondary partition. One formula, used by the
+// strategies both for their setup allocations and for the reported model states per device.
+//
+// The function is free of any strategy: the caller states what the rank holds and how it is
+// sharded, and the bytes per element of each precision (the strategies pass the constants of
+// models/strategies/layer_kernels.hpp).
+#include <cstdint>
+
+namespace offsim::models {
+
+// Bytes per element of each state.
+struct StatePrecision {
+  std::int64_t working = 0;    // parameters, the gradients reduced on the GPU, their buffers (bf16)
+  std::int64_t fp32 = 0;       // the gradients the optimizer reads under offload, NVMe swap buffers
+  std::int64_t optimizer = 0;  // per updated parameter: fp32 master, Adam m and v
+};
+
+// What one rank holds and how ZeRO shards it.
+struct StateCounts {
+  // The parameters the rank holds whole before sharding (P: all of its tensor-parallel share, or
+  // of its pipeline stage; with expert parallelism, its own experts only).
+  std::int64_t held = 0;
+  // The parameters ZeRO shards over `shard_ranks` (P_model); a rank's share is their ceil 1/shard.
+  std::int64_t sharded = 0;
+  int zero_stage = 0;
+  int shard_ranks = 1;
+  // Stage 3: parameters kept whole on every rank (DeepSpeed's param_persistence_threshold).
+  std::int64_t persistent = 0;
+  // Stages 2-3: the gradient reduce bucket, in elements (capped at `held`).
+  std::int64_t reduce_bucket_elements = 0;
+  // Optimizer offload: the updated parameters whose optimizer step runs on the CPU (Twin-Flow's
+  // host subgroups; the rest stay on the GPU), their states on the NVMe instead of host memory
+  // (ZeRO-Infinity) through host swap buffers of `swap_buffer_elements` in all.
+  bool optimizer_offload = false;
+  std::int64_t offloaded_elements = 0;
+  bool nvme = false;
+  std::int64_t swap_buffer_elements = 0;
+  // ZeRO-Infinity parameter offload: the rank's parameters in host memory.
+  bool parameter_offload = false;
+  // hpZ: the elements of the secondary parameter partition the rank keeps.
+  std::int64_t secondary_elements = 0;
+};
+
+// Bytes in each memory tier.
+struct TierBytes {
+  std::int64_t gpu = 0;
+  std::int64_t host = 0;
+  std::int64_t nvme = 0;
+  [[nodiscard]] std::int64_t total() const { return gpu + host + nvme; }
+};
+
+struct StatePlacement {
+  std::int64_t parameter_elements = 0;  // the rank's parameters (stage 3: its partition and the persistent ones)
+  std::int64_t updated_elements = 0;    // the parameters whose optimizer states the rank holds and updates
+  TierBytes parameters;                 // bf16
+  TierBytes gradients;                  // bf16 on the GPU; fp32 (and on the host and NVMe) with offload
+  TierBytes optimizer;                  // fp32 master, m, v
+  TierBytes secondary;                  // hpZ secondary partition (bf16)
+  // Buffers, not model states: the GPU reduce bucket (stages 2-3), the host's bf16 buffer of the
+  // rank's gradient partition (stage 3 offload) and the pinned NVMe swap buffers.
+  TierBytes reduce_bucket;
+  TierBytes gradient_buffer;
+  TierBytes swap_buffers;
+  // The model states in GPU memory: parameters, gradients, optimizer states and the secondary
+  // partition (the reported model states per device; buffers excluded).
+  [[nodiscard]] std::int64_t gpu_model_states() const {
+    return parameters.gpu + gradients.gpu + optimizer.gpu + secondary.gpu;
+  }
+};
+
+// The parameters whose optimizer states a rank holds and updates: all it holds at stage 0, its
+// 1/shard_ranks share of the sharded ones at stages 1-3.
+[[nodiscard]] std::int64_t updated_parameters(int zero_stage, std::int64_t held, std::int64_t sharded, int shard_ranks);
+
+// The bytes of each of one rank's states in each tier.
+[[nodiscard]] StatePlacement place_model_states(const StateCounts& counts, const StatePrecision& precision);
+
+}  // namespace offsim::models
