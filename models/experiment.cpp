@@ -291,199 +291,158 @@ void check_offload_hosts(Context& ctx, const topo::Topology& t, const DataParall
   }
 }
 
-std::optional<StrategySpec> parse_strategy(const Node& node, const topo::Topology* topology,
-                                           TrainingFromStrategy* training) {
+// kind: collective, one collective over the listed ranks.
+std::optional<StrategySpec> read_collective(const Node& node, MapReader& r, const topo::Topology* topology,
+                                            TrainingFromStrategy* training, LevelSizes levels,
+                                            std::size_t errors_before) {
   auto& ctx = node.context();
-  const std::size_t errors_before = ctx.error_count();
-  MapReader r(node);
-  std::vector<std::string> kinds;
-  for (const auto& s : list_strategies()) kinds.push_back(s.kind);
-  const auto kind = r.choice("kind", kinds);
-  // Level sizes for partitioning and collective stages: filled once the ranks are known.
-  LevelSizes levels;
-  if (topology) {
-    for (const auto g : topology->devices_of(topo::DeviceKind::kGpu)) {
-      if (topology->device(g).node == 0) ++levels.gpus_per_node;
-    }
+  if (training) training->collective = true;
+  CollectiveSpec c;
+  const std::string op = r.choice("operation", {"all_gather", "reduce_scatter", "all_reduce"}).value;
+  c.operation = op == "reduce_scatter" ? CollectiveKind::kReduceScatter
+                : op == "all_reduce"   ? CollectiveKind::kAllReduce
+                                       : CollectiveKind::kAllGather;
+  c.bytes = r.required<sim::Bytes>("bytes").value;
+  c.devices = parse_devices(r, node, topology, true).value_or(std::vector<std::string>{});
+  if (c.devices.size() < 2 && ctx.error_count() == errors_before) {
+    ctx.error(node.location(), node.child_path("devices"), "a collective needs at least two ranks");
   }
-  if (kind.value == "collective") {
-    if (training) training->collective = true;
-    CollectiveSpec c;
-    const std::string op = r.choice("operation", {"all_gather", "reduce_scatter", "all_reduce"}).value;
-    c.operation = op == "reduce_scatter" ? CollectiveKind::kReduceScatter
-                  : op == "all_reduce"   ? CollectiveKind::kAllReduce
-                                         : CollectiveKind::kAllGather;
-    c.bytes = r.required<sim::Bytes>("bytes").value;
-    c.devices = parse_devices(r, node, topology, true).value_or(std::vector<std::string>{});
-    if (c.devices.size() < 2 && ctx.error_count() == errors_before) {
-      ctx.error(node.location(), node.child_path("devices"), "a collective needs at least two ranks");
-    }
-    levels.ranks = static_cast<int>(c.devices.size());
-    if (levels.ranks > 0) {
-      if (auto plan = parse_collective_plan(r, node, levels, c.operation == CollectiveKind::kAllReduce)) c.plan = *plan;
-    }
-    c.options = parse_collective_options(r);
-    c.all_ranks = parse_all_ranks(r);
-    if (ctx.error_count() != errors_before) return std::nullopt;
-    return StrategySpec{c};
+  levels.ranks = static_cast<int>(c.devices.size());
+  if (levels.ranks > 0) {
+    if (auto plan = parse_collective_plan(r, node, levels, c.operation == CollectiveKind::kAllReduce)) c.plan = *plan;
   }
-  if (kind.value == "deepspeed") {
-    const auto runtime = r.choice("runtime", {"deepspeed-0.13", "deepspeed-0.16"});
-    std::optional<Quantization> qwz, qgz;
-    if (auto q = r.child("qwz")) qwz = parse_quantization_format(*q);
-    if (auto q = r.child("qgz")) qgz = parse_quantization_format(*q);
-    const auto degree = r.required<int>("dp");
-    if (degree.valid && degree.value < 1) {
-      ctx.error(degree.loc, node.child_path("dp"), fmt::format("expected >= 1, got {}", degree.value));
-    }
-    // Megatron-DeepSpeed's --tensor-model-parallel-size: dp replicas of tp ranks each.
-    const auto tp = r.optional<int>("tp", 1);
-    if (tp.valid && tp.value < 1)
-      ctx.error(tp.loc, node.child_path("tp"), fmt::format("expected >= 1, got {}", tp.value));
-    const int tp_size = std::max(1, tp.value);
-    const sim::config::Location tp_at = tp.loc;
-    const int rank_count = degree.valid && degree.value >= 1
-                               ? checked_ranks(ctx, degree.loc, node.child_path("dp"), {degree.value, tp_size},
-                                               fmt::format("tp x dp = {} x {}", tp_size, degree.value))
-                               : 0;
-    std::vector<std::string> devices;
-    if (auto d = parse_devices(r, node, topology, false)) {
-      devices = std::move(*d);
-    } else if (topology && degree.valid && degree.value >= 1) {
-      const auto gpus = topology->devices_of(topo::DeviceKind::kGpu);
-      for (int i = 0; i < rank_count && static_cast<std::size_t>(i) < gpus.size(); ++i) {
-        devices.push_back(topology->device(gpus[i]).name);
-      }
-    }
-    if (degree.valid && degree.value >= 1 && static_cast<int>(devices.size()) != rank_count) {
-      ctx.error(degree.loc, node.child_path("dp"),
-                tp_size == 1
-                    ? fmt::format("dp is {} but {} devices are listed or available", degree.value, devices.size())
-                    : fmt::format("tp x dp = {} x {} = {} ranks but {} devices are listed or available", tp_size,
-                                  degree.value, rank_count, devices.size()));
-    }
-    levels.ranks = static_cast<int>(devices.size());
-    auto config = r.required_child("config", "a DeepSpeed ds_config (usually !include ../strategies/ds/x.json)");
-    const auto collectives = parse_collective_options(r);
-    const bool all_ranks = parse_all_ranks(r);
-    if (levels.ranks < 1 && ctx.error_count() == errors_before) {
-      ctx.error(node.location(), node.child_path("devices"), "expected at least one device");
-    }
-    if (!config || levels.ranks < 1) return std::nullopt;
-    auto imported = import_deepspeed_config(
-        *config, devices, levels, qwz, qgz,
-        runtime.value == "deepspeed-0.16" ? Runtime::kDeepSpeed016 : Runtime::kDeepSpeed013, tp_size);
-    if (!imported || ctx.error_count() != errors_before) return std::nullopt;
-    imported->strategy.collectives = collectives;
-    imported->strategy.all_ranks = all_ranks;
-    if (training) {
-      training->micro_batch = imported->micro_batch;
-      training->grad_accum = imported->grad_accum;
-      training->at = config->location();
-      training->deepspeed = *imported;
-      training->tp_at = tp_at;
-    }
-    return StrategySpec{imported->strategy};
-  }
-  if (kind.value == "megatron") {
-    MegatronSpec mg;
-    const auto positive = [&](const char* key, sim::config::Location* at) {
-      const auto v = r.required<int>(key);
-      if (v.valid && v.value < 1) ctx.error(v.loc, node.child_path(key), fmt::format("expected >= 1, got {}", v.value));
-      if (at) *at = v.loc;
-      return v.value;
-    };
-    mg.tp = positive("tp", training ? &training->tp_at : nullptr);
-    mg.pp = positive("pp", training ? &training->pp_at : nullptr);
-    mg.dp = positive("dp", nullptr);
-    const auto schedule = r.choice("schedule", {"1f1b", "interleaved"});
-    if (schedule.valid && schedule.value == "interleaved") {
-      const auto v = r.required<int>("virtual_stages");
-      if (v.valid && v.value < 2) {
-        ctx.error(v.loc, node.child_path("virtual_stages"),
-                  fmt::format("expected >= 2 for interleaved, got {}", v.value));
-      }
-      mg.virtual_stages = v.value;
-    } else if (auto v = r.child("virtual_stages")) {
-      // Left from an interleaved configuration (--set strategy.schedule=1f1b): named, not an error.
-      ctx.warning(v->location(), v->path(), "ignored: the 1f1b schedule has one stage per rank");
-    }
-    mg.sequence_parallel = r.required<bool>("sequence_parallel").value;
-    const auto zero = r.required<int>("zero_stage");
-    if (zero.valid && zero.value != 0 && zero.value != 1) {
-      ctx.error(zero.loc, node.child_path("zero_stage"),
-                fmt::format("expected 0 or 1 (Megatron's distributed optimizer) with pipelines, got {}", zero.value));
-    }
-    mg.zero_stage = zero.value;
-    mg.collectives = parse_collective_options(r);
-    mg.all_ranks = parse_all_ranks(r);
-    const auto ranks = static_cast<std::size_t>(
-        checked_ranks(ctx, node.location(), node.path(), {std::max(1, mg.tp), std::max(1, mg.pp), std::max(1, mg.dp)},
-                      fmt::format("tp x pp x dp = {} x {} x {}", mg.tp, mg.pp, mg.dp)));
-    if (auto devices = parse_devices(r, node, topology, false)) {
-      mg.devices = std::move(*devices);
-      if (mg.devices.size() != ranks && ctx.error_count() == errors_before) {
-        ctx.error(node.location(), node.child_path("devices"),
-                  fmt::format("tp x pp x dp = {} ranks but the devices list {}", ranks, mg.devices.size()));
-      }
-    } else if (topology) {
-      const auto gpus = topology->devices_of(topo::DeviceKind::kGpu);
-      if (ranks > gpus.size()) {
-        ctx.error(node.location(), node.path(),
-                  fmt::format("tp x pp x dp = {} ranks but the machine has {} GPUs", ranks, gpus.size()));
-      } else {
-        for (std::size_t i = 0; i < ranks; ++i) mg.devices.push_back(topology->device(gpus[i]).name);
-      }
-    }
-    if (ctx.error_count() != errors_before) return std::nullopt;
-    return StrategySpec{mg};
-  }
-  DataParallelSpec dp;
-  const auto stage = r.required<int>("zero_stage");
-  if (stage.valid && (stage.value < 0 || stage.value > 3)) {
-    ctx.error(stage.loc, node.child_path("zero_stage"),
-              fmt::format("expected one of {{0, 1, 2, 3}}, got {}", stage.value));
-  }
-  dp.zero_stage = stage.value;
+  c.options = parse_collective_options(r);
+  c.all_ranks = parse_all_ranks(r);
+  if (ctx.error_count() != errors_before) return std::nullopt;
+  return StrategySpec{c};
+}
+
+// kind: deepspeed, a ds_config mapped onto data_parallel (deepspeed_config.hpp).
+std::optional<StrategySpec> read_deepspeed(const Node& node, MapReader& r, const topo::Topology* topology,
+                                           TrainingFromStrategy* training, LevelSizes levels,
+                                           std::size_t errors_before) {
+  auto& ctx = node.context();
+  const auto runtime = r.choice("runtime", {"deepspeed-0.13", "deepspeed-0.16"});
+  std::optional<Quantization> qwz, qgz;
+  if (auto q = r.child("qwz")) qwz = parse_quantization_format(*q);
+  if (auto q = r.child("qgz")) qgz = parse_quantization_format(*q);
   const auto degree = r.required<int>("dp");
-  // Tensor parallelism under ZeRO (Megatron-DeepSpeed): dp replicas of tp ranks each.
+  if (degree.valid && degree.value < 1) {
+    ctx.error(degree.loc, node.child_path("dp"), fmt::format("expected >= 1, got {}", degree.value));
+  }
+  // Megatron-DeepSpeed's --tensor-model-parallel-size: dp replicas of tp ranks each.
   const auto tp = r.optional<int>("tp", 1);
   if (tp.valid && tp.value < 1)
     ctx.error(tp.loc, node.child_path("tp"), fmt::format("expected >= 1, got {}", tp.value));
-  dp.tp = std::max(1, tp.value);
-  if (training) training->tp_at = tp.loc;
-  dp.sequence_parallel = r.optional<bool>("sequence_parallel", false).value;
-  // Expert parallelism for mixture-of-experts models: experts over ep consecutive ranks.
-  const auto ep = r.optional<int>("ep", 1);
-  if (ep.valid && (ep.value < 1 || (degree.valid && degree.value % ep.value != 0))) {
-    ctx.error(ep.loc, node.child_path("ep"),
-              fmt::format("expected a divisor of dp ({}), got {}", degree.valid ? degree.value : 0, ep.value));
-  }
-  dp.ep = std::max(1, ep.value);
-  if (training) training->ep_at = ep.loc;
-  const int rank_count = degree.valid ? checked_ranks(ctx, degree.loc, node.child_path("dp"), {degree.value, dp.tp},
-                                                      fmt::format("tp x dp = {} x {}", dp.tp, degree.value))
-                                      : 0;
-  const auto bucket = r.required<std::int64_t>("reduce_bucket_elements");
-  if (bucket.valid && bucket.value < 1)
-    ctx.error(bucket.loc, node.child_path("reduce_bucket_elements"), "expected a positive integer");
-  dp.reduce_bucket_elements = bucket.value;
-  dp.overlap_comm = r.required<bool>("overlap_comm").value;
-  {
-    // Used at stage 3 only; DeepSpeed's default there (recorded in the effective configuration).
-    const bool stage3 = stage.valid && stage.value == 3;
-    const auto threshold = r.optional<std::int64_t>("param_persistence_threshold",
-                                                    stage3 ? DataParallelSpec::kDeepSpeedPersistenceThreshold : 0);
-    if (threshold.valid && threshold.value < 0) {
-      ctx.error(threshold.loc, node.child_path("param_persistence_threshold"), "expected a count >= 0");
-    }
-    dp.param_persistence_threshold = threshold.value;
-    const auto fetch = r.choice("zero3_fetch", {"prefetch", "blocking"}, "prefetch");
-    if (fetch.valid && fetch.value == "blocking") {
-      if (!stage3) ctx.error(fetch.loc, node.child_path("zero3_fetch"), "applies to zero_stage 3 only");
-      dp.zero3_fetch = DataParallelSpec::Fetch::kBlocking;
+  const int tp_size = std::max(1, tp.value);
+  const sim::config::Location tp_at = tp.loc;
+  const int rank_count = degree.valid && degree.value >= 1
+                             ? checked_ranks(ctx, degree.loc, node.child_path("dp"), {degree.value, tp_size},
+                                             fmt::format("tp x dp = {} x {}", tp_size, degree.value))
+                             : 0;
+  std::vector<std::string> devices;
+  if (auto d = parse_devices(r, node, topology, false)) {
+    devices = std::move(*d);
+  } else if (topology && degree.valid && degree.value >= 1) {
+    const auto gpus = topology->devices_of(topo::DeviceKind::kGpu);
+    for (int i = 0; i < rank_count && static_cast<std::size_t>(i) < gpus.size(); ++i) {
+      devices.push_back(topology->device(gpus[i]).name);
     }
   }
+  if (degree.valid && degree.value >= 1 && static_cast<int>(devices.size()) != rank_count) {
+    ctx.error(degree.loc, node.child_path("dp"),
+              tp_size == 1
+                  ? fmt::format("dp is {} but {} devices are listed or available", degree.value, devices.size())
+                  : fmt::format("tp x dp = {} x {} = {} ranks but {} devices are listed or available", tp_size,
+                                degree.value, rank_count, devices.size()));
+  }
+  levels.ranks = static_cast<int>(devices.size());
+  auto config = r.required_child("config", "a DeepSpeed ds_config (usually !include ../strategies/ds/x.json)");
+  const auto collectives = parse_collective_options(r);
+  const bool all_ranks = parse_all_ranks(r);
+  if (levels.ranks < 1 && ctx.error_count() == errors_before) {
+    ctx.error(node.location(), node.child_path("devices"), "expected at least one device");
+  }
+  if (!config || levels.ranks < 1) return std::nullopt;
+  auto imported = import_deepspeed_config(
+      *config, devices, levels, qwz, qgz,
+      runtime.value == "deepspeed-0.16" ? Runtime::kDeepSpeed016 : Runtime::kDeepSpeed013, tp_size);
+  if (!imported || ctx.error_count() != errors_before) return std::nullopt;
+  imported->strategy.collectives = collectives;
+  imported->strategy.all_ranks = all_ranks;
+  if (training) {
+    training->micro_batch = imported->micro_batch;
+    training->grad_accum = imported->grad_accum;
+    training->at = config->location();
+    training->deepspeed = *imported;
+    training->tp_at = tp_at;
+  }
+  return StrategySpec{imported->strategy};
+}
+
+// kind: megatron, 3D parallelism.
+std::optional<StrategySpec> read_megatron(const Node& node, MapReader& r, const topo::Topology* topology,
+                                          TrainingFromStrategy* training, LevelSizes /*levels*/,
+                                          std::size_t errors_before) {
+  auto& ctx = node.context();
+  MegatronSpec mg;
+  const auto positive = [&](const char* key, sim::config::Location* at) {
+    const auto v = r.required<int>(key);
+    if (v.valid && v.value < 1) ctx.error(v.loc, node.child_path(key), fmt::format("expected >= 1, got {}", v.value));
+    if (at) *at = v.loc;
+    return v.value;
+  };
+  mg.tp = positive("tp", training ? &training->tp_at : nullptr);
+  mg.pp = positive("pp", training ? &training->pp_at : nullptr);
+  mg.dp = positive("dp", nullptr);
+  const auto schedule = r.choice("schedule", {"1f1b", "interleaved"});
+  if (schedule.valid && schedule.value == "interleaved") {
+    const auto v = r.required<int>("virtual_stages");
+    if (v.valid && v.value < 2) {
+      ctx.error(v.loc, node.child_path("virtual_stages"),
+                fmt::format("expected >= 2 for interleaved, got {}", v.value));
+    }
+    mg.virtual_stages = v.value;
+  } else if (auto v = r.child("virtual_stages")) {
+    // Left from an interleaved configuration (--set strategy.schedule=1f1b): named, not an error.
+    ctx.warning(v->location(), v->path(), "ignored: the 1f1b schedule has one stage per rank");
+  }
+  mg.sequence_parallel = r.required<bool>("sequence_parallel").value;
+  const auto zero = r.required<int>("zero_stage");
+  if (zero.valid && zero.value != 0 && zero.value != 1) {
+    ctx.error(zero.loc, node.child_path("zero_stage"),
+              fmt::format("expected 0 or 1 (Megatron's distributed optimizer) with pipelines, got {}", zero.value));
+  }
+  mg.zero_stage = zero.value;
+  mg.collectives = parse_collective_options(r);
+  mg.all_ranks = parse_all_ranks(r);
+  const auto ranks = static_cast<std::size_t>(
+      checked_ranks(ctx, node.location(), node.path(), {std::max(1, mg.tp), std::max(1, mg.pp), std::max(1, mg.dp)},
+                    fmt::format("tp x pp x dp = {} x {} x {}", mg.tp, mg.pp, mg.dp)));
+  if (auto devices = parse_devices(r, node, topology, false)) {
+    mg.devices = std::move(*devices);
+    if (mg.devices.size() != ranks && ctx.error_count() == errors_before) {
+      ctx.error(node.location(), node.child_path("devices"),
+                fmt::format("tp x pp x dp = {} ranks but the devices list {}", ranks, mg.devices.size()));
+    }
+  } else if (topology) {
+    const auto gpus = topology->devices_of(topo::DeviceKind::kGpu);
+    if (ranks > gpus.size()) {
+      ctx.error(node.location(), node.path(),
+                fmt::format("tp x pp x dp = {} ranks but the machine has {} GPUs", ranks, gpus.size()));
+    } else {
+      for (std::size_t i = 0; i < ranks; ++i) mg.devices.push_back(topology->device(gpus[i]).name);
+    }
+  }
+  if (ctx.error_count() != errors_before) return std::nullopt;
+  return StrategySpec{mg};
+}
+
+// data_parallel's offload_optimizer and offload_param; returns where the offload device is given
+// (the location of the checks that need the machine).
+sim::config::Location read_offload(const Node& node, MapReader& r, const sim::config::Located<int>& stage,
+                                   DataParallelSpec& dp) {
+  auto& ctx = node.context();
   sim::config::Location offload_at = node.location();
   if (auto off = r.child("offload_optimizer")) {
     MapReader o(*off);
@@ -549,6 +508,61 @@ std::optional<StrategySpec> parse_strategy(const Node& node, const topo::Topolog
       dp.param_pin_memory = pin.value;
     }
   }
+  return offload_at;
+}
+
+// kind: data_parallel, ZeRO 0-3 with offload, tp, ep and partitionings; also read for an unknown kind.
+std::optional<StrategySpec> read_data_parallel(const Node& node, MapReader& r, const topo::Topology* topology,
+                                               TrainingFromStrategy* training, LevelSizes levels,
+                                               std::size_t errors_before) {
+  auto& ctx = node.context();
+  DataParallelSpec dp;
+  const auto stage = r.required<int>("zero_stage");
+  if (stage.valid && (stage.value < 0 || stage.value > 3)) {
+    ctx.error(stage.loc, node.child_path("zero_stage"),
+              fmt::format("expected one of {{0, 1, 2, 3}}, got {}", stage.value));
+  }
+  dp.zero_stage = stage.value;
+  const auto degree = r.required<int>("dp");
+  // Tensor parallelism under ZeRO (Megatron-DeepSpeed): dp replicas of tp ranks each.
+  const auto tp = r.optional<int>("tp", 1);
+  if (tp.valid && tp.value < 1)
+    ctx.error(tp.loc, node.child_path("tp"), fmt::format("expected >= 1, got {}", tp.value));
+  dp.tp = std::max(1, tp.value);
+  if (training) training->tp_at = tp.loc;
+  dp.sequence_parallel = r.optional<bool>("sequence_parallel", false).value;
+  // Expert parallelism for mixture-of-experts models: experts over ep consecutive ranks.
+  const auto ep = r.optional<int>("ep", 1);
+  if (ep.valid && (ep.value < 1 || (degree.valid && degree.value % ep.value != 0))) {
+    ctx.error(ep.loc, node.child_path("ep"),
+              fmt::format("expected a divisor of dp ({}), got {}", degree.valid ? degree.value : 0, ep.value));
+  }
+  dp.ep = std::max(1, ep.value);
+  if (training) training->ep_at = ep.loc;
+  const int rank_count = degree.valid ? checked_ranks(ctx, degree.loc, node.child_path("dp"), {degree.value, dp.tp},
+                                                      fmt::format("tp x dp = {} x {}", dp.tp, degree.value))
+                                      : 0;
+  const auto bucket = r.required<std::int64_t>("reduce_bucket_elements");
+  if (bucket.valid && bucket.value < 1)
+    ctx.error(bucket.loc, node.child_path("reduce_bucket_elements"), "expected a positive integer");
+  dp.reduce_bucket_elements = bucket.value;
+  dp.overlap_comm = r.required<bool>("overlap_comm").value;
+  {
+    // Used at stage 3 only; DeepSpeed's default there (recorded in the effective configuration).
+    const bool stage3 = stage.valid && stage.value == 3;
+    const auto threshold = r.optional<std::int64_t>("param_persistence_threshold",
+                                                    stage3 ? DataParallelSpec::kDeepSpeedPersistenceThreshold : 0);
+    if (threshold.valid && threshold.value < 0) {
+      ctx.error(threshold.loc, node.child_path("param_persistence_threshold"), "expected a count >= 0");
+    }
+    dp.param_persistence_threshold = threshold.value;
+    const auto fetch = r.choice("zero3_fetch", {"prefetch", "blocking"}, "prefetch");
+    if (fetch.valid && fetch.value == "blocking") {
+      if (!stage3) ctx.error(fetch.loc, node.child_path("zero3_fetch"), "applies to zero_stage 3 only");
+      dp.zero3_fetch = DataParallelSpec::Fetch::kBlocking;
+    }
+  }
+  const sim::config::Location offload_at = read_offload(node, r, stage, dp);
   const std::vector<std::size_t> gpus =
       topology ? topology->devices_of(topo::DeviceKind::kGpu) : std::vector<std::size_t>{};
   if (auto devices = parse_devices(r, node, topology, false)) {
@@ -592,6 +606,36 @@ std::optional<StrategySpec> parse_strategy(const Node& node, const topo::Topolog
   }
   if (ctx.error_count() != errors_before) return std::nullopt;
   return StrategySpec{dp};
+}
+
+std::optional<StrategySpec> parse_strategy(const Node& node, const topo::Topology* topology,
+                                           TrainingFromStrategy* training) {
+  auto& ctx = node.context();
+  const std::size_t errors_before = ctx.error_count();
+  MapReader r(node);
+  std::vector<std::string> kinds;
+  for (const auto& s : list_strategies()) kinds.push_back(s.kind);
+  const auto kind = r.choice("kind", kinds);
+  // Level sizes for partitioning and collective stages: filled once the ranks are known.
+  LevelSizes levels;
+  if (topology) {
+    for (const auto g : topology->devices_of(topo::DeviceKind::kGpu)) {
+      if (topology->device(g).node == 0) ++levels.gpus_per_node;
+    }
+  }
+  // The reader of each kind that list_strategies() names (offsim list): a kind without one is a bug.
+  using Reader = std::optional<StrategySpec> (*)(const Node&, MapReader&, const topo::Topology*, TrainingFromStrategy*,
+                                                 LevelSizes, std::size_t);
+  static const std::map<std::string, Reader, std::less<>> readers{{"collective", read_collective},
+                                                                  {"deepspeed", read_deepspeed},
+                                                                  {"megatron", read_megatron},
+                                                                  {"data_parallel", read_data_parallel}};
+  for (const auto& k : kinds) {
+    if (!readers.contains(k)) throw std::logic_error(fmt::format("strategy kind '{}' has no reader", k));
+  }
+  const auto reader = readers.find(kind.value);
+  return (reader == readers.end() ? read_data_parallel : reader->second)(node, r, topology, training, levels,
+                                                                         errors_before);
 }
 
 }  // namespace
