@@ -115,13 +115,6 @@ int checked_ranks(const IterationInputs& in, const DataParallelSpec& spec) {
   return ranks;
 }
 
-// An empty iteration on the machine's resources.
-BuiltIteration with_machine(const topo::Topology& topology) {
-  BuiltIteration out;
-  out.machine = make_machine_resources(topology);
-  return out;
-}
-
 // Where a simulated rank runs: its GPU's unit and pool, and with offload its host (and NVMe).
 struct Rank {
   std::uint32_t unit = 0;
@@ -154,7 +147,7 @@ class DataParallelBuilder {
   DataParallelBuilder(const IterationInputs& inputs, const DataParallelSpec& strategy)
       : in(inputs),
         spec(strategy),
-        out(with_machine(inputs.topology)),
+        out(empty_iteration(inputs.topology)),
         g(out.graph),
         m(inputs.model),
         train(inputs.training),

@@ -118,13 +118,6 @@ int checked_ranks(const IterationInputs& in, const MegatronSpec& spec) {
   return ranks;
 }
 
-// An empty iteration on the machine's resources.
-BuiltIteration with_machine(const topo::Topology& topology) {
-  BuiltIteration out;
-  out.machine = make_machine_resources(topology);
-  return out;
-}
-
 // A simulated rank: its place in the grid, its GPU's unit and pool, its parameters and kernels.
 struct RankState {
   int rank = 0;
@@ -147,7 +140,7 @@ class MegatronBuilder {
   MegatronBuilder(const IterationInputs& inputs, const MegatronSpec& strategy)
       : in(inputs),
         spec(strategy),
-        out(with_machine(inputs.topology)),
+        out(empty_iteration(inputs.topology)),
         g(out.graph),
         m(inputs.model),
         train(inputs.training),

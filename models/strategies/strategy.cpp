@@ -6,6 +6,12 @@
 
 namespace offsim::models {
 
+BuiltIteration empty_iteration(const topo::Topology& topology) {
+  BuiltIteration out;
+  out.machine = make_machine_resources(topology);
+  return out;
+}
+
 std::optional<std::size_t> nearest_cpu(const topo::Topology& t, std::size_t gpu) {
   std::optional<std::size_t> best;
   std::size_t best_hops = 0;

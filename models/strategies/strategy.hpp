@@ -188,6 +188,9 @@ struct IterationInputs {
   const MeasuredCosts& host;  // host-side costs (cpu_adam); may be empty
 };
 
+/// An iteration with no tasks yet on the machine's resources: where every builder starts.
+[[nodiscard]] BuiltIteration empty_iteration(const topo::Topology& topology);
+
 /// The CPU of `gpu`'s node fewest hops from it (the first declared among equals): the host of its
 /// offload. Nullopt when the node has no CPU.
 [[nodiscard]] std::optional<std::size_t> nearest_cpu(const topo::Topology& t, std::size_t gpu);
