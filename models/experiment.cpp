@@ -9,6 +9,7 @@
 #include <optional>
 #include <unordered_set>
 
+#include "models/figures.hpp"
 #include "models/strategies/deepspeed_config.hpp"
 #include "models/strategies/partitioning_parser.hpp"
 #include "models/transformer/model_parser.hpp"
@@ -1020,23 +1021,42 @@ std::string resolved_config_yaml(const ExperimentSpec& spec) {
       spec.file, out.c_str());
 }
 
+namespace {
+
+// summary.json's headline figures, in its key order (a subset of the table, in another order).
+const Figure* const kSummaryFeasible = figures_named({"feasible"}).front();
+const std::vector<const Figure*> kSummaryFigures =
+    figures_named({"iteration_time_s", "tokens_per_s", "model_tflops_per_device", "tflops_per_device", "mfu",
+                   "exposed_communication_s", "model_states_bytes_per_device"});
+
+void write_figure(sim::report::JsonWriter& j, const Figure& f, const ExperimentResult& r) {
+  const double v = f.get(r);
+  switch (f.kind) {
+    case FigureKind::kFlag:
+      j.field(f.name, v != 0.0);
+      break;
+    case FigureKind::kCount:
+      j.field(f.name, static_cast<std::int64_t>(v));
+      break;
+    case FigureKind::kReal:
+      j.field(f.name, v);
+      break;
+  }
+}
+
+}  // namespace
+
 std::string summary_json(const ExperimentSpec& spec, const ExperimentResult& r, const Provenance& p) {
   sim::report::JsonWriter j;
   j.begin_object();
   j.key("offsim").begin_object().field("version", p.version).field("git", p.git_hash).end_object();
   j.field("experiment", spec.name);
   j.field("config_file", spec.file);
-  j.field("feasible", r.feasible);
+  write_figure(j, *kSummaryFeasible, r);
   j.key("infeasible_reasons").begin_array();
   for (const auto& reason : r.infeasible_reasons) j.value(reason);
   j.end_array();
-  j.field("iteration_time_s", r.iteration_time.seconds());
-  j.field("tokens_per_s", r.tokens_per_s);
-  j.field("model_tflops_per_device", r.model_tflops_per_device);
-  j.field("tflops_per_device", r.tflops_per_device);
-  j.field("mfu", r.mfu);
-  j.field("exposed_communication_s", r.phase_seconds("exposed_communication"));
-  j.field("model_states_bytes_per_device", r.model_states_per_device.count);
+  for (const Figure* f : kSummaryFigures) write_figure(j, *f, r);
   if (const auto* c = std::get_if<CollectiveSpec>(&spec.strategy))
     j.field("bus_bandwidth_bytes_per_s", bus_bandwidth(*c, r));
   j.key("phases").begin_object();

@@ -8,6 +8,7 @@
 #include <map>
 
 #include "models/experiment.hpp"
+#include "models/figures.hpp"
 #include "sim/config/config_reader.hpp"
 #include "sim/report/atomic_file.hpp"
 #include "sim/report/text_table.hpp"
@@ -16,26 +17,15 @@ namespace offsim::models {
 
 namespace {
 
-// The figures a case records, in this order.
-const std::vector<std::string> kFigures{"feasible",
-                                        "iteration_time_s",
-                                        "tflops_per_device",
-                                        "model_tflops_per_device",
-                                        "mfu",
-                                        "exposed_communication_s",
-                                        "model_states_bytes_per_device",
-                                        "hbm_peak_bytes"};
-
-std::map<std::string, double> figures_of(const ExperimentResult& r) {
-  return {{"feasible", r.feasible ? 1.0 : 0.0},
-          {"iteration_time_s", r.iteration_time.seconds()},
-          {"tflops_per_device", r.tflops_per_device},
-          {"model_tflops_per_device", r.model_tflops_per_device},
-          {"mfu", r.mfu},
-          {"exposed_communication_s", r.phase_seconds("exposed_communication")},
-          {"model_states_bytes_per_device", r.model_states_per_device.as_double()},
-          {"hbm_peak_bytes", static_cast<double>(r.peak_bytes("hbm"))}};
-}
+// The figures a case records, in this order: every headline figure but tokens_per_s (tokens per
+// iteration over iteration_time_s, which a case records).
+const std::vector<const Figure*> kRecorded = [] {
+  std::vector<const Figure*> out;
+  for (const Figure& f : headline_figures()) {
+    if (f.name != "tokens_per_s") out.push_back(&f);
+  }
+  return out;
+}();
 
 }  // namespace
 
@@ -77,13 +67,14 @@ RegressionReport check_regressions(const std::filesystem::path& dir, bool update
       tolerance = tol.value;
       if (auto rec = r.child("recorded")) {
         sim::config::MapReader rr(*rec);
-        for (const auto& figure : kFigures) {
+        for (const Figure* f : kRecorded) {
+          const std::string figure(f->name);
           if (rr.has(figure)) recorded[figure] = rr.required<double>(figure).value;
         }
       }
     }
     ctx.finish();
-    const auto predicted = figures_of(run_experiment(load_experiment(experiment, overrides)));
+    const ExperimentResult result = run_experiment(load_experiment(experiment, overrides));
     if (update) {
       // Keep everything above `recorded:` (comments and all), write the new figures below it.
       std::ifstream in(file, std::ios::binary);
@@ -92,14 +83,15 @@ RegressionReport check_regressions(const std::filesystem::path& dir, bool update
       std::string head = at == std::string::npos ? text : text.substr(0, at + 1);
       if (!head.empty() && head.back() != '\n') head += '\n';
       head += "recorded:  # written by offsim check --update\n";
-      for (const auto& figure : kFigures) head += fmt::format("  {}: {}\n", figure, predicted.at(figure));
+      for (const Figure* f : kRecorded) head += fmt::format("  {}: {}\n", f->name, f->get(result));
       sim::report::write_file_atomically(file, head);
       report.updated.push_back(file.string());
       continue;
     }
-    for (const auto& figure : kFigures) {
-      RegressionFigure f{name, figure, 0.0, predicted.at(figure), tolerance, !recorded.contains(figure)};
-      if (!f.recorded_missing) f.recorded = recorded.at(figure);
+    for (const Figure* figure : kRecorded) {
+      const std::string key(figure->name);
+      RegressionFigure f{name, key, 0.0, figure->get(result), tolerance, !recorded.contains(key)};
+      if (!f.recorded_missing) f.recorded = recorded.at(key);
       report.figures.push_back(f);
     }
   }

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "models/experiment.hpp"
+#include "models/figures.hpp"
 #include "sim/config/config_reader.hpp"
 #include "sim/report/atomic_file.hpp"
 #include "sim/report/text_table.hpp"
@@ -119,16 +120,14 @@ std::string csv_field(const std::string& s) {
   return out + "\"";
 }
 
-const std::vector<std::string> kFigureColumns{"status",
-                                              "iteration_time_s",
-                                              "tflops_per_device",
-                                              "model_tflops_per_device",
-                                              "mfu",
-                                              "tokens_per_s",
-                                              "exposed_communication_s",
-                                              "model_states_bytes_per_device",
-                                              "hbm_peak_bytes",
-                                              "reason"};
+// The CSV's figure columns: every headline figure but `feasible`, which the status column says.
+const std::vector<const Figure*> kCsvFigures = [] {
+  std::vector<const Figure*> out;
+  for (const Figure& f : headline_figures()) {
+    if (f.kind != FigureKind::kFlag) out.push_back(&f);
+  }
+  return out;
+}();
 
 }  // namespace
 
@@ -291,7 +290,9 @@ Sweep load_sweep(const std::filesystem::path& file) {
 std::string sweep_header(const Sweep& sweep) {
   std::vector<std::string> columns{"index"};
   for (const auto& k : sweep.keys) columns.push_back(csv_field(k));
-  columns.insert(columns.end(), kFigureColumns.begin(), kFigureColumns.end());
+  columns.emplace_back("status");
+  for (const Figure* f : kCsvFigures) columns.emplace_back(f->name);
+  columns.emplace_back("reason");
   return fmt::format("{}\n", fmt::join(columns, ","));
 }
 
@@ -305,7 +306,7 @@ std::string run_sweep_point(const Sweep& sweep, const SweepPoint& point) {
   overrides.insert(overrides.end(), point.overrides.begin(), point.overrides.end());
   std::string status = "ok";
   std::string reason;
-  std::vector<std::string> figures(kFigureColumns.size() - 2);
+  std::vector<std::string> figures(kCsvFigures.size());
   try {
     // Every strategy kind reads strategy.collectives: the sweep's fidelity is one more override
     // (and shows in the effective configuration like the axes).
@@ -319,14 +320,7 @@ std::string run_sweep_point(const Sweep& sweep, const SweepPoint& point) {
       status = "infeasible";
       reason = fmt::format("{}", fmt::join(r.infeasible_reasons, "; "));
     }
-    figures = {fmt::format("{}", r.iteration_time.seconds()),
-               fmt::format("{}", r.tflops_per_device),
-               fmt::format("{}", r.model_tflops_per_device),
-               fmt::format("{}", r.mfu),
-               fmt::format("{}", r.tokens_per_s),
-               fmt::format("{}", r.phase_seconds("exposed_communication")),
-               std::to_string(r.model_states_per_device.count),
-               std::to_string(r.peak_bytes("hbm"))};
+    for (std::size_t i = 0; i < kCsvFigures.size(); ++i) figures[i] = kCsvFigures[i]->text(r);
   } catch (const std::exception& e) {
     status = "error";
     reason = e.what();
@@ -437,8 +431,8 @@ std::string best_points(const std::filesystem::path& csv, const std::string& met
   }
   const std::size_t c = static_cast<std::size_t>(column - header.begin());
   const std::size_t s = static_cast<std::size_t>(status - header.begin());
-  const bool larger_is_better =
-      metric.find("tflops") != std::string::npos || metric == "mfu" || metric == "tokens_per_s";
+  const Figure* figure = find_figure(metric);
+  const bool larger_is_better = figure != nullptr && figure->larger_is_better;
   std::vector<std::pair<double, std::vector<std::string>>> ranked;
   while (std::getline(in, line)) {
     auto fields = parse_csv_line(line);

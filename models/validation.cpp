@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "models/experiment.hpp"
+#include "models/figures.hpp"
 #include "sim/config/config_reader.hpp"
 #include "sim/report/json_writer.hpp"
 #include "sim/report/text_table.hpp"
@@ -19,6 +20,27 @@ namespace {
 // Issue #7's bound on the mean absolute error of a group of timing cases.
 constexpr double kGroupMeanBound = 0.10;
 
+using Getter = double (*)(const ExperimentResult&);
+
+// What a ratio's `figure:` may name: a headline figure (feasible aside), or iteration_time
+// (iteration_time_s) and optimizer_time (rank 0's optimizer phase), as case files name them.
+Getter ratio_getter(std::string_view name) {
+  if (name == "iteration_time") return find_figure("iteration_time_s")->get;
+  if (name == "optimizer_time") return [](const ExperimentResult& r) { return r.phase_seconds("optimizer"); };
+  const Figure* f = find_figure(name);
+  return f != nullptr && f->kind != FigureKind::kFlag ? f->get : nullptr;
+}
+
+std::vector<std::string> ratio_choices() {
+  std::vector<std::string> out;
+  for (const Figure& f : headline_figures()) {
+    if (ratio_getter(f.name) != nullptr) out.emplace_back(f.name);
+  }
+  out.emplace_back("iteration_time");
+  out.emplace_back("optimizer_time");
+  return out;
+}
+
 // One run of an experiment: the file and the overrides that set it up.
 struct Run {
   std::filesystem::path experiment;
@@ -28,8 +50,8 @@ struct Run {
 
 // A timing (`predicted`: phases or iteration, summed, of the case's experiment), a memory peak
 // (`memory: hbm_peak`: the fullest GPU memory pool's peak, bytes), or a ratio of one summary figure
-// between two runs (`ratio`: tflops_per_device, iteration_time or optimizer_time of `of` over
-// `over`), as published studies report speedups.
+// between two runs (`ratio`: a headline figure, iteration_time or optimizer_time of `of` over
+// `over`; see ratio_getter), as published studies report speedups.
 struct Metric {
   std::string name;
   std::vector<std::string> predicted;  // "iteration" or phase names, summed
@@ -93,7 +115,7 @@ Case parse_case(const std::filesystem::path& file) {
         if (auto gap = m.child("known_gap")) metric.known_gap = gap->as<std::string>();
         if (auto ratio = m.child("ratio")) {
           sim::config::MapReader rr(*ratio);
-          metric.ratio_figure = rr.choice("figure", {"tflops_per_device", "iteration_time", "optimizer_time"}).value;
+          metric.ratio_figure = rr.choice("figure", ratio_choices()).value;
           if (auto of = rr.required_child("of", "a run: {experiment, set}")) {
             sim::config::MapReader o(*of);
             metric.of = read_run(o);
@@ -284,11 +306,7 @@ ValidationReport validate(const std::filesystem::path& dir) {
     if (it == runs.end()) it = runs.emplace(run, run_experiment(load_experiment(run.experiment, run.overrides))).first;
     return it->second;
   };
-  const auto figure = [](const std::string& name, const ExperimentResult& r) {
-    if (name == "tflops_per_device") return r.tflops_per_device;
-    if (name == "optimizer_time") return r.phase_seconds("optimizer");
-    return r.iteration_time.seconds();
-  };
+  const Figure& hbm_peak = *figures_named({"hbm_peak_bytes"}).front();
   for (const auto& file : files) {
     const Case c = parse_case(file);
     ExperimentResult result;
@@ -297,14 +315,15 @@ ValidationReport validate(const std::filesystem::path& dir) {
     }
     for (const auto& m : c.metrics) {
       if (m.ratio_figure) {
-        const double predicted = figure(*m.ratio_figure, result_of(m.of)) / figure(*m.ratio_figure, result_of(m.over));
+        const Getter figure = ratio_getter(*m.ratio_figure);
+        const double predicted = figure(result_of(m.of)) / figure(result_of(m.over));
         report.rows.push_back({c.name, c.group, m.name, m.measured, predicted, c.tolerance,
                                m.known_gap ? m.known_gap : c.known_gap, true});
         continue;
       }
       if (m.hbm_peak) {
-        report.rows.push_back({c.name, c.group, m.name, m.measured, static_cast<double>(result.peak_bytes("hbm")),
-                               c.tolerance, m.known_gap ? m.known_gap : c.known_gap, false, true});
+        report.rows.push_back({c.name, c.group, m.name, m.measured, hbm_peak.get(result), c.tolerance,
+                               m.known_gap ? m.known_gap : c.known_gap, false, true});
         continue;
       }
       report.rows.push_back({c.name, c.group, m.name, m.measured, predicted_of(m, result), c.tolerance,

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "models/experiment.hpp"
+#include "models/figures.hpp"
 
 namespace offsim::models {
 namespace {
@@ -23,10 +24,10 @@ constexpr double kRelativeTolerance = 1e-9;
 
 std::map<std::string, double> figures_of(const ExperimentResult& r) {
   std::map<std::string, double> f;
-  f["feasible"] = r.feasible ? 1.0 : 0.0;
-  f["iteration_time_s"] = r.iteration_time.seconds();
-  f["tflops_per_device"] = r.tflops_per_device;
-  f["mfu"] = r.mfu;
+  // The headline figures the .figures files hold (a subset of the table), then the phases, memory
+  // kinds and link classes the experiment reports.
+  for (const Figure* figure : figures_named({"feasible", "iteration_time_s", "tflops_per_device", "mfu"}))
+    f[std::string(figure->name)] = figure->get(r);
   for (const auto& p : r.phases) f["phase." + p.phase + "_s"] = p.time.seconds();
   for (const auto& m : r.memory) f["memory." + m.kind + ".peak_bytes"] = m.peak.as_double();
   for (const auto& l : r.links) f["links." + l.link_class + ".bytes"] = l.bytes;
