@@ -45,7 +45,7 @@
 
 #include "models/collectives/plan.hpp"
 #include "models/cost/cost_model.hpp"
-#include "models/strategies/strategy.hpp"
+#include "models/platform/machine_resources.hpp"
 
 namespace offsim::models {
 
@@ -66,13 +66,6 @@ struct RankLayout {
 /// many ranks (whole nodes; a pipeline replica, say). `note` says which, and why.
 [[nodiscard]] RankLayout make_rank_layout(const topo::Topology& topology, std::vector<std::size_t> devices,
                                           bool all_ranks, std::string* note, int block_ranks = 0);
-
-/// Resolves the ranks' device names (each must be a GPU of the machine; std::invalid_argument
-/// naming `strategy` otherwise) into `out.devices`, lays them out (make_rank_layout), and records
-/// the layout's note and the simulated rank count in `out`.
-[[nodiscard]] RankLayout lay_out_ranks(BuiltIteration& out, const topo::Topology& topology,
-                                       const std::vector<std::string>& names, const char* strategy, bool all_ranks,
-                                       int block_ranks = 0);
 
 class Communicator {
  public:

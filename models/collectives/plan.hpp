@@ -35,6 +35,8 @@ struct CollectivePlan {
   Quantization quantization;
 };
 
+enum class CollectiveKind { kReduceScatter, kAllGather, kAllReduce };
+
 enum class Fidelity { kFlow, kAnalytic };
 
 struct CollectiveOptions {

@@ -9,7 +9,7 @@
 #include <map>
 #include <tuple>
 
-#include "models/strategies/layer_kernels.hpp"
+#include "models/transformer/precision.hpp"
 
 namespace offsim::models {
 
@@ -43,7 +43,7 @@ LineFit fit_line(const std::vector<double>& x, const std::vector<double>& y) {
 
 namespace {
 
-// Bytes per element of the simulator's DeepSpeed 0.13 ZeRO-3 host path (layer_kernels.hpp), which
+// Bytes per element of the simulator's DeepSpeed 0.13 ZeRO-3 host path (transformer/precision.hpp), which
 // fit_offload_host inverts: CPU Adam plus the down-cast through the shared cores, a bf16 copy,
 // the CPU up-cast of the boundary gradient.
 constexpr std::int64_t kNodeSharedBytes = kHostAdamTrafficBytesPerParam + kBf16Bytes + kFp32Bytes;

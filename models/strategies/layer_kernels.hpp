@@ -5,30 +5,9 @@
 #include <cstdint>
 
 #include "models/strategies/strategy.hpp"
+#include "models/transformer/precision.hpp"
 
 namespace offsim::models {
-
-// Bytes per element of each state under bf16 mixed precision with Adam.
-inline constexpr std::int64_t kBf16Bytes = 2;
-inline constexpr std::int64_t kFp32Bytes = 4;
-// fp32 master weights, Adam momentum and variance.
-inline constexpr std::int64_t kOptimizerStateBytesPerParam = 3 * kFp32Bytes;
-// The GPU optimizer step's HBM traffic per parameter under DeepSpeed's bf16 mixed precision
-// (runtime/zero/stage_1_and_2.py step, runtime/bf16_optimizer.py): the bf16 gradient is cast into
-// an fp32 gradient (read 2 B, write 4 B); fused Adam reads fp32 p, g, m, v (16 B) and writes p, m,
-// v (12 B); the fp32 master weights are copied back into the bf16 working copy (read 4 B, write
-// 2 B). Three kernels' traffic, 40 B.
-inline constexpr std::int64_t kAdamTrafficBytesPerParam =
-    (kBf16Bytes + kFp32Bytes) + (4 * kFp32Bytes + 3 * kFp32Bytes) + (kFp32Bytes + kBf16Bytes);
-// DeepSpeed's CPU Adam on fp32 host states: read p, g, m, v and write p, m, v (deepspeed-offload.md
-// section 5).
-inline constexpr std::int64_t kHostAdamTrafficBytesPerParam = 4 * kFp32Bytes + 3 * kFp32Bytes;
-// Logits kept for the loss's backward: bf16 logits and their fp32 softmax.
-inline constexpr std::int64_t kLogitBytesPerElement = kBf16Bytes + kFp32Bytes;
-// The loss's transient fp32 workspace per logit: the fp32 copy of the logits the log-softmax
-// reads in forward (PyTorch's cross_entropy on logits.float(), Megatron's vocab-parallel cross
-// entropy alike), and the fp32 gradient of the log-softmax in backward: held around the head.
-inline constexpr std::int64_t kLossWorkspaceBytesPerElement = kFp32Bytes;
 
 // What layer_elementwise_kernels leaves out, for the report.
 inline constexpr const char* kNonGemmKernelsApproximation =

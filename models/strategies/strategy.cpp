@@ -41,45 +41,6 @@ std::vector<StrategyInfo> list_strategies() {
           {"collective", "one all-gather, reduce-scatter or all-reduce over the listed ranks (collective benchmarks)"}};
 }
 
-MachineResources make_machine_resources(const topo::Topology& topology) {
-  MachineResources m;
-  const auto& devices = topology.devices();
-  m.unit_of_device.resize(devices.size());
-  m.pool_of_device.resize(devices.size());
-  m.memory_constraint_of_device.resize(devices.size());
-  for (std::size_t i = 0; i < devices.size(); ++i) {
-    const auto& d = devices[i];
-    if (d.kind == topo::DeviceKind::kGpu) m.unit_of_device[i] = m.platform.add_unit({d.name + ".stream", 1});
-    if (d.kind == topo::DeviceKind::kCpu) m.unit_of_device[i] = m.platform.add_unit({d.name + ".cores", d.cores});
-    if (d.memory) {
-      m.pool_of_device[i] = m.platform.add_pool({d.name + "." + d.memory->kind, d.memory->kind, d.memory->capacity});
-      if (d.memory->bandwidth) {
-        m.memory_constraint_of_device[i] = m.platform.add_constraint(
-            {d.name + "." + d.memory->kind, *d.memory->bandwidth, d.memory->kind + "-bandwidth", "", "", ""});
-      }
-    }
-  }
-  for (const auto& l : topology.links()) {
-    // Reports split a class by direction (H2D vs D2H): "cpu-gpu:cpu->gpu".
-    const auto kind_of = [&](const std::string& name) {
-      return topo::to_string(topology.device(*topology.find_device(name)).kind);
-    };
-    m.constraint_of_link.push_back(m.platform.add_constraint(
-        {l.src + "->" + l.dst, l.bandwidth, l.link_class,
-         fmt::format("{}:{}->{}", l.link_class, kind_of(l.src), kind_of(l.dst)), l.src, l.dst}));
-  }
-  return m;
-}
-
-std::vector<sim::ConstraintId> MachineResources::transfer_route(const topo::Topology& t, std::size_t src,
-                                                                std::size_t dst) const {
-  std::vector<sim::ConstraintId> out;
-  if (memory_constraint_of_device[src]) out.push_back(*memory_constraint_of_device[src]);
-  for (const auto l : t.route(src, dst).links) out.push_back(constraint_of_link[l]);
-  if (memory_constraint_of_device[dst]) out.push_back(*memory_constraint_of_device[dst]);
-  return out;
-}
-
 BuiltIteration build_iteration(const IterationInputs& in, const StrategySpec& strategy) {
   struct Visitor {
     const IterationInputs& in;

@@ -10,11 +10,14 @@
 
 #include "models/collectives/plan.hpp"
 #include "models/cost/cost_model.hpp"
+#include "models/platform/machine_resources.hpp"
 #include "models/transformer/transformer.hpp"
 #include "sim/exec/task_graph.hpp"
 #include "topologies/topology.hpp"
 
 namespace offsim::models {
+
+struct RankLayout;  // models/collectives/communicator.hpp
 
 struct TrainingSpec {
   std::int64_t micro_batch = 1;
@@ -101,8 +104,6 @@ struct DataParallelSpec {
   bool all_ranks = false;  // simulate every rank even when one node could stand for all
 };
 
-enum class CollectiveKind { kReduceScatter, kAllGather, kAllReduce };
-
 /// One collective over the listed ranks, alone on the machine: the benchmark that calibration
 /// data was measured with, for validating the collective model against it.
 struct CollectiveSpec {
@@ -140,23 +141,6 @@ struct StrategyInfo {
 /// One line per strategy kind, for `offsim list`.
 [[nodiscard]] std::vector<StrategyInfo> list_strategies();
 
-/// The machine as engine resources: one compute unit per GPU (its stream) and per CPU (its
-/// cores), one memory pool per device memory, one constraint per directed link and per memory
-/// whose bandwidth transfers share.
-struct MachineResources {
-  sim::Platform platform;
-  std::vector<std::optional<std::uint32_t>> unit_of_device;
-  std::vector<std::optional<std::uint32_t>> pool_of_device;
-  std::vector<std::optional<sim::ConstraintId>> memory_constraint_of_device;
-  std::vector<sim::ConstraintId> constraint_of_link;
-
-  /// Constraints a transfer from `src` to `dst` crosses: the source memory (if shared), the
-  /// route's links, the destination memory (if shared).
-  [[nodiscard]] std::vector<sim::ConstraintId> transfer_route(const topo::Topology& t, std::size_t src,
-                                                              std::size_t dst) const;
-};
-[[nodiscard]] MachineResources make_machine_resources(const topo::Topology& topology);
-
 /// A time interval of the representative rank reported as `phase`: from the start of `first`
 /// (or its end, when from_end) to the end of `last`. Spans of one phase add up.
 struct PhaseSpan {
@@ -178,6 +162,13 @@ struct BuiltIteration {
   sim::Flops hardware_flops_per_device{};
   std::vector<std::string> approximations;
 };
+
+/// Resolves the ranks' device names (each must be a GPU of the machine; std::invalid_argument
+/// naming `strategy` otherwise) into `out.devices`, lays them out (make_rank_layout), and records
+/// the layout's note and the simulated rank count in `out`.
+[[nodiscard]] RankLayout lay_out_ranks(BuiltIteration& out, const topo::Topology& topology,
+                                       const std::vector<std::string>& names, const char* strategy, bool all_ranks,
+                                       int block_ranks = 0);
 
 struct IterationInputs {
   const ModelSpec& model;
