@@ -7,7 +7,7 @@
 //
 // The function is free of any strategy: the caller states what the rank holds and how it is
 // sharded, and the bytes per element of each precision (the strategies pass the constants of
-// models/strategies/layer_kernels.hpp).
+// models/transformer/precision.hpp).
 #include <cstdint>
 
 namespace offsim::models {

@@ -201,7 +201,7 @@ class MegatronBuilder {
   const std::int64_t activation_elements = tokens * m.hidden;
   const Bytes stored = stored_activations_on_tp_rank(m, train, tp, spec.sequence_parallel);
   const Bytes logits{tokens * ((m.vocab + tp - 1) / tp) * kLogitBytesPerElement};
-  // The loss's fp32 workspace on the last stage (layer_kernels.hpp): held while the head runs.
+  // The loss's fp32 workspace on the last stage (transformer/precision.hpp): held while the head runs.
   const Bytes loss_workspace{tokens * ((m.vocab + tp - 1) / tp) * kLossWorkspaceBytesPerElement};
   const Bytes p2p_bytes{activation_elements * kBf16Bytes / tp};
   const LayerWork w = layer_forward(m, train.micro_batch, train.flash_attention);
