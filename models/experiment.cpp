@@ -211,12 +211,7 @@ void check_against_model(Context& ctx, const StrategySpec& strategy, const Model
                          const TrainingFromStrategy& at, const sim::config::Location& grad_accum_at) {
   const auto tensor_parallel = [&](int tp) {
     if (tp <= 1) return;
-    std::vector<std::string> uneven;
-    for (const auto& [what, n] : {std::pair{"heads", m.heads}, std::pair{"kv_heads", m.kv_heads},
-                                  std::pair{"ffn", m.ffn}, std::pair{"shared_ffn", m.shared_ffn}}) {
-      if (n % tp != 0) uneven.push_back(fmt::format("{} ({})", what, n));
-    }
-    if (!uneven.empty()) {
+    if (const auto uneven = widths_not_dividing(m, tp); !uneven.empty()) {
       ctx.error(at.tp_at, "strategy.tp",
                 fmt::format("the model does not split over tp = {} ranks: {} must divide by it", tp,
                             fmt::join(uneven, ", ")));

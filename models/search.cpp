@@ -7,6 +7,7 @@
 #include <map>
 #include <stdexcept>
 
+#include "models/placement/state_placement.hpp"
 #include "models/strategies/deepspeed_config.hpp"
 #include "models/strategies/layer_kernels.hpp"
 #include "sim/report/text_table.hpp"
@@ -78,32 +79,18 @@ BaseFacts base_facts(const ExperimentSpec& base) {
   return f;
 }
 
-bool tp_divides_model(const ModelSpec& m, int tp) {
-  return m.heads % tp == 0 && m.kv_heads % tp == 0 && m.ffn % tp == 0 && m.shared_ffn % tp == 0;
-}
-
-// Model states on one GPU (bf16 parameters and gradients, fp32 master, m and v: 16 B per
-// parameter replicated), as ZeRO partitions them over the dp replicas of a tp x pp share:
-// a lower bound on the GPU's memory (activations, buckets and gathered parameters come on top).
+// Model states on one GPU as ZeRO partitions them over the dp replicas of a tp x pp share
+// (models/placement; with offload every update runs on the host): a lower bound on the GPU's
+// memory (activations, buckets and gathered parameters come on top).
 std::int64_t state_bytes(const SearchCandidate& c, std::int64_t params_on_rank) {
-  const double p = static_cast<double>(params_on_rank);
-  const double dp = static_cast<double>(c.dp);
-  double bytes = 0.0;
-  switch (c.zero_stage) {
-    case 0:
-      bytes = 16.0 * p;
-      break;
-    case 1:
-      bytes = 4.0 * p + 12.0 * p / dp;
-      break;
-    case 2:
-      bytes = c.offload ? 2.0 * p : 2.0 * p + 14.0 * p / dp;
-      break;
-    default:
-      bytes = c.offload ? 2.0 * p / dp : 16.0 * p / dp;
-      break;
-  }
-  return static_cast<std::int64_t>(bytes);
+  StateCounts counts;
+  counts.held = params_on_rank;
+  counts.sharded = params_on_rank;
+  counts.zero_stage = c.zero_stage;
+  counts.shard_ranks = c.dp;
+  counts.optimizer_offload = c.offload;
+  counts.offloaded_elements = updated_parameters(c.zero_stage, params_on_rank, params_on_rank, c.dp);
+  return place_model_states(counts, kBf16MixedPrecision).gpu_model_states();
 }
 
 std::string strategy_override(const SearchCandidate& c, const BaseFacts& f) {
@@ -168,7 +155,7 @@ std::vector<SearchCandidate> strategy_shapes(const ModelSpec& m, const SearchSpa
               if (offload && (megatron || zero < 2 || !f.has_cpu)) continue;
               if (megatron && zero > 1) continue;
               if (ep > 1 && (tp > 1 || offload)) continue;
-              if (!tp_divides_model(m, tp) || m.layers % pp != 0) continue;
+              if (!widths_not_dividing(m, tp).empty() || m.layers % pp != 0) continue;
               SearchCandidate c;
               c.kind = kind;
               c.tp = tp;

@@ -6,9 +6,10 @@
 // strategies both for their setup allocations and for the reported model states per device.
 //
 // The function is free of any strategy: the caller states what the rank holds and how it is
-// sharded, and the bytes per element of each precision (the strategies pass the constants of
-// models/transformer/precision.hpp).
+// sharded, and the bytes per element of each precision (kBf16MixedPrecision for the strategies).
 #include <cstdint>
+
+#include "models/transformer/precision.hpp"
 
 namespace offsim::models {
 
@@ -18,6 +19,9 @@ struct StatePrecision {
   std::int64_t fp32 = 0;       // the gradients the optimizer reads under offload, NVMe swap buffers
   std::int64_t optimizer = 0;  // per updated parameter: fp32 master, Adam m and v
 };
+
+// bf16 mixed precision with Adam, as every strategy trains (transformer/precision.hpp).
+inline constexpr StatePrecision kBf16MixedPrecision{kBf16Bytes, kFp32Bytes, kOptimizerStateBytesPerParam};
 
 // What one rank holds and how ZeRO shards it.
 struct StateCounts {

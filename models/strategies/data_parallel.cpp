@@ -558,7 +558,7 @@ class DataParallelBuilder {
     }
     c.parameter_offload = spec.offload_param;
     c.secondary_elements = secondary_elements;
-    return place_model_states(c, StatePrecision{kBf16Bytes, kFp32Bytes, kOptimizerStateBytesPerParam});
+    return place_model_states(c, kBf16MixedPrecision);
   }
 
   // Model states: the setup allocations of states() on every rank.

@@ -245,7 +245,7 @@ class MegatronBuilder {
     c.sharded = rank_state[s].params;
     c.zero_stage = spec.zero_stage;
     c.shard_ranks = dp;
-    return place_model_states(c, StatePrecision{kBf16Bytes, kFp32Bytes, kOptimizerStateBytesPerParam});
+    return place_model_states(c, kBf16MixedPrecision);
   }
   // The rank of TP rank t of `stage` in `replica`.
   [[nodiscard]] int rank_of(int t, int stage, int replica) const { return t + tp * (stage + pp * replica); }

@@ -80,6 +80,15 @@ LayerWork layer_forward(const ModelSpec& m, std::int64_t micro_batch, bool flash
   return w;
 }
 
+std::vector<std::string> widths_not_dividing(const ModelSpec& m, int tp) {
+  std::vector<std::string> uneven;
+  for (const auto& [what, n] : {std::pair{"heads", m.heads}, std::pair{"kv_heads", m.kv_heads}, std::pair{"ffn", m.ffn},
+                                std::pair{"shared_ffn", m.shared_ffn}}) {
+    if (n % tp != 0) uneven.push_back(fmt::format("{} ({})", what, n));
+  }
+  return uneven;
+}
+
 std::vector<GemmShape> layer_gemms(const ModelSpec& m, std::int64_t micro_batch, std::int64_t tp, std::int64_t ep) {
   if (tp < 1 || m.heads % tp != 0 || m.kv_heads % tp != 0 || m.ffn % tp != 0 || m.shared_ffn % tp != 0) {
     throw std::invalid_argument(

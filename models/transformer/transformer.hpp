@@ -135,6 +135,10 @@ struct GemmShape {
 /// expert sets the pace, so this is a lower bound on the time).
 /// Expert parallelism over `ep` ranks: the rank's experts / ep experts (batch), each on the tokens
 /// routed to it from the ep ranks' micro-batches, ceil(ep x tokens x experts_per_token / experts).
+/// The widths tensor parallelism splits that `tp` does not divide, as "heads (40)": Megatron splits
+/// heads, key/value heads and the MLP widths evenly over the tensor-parallel ranks. Empty: it splits.
+[[nodiscard]] std::vector<std::string> widths_not_dividing(const ModelSpec& m, int tp);
+
 [[nodiscard]] std::vector<GemmShape> layer_gemms(const ModelSpec& m, std::int64_t micro_batch, std::int64_t tp,
                                                  std::int64_t ep = 1);
 /// The output projection (logits), vocabulary split by columns across tp ranks.
