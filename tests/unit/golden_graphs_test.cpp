@@ -11,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "models/experiment.hpp"
@@ -41,6 +42,7 @@ const std::vector<GraphCase>& cases() {
       {"offload-param", "tiny-offload-param.yaml", {}},
       {"moe-ep2", "tiny-moe-dp2.yaml", {"strategy.ep=2"}},
       {"megatron-pp2-1f1b", "tiny-megatron-pp2.yaml", {}},
+      {"collective-allgather", "tiny-allgather.yaml", {}},
   };
   return all;
 }
@@ -85,16 +87,19 @@ TEST(GoldenGraphs, TinyExperimentsBuildTheirRecordedTaskGraphs) {
 }
 
 TEST(GoldenGraphs, EveryStrategyKindHasAGoldenGraph) {
-  // data_parallel (every ZeRO stage, offload, tp, ep) and megatron; a new kind needs a case here.
-  bool megatron = false;
+  // Every alternative of StrategySpec (data_parallel, collective, megatron; `deepspeed` reads into
+  // data_parallel) and every ZeRO stage of data_parallel builds at least one golden graph, read
+  // from the cases' loaded specs: a new strategy kind fails here until it has a case.
+  const fs::path source(OFFSIM_SOURCE_DIR);
+  std::vector<bool> kinds(std::variant_size_v<StrategySpec>, false);
   int zero_stages_seen = 0;
   for (const auto& c : cases()) {
-    megatron = megatron || c.experiment.find("megatron") != std::string::npos;
-    for (int stage = 0; stage <= 3; ++stage) {
-      if (c.name.find(fmt::format("zero{}", stage)) != std::string::npos) zero_stages_seen |= 1 << stage;
-    }
+    const ExperimentSpec spec = load_experiment(source / "tests/data" / c.experiment, c.overrides);
+    kinds[spec.strategy.index()] = true;
+    if (const auto* dp = std::get_if<DataParallelSpec>(&spec.strategy)) zero_stages_seen |= 1 << dp->zero_stage;
   }
-  EXPECT_TRUE(megatron);
+  for (std::size_t k = 0; k < kinds.size(); ++k) EXPECT_TRUE(kinds[k]) << "StrategySpec alternative " << k;
+  EXPECT_TRUE(kinds[StrategySpec(MegatronSpec{}).index()]);  // the pipeline schedules
   EXPECT_EQ(zero_stages_seen, 0b1111);
 }
 
