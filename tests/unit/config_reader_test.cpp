@@ -106,6 +106,36 @@ TEST_F(ConfigReaderTest, IncludedValuesAreLocatedInTheirOwnFile) {
   }
 }
 
+TEST_F(ConfigReaderTest, AFileCacheReadsEachFileOnceWhileItLives) {
+  // Inside a ScopedFileCache a file rewritten after its first read is still read as it was (a sweep
+  // reads its experiments once); forget() makes the next read parse it again; without a cache
+  // every read parses the file as it is now. Includes are cached by their normalised path.
+  const std::string main = write("main.yaml", "machine: !include hw/node.yaml\n");
+  const std::string hw = write("hw/node.yaml", "layers: 3\nlink: \"1 GB/s\"\n");
+  const auto layers = [&] {
+    Context ctx;
+    const Node root = ctx.load_root(main);
+    MapReader r(root);
+    const Spec s = read_spec(*r.child("machine"));
+    ctx.finish();
+    return s.layers;
+  };
+  {
+    ScopedFileCache cache;
+    EXPECT_EQ(layers(), 3);
+    write("hw/node.yaml", "layers: 5\nlink: \"1 GB/s\"\n");
+    EXPECT_EQ(layers(), 3);
+    {
+      ScopedFileCache inner;  // nested: shares the outer one's files
+      EXPECT_EQ(layers(), 3);
+    }
+    cache.forget((dir_ / "hw/node.yaml").lexically_normal().string());
+    EXPECT_EQ(layers(), 5);
+  }
+  write("hw/node.yaml", "layers: 7\nlink: \"1 GB/s\"\n");
+  EXPECT_EQ(layers(), 7);
+}
+
 TEST_F(ConfigReaderTest, AMissingIncludeIsReportedWhereItIsNamed) {
   const std::string main = write("main.yaml", "name: x\nmachine: !include nowhere.yaml\n");
   Context ctx;
