@@ -412,6 +412,7 @@ std::optional<StrategySpec> read_megatron(const Node& node, MapReader& r, const 
   mg.zero_stage = zero.value;
   mg.collectives = parse_collective_options(r);
   mg.all_ranks = parse_all_ranks(r);
+  mg.all_micro_batches = r.choice("simulate_micro_batches", {"steady_state", "all"}, "steady_state").value == "all";
   const auto ranks = static_cast<std::size_t>(
       checked_ranks(ctx, node.location(), node.path(), {std::max(1, mg.tp), std::max(1, mg.pp), std::max(1, mg.dp)},
                     fmt::format("tp x pp x dp = {} x {} x {}", mg.tp, mg.pp, mg.dp)));
@@ -780,7 +781,29 @@ std::string dump_task_graph(const ExperimentSpec& spec, bool dot) {
   return dot ? built.graph.to_dot(built.machine.platform) : built.graph.to_text(built.machine.platform);
 }
 
-ExperimentResult run_experiment(const ExperimentSpec& spec, const RunExperimentOptions& options) {
+namespace {
+
+// Links: per class, total bytes and the busiest link.
+std::vector<LinkClassSummary> summarise_links(const std::vector<LinkStat>& stats) {
+  std::vector<LinkClassSummary> links;
+  for (const auto& c : stats) {
+    auto it = std::find_if(links.begin(), links.end(), [&](const auto& l) { return l.link_class == c.link_class; });
+    if (it == links.end()) {
+      links.push_back({c.link_class, 0.0, sim::TimePs{0}, c.name, 0.0});
+      it = links.end() - 1;
+    }
+    it->bytes += c.bytes;
+    if (c.busy > it->busiest_link_busy) {
+      it->busiest_link_busy = c.busy;
+      it->busiest_link = c.name;
+      it->peak_bytes_per_s = c.peak_bytes_per_s;
+    }
+  }
+  return links;
+}
+
+// One simulated iteration of the experiment as it is.
+ExperimentResult simulate_iteration(const ExperimentSpec& spec, const RunExperimentOptions& options) {
   const CostModel costs(spec.device);
   const BuiltIteration built = build_iteration(inputs_of(spec, costs), spec.strategy);
   const sim::RunResult run =
@@ -873,21 +896,83 @@ ExperimentResult run_experiment(const ExperimentSpec& spec, const RunExperimentO
                       sim::format_time(pool.overflow->time), fmt::join(tenants, ", ")));
     }
   }
-  // Links: per class, total bytes and the busiest link.
   for (const auto& c : run.constraints) {
-    auto it = std::find_if(r.links.begin(), r.links.end(), [&](const auto& l) { return l.link_class == c.link_class; });
-    if (it == r.links.end()) {
-      r.links.push_back({c.link_class, 0.0, sim::TimePs{0}, c.name, 0.0});
-      it = r.links.end() - 1;
-    }
-    it->bytes += c.stats.bytes_carried;
-    if (c.stats.busy_time > it->busiest_link_busy) {
-      it->busiest_link_busy = c.stats.busy_time;
-      it->busiest_link = c.name;
-      it->peak_bytes_per_s = c.stats.peak_bytes_per_s;
-    }
+    r.link_stats.push_back({c.name, c.link_class, c.stats.bytes_carried, c.stats.busy_time, c.stats.peak_bytes_per_s});
   }
+  r.links = summarise_links(r.link_stats);
   return r;
+}
+
+// Megatron's pipeline schedules repeat: past the warm-up, every further pp micro-batches run the
+// same operations on every stage, with the same transfers, so the iteration time, every phase time
+// and every link's bytes and busy time are affine in the number of micro-batches m. A long schedule
+// is therefore simulated at m1 = pp and m2 = 2 pp micro-batches (multiples of pp, as the
+// interleaved schedule requires) and extrapolated to m: x(m) = x(m2) + (m - m2) / (m2 - m1) x
+// (x(m2) - x(m1)). tests/unit/megatron_test.cpp checks the extrapolation against full
+// simulations of both schedules (equal to 1e-9). Only when m > m1 + m2, where it saves work.
+// (The warm-up and cool-down of 1F1B and interleaved schedules span fewer than pp micro-batches
+// of each stage, so from m = pp on every further one adds the same steady-state period.)
+struct SteadyState {
+  std::int64_t m1 = 0, m2 = 0, m = 0;
+};
+std::optional<SteadyState> steady_state_plan(const ExperimentSpec& spec) {
+  const auto* mg = std::get_if<MegatronSpec>(&spec.strategy);
+  if (mg == nullptr || mg->all_micro_batches) return std::nullopt;
+  const std::int64_t period = std::max(1, mg->pp);
+  const std::int64_t m = spec.training.grad_accum;
+  if (m <= 3 * period) return std::nullopt;
+  return SteadyState{period, 2 * period, m};
+}
+
+ExperimentResult extrapolate_steady_state(const SteadyState& plan, const ExperimentResult& r1, ExperimentResult r2) {
+  const double a = static_cast<double>(plan.m - plan.m2) / static_cast<double>(plan.m2 - plan.m1);
+  const auto time = [a](sim::TimePs x1, sim::TimePs x2) {
+    return sim::TimePs{x2.ps + static_cast<std::int64_t>(std::llround(a * static_cast<double>(x2.ps - x1.ps)))};
+  };
+  ExperimentResult r = std::move(r2);
+  const sim::TimePs simulated = r.iteration_time;
+  r.iteration_time = time(r1.iteration_time, r.iteration_time);
+  for (auto& phase : r.phases) {
+    const auto it =
+        std::find_if(r1.phases.begin(), r1.phases.end(), [&](const auto& p) { return p.phase == phase.phase; });
+    phase.time = time(it == r1.phases.end() ? sim::TimePs{0} : it->time, phase.time);
+  }
+  for (std::size_t i = 0; i < r.link_stats.size() && i < r1.link_stats.size(); ++i) {
+    auto& l = r.link_stats[i];
+    l.bytes += a * (l.bytes - r1.link_stats[i].bytes);
+    l.busy = time(r1.link_stats[i].busy, l.busy);
+  }
+  r.links = summarise_links(r.link_stats);
+  // The work per device grows with m like the micro-batches do; the rates follow from the time.
+  const double work = static_cast<double>(plan.m) / static_cast<double>(plan.m2);
+  const double rate = r.iteration_time.ps > 0
+                          ? work * static_cast<double>(simulated.ps) / static_cast<double>(r.iteration_time.ps)
+                          : 0.0;
+  r.model_tflops_per_device *= rate;
+  r.tflops_per_device *= rate;
+  r.tokens_per_s *= rate;
+  r.mfu *= rate;
+  r.tasks += r1.tasks;
+  r.events += r1.events;
+  r.approximations.push_back(fmt::format(
+      "pipeline steady state: {} micro-batches extrapolated from simulations of {} and {} (the schedule repeats "
+      "every pp micro-batches, so times and link traffic are affine in their number; memory peaks, rank 0's "
+      "timeline and the trace are those of the {}-micro-batch run); run with --all-micro-batches to simulate "
+      "every one",
+      plan.m, plan.m1, plan.m2, plan.m2));
+  return r;
+}
+
+}  // namespace
+
+ExperimentResult run_experiment(const ExperimentSpec& spec, const RunExperimentOptions& options) {
+  const auto plan = steady_state_plan(spec);
+  if (!plan) return simulate_iteration(spec, options);
+  ExperimentSpec shorter = spec;
+  shorter.training.grad_accum = plan->m1;
+  const ExperimentResult r1 = simulate_iteration(shorter, {});
+  shorter.training.grad_accum = plan->m2;
+  return extrapolate_steady_state(*plan, r1, simulate_iteration(shorter, options));
 }
 
 namespace {

@@ -58,6 +58,15 @@ struct LinkClassSummary {
   double peak_bytes_per_s = 0.0;  // of the busiest single link
 };
 
+/// One link's (flow constraint's) traffic over the iteration.
+struct LinkStat {
+  std::string name;
+  std::string link_class;
+  double bytes = 0.0;
+  sim::TimePs busy{0};
+  double peak_bytes_per_s = 0.0;
+};
+
 struct PhaseTime {
   std::string phase;
   sim::TimePs time{0};
@@ -74,7 +83,8 @@ struct ExperimentResult {
   sim::Bytes model_states_per_device{0};  // parameters, gradients, optimizer states on one GPU
   double mfu = 0.0;
   std::vector<MemoryKindSummary> memory;
-  std::vector<LinkClassSummary> links;
+  std::vector<LinkClassSummary> links;  // per class, from link_stats
+  std::vector<LinkStat> link_stats;     // every link
   std::size_t ranks = 0;
   std::size_t simulated_ranks = 0;
   std::size_t nodes = 0;  // nodes the ranks occupy

@@ -23,6 +23,7 @@ struct RunOptions {
   std::vector<std::string> overrides;
   std::string out_dir;  // empty: no files
   bool all_ranks = false;
+  bool all_micro_batches = false;
 };
 
 struct GraphOptions {

@@ -28,6 +28,9 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--set", run.overrides, "override a value: --set key.path=value (repeatable)");
   run_cmd->add_flag("--all-ranks", run.all_ranks,
                     "simulate every rank even when one node could stand for all (rank symmetry)");
+  run_cmd->add_flag("--all-micro-batches", run.all_micro_batches,
+                    "megatron: simulate every micro-batch instead of extrapolating a long schedule from its steady "
+                    "state (pp and 2 pp micro-batches)");
   run_cmd->add_option(
       "--out", run.out_dir,
       "write DIR/summary.json, DIR/timeline.csv (memory and link rates over time), DIR/trace.json "

@@ -16,7 +16,11 @@ namespace offsim::app {
 int run_command(const RunOptions& options) {
   std::vector<std::string> overrides = options.overrides;
   if (options.all_ranks) overrides.push_back("strategy.simulate=all_ranks");
-  const models::ExperimentSpec spec = models::load_experiment(options.config, overrides);
+  models::ExperimentSpec spec = models::load_experiment(options.config, overrides);
+  // Only Megatron's schedules are extrapolated; for other strategies the flag changes nothing.
+  if (auto* mg = std::get_if<models::MegatronSpec>(&spec.strategy); mg && options.all_micro_batches) {
+    mg->all_micro_batches = true;
+  }
   const models::ExperimentResult result = models::run_experiment(spec, {!options.out_dir.empty()});
   fmt::print("{}", models::text_report(spec, result));
   if (!options.out_dir.empty()) {

@@ -130,6 +130,9 @@ struct MegatronSpec {
   std::vector<std::string> devices;
   CollectiveOptions collectives;
   bool all_ranks = false;
+  // `simulate_micro_batches: all`: every micro-batch of a long schedule is simulated instead of
+  // the steady-state extrapolation (models/experiment.cpp, steady_state_plan).
+  bool all_micro_batches = false;
 };
 
 using StrategySpec = std::variant<DataParallelSpec, CollectiveSpec, MegatronSpec>;

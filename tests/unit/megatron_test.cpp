@@ -142,5 +142,61 @@ TEST(Megatron, OneReplicaStandsForAll) {
   EXPECT_NEAR(one.iteration_time.seconds(), all.iteration_time.seconds(), 1e-9 * all.iteration_time.seconds());
 }
 
+TEST(Megatron, SteadyStateExtrapolationEqualsEveryMicroBatch) {
+  // Past the warm-up a schedule repeats every pp micro-batches, so with m > 3 pp the iteration is
+  // simulated at pp and 2 pp micro-batches and extrapolated (models/experiment.cpp). Against
+  // simulating all m: 1F1B with m not a multiple of pp, and interleaved, both with flow-level
+  // collectives crossing two nodes (TP inside a node, ZeRO-1 across replicas).
+  const fs::path dir = fs::temp_directory_path() / "offsim-megatron-test";
+  const auto write = [&](const std::string& name, int tp, int pp, int m, const std::string& extra) {
+    const fs::path file = dir / (name + ".yaml");
+    std::ofstream(file) << fmt::format(
+        "name: {0}\n"
+        "hardware: !include {1}/configs/hardware/frontier.yaml\n"
+        "set: [\"hardware.nodes=2\"]\n"
+        "calibration:\n"
+        "  device: !include {1}/configs/calibration/mi250x-gcd.yaml\n"
+        "  collectives: !include {1}/configs/calibration/frontier-rccl-multinode.yaml\n"
+        "model: !include {1}/configs/models/gpt3-1.3b.yaml\n"
+        "training: {{micro_batch: 1, grad_accum: {4}, precision: bf16, recompute: full, flash_attention: true}}\n"
+        "strategy:\n"
+        "  kind: megatron\n  tp: {2}\n  pp: {3}\n  dp: 2\n  sequence_parallel: false\n"
+        "  zero_stage: 1\n  devices_per_node: [gcd0, gcd1, gcd3, gcd2, gcd4, gcd5, gcd7, gcd6]\n{5}",
+        name, OFFSIM_SOURCE_DIR, tp, pp, m, extra);
+    return file.string();
+  };
+  struct Case {
+    const char* name;
+    int tp, pp, m;
+    const char* schedule;
+  };
+  for (const Case& c : {Case{"steady-1f1b", 4, 2, 9, "  schedule: 1f1b\n"},
+                        Case{"steady-interleaved", 2, 4, 16, "  schedule: interleaved\n  virtual_stages: 2\n"}}) {
+    SCOPED_TRACE(c.name);
+    const ExperimentResult steady = run_experiment(load_experiment(write(c.name, c.tp, c.pp, c.m, c.schedule), {}));
+    const ExperimentResult every =
+        run_experiment(load_experiment(write(std::string(c.name) + "-all", c.tp, c.pp, c.m,
+                                             std::string(c.schedule) + "  simulate_micro_batches: all\n"),
+                                       {}));
+    const double t = every.iteration_time.seconds();
+    EXPECT_LT(steady.tasks, every.tasks);
+    EXPECT_NEAR(steady.iteration_time.seconds(), t, 1e-9 * t);
+    EXPECT_NEAR(steady.tflops_per_device, every.tflops_per_device, 1e-9 * every.tflops_per_device);
+    EXPECT_NEAR(steady.tokens_per_s, every.tokens_per_s, 1e-9 * every.tokens_per_s);
+    ASSERT_EQ(steady.phases.size(), every.phases.size());
+    for (std::size_t i = 0; i < every.phases.size(); ++i) {
+      EXPECT_EQ(steady.phases[i].phase, every.phases[i].phase);
+      EXPECT_NEAR(steady.phases[i].time.seconds(), every.phases[i].time.seconds(), 1e-9 * t) << every.phases[i].phase;
+    }
+    ASSERT_EQ(steady.links.size(), every.links.size());
+    for (std::size_t i = 0; i < every.links.size(); ++i) {
+      EXPECT_NEAR(steady.links[i].bytes, every.links[i].bytes, 1e-9 * every.links[i].bytes + 1.0);
+      EXPECT_NEAR(steady.links[i].busiest_link_busy.seconds(), every.links[i].busiest_link_busy.seconds(), 1e-9 * t);
+    }
+    ASSERT_EQ(steady.memory.size(), every.memory.size());
+    for (std::size_t i = 0; i < every.memory.size(); ++i) EXPECT_EQ(steady.memory[i].peak, every.memory[i].peak);
+  }
+}
+
 }  // namespace
 }  // namespace offsim::models
