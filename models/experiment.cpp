@@ -558,6 +558,26 @@ std::optional<StrategySpec> read_data_parallel(const Node& node, MapReader& r, c
       if (!stage3) ctx.error(fetch.loc, node.child_path("zero3_fetch"), "applies to zero_stage 3 only");
       dp.zero3_fetch = DataParallelSpec::Fetch::kBlocking;
     }
+    if (auto host = r.child("zero3_host")) {
+      if (!stage3) ctx.error(host->location(), host->path(), "applies to zero_stage 3 only");
+      MapReader h(*host);
+      DataParallelSpec::FetchHostCost cost;
+      cost.name = h.required<std::string>("name").value;
+      (void)h.required<std::string>("source");
+      (void)h.optional<std::string>("derivation", "");
+      const auto launch = [&](const char* key) {
+        DataParallelSpec::HostLaunchCost c;
+        if (auto n = h.required_child(key, "mapping")) {
+          MapReader l(*n);
+          c.fixed = l.required<sim::TimePs>("fixed").value;
+          c.per_rank = l.required<sim::TimePs>("per_rank").value;
+        }
+        return c;
+      };
+      cost.all_gather = launch("all_gather");
+      cost.reduce_scatter = launch("reduce_scatter");
+      dp.zero3_host = cost;
+    }
   }
   const sim::config::Location offload_at = read_offload(node, r, stage, dp);
   const std::vector<std::size_t> gpus =

@@ -51,6 +51,7 @@ struct GradientItem {
   std::int64_t elements;
   std::vector<TaskId> ready_on_rank;
   std::int64_t expert_elements = 0;  // expert parallelism: reduced over the expert-data-parallel group
+  std::int64_t tensors = 0;          // parameter tensors (DeepSpeed's early stage 3 reduces each apart)
 };
 
 // A module whose parameters stage 3 gathers before it runs: one all-gather per submodule whose
@@ -281,6 +282,8 @@ class DataParallelBuilder {
   std::vector<TaskId> prev;
   // Stage 3 gather stream and the modules freed one and two modules ago (gather_module).
   std::vector<TaskId> gather_stream;
+  std::vector<std::optional<TaskId>> host_thread;  // each rank's last framework host work (host_work)
+  std::vector<std::vector<TaskId>> reduce_host;    // this micro-batch: per bucket, per rank (launch_reduce_host)
   std::vector<std::vector<TaskId>> freed_two_ago, freed_one_ago;
   std::vector<std::vector<TaskId>> secondary_kept;  // hpZ secondary shards
   std::int64_t secondary_elements = 0;
@@ -349,11 +352,17 @@ class DataParallelBuilder {
 
   // The gradient items, in backward order (see backward_tasks).
   void list_gradient_items() {
-    items.push_back({params.output_head + params.final_norm, {}});
-    for (std::int64_t l = m.layers - 1; l >= 0; --l) {
-      items.push_back({params.per_layer - experts_per_layer_on_rank, {}, experts_per_layer_on_rank});
+    // Parameter tensors: each projection's weight (and bias), each norm's weight (and bias).
+    const std::int64_t norm_tensors = m.norm == NormKind::kLayerNorm ? 2 : 1;
+    std::int64_t layer_tensors = m.norms_per_layer() * norm_tensors;
+    for (const auto& gemm : layer_gemms(m, 1, 1, ep)) {
+      if (!gemm.attention_core) layer_tensors += gemm.batch * (gemm.bias ? 2 : 1);
     }
-    items.push_back({params.embedding + params.position, {}});
+    items.push_back({params.output_head + params.final_norm, {}, 0, (params.output_head > 0 ? 1 : 0) + norm_tensors});
+    for (std::int64_t l = m.layers - 1; l >= 0; --l) {
+      items.push_back({params.per_layer - experts_per_layer_on_rank, {}, experts_per_layer_on_rank, layer_tensors});
+    }
+    items.push_back({params.embedding + params.position, {}, 0, 1 + (params.position > 0 ? 1 : 0)});
   }
 
   // rank_info: each simulated rank's GPU and, with offload, its host and NVMe.
@@ -425,6 +434,17 @@ class DataParallelBuilder {
     if (rank_info[r].host_cores) route.push_back(*rank_info[r].host_cores);
     return g.add(fmt::format("{}.{}", rank_info[r].prefix, name), phase,
                  TransferTask{std::move(route), bytes, TimePs{0}, bound, {}}, std::move(deps));
+  }
+  // Framework work on the rank's host thread (launching collectives, Python bookkeeping): a delay
+  // that holds no link or unit; callers chain it where the thread is serial.
+  // One thread per rank: each piece also waits for the rank's previous one.
+  TaskId host_work(int r, const std::string& name, TimePs duration, std::vector<TaskId> deps) {
+    if (host_thread.empty()) host_thread.resize(static_cast<std::size_t>(sims));
+    if (host_thread[r]) deps.push_back(*host_thread[r]);
+    const TaskId t = g.add(fmt::format("{}.{}", rank_info[r].prefix, name), "communication",
+                           TransferTask{{}, Bytes{0}, duration, std::nullopt, {}}, std::move(deps));
+    host_thread[r] = t;
+    return t;
   }
   // Host copies of pinned or pageable buffers (offload_optimizer.pin_memory) follow the copy fits
   // measured for the host (calibration.host copies: latency and bandwidth); without a fit only the
@@ -632,6 +652,14 @@ class DataParallelBuilder {
     std::vector<TaskId> done = allocated;
     const int group = from_secondary ? part.secondary_ranks : part.shard_ranks;
     for (std::size_t i = 0; i < mod.gathers.size(); ++i) {
+      if (spec.zero3_host) {
+        // The framework's host work before this parameter's all-gather is enqueued (a delay on the
+        // rank's fetch path: it holds no link or unit).
+        for (int r = 0; r < sims; ++r) {
+          done[r] = host_work(r, fmt::format("{}.host.gather.{}.{}", when, mod.name, i),
+                              spec.zero3_host->all_gather.at(group), {done[r]});
+        }
+      }
       if (spec.offload_param) {
         // ZeRO-Infinity: the rank's shard comes from host memory first.
         for (int r = 0; r < sims; ++r) {
@@ -766,6 +794,7 @@ class DataParallelBuilder {
     const bool reduces = stage >= 2 || last_mb;  // this micro-batch's gradients are reduced
     for (auto& it : items) it.ready_on_rank.clear();
     for (auto& tasks : backward_tasks) tasks.clear();
+    reduce_host.clear();
     const std::pair<TaskId, TaskId> fwd = forward_pass(mbs);
     const TaskId b_first = backward_pass(mbs, reduces);
     out.spans.push_back({"forward", fwd.first, fwd.second, false});
@@ -825,6 +854,7 @@ class DataParallelBuilder {
       }
       return release(r, mbs + ".free.logits", "backward", "activations", logits, {b_first[r]});
     });
+    if (reduces) launch_reduce_host(item, mbs);
     ++item;
     for (std::int64_t l = m.layers - 1; l >= 0; --l) {
       run_module_on_all(
@@ -844,6 +874,7 @@ class DataParallelBuilder {
             }
             return done;
           });
+      if (reduces) launch_reduce_host(item, mbs);
       ++item;
     }
     run_module(modules.front(), mbs + ".bwd", [&](int r, std::vector<TaskId> deps) {
@@ -854,7 +885,40 @@ class DataParallelBuilder {
       }
       return last_backward[r] = b;
     });
+    if (reduces) launch_reduce_host(item, mbs);
     return b_first[0];
+  }
+
+  // The gradient items that close a bucket: consecutive items until a bucket holds at least
+  // reduce_bucket_elements, and the last item.
+  [[nodiscard]] bool closes_bucket(std::size_t item) const {
+    std::int64_t open = 0;
+    for (std::size_t i = 0; i <= item; ++i) {
+      open += items[i].elements + items[i].expert_elements;
+      if (open >= spec.reduce_bucket_elements || i + 1 == items.size()) {
+        if (i == item) return true;
+        open = 0;
+      }
+    }
+    return false;
+  }
+  // Stage 3 with host launch costs: once gradient item `item` closes a bucket, the rank's host
+  // thread launches the bucket's per-tensor reduce-scatters (from the backward hooks, before the
+  // next module's fetch: built here, in program order, so the host thread's work stays in order).
+  void launch_reduce_host(std::size_t item, const std::string& mbs) {
+    if (stage != 3 || !spec.zero3_host || !closes_bucket(item)) return;
+    std::int64_t tensors = 0;
+    for (std::size_t i = item + 1; i-- > 0;) {
+      if (i < item && closes_bucket(i)) break;
+      tensors += items[i].tensors;
+    }
+    const TimePs launch{spec.zero3_host->reduce_scatter.at(part.shard_ranks).ps * tensors};
+    std::vector<TaskId> host(sims);
+    for (int r = 0; r < sims; ++r) {
+      host[r] = host_work(r, fmt::format("{}.bucket{}.host.reduce_scatter", mbs, reduce_host.size()), launch,
+                          {items[item].ready_on_rank[static_cast<std::size_t>(r)]});
+    }
+    reduce_host.push_back(std::move(host));
   }
 
   // Gradient reduction of one micro-batch's backward: buckets of consecutive gradient items until
@@ -868,6 +932,7 @@ class DataParallelBuilder {
     for (std::size_t i = 0; i < items.size(); ++i) {
       open.elements += items[i].elements;
       open.expert_elements += items[i].expert_elements;
+      open.tensors += items[i].tensors;
       open.ready_on_rank = items[i].ready_on_rank;
       if (open.elements + open.expert_elements >= spec.reduce_bucket_elements || i + 1 == items.size()) {
         buckets.push_back(open);
@@ -882,6 +947,17 @@ class DataParallelBuilder {
         if (!reduce_stream.empty()) deps[r].push_back(reduce_stream[r]);
       }
       const std::string bucket = fmt::format("mb{}.bucket{}", mb, b);
+      if (b < reduce_host.size()) {
+        // The bucket's launches (launch_reduce_host): the reduction waits for them, and so does the
+        // next backward kernel, which the same host thread launches after them.
+        for (int r = 0; r < sims; ++r) {
+          deps[r].push_back(reduce_host[b][r]);
+          const std::size_t next = bucket_last_item[b] + 1;
+          if (spec.overlap_comm && next < backward_tasks[r].size()) {
+            g.add_dependency(backward_tasks[r][next], reduce_host[b][r]);
+          }
+        }
+      }
       if (buckets[b].expert_elements > 0) {
         // Expert parallelism: the bucket's expert gradients over the experts' data-parallel group,
         // then the rest over all ranks.
@@ -1100,7 +1176,22 @@ class DataParallelBuilder {
     if (stage == 3 && spec.zero3_fetch == DataParallelSpec::Fetch::kBlocking) {
       out.approximations.push_back(
           "ZeRO-3 blocking fetch (DeepSpeed of 2021): every gather waits for the previous module and the module for "
-          "it, no overlap; the per-parameter launches and bookkeeping of that version are not costed");
+          "it, no overlap");
+    }
+    if (stage == 3 && spec.zero3_host) {
+      const auto& h = *spec.zero3_host;
+      const auto group = static_cast<std::int64_t>(part.shard_ranks);
+      out.approximations.push_back(fmt::format(
+          "ZeRO-3 host launch costs ({}): {} + {} per rank per parameter all-gather, {} + {} per rank per gradient "
+          "tensor reduce-scatter ({} and {} at {} ranks), serial on the rank's host thread; the reduce-scatters of a "
+          "bucket hold back the next backward kernel",
+          h.name, sim::format_time(h.all_gather.fixed), sim::format_time(h.all_gather.per_rank),
+          sim::format_time(h.reduce_scatter.fixed), sim::format_time(h.reduce_scatter.per_rank),
+          sim::format_time(h.all_gather.at(group)), sim::format_time(h.reduce_scatter.at(group)), group));
+    } else if (stage == 3) {
+      out.approximations.push_back(
+          "ZeRO-3: no host cost per collective launch (strategy.zero3_host): the framework's hooks and launches are "
+          "assumed to keep ahead of the GPU");
     }
     if (m.moe()) {
       out.approximations.push_back(

@@ -93,6 +93,23 @@ struct DataParallelSpec {
   //    PR #1188; prefetching skipped by an off-by-one trace, issue #1069).
   enum class Fetch { kPrefetch, kBlocking };
   Fetch zero3_fetch = Fetch::kPrefetch;
+  // Stage 3: host time the framework spends launching each parameter's all-gather and each
+  // gradient tensor's reduce-scatter, fixed + per_rank x (ranks of the collective), serialised on
+  // the rank's host thread (`zero3_host`, a sourced table in configs/calibration/). DeepSpeed's
+  // early stage 3 built one view per rank of each tensor, and PyTorch's list-based all_gather and
+  // reduce_scatter copied each rank's part with its own copy kernel, so that work grows with the
+  // group.
+  struct HostLaunchCost {
+    sim::TimePs fixed{0};
+    sim::TimePs per_rank{0};
+    [[nodiscard]] sim::TimePs at(std::int64_t ranks) const { return sim::TimePs{fixed.ps + per_rank.ps * ranks}; }
+  };
+  struct FetchHostCost {
+    std::string name;
+    HostLaunchCost all_gather;      // per parameter gathered
+    HostLaunchCost reduce_scatter;  // per gradient tensor reduced
+  };
+  std::optional<FetchHostCost> zero3_host;
   std::optional<OptimizerOffload> offload;  // stages 2-3
   // ZeRO-Infinity parameter offload (`offload_param: {device: cpu}`, stage 3, with the optimizer
   // offloaded too): the bf16 parameter partition (and the hpZ secondary) live in host memory; each

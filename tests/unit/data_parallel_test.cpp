@@ -665,6 +665,30 @@ TEST(ZeroStages, BlockingFetchPutsEveryGatherOnTheCriticalPath) {
   EXPECT_LT(prefetch.iteration_time, r.iteration_time);
 }
 
+TEST(ZeroStages, HostLaunchCostsAddUpOnTheBlockingCriticalPath) {
+  // zero3_host (tests/data/test-zero3-host.yaml): each parameter all-gather costs the host
+  // 300 us + 10 us x 2 ranks = 320 us, each gradient tensor's reduce-scatter 10 us x 2 = 20 us,
+  // one after another on the rank's host thread. With the blocking fetch nothing hides them:
+  //   forward: the 12 gathers after the embedding (5 per layer, 2 for the head)     +12 x 320 us
+  //   iteration: 28 gathers (forward and backward, embedding included)              +28 x 320 us
+  //     + one bucket of 29 tensors (tiny-gpt: per layer 4 projections with biases and 2 layer
+  //       norms of weight and bias, 12 x 2 layers; the head 1 + its norm 2; embedding and positions 2)
+  //                                                                                  +29 x 20 us
+  const std::string with_host = std::string(OFFSIM_SOURCE_DIR) + "/tests/data/tiny-zero3-host.yaml";
+  const ExperimentResult host = run_experiment(load_experiment(with_host, {}));
+  const ExperimentResult none =
+      run_experiment(load_experiment(kTiny, {"strategy.zero_stage=3", "strategy.zero3_fetch=blocking"}));
+  const std::int64_t gather = sim::parse_time("320 us").ps;
+  const std::int64_t tensor = sim::parse_time("20 us").ps;
+  EXPECT_NEAR(static_cast<double>(host.phase_seconds("forward") - none.phase_seconds("forward")),
+              static_cast<double>(12 * gather) * 1e-12, 1e-12);
+  EXPECT_EQ((host.iteration_time - none.iteration_time).ps, 28 * gather + 29 * tensor);
+  bool reported = false;
+  for (const auto& note : host.approximations)
+    reported = reported || note.starts_with("ZeRO-3 host launch costs (test");
+  EXPECT_TRUE(reported);
+}
+
 TEST(ZeroStages, BlockingFetchIsAStage3Setting) {
   try {
     (void)load_experiment(kTiny, {"strategy.zero3_fetch=blocking"});
