@@ -193,6 +193,12 @@ std::vector<std::string> CostModel::approximations() const {
     out.push_back(fmt::format("GEMMs on {} use one efficiency ({:.3f} of peak) for every shape: an upper bound",
                               device_.device_kind, device_.gemm_efficiency));
   }
+  if (device_.flash_attention) {
+    out.push_back(fmt::format(
+        "flash attention on {} (when used): its measured kernels, forward {:.3f} and backward {:.3f} of peak "
+        "(FlashAttention-2's FLOP count, backward 2.5 x forward), at every shape",
+        device_.device_kind, device_.flash_attention->forward, device_.flash_attention->backward));
+  }
   if (!device_.memory_efficiency) {
     out.push_back(
         fmt::format("memory-bound kernels on {} use the roofline ceiling (no measured efficiency in the table)",
@@ -383,6 +389,13 @@ std::optional<DeviceCosts> parse_device_costs(const Node& node) {
         }
       }
     }
+  }
+  if (auto fa = r.child("flash_attention")) {
+    MapReader f(*fa);
+    d.flash_attention = DeviceCosts::FlashAttentionEfficiency{fraction(f, *fa, "forward_efficiency"),
+                                                              fraction(f, *fa, "backward_efficiency")};
+    (void)f.required<std::string>("source");
+    (void)f.optional<std::string>("derivation", "");
   }
   if (ctx.error_count() != errors_before) return std::nullopt;
   return d;

@@ -77,6 +77,13 @@ struct DeviceCosts {
     double forward = 1.0, backward = 1.0;
   };
   std::map<std::string, KernelEfficiency, std::less<>> kernel_efficiency;
+  // Flash attention's fused kernels measured on this device (`flash_attention:`), as fractions of
+  // peak_matrix_bf16: forward, and backward counted as FlashAttention-2 counts it (2.5 x the
+  // forward's FLOPs). Absent: the attention cores run at the GEMM efficiency of their shapes.
+  struct FlashAttentionEfficiency {
+    double forward = 0.0, backward = 0.0;
+  };
+  std::optional<FlashAttentionEfficiency> flash_attention;
 };
 
 /// A fitted collective at one group size (offsim calibrate, ring model).

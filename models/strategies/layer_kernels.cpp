@@ -31,8 +31,20 @@ KernelTimes kernel_times(const IterationInputs& in, std::int64_t params_on_rank,
   TimePs gemms_fwd{0}, gemms_bwd{0};
   TimePs attention_core{0};
   KernelTimes k;
+  const auto& measured_flash = c.device().flash_attention;
   for (const auto& g : layer_gemms(m, t.micro_batch, tp, ep)) {
     const bool fused = g.attention_core && t.flash_attention;
+    if (fused && measured_flash) {
+      // The device's measured flash-attention kernels: forward FLOPs at the forward efficiency,
+      // 2.5 x those FLOPs at the backward efficiency (FlashAttention-2's own count).
+      const double peak = c.device().peak_matrix_bf16.flops_per_s;
+      const double flops = g.flops();
+      const TimePs fwd = sim::duration_of(flops, peak * measured_flash->forward, "FLOP");
+      gemms_fwd += fwd;
+      attention_core += fwd;
+      gemms_bwd += sim::duration_of(2.5 * flops, peak * measured_flash->backward, "FLOP");
+      continue;
+    }
     const TimePs d = c.gemm_time(g, fused);
     gemms_fwd += d;
     if (g.attention_core) attention_core += d;
