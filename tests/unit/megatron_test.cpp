@@ -114,26 +114,32 @@ TEST(Megatron, TensorParallelismAddsItsAllReduces) {
 namespace offsim::models {
 namespace {
 
+// GPT-3 1.3B with Megatron on two Frontier nodes: tp x pp ranks per replica, 2 replicas with
+// ZeRO-1 across them, `micro_batches` per replica; `extra` adds strategy keys (the schedule).
+std::string two_node_megatron(const std::string& name, int tp, int pp, int micro_batches, const std::string& extra) {
+  const fs::path file = fs::temp_directory_path() / "offsim-megatron-test" / (name + ".yaml");
+  fs::create_directories(file.parent_path());
+  std::ofstream(file) << fmt::format(
+      "name: {0}\n"
+      "hardware: !include {1}/configs/hardware/frontier.yaml\n"
+      "set: [\"hardware.nodes=2\"]\n"
+      "calibration:\n"
+      "  device: !include {1}/configs/calibration/mi250x-gcd.yaml\n"
+      "  collectives: !include {1}/configs/calibration/frontier-rccl-multinode.yaml\n"
+      "model: !include {1}/configs/models/gpt3-1.3b.yaml\n"
+      "training: {{micro_batch: 1, grad_accum: {4}, precision: bf16, recompute: full, flash_attention: true}}\n"
+      "strategy:\n"
+      "  kind: megatron\n  tp: {2}\n  pp: {3}\n  dp: 2\n  sequence_parallel: false\n"
+      "  zero_stage: 1\n  devices_per_node: [gcd0, gcd1, gcd3, gcd2, gcd4, gcd5, gcd7, gcd6]\n{5}",
+      name, OFFSIM_SOURCE_DIR, tp, pp, micro_batches, extra);
+  return file.string();
+}
+
 TEST(Megatron, OneReplicaStandsForAll) {
   // tp 4 x pp 2 = one node per replica, 2 replicas (ZeRO-1 across them): simulating replica 0
   // with the other's traffic mirrored gives the time of simulating both.
-  const fs::path dir = fs::temp_directory_path() / "offsim-megatron-test";
-  const auto write = [&](const std::string& name, const std::string& extra) {
-    const fs::path file = dir / (name + ".yaml");
-    std::ofstream(file) << fmt::format(
-        "name: {0}\n"
-        "hardware: !include {1}/configs/hardware/frontier.yaml\n"
-        "set: [\"hardware.nodes=2\"]\n"
-        "calibration:\n"
-        "  device: !include {1}/configs/calibration/mi250x-gcd.yaml\n"
-        "  collectives: !include {1}/configs/calibration/frontier-rccl-multinode.yaml\n"
-        "model: !include {1}/configs/models/gpt3-1.3b.yaml\n"
-        "training: {{micro_batch: 1, grad_accum: 4, precision: bf16, recompute: full, flash_attention: true}}\n"
-        "strategy:\n"
-        "  kind: megatron\n  tp: 4\n  pp: 2\n  dp: 2\n  schedule: 1f1b\n  sequence_parallel: false\n"
-        "  zero_stage: 1\n  devices_per_node: [gcd0, gcd1, gcd3, gcd2, gcd4, gcd5, gcd7, gcd6]\n{2}",
-        name, OFFSIM_SOURCE_DIR, extra);
-    return file.string();
+  const auto write = [](const std::string& name, const std::string& extra) {
+    return two_node_megatron(name, 4, 2, 4, "  schedule: 1f1b\n" + extra);
   };
   const ExperimentResult one = run_experiment(load_experiment(write("replica", ""), {}));
   const ExperimentResult all = run_experiment(load_experiment(write("replicas", "  simulate: all_ranks\n"), {}));
@@ -147,24 +153,6 @@ TEST(Megatron, SteadyStateExtrapolationEqualsEveryMicroBatch) {
   // simulated at pp and 2 pp micro-batches and extrapolated (models/experiment.cpp). Against
   // simulating all m: 1F1B with m not a multiple of pp, and interleaved, both with flow-level
   // collectives crossing two nodes (TP inside a node, ZeRO-1 across replicas).
-  const fs::path dir = fs::temp_directory_path() / "offsim-megatron-test";
-  const auto write = [&](const std::string& name, int tp, int pp, int m, const std::string& extra) {
-    const fs::path file = dir / (name + ".yaml");
-    std::ofstream(file) << fmt::format(
-        "name: {0}\n"
-        "hardware: !include {1}/configs/hardware/frontier.yaml\n"
-        "set: [\"hardware.nodes=2\"]\n"
-        "calibration:\n"
-        "  device: !include {1}/configs/calibration/mi250x-gcd.yaml\n"
-        "  collectives: !include {1}/configs/calibration/frontier-rccl-multinode.yaml\n"
-        "model: !include {1}/configs/models/gpt3-1.3b.yaml\n"
-        "training: {{micro_batch: 1, grad_accum: {4}, precision: bf16, recompute: full, flash_attention: true}}\n"
-        "strategy:\n"
-        "  kind: megatron\n  tp: {2}\n  pp: {3}\n  dp: 2\n  sequence_parallel: false\n"
-        "  zero_stage: 1\n  devices_per_node: [gcd0, gcd1, gcd3, gcd2, gcd4, gcd5, gcd7, gcd6]\n{5}",
-        name, OFFSIM_SOURCE_DIR, tp, pp, m, extra);
-    return file.string();
-  };
   struct Case {
     const char* name;
     int tp, pp, m;
@@ -173,10 +161,11 @@ TEST(Megatron, SteadyStateExtrapolationEqualsEveryMicroBatch) {
   for (const Case& c : {Case{"steady-1f1b", 4, 2, 9, "  schedule: 1f1b\n"},
                         Case{"steady-interleaved", 2, 4, 16, "  schedule: interleaved\n  virtual_stages: 2\n"}}) {
     SCOPED_TRACE(c.name);
-    const ExperimentResult steady = run_experiment(load_experiment(write(c.name, c.tp, c.pp, c.m, c.schedule), {}));
+    const ExperimentResult steady =
+        run_experiment(load_experiment(two_node_megatron(c.name, c.tp, c.pp, c.m, c.schedule), {}));
     const ExperimentResult every =
-        run_experiment(load_experiment(write(std::string(c.name) + "-all", c.tp, c.pp, c.m,
-                                             std::string(c.schedule) + "  simulate_micro_batches: all\n"),
+        run_experiment(load_experiment(two_node_megatron(std::string(c.name) + "-all", c.tp, c.pp, c.m,
+                                                         std::string(c.schedule) + "  simulate_micro_batches: all\n"),
                                        {}));
     const double t = every.iteration_time.seconds();
     EXPECT_LT(steady.tasks, every.tasks);
