@@ -436,8 +436,8 @@ class DataParallelBuilder {
                  TransferTask{std::move(route), bytes, TimePs{0}, bound, {}}, std::move(deps));
   }
   // Framework work on the rank's host thread (launching collectives, Python bookkeeping): a delay
-  // that holds no link or unit; callers chain it where the thread is serial.
-  // One thread per rank: each piece also waits for the rank's previous one.
+  // that holds no link or unit. One thread per rank, so each piece also waits for the rank's
+  // previous one: callers must add them in the thread's program order.
   TaskId host_work(int r, const std::string& name, TimePs duration, std::vector<TaskId> deps) {
     if (host_thread.empty()) host_thread.resize(static_cast<std::size_t>(sims));
     if (host_thread[r]) deps.push_back(*host_thread[r]);
