@@ -3,7 +3,9 @@
 #   - NeoX-20B on 384 Frontier GCDs (ZeRO-3, ZeRO++, 3-level): time per run, analytic and flow;
 #   - the shipped partitioning sweep: configs/s with 1 and 2 jobs (analytic, the sweep default);
 #   - GPT-1T on all 9,408 Frontier nodes: time and peak RSS, without and with the output files;
-#   - GPT-3 175B on 1,024 A100 (the Calculon comparison point): time and peak RSS;
+#   - GPT-3 175B on 1,024 A100 (the Calculon comparison point): time and peak RSS, with the steady-state
+#     extrapolation of its 64 micro-batches and without (--all-micro-batches);
+#   - SC21's 530B PTD-P on 560 A100 (1,120 micro-batches, 280 ranks simulated): time and peak RSS;
 #   - the engine's events per second (bench/perf BM_EventChain).
 # Each single run is the median of 3 wall-clock times (GNU time), process start and YAML included.
 #   bench/perf/scale.sh
@@ -47,6 +49,10 @@ printf "GPT-1T, 9,408 Frontier nodes, with --out:       %s (one run; outputs %s)
   "$(awk '{printf "%8.3f s  %7.0f MB", $1, $2/1024}' "$tmp/t")" "$(du -sh "$tmp/g1t" | cut -f1)"
 printf "GPT-3 175B, 1,024 A100 (Calculon: ~1.5 ms):     %s\n" \
   "$(measure "$offsim" run configs/experiments/scale/gpt3-175b-a100-1024.yaml)"
+printf "  the same, every micro-batch simulated:         %s\n" \
+  "$(measure "$offsim" run configs/experiments/scale/gpt3-175b-a100-1024.yaml --all-micro-batches)"
+printf "SC21 530B PTD-P, 560 A100, 1,120 micro-batches: %s\n" \
+  "$(measure "$offsim" run configs/experiments/gpt-530b-ptdp-selene.yaml)"
 echo
 if [ -x build/bench/perf/offsim_bench_perf ]; then
   echo "engine:"
