@@ -275,6 +275,13 @@ class DataParallelBuilder {
   // micro-batch each rank's backward compute tasks in that order.
   std::vector<std::vector<TaskId>> backward_tasks;
   std::vector<GradientItem> items;
+  // The reduce buckets: consecutive gradient items until a bucket holds at least
+  // reduce_bucket_elements, and the last item (list_gradient_items).
+  struct Bucket {
+    std::size_t last_item = 0;
+    std::int64_t elements = 0, expert_elements = 0, tensors = 0;
+  };
+  std::vector<Bucket> buckets;
   std::vector<Rank> rank_info;
   // CPU work's measured rates (measure_host_rates).
   std::optional<sim::Bandwidth> cpu_adam_bound, cpu_upcast_bound, cpu_downcast_bound;
@@ -363,6 +370,17 @@ class DataParallelBuilder {
       items.push_back({params.per_layer - experts_per_layer_on_rank, {}, experts_per_layer_on_rank, layer_tensors});
     }
     items.push_back({params.embedding + params.position, {}, 0, 1 + (params.position > 0 ? 1 : 0)});
+    Bucket open;
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      open.elements += items[i].elements;
+      open.expert_elements += items[i].expert_elements;
+      open.tensors += items[i].tensors;
+      if (open.elements + open.expert_elements >= spec.reduce_bucket_elements || i + 1 == items.size()) {
+        open.last_item = i;
+        buckets.push_back(open);
+        open = Bucket{};
+      }
+    }
   }
 
   // rank_info: each simulated rank's GPU and, with offload, its host and NVMe.
@@ -889,33 +907,17 @@ class DataParallelBuilder {
     return b_first[0];
   }
 
-  // The gradient items that close a bucket: consecutive items until a bucket holds at least
-  // reduce_bucket_elements, and the last item.
-  [[nodiscard]] bool closes_bucket(std::size_t item) const {
-    std::int64_t open = 0;
-    for (std::size_t i = 0; i <= item; ++i) {
-      open += items[i].elements + items[i].expert_elements;
-      if (open >= spec.reduce_bucket_elements || i + 1 == items.size()) {
-        if (i == item) return true;
-        open = 0;
-      }
-    }
-    return false;
-  }
   // Stage 3 with host launch costs: once gradient item `item` closes a bucket, the rank's host
   // thread launches the bucket's per-tensor reduce-scatters (from the backward hooks, before the
   // next module's fetch: built here, in program order, so the host thread's work stays in order).
   void launch_reduce_host(std::size_t item, const std::string& mbs) {
-    if (stage != 3 || !spec.zero3_host || !closes_bucket(item)) return;
-    std::int64_t tensors = 0;
-    for (std::size_t i = item + 1; i-- > 0;) {
-      if (i < item && closes_bucket(i)) break;
-      tensors += items[i].tensors;
-    }
-    const TimePs launch{spec.zero3_host->reduce_scatter.at(part.shard_ranks).ps * tensors};
+    if (stage != 3 || !spec.zero3_host) return;
+    const std::size_t b = reduce_host.size();  // the next bucket to close
+    if (b >= buckets.size() || buckets[b].last_item != item) return;
+    const TimePs launch{spec.zero3_host->reduce_scatter.at(part.shard_ranks).ps * buckets[b].tensors};
     std::vector<TaskId> host(sims);
     for (int r = 0; r < sims; ++r) {
-      host[r] = host_work(r, fmt::format("{}.bucket{}.host.reduce_scatter", mbs, reduce_host.size()), launch,
+      host[r] = host_work(r, fmt::format("{}.bucket{}.host.reduce_scatter", mbs, b), launch,
                           {items[item].ready_on_rank[static_cast<std::size_t>(r)]});
     }
     reduce_host.push_back(std::move(host));
@@ -926,24 +928,11 @@ class DataParallelBuilder {
   // stream. Stages 0-1 reduce only at the accumulation boundary (the last micro-batch); stages 2-3
   // reduce every micro-batch into the gradient partition.
   void reduce_micro_batch(std::int64_t mb, bool boundary) {
-    std::vector<GradientItem> buckets;
-    std::vector<std::size_t> bucket_last_item;
-    GradientItem open{0, {}};
-    for (std::size_t i = 0; i < items.size(); ++i) {
-      open.elements += items[i].elements;
-      open.expert_elements += items[i].expert_elements;
-      open.tensors += items[i].tensors;
-      open.ready_on_rank = items[i].ready_on_rank;
-      if (open.elements + open.expert_elements >= spec.reduce_bucket_elements || i + 1 == items.size()) {
-        buckets.push_back(open);
-        bucket_last_item.push_back(i);
-        open = GradientItem{0, {}};
-      }
-    }
     for (std::size_t b = 0; b < buckets.size(); ++b) {
+      const std::vector<TaskId>& ready_on_rank = items[buckets[b].last_item].ready_on_rank;
       std::vector<std::vector<TaskId>> deps(sims);
       for (int r = 0; r < sims; ++r) {
-        deps[r] = {spec.overlap_comm ? buckets[b].ready_on_rank[r] : last_backward[r]};
+        deps[r] = {spec.overlap_comm ? ready_on_rank[r] : last_backward[r]};
         if (!reduce_stream.empty()) deps[r].push_back(reduce_stream[r]);
       }
       const std::string bucket = fmt::format("mb{}.bucket{}", mb, b);
@@ -952,7 +941,7 @@ class DataParallelBuilder {
         // next backward kernel, which the same host thread launches after them.
         for (int r = 0; r < sims; ++r) {
           deps[r].push_back(reduce_host[b][r]);
-          const std::size_t next = bucket_last_item[b] + 1;
+          const std::size_t next = buckets[b].last_item + 1;
           if (spec.overlap_comm && next < backward_tasks[r].size()) {
             g.add_dependency(backward_tasks[r][next], reduce_host[b][r]);
           }
@@ -974,7 +963,7 @@ class DataParallelBuilder {
         }
       }
       if (!offload) continue;
-      offload_bucket(mb, boundary, bucket, buckets[b].elements, bucket_last_item[b]);
+      offload_bucket(mb, boundary, bucket, buckets[b].elements, buckets[b].last_item);
     }
   }
   // Offload of one reduced bucket of `elements` (its last gradient item `last_item`) to the host.
