@@ -1,5 +1,7 @@
 #include "models/strategies/layer_kernels.hpp"
 
+#include <cmath>
+
 namespace offsim::models {
 
 using sim::Bytes;
@@ -18,6 +20,10 @@ TimePs gradient_gemms_time(const CostModel& c, const GemmShape& g) {
 }
 }  // namespace
 
+// Flash attention's backward runs 5 matrix products where its forward runs 2 (Dao 2023,
+// FlashAttention-2, section 3.1.2: it recomputes the scores): 2.5 times the forward's FLOPs.
+constexpr double kFlashBackwardOverForward = 2.5;
+
 KernelTimes kernel_times(const IterationInputs& in, std::int64_t params_on_rank, std::int64_t tp,
                          bool sequence_parallel, std::int64_t ep) {
   const auto& m = in.model;
@@ -25,9 +31,8 @@ KernelTimes kernel_times(const IterationInputs& in, std::int64_t params_on_rank,
   const auto& c = in.costs;
   const std::int64_t tokens = t.micro_batch * m.seq;
   // GEMMs by shape on one rank of the tensor-parallel group (Megatron's column/row split).
-  // Backward runs the two gradient GEMMs of each forward one, each with its own shape. Flash attention's fused backward
-  // runs 5 matrix products where its forward runs 2 (Dao 2023, FlashAttention-2, section 3.1.2: it recomputes the
-  // scores), so its backward core costs 2.5 forward cores.
+  // Backward runs the two gradient GEMMs of each forward one, each with its own shape; flash attention's fused
+  // backward core costs kFlashBackwardOverForward forward cores.
   TimePs gemms_fwd{0}, gemms_bwd{0};
   TimePs attention_core{0};
   KernelTimes k;
@@ -42,14 +47,14 @@ KernelTimes kernel_times(const IterationInputs& in, std::int64_t params_on_rank,
       const TimePs fwd = sim::duration_of(flops, peak * measured_flash->forward, "FLOP");
       gemms_fwd += fwd;
       attention_core += fwd;
-      gemms_bwd += sim::duration_of(2.5 * flops, peak * measured_flash->backward, "FLOP");
+      gemms_bwd += sim::duration_of(kFlashBackwardOverForward * flops, peak * measured_flash->backward, "FLOP");
       continue;
     }
     const TimePs d = c.gemm_time(g, fused);
     gemms_fwd += d;
     if (g.attention_core) attention_core += d;
     if (fused) {
-      gemms_bwd += d + d + sim::TimePs{d.ps / 2};
+      gemms_bwd += sim::TimePs{std::llround(kFlashBackwardOverForward * static_cast<double>(d.ps))};
       continue;
     }
     const TimePs b = gradient_gemms_time(c, g);
