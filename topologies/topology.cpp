@@ -5,6 +5,7 @@
 #include <array>
 #include <deque>
 #include <limits>
+#include <stdexcept>
 
 namespace offsim::topo {
 
@@ -46,15 +47,31 @@ std::size_t Topology::add_link(Link l) {
   const auto dst = find_device(l.dst);
   if (!src) throw TopologyError(fmt::format("link {} -> {}: unknown device '{}'", l.src, l.dst, l.src));
   if (!dst) throw TopologyError(fmt::format("link {} -> {}: unknown device '{}'", l.src, l.dst, l.dst));
-  if (*src == *dst) throw TopologyError(fmt::format("link {} -> {} connects a device to itself", l.src, l.dst));
+  return add_link(std::move(l), *src, *dst);
+}
+
+std::size_t Topology::add_link(Link l, std::size_t src, std::size_t dst) {
+  if (sealed_) throw TopologyError("topology is sealed");
+  if (src >= devices_.size() || dst >= devices_.size() || devices_[src].name != l.src || devices_[dst].name != l.dst) {
+    throw std::logic_error(
+        fmt::format("link {} -> {}: device indices {} -> {} do not name it", l.src, l.dst, src, dst));
+  }
+  if (src == dst) throw TopologyError(fmt::format("link {} -> {} connects a device to itself", l.src, l.dst));
   if (!(l.bandwidth.bytes_per_s > 0.0)) {
     throw TopologyError(fmt::format("link {} -> {}: bandwidth must be positive", l.src, l.dst));
   }
   const std::size_t index = links_.size();
   links_.push_back(std::move(l));
-  link_ends_.emplace_back(*src, *dst);
-  boost::add_edge(*src, *dst, EdgeProps{index}, graph());
+  link_ends_.emplace_back(src, dst);
+  boost::add_edge(src, dst, EdgeProps{index}, graph());
   return index;
+}
+
+void Topology::reserve(std::size_t devices, std::size_t links) {
+  devices_.reserve(devices);
+  by_name_.reserve(devices);
+  links_.reserve(links);
+  link_ends_.reserve(links);
 }
 
 std::optional<std::size_t> Topology::find_device(std::string_view name) const {

@@ -73,6 +73,11 @@ class Topology {
   std::size_t add_device(Device d);
   /// Adds one directed link. Throws TopologyError for unknown endpoints or non-positive bandwidth.
   std::size_t add_link(Link l);
+  /// The same with the endpoints' device indices known (l.src and l.dst must name them): a
+  /// machine's nodes are instantiated from one template without a name lookup per link.
+  std::size_t add_link(Link l, std::size_t src, std::size_t dst);
+  /// Room for this many devices and links (a machine of thousands of nodes is built in one go).
+  void reserve(std::size_t devices, std::size_t links);
   /// Forces the route from `src` to `dst` through the listed devices (`hops` excludes both ends).
   /// Throws TopologyError when consecutive devices have no direct link.
   void add_route_override(const std::string& src, const std::string& dst, const std::vector<std::string>& hops);
@@ -107,7 +112,12 @@ class Topology {
   std::vector<Device> devices_;
   std::vector<Link> links_;
   std::vector<std::pair<std::size_t, std::size_t>> link_ends_;  // device indices of each link's ends
-  std::map<std::string, std::size_t, std::less<>> by_name_;
+  // Heterogeneous lookup by string_view: no std::string built per query.
+  struct NameHash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  std::unordered_map<std::string, std::size_t, NameHash, std::equal_to<>> by_name_;
   std::map<std::pair<std::size_t, std::size_t>, Route> overrides_;
   // boost::adjacency_list has no move operations (Boost 1.74): held by pointer so that moving a
   // Topology (a 9,408-node machine out of its parser) moves it instead of copying it.

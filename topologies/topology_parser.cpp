@@ -197,17 +197,32 @@ std::optional<NodeSpec> parse_node_spec(const Node& node) {
 }
 
 // Adds one node's devices, links and routes, with names prefixed by `prefix`.
-void instantiate(Topology& t, const NodeSpec& spec, const std::string& prefix, int node_index) {
+// One node from the template. Its devices take consecutive indices, so a link's ends are found by
+// their place in the template (`link_ends`), not by name.
+void instantiate(Topology& t, const NodeSpec& spec, const std::vector<std::pair<std::size_t, std::size_t>>& link_ends,
+                 const std::string& prefix, int node_index) {
+  const std::size_t first = t.devices().size();
   for (Device d : spec.devices) {
     d.name = prefix + d.name;
     d.node = node_index;
     t.add_device(std::move(d));
   }
-  for (Link l : spec.links) {
+  for (std::size_t i = 0; i < spec.links.size(); ++i) {
+    Link l = spec.links[i];
     l.src = prefix + l.src;
     l.dst = prefix + l.dst;
-    t.add_link(std::move(l));
+    t.add_link(std::move(l), first + link_ends[i].first, first + link_ends[i].second);
   }
+}
+
+// The template's links as pairs of device places in the node (parse_node_spec has checked that
+// every link names a device of the node).
+std::vector<std::pair<std::size_t, std::size_t>> template_link_ends(const NodeSpec& spec) {
+  std::map<std::string, std::size_t, std::less<>> place;
+  for (std::size_t i = 0; i < spec.devices.size(); ++i) place.emplace(spec.devices[i].name, i);
+  std::vector<std::pair<std::size_t, std::size_t>> ends;
+  for (const auto& l : spec.links) ends.emplace_back(place.at(l.src), place.at(l.dst));
+  return ends;
 }
 
 void add_routes(Topology& t, const NodeSpec& spec, const std::string& prefix, sim::config::Context& ctx) {
@@ -273,24 +288,29 @@ void add_network(Topology& t, const NetworkSpec& net, int nodes, const std::vect
   const auto switch_name = [&](int g) {
     return net.kind == "dragonfly" ? fmt::format("group{}", g) : std::string("switch");
   };
+  std::vector<std::size_t> switches;
   for (int g = 0; g < groups; ++g) {
     Device sw;
     sw.name = switch_name(g);
     sw.kind = DeviceKind::kSwitch;
     sw.node = -1;
-    t.add_device(std::move(sw));
+    switches.push_back(t.add_device(std::move(sw)));
   }
   for (int n = 0; n < nodes; ++n) {
-    const std::string sw = switch_name(net.kind == "dragonfly" ? n / net.group_size : 0);
-    for (const auto& nic : nics[n]) {
-      t.add_link({nic, sw, net.nic_link.bandwidth, net.nic_link.latency, "network"});
-      t.add_link({sw, nic, net.nic_link.bandwidth, net.nic_link.latency, "network"});
+    const std::size_t sw = switches[net.kind == "dragonfly" ? n / net.group_size : 0];
+    const std::string& sw_name = t.device(sw).name;
+    for (const auto& nic_name : nics[n]) {
+      const std::size_t nic = *t.find_device(nic_name);
+      t.add_link({nic_name, sw_name, net.nic_link.bandwidth, net.nic_link.latency, "network"}, nic, sw);
+      t.add_link({sw_name, nic_name, net.nic_link.bandwidth, net.nic_link.latency, "network"}, sw, nic);
     }
   }
   const sim::Bandwidth global = net.global_link.bandwidth * static_cast<double>(net.global_links_per_group_pair);
   for (int a = 0; a < groups; ++a) {
     for (int b = 0; b < groups; ++b) {
-      if (a != b) t.add_link({switch_name(a), switch_name(b), global, net.global_link.latency, "global"});
+      if (a == b) continue;
+      t.add_link({t.device(switches[a]).name, t.device(switches[b]).name, global, net.global_link.latency, "global"},
+                 switches[a], switches[b]);
     }
   }
 }
@@ -330,11 +350,14 @@ std::optional<NodeTopology> parse_machine(const Node& node) {
   std::uint64_t nics_per_node = 0;
   for (const auto& d : spec->devices) nics_per_node += d.kind == DeviceKind::kNic ? 1 : 0;
   const auto nodes = static_cast<std::uint64_t>(out.nodes);
-  std::uint64_t elements = nodes * (spec->devices.size() + spec->links.size());
+  std::uint64_t devices = nodes * spec->devices.size();
+  std::uint64_t links = nodes * spec->links.size();
   if (network) {
     const auto groups = static_cast<std::uint64_t>(group_count(*network, out.nodes));
-    elements += groups + 2 * nodes * nics_per_node + groups * (groups - 1);
+    devices += groups;
+    links += 2 * nodes * nics_per_node + groups * (groups - 1);
   }
+  const std::uint64_t elements = devices + links;
   if (elements > max_machine_elements) {
     ctx.error(nodes_loc, node.child_path("nodes"),
               fmt::format("{} nodes of {} devices and {} links make {} devices and links with the network, more "
@@ -345,9 +368,11 @@ std::optional<NodeTopology> parse_machine(const Node& node) {
   out.network_kind = network ? network->kind : "none";
   const bool prefixed = out.nodes > 1;
   std::vector<std::vector<std::string>> nics(out.nodes);
+  const auto link_ends = template_link_ends(*spec);
+  out.topology.reserve(static_cast<std::size_t>(devices), static_cast<std::size_t>(links));
   for (int n = 0; n < out.nodes; ++n) {
     const std::string prefix = prefixed ? fmt::format("n{}.", n) : std::string();
-    instantiate(out.topology, *spec, prefix, n);
+    instantiate(out.topology, *spec, link_ends, prefix, n);
     add_routes(out.topology, *spec, prefix, ctx);
     for (const auto& d : spec->devices) {
       if (d.kind == DeviceKind::kNic) nics[n].push_back(prefix + d.name);
