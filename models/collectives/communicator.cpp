@@ -143,6 +143,36 @@ RankLayout make_rank_layout(const topo::Topology& topology, std::vector<std::siz
   return layout;
 }
 
+void collapse_classes(RankLayout& layout, int class_size) {
+  if (class_size <= 1) return;
+  const int block = layout.simulated_ranks();
+  for (int s = 0; s < block; ++s) {
+    if (layout.simulated[s] != s) throw std::logic_error("collapse_classes: the simulated ranks are not 0..n-1");
+  }
+  if (layout.class_size != 1 || block % class_size != 0) {
+    throw std::logic_error(
+        fmt::format("collapse_classes: {} simulated ranks do not split into classes of {}", block, class_size));
+  }
+  std::vector<int> representatives;
+  for (int r = 0; r < block; r += class_size) representatives.push_back(r);
+  layout.simulated = std::move(representatives);
+  for (auto& index : layout.simulated_index) index /= class_size;
+  layout.class_size = class_size;
+}
+
+std::vector<int> Communicator::class_of(int s) const {
+  std::vector<int> members(static_cast<std::size_t>(layout_.class_size));
+  for (int k = 0; k < layout_.class_size; ++k) members[k] = layout_.simulated[s] + k;
+  return members;
+}
+
+void Communicator::require_single_rank_classes(const std::string& name) const {
+  if (layout_.class_size > 1) {
+    throw std::logic_error(fmt::format("{}: rank classes of {} need analytic collectives (flows are stepped per rank)",
+                                       name, layout_.class_size));
+  }
+}
+
 std::int64_t Quantization::wire_bytes(std::int64_t elements) const {
   if (!quantized()) return elements * 2;
   const std::int64_t payload = ceil_div(elements * bits, 8);
@@ -216,7 +246,7 @@ std::vector<sim::ConstraintId> Communicator::route(int from_rank, int to_rank) c
     const std::size_t a = topology_.link_src(l);
     const std::size_t b = topology_.link_dst(l);
     if (topology_.device(b).node != dst_node) {
-      out.push_back(machine_.constraint_of_link[l]);
+      out.push_back(machine_.link_constraint(topology_, l));
       continue;
     }
     std::optional<std::size_t> mirrored;
@@ -229,7 +259,7 @@ std::vector<sim::ConstraintId> Communicator::route(int from_rank, int to_rank) c
       throw std::logic_error(
           fmt::format("rank symmetry: link {}->{} has no counterpart in the representative node", link.src, link.dst));
     }
-    out.push_back(machine_.constraint_of_link[*mirrored]);
+    out.push_back(machine_.link_constraint(topology_, *mirrored));
   }
   const std::size_t mirrored_dst = layout_.mirror_of[dst];
   if (machine_.memory_constraint_of_device[mirrored_dst]) {
@@ -396,13 +426,14 @@ std::vector<TaskId> Communicator::add_stage(const std::string& name, const std::
       const auto& [order, place] = rings[static_cast<std::size_t>(c)];
       for (int s = 0; s < sims; ++s) {
         if (!active(s)) continue;
-        const int r = layout_.simulated[s];
-        const int base = member(r, 0) - member(layout_.simulated[0], 0);  // this subgroup's offset
-        const int k = place[position(r)];
-        const int next = order[(k + 1) % g] + base;
-        const int prev = order[(k + g - 1) % g] + base;
-        directions[2 * c].push_back({s, layout_.simulated_index[next], route(r, next)});
-        directions[2 * c + 1].push_back({s, layout_.simulated_index[prev], route(r, prev)});
+        for (const int r : class_of(s)) {
+          const int base = member(r, 0) - member(layout_.simulated[0], 0);  // this subgroup's offset
+          const int k = place[position(r)];
+          const int next = order[(k + 1) % g] + base;
+          const int prev = order[(k + g - 1) % g] + base;
+          directions[2 * c].push_back({s, layout_.simulated_index[next], route(r, next), r});
+          directions[2 * c + 1].push_back({s, layout_.simulated_index[prev], route(r, prev), r});
+        }
       }
     }
     const std::int64_t chunk = plan.quantization.wire_bytes(ceil_div(per_peer, 2 * channels));
@@ -415,10 +446,11 @@ std::vector<TaskId> Communicator::add_stage(const std::string& name, const std::
   std::vector<std::vector<Flow>> flows(1);
   for (int s = 0; s < sims; ++s) {
     if (!active(s)) continue;
-    const int r = layout_.simulated[s];
-    for (int k = 1; k < g; ++k) {
-      const int peer = member(r, (position(r) + k) % g);
-      flows[0].push_back({s, layout_.simulated_index[peer], route(r, peer)});
+    for (const int r : class_of(s)) {
+      for (int k = 1; k < g; ++k) {
+        const int peer = member(r, (position(r) + k) % g);
+        flows[0].push_back({s, layout_.simulated_index[peer], route(r, peer), r});
+      }
     }
   }
   const std::int64_t bytes = plan.quantization.wire_bytes(per_peer);
@@ -447,16 +479,17 @@ std::vector<TaskId> Communicator::add_tree_stage(const std::string& name, const 
   std::vector<std::vector<Flow>> flows(1);
   for (int s = 0; s < sims; ++s) {
     if (!active(s)) continue;
-    const int r = layout_.simulated[s];
-    const int k = position(r);
-    std::vector<int> peers;
-    if (k > 0) peers.push_back((k - 1) / 2);      // up: the reduction
-    for (const int c : {2 * k + 1, 2 * k + 2}) {  // down: the broadcast
-      if (c < g) peers.push_back(c);
-    }
-    for (const int p : peers) {
-      const int peer = member(r, p);
-      flows[0].push_back({s, layout_.simulated_index[peer], route(r, peer)});
+    for (const int r : class_of(s)) {
+      const int k = position(r);
+      std::vector<int> peers;
+      if (k > 0) peers.push_back((k - 1) / 2);      // up: the reduction
+      for (const int c : {2 * k + 1, 2 * k + 2}) {  // down: the broadcast
+        if (c < g) peers.push_back(c);
+      }
+      for (const int p : peers) {
+        const int peer = member(r, p);
+        flows[0].push_back({s, layout_.simulated_index[peer], route(r, peer), r});
+      }
     }
   }
   if (options_.fidelity == Fidelity::kAnalytic) return add_analytic(name, f, band, false, bytes, 1, flows, first);
@@ -467,6 +500,7 @@ std::vector<TaskId> Communicator::add_one_step_flows(const std::string& name, Ti
                                                      const std::vector<Flow>& flows,
                                                      const std::vector<std::vector<TaskId>>& first) {
   // Every flow starts with its sender; a rank is done when its sends and the sends into it are.
+  require_single_rank_classes(name);
   const int sims = layout_.simulated_ranks();
   std::vector<std::vector<TaskId>> finish(sims);
   for (const Flow& fl : flows) {
@@ -488,6 +522,7 @@ std::vector<TaskId> Communicator::add_ring_flows(const std::string& name, const 
                                                  std::int64_t chunk_bytes,
                                                  const std::vector<std::vector<Flow>>& directions,
                                                  const std::vector<std::vector<TaskId>>& first) {
+  require_single_rank_classes(name);
   const int sims = layout_.simulated_ranks();
   const int steps = g - 1;
   const int merged = options_.max_ring_steps > 0 ? std::min(steps, options_.max_ring_steps) : steps;
@@ -549,21 +584,24 @@ std::vector<TaskId> Communicator::add_analytic(const std::string& name, const Co
       for (const auto c : fl.route) ++crossing[c.index];
     }
   }
+  // With rank classes, a simulated rank's flows are those of every member it stands for, and it
+  // moves at the pace of the slowest of their subgroups (exact when the members are symmetric).
   const int sims = layout_.simulated_ranks();
   std::map<int, double> subgroup_rate;  // by the subgroup's first rank
-  const auto subgroup = [&](int s) {
-    const int r = layout_.simulated[s];
-    return r - r % band.hi + r % band.lo;
-  };
+  const auto subgroup = [&](int r) { return r - r % band.hi + r % band.lo; };
   for (const auto& direction : flows) {
     for (const Flow& fl : direction) {
       double rate = ring ? f.bus_bandwidth.bytes_per_s * 0.5 : std::numeric_limits<double>::infinity();
       for (const auto c : fl.route) {
         rate = std::min(rate, constraints[c.index].capacity.bytes_per_s / crossing[c.index]);
       }
-      auto [it, inserted] = subgroup_rate.emplace(subgroup(fl.from), rate);
+      auto [it, inserted] = subgroup_rate.emplace(subgroup(fl.rank), rate);
       if (!inserted) it->second = std::min(it->second, rate);
     }
+  }
+  std::vector<double> rate_of(sims, std::numeric_limits<double>::infinity());
+  for (const auto& direction : flows) {
+    for (const Flow& fl : direction) rate_of[fl.from] = std::min(rate_of[fl.from], subgroup_rate.at(subgroup(fl.rank)));
   }
   // Every link a rank's flows cross is credited with their bytes and rate (once per flow), so the
   // report's link activity matches what the flows would have carried.
@@ -578,7 +616,7 @@ std::vector<TaskId> Communicator::add_analytic(const std::string& name, const Co
       done[s] = pass_through(name, s, first[s]);
       continue;
     }
-    const double rate = subgroup_rate.at(subgroup(s));
+    const double rate = rate_of[s];
     done[s] = graph_.add(fmt::format("{}.analytic.r{}", name, layout_.simulated[s]), "communication",
                          TransferTask{{},
                                       Bytes{bytes_per_flow * steps},

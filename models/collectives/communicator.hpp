@@ -50,15 +50,25 @@
 namespace offsim::models {
 
 /// Which ranks are simulated: all, or those of one representative node standing for every node.
+/// Within the simulated block, ranks may further form classes of `class_size` consecutive ranks that
+/// do the same work in lockstep (a tensor-parallel group): only each class's first rank is then
+/// simulated, and its collectives and transfers carry the traffic of every member (collapse_classes).
 struct RankLayout {
   std::vector<std::size_t> devices;    // device of every rank
   std::vector<int> simulated;          // rank of each simulated index
   std::vector<int> simulated_index;    // per rank: the simulated index that stands for it
   std::vector<std::size_t> mirror_of;  // per device: its counterpart in the representative node
   bool symmetric = false;              // true when only one node's ranks are simulated
+  int class_size = 1;                  // ranks each simulated rank stands for inside the block
   [[nodiscard]] int ranks() const { return static_cast<int>(devices.size()); }
   [[nodiscard]] int simulated_ranks() const { return static_cast<int>(simulated.size()); }
 };
+
+/// Collapses a layout's simulated ranks into classes of `class_size` consecutive ranks (which must
+/// divide the simulated block): only each class's first rank stays simulated, and stands for the
+/// others. Valid only where the members do identical work and their collectives are analytic (the
+/// communicator then takes each class at the pace of its slowest member's subgroup).
+void collapse_classes(RankLayout& layout, int class_size);
 
 /// Lays out the ranks. Uses the representative-node form when `all_ranks` is false and the layout
 /// is symmetric (node-major, the same local device order in every node, more than one node);
@@ -90,7 +100,10 @@ class Communicator {
     int from;  // simulated index
     int to;    // simulated index standing for the receiver
     std::vector<sim::ConstraintId> route;
+    int rank;  // the sending rank (the simulated one or, with classes, a member it stands for)
   };
+  // The ranks simulated index s stands for inside the block: itself and its class's other members.
+  [[nodiscard]] std::vector<int> class_of(int s) const;
   // One stage of `kind` (reduce-scatter or all-gather) moving `per_peer` bf16 elements to each
   // peer (ring: per chunk). Returns per simulated rank the barrier of its completion.
   std::vector<sim::TaskId> add_stage(const std::string& name, const std::string& collective, const Band& band,
@@ -109,6 +122,9 @@ class Communicator {
                                         const std::vector<std::vector<Flow>>& flows,
                                         const std::vector<std::vector<sim::TaskId>>& first);
   [[nodiscard]] bool active(int s) const { return active_.empty() || active_[s]; }
+  // Flows stepped one by one need every rank simulated: a class's members may cross links of
+  // different speeds, which only the analytic form accounts for (its slowest member's pace).
+  void require_single_rank_classes(const std::string& name) const;
   // Allocates (or releases) the quantized wire buffers of rank s on its GPU.
   sim::TaskId quantization_buffer(const std::string& name, int s, sim::Bytes bytes, bool release,
                                   std::vector<sim::TaskId> deps);

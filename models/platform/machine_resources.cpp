@@ -2,16 +2,24 @@
 
 #include <fmt/format.h>
 
+#include <stdexcept>
+
 namespace offsim::models {
 
-MachineResources make_machine_resources(const topo::Topology& topology) {
+MachineResources make_machine_resources(const topo::Topology& topology, const std::vector<bool>& simulated_nodes) {
   MachineResources m;
+  const auto simulated = [&](std::size_t device) {
+    const int node = topology.device(device).node;
+    return node < 0 || simulated_nodes.empty() ||
+           (static_cast<std::size_t>(node) < simulated_nodes.size() && simulated_nodes[node]);
+  };
   const auto& devices = topology.devices();
   m.unit_of_device.resize(devices.size());
   m.pool_of_device.resize(devices.size());
   m.memory_constraint_of_device.resize(devices.size());
   for (std::size_t i = 0; i < devices.size(); ++i) {
     const auto& d = devices[i];
+    if (!simulated(i)) continue;
     if (d.kind == topo::DeviceKind::kGpu) m.unit_of_device[i] = m.platform.add_unit({d.name + ".stream", 1});
     if (d.kind == topo::DeviceKind::kCpu) m.unit_of_device[i] = m.platform.add_unit({d.name + ".cores", d.cores});
     if (d.memory) {
@@ -22,14 +30,16 @@ MachineResources make_machine_resources(const topo::Topology& topology) {
       }
     }
   }
+  m.constraint_of_link.assign(topology.links().size(), MachineResources::kNoConstraint);
   for (std::size_t i = 0; i < topology.links().size(); ++i) {
     const auto& l = topology.links()[i];
+    if (!simulated(topology.link_src(i)) || !simulated(topology.link_dst(i))) continue;
     // Reports split a class by direction (H2D vs D2H): "cpu-gpu:cpu->gpu".
     const auto src_kind = topo::to_string(topology.device(topology.link_src(i)).kind);
     const auto dst_kind = topo::to_string(topology.device(topology.link_dst(i)).kind);
-    m.constraint_of_link.push_back(
-        m.platform.add_constraint({l.src + "->" + l.dst, l.bandwidth, l.link_class,
-                                   fmt::format("{}:{}->{}", l.link_class, src_kind, dst_kind), l.src, l.dst}));
+    m.constraint_of_link[i] =
+        (m.platform.add_constraint({l.src + "->" + l.dst, l.bandwidth, l.link_class,
+                                    fmt::format("{}:{}->{}", l.link_class, src_kind, dst_kind), l.src, l.dst}));
   }
   return m;
 }
@@ -38,9 +48,22 @@ std::vector<sim::ConstraintId> MachineResources::transfer_route(const topo::Topo
                                                                 std::size_t dst) const {
   std::vector<sim::ConstraintId> out;
   if (memory_constraint_of_device[src]) out.push_back(*memory_constraint_of_device[src]);
-  for (const auto l : t.route(src, dst).links) out.push_back(constraint_of_link[l]);
+  for (const auto l : t.route(src, dst).links) out.push_back(link_constraint(t, l));
   if (memory_constraint_of_device[dst]) out.push_back(*memory_constraint_of_device[dst]);
   return out;
+}
+
+}  // namespace offsim::models
+
+namespace offsim::models {
+
+sim::ConstraintId MachineResources::link_constraint(const topo::Topology& t, std::size_t link) const {
+  const sim::ConstraintId c = constraint_of_link[link];
+  if (c == kNoConstraint) {
+    const auto& l = t.links()[link];
+    throw std::logic_error(fmt::format("link {}->{} is outside the simulated nodes", l.src, l.dst));
+  }
+  return c;
 }
 
 }  // namespace offsim::models

@@ -3,6 +3,7 @@
 // topology, and the constraints a transfer between two devices crosses. Strategies and
 // collectives both build on it; it knows nothing of either.
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <vector>
 
@@ -13,8 +14,11 @@ namespace offsim::models {
 
 /// The machine as engine resources: one compute unit per GPU (its stream) and per CPU (its
 /// cores), one memory pool per device memory, one constraint per directed link and per memory
-/// whose bandwidth transfers share.
+/// whose bandwidth transfers share. Only for the nodes a run simulates (and the network): a job
+/// on 64 nodes of a 9,408-node machine, or one node standing for all of them, costs nothing for the
+/// nodes nothing runs on. A link into or out of a node left out has no constraint (kNoConstraint).
 struct MachineResources {
+  static constexpr sim::ConstraintId kNoConstraint{std::numeric_limits<std::uint32_t>::max()};
   sim::Platform platform;
   std::vector<std::optional<std::uint32_t>> unit_of_device;
   std::vector<std::optional<std::uint32_t>> pool_of_device;
@@ -23,9 +27,14 @@ struct MachineResources {
 
   /// Constraints a transfer from `src` to `dst` crosses: the source memory (if shared), the
   /// route's links, the destination memory (if shared).
+  /// The constraint of topology link `link`; throws std::logic_error for a link of a node left out.
+  [[nodiscard]] sim::ConstraintId link_constraint(const topo::Topology& t, std::size_t link) const;
   [[nodiscard]] std::vector<sim::ConstraintId> transfer_route(const topo::Topology& t, std::size_t src,
                                                               std::size_t dst) const;
 };
-[[nodiscard]] MachineResources make_machine_resources(const topo::Topology& topology);
+/// `simulated_nodes` (indexed by node; empty: every node): the nodes whose devices and links become
+/// resources. Network devices (node -1) and the links between them always do.
+[[nodiscard]] MachineResources make_machine_resources(const topo::Topology& topology,
+                                                      const std::vector<bool>& simulated_nodes = {});
 
 }  // namespace offsim::models

@@ -148,7 +148,7 @@ class DataParallelBuilder {
   DataParallelBuilder(const IterationInputs& inputs, const DataParallelSpec& strategy)
       : in(inputs),
         spec(strategy),
-        out(empty_iteration(inputs.topology)),
+        out(),
         g(out.graph),
         m(inputs.model),
         train(inputs.training),

@@ -95,6 +95,30 @@ std::vector<Op> schedule(int pp, int stage, int v, int m) {
 
 using OpKey = std::tuple<bool, int, int>;  // (forward, virtual stage, micro-batch)
 
+// Tensor-parallel classes: with analytic collectives, the tp ranks of a TP group run the same
+// kernels, and each one's all-reduce waits on nothing but its own work, so they move in lockstep;
+// TP rank 0 can stand for its group (collapse_classes). Their pipeline transfers, which share NICs
+// and links as flows, become one flow over the union of the members' routes (a link crossed by k
+// members' transfers counted k times), which moves at the pace the slowest member would get.
+bool tensor_parallel_classes(const MegatronSpec& spec) {
+  return spec.tp > 1 && !spec.all_ranks && spec.collectives.fidelity == Fidelity::kAnalytic;
+}
+
+RankLayout megatron_layout(BuiltIteration& out, const topo::Topology& topology, const MegatronSpec& spec) {
+  RankLayout layout = lay_out_ranks(out, topology, spec.devices, "megatron", spec.all_ranks, spec.tp * spec.pp);
+  if (tensor_parallel_classes(spec) && layout.simulated_ranks() % spec.tp == 0) {
+    collapse_classes(layout, spec.tp);
+    out.simulated_ranks = layout.simulated_ranks();
+    out.approximations.push_back(fmt::format(
+        "tensor-parallel classes: TP rank 0 of each group is simulated for its {} ranks (the same kernels in "
+        "lockstep, analytic all-reduces at the pace of the group's slowest flow; pipeline transfers as one flow "
+        "over the union of the members' routes, at the slowest member's pace); run with --all-ranks to simulate "
+        "every rank",
+        spec.tp));
+  }
+  return layout;
+}
+
 // tp x pp x dp, checked against the devices, the layers and the micro-batches.
 int checked_ranks(const IterationInputs& in, const MegatronSpec& spec) {
   const auto& m = in.model;
@@ -140,7 +164,7 @@ class MegatronBuilder {
   MegatronBuilder(const IterationInputs& inputs, const MegatronSpec& strategy)
       : in(inputs),
         spec(strategy),
-        out(empty_iteration(inputs.topology)),
+        out(),
         g(out.graph),
         m(inputs.model),
         train(inputs.training),
@@ -150,7 +174,7 @@ class MegatronBuilder {
         v(strategy.virtual_stages),
         ranks(checked_ranks(inputs, strategy)),
         micro_batches(static_cast<int>(inputs.training.grad_accum)),
-        layout(lay_out_ranks(out, inputs.topology, strategy.devices, "megatron", strategy.all_ranks, tp * pp)),
+        layout(megatron_layout(out, inputs.topology, strategy)),
         sims(layout.simulated_ranks()),
         dp_comm(g, out.machine, inputs.topology, layout, inputs.collectives, inputs.costs, strategy.collectives,
                 out.approximations),
@@ -274,6 +298,7 @@ class MegatronBuilder {
         std::vector<std::size_t> group;
         for (int t = 0; t < tp; ++t) group.push_back(out.devices[first + t]);
         tp_layouts.push_back(make_rank_layout(in.topology, group, true, nullptr));
+        if (layout.class_size > 1) collapse_classes(tp_layouts.back(), tp);
         tp_comms.emplace(std::piecewise_construct, std::forward_as_tuple(first),
                          std::forward_as_tuple(g, out.machine, in.topology, tp_layouts.back(), in.collectives, in.costs,
                                                spec.collectives, out.approximations));
@@ -446,16 +471,22 @@ class MegatronBuilder {
         const TaskId sent = exit[from].at({forward, from_vs, mb});
         const TaskId p2p =
             g.add(fmt::format("p2p.{}{}.mb{}.r{}to{}", forward ? "act" : "grad", from_vs, mb, from_rank, rs.rank),
-                  "communication",
-                  TransferTask{out.machine.transfer_route(in.topology, rank_state[from].device, rs.device),
-                               p2p_bytes,
-                               TimePs{0},
-                               {},
-                               {}},
-                  {sent});
+                  "communication", TransferTask{p2p_route(from_rank, rs.rank), p2p_bytes, TimePs{0}, {}, {}}, {sent});
         g.add_dependency(start, p2p);
       }
     }
+  }
+
+  // The constraints of the pipeline transfer from rank `from` to rank `to`; with tensor-parallel
+  // classes, those of every member's transfer (from + t to to + t) back to back, so that a link
+  // several of them cross is shared as by that many flows.
+  [[nodiscard]] std::vector<sim::ConstraintId> p2p_route(int from, int to) const {
+    std::vector<sim::ConstraintId> route;
+    for (int t = 0; t < layout.class_size; ++t) {
+      const auto member = out.machine.transfer_route(in.topology, out.devices[from + t], out.devices[to + t]);
+      route.insert(route.end(), member.begin(), member.end());
+    }
+    return route;
   }
 
   // The simulated ranks by their number of parameters (which differs between stages).

@@ -6,12 +6,6 @@
 
 namespace offsim::models {
 
-BuiltIteration empty_iteration(const topo::Topology& topology) {
-  BuiltIteration out;
-  out.machine = make_machine_resources(topology);
-  return out;
-}
-
 std::optional<std::size_t> nearest_cpu(const topo::Topology& t, std::size_t gpu) {
   std::optional<std::size_t> best;
   std::size_t best_hops = 0;
@@ -64,12 +58,21 @@ RankLayout lay_out_ranks(BuiltIteration& out, const topo::Topology& topology, co
   RankLayout layout = make_rank_layout(topology, out.devices, all_ranks, &note, block_ranks);
   if (!note.empty()) out.approximations.push_back(note);
   out.simulated_ranks = layout.simulated_ranks();
+  // Engine resources for the nodes of the simulated ranks only (the representative block under
+  // rank symmetry, else every node with a rank): the rest of the machine is never touched.
+  std::vector<bool> simulated_nodes;
+  for (const int r : layout.simulated) {
+    const int node = topology.device(out.devices[r]).node;
+    if (node < 0) continue;
+    if (static_cast<std::size_t>(node) >= simulated_nodes.size()) simulated_nodes.resize(node + 1, false);
+    simulated_nodes[node] = true;
+  }
+  out.machine = make_machine_resources(topology, simulated_nodes);
   return layout;
 }
 
 BuiltIteration build_collective(const IterationInputs& in, const CollectiveSpec& spec) {
   BuiltIteration out;
-  out.machine = make_machine_resources(in.topology);
   const RankLayout layout = lay_out_ranks(out, in.topology, spec.devices, "collective", spec.all_ranks);
   Communicator comm(out.graph, out.machine, in.topology, layout, in.collectives, in.costs, spec.options,
                     out.approximations);

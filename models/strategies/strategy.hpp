@@ -184,8 +184,9 @@ struct BuiltIteration {
 };
 
 /// Resolves the ranks' device names (each must be a GPU of the machine; std::invalid_argument
-/// naming `strategy` otherwise) into `out.devices`, lays them out (make_rank_layout), and records
-/// the layout's note and the simulated rank count in `out`.
+/// naming `strategy` otherwise) into `out.devices`, lays them out (make_rank_layout), records
+/// the layout's note and the simulated rank count in `out`, and makes `out.machine`: the engine
+/// resources of the simulated ranks' nodes (where every builder starts).
 [[nodiscard]] RankLayout lay_out_ranks(BuiltIteration& out, const topo::Topology& topology,
                                        const std::vector<std::string>& names, const char* strategy, bool all_ranks,
                                        int block_ranks = 0);
@@ -198,9 +199,6 @@ struct IterationInputs {
   const MeasuredCosts& collectives;
   const MeasuredCosts& host;  // host-side costs (cpu_adam); may be empty
 };
-
-/// An iteration with no tasks yet on the machine's resources: where every builder starts.
-[[nodiscard]] BuiltIteration empty_iteration(const topo::Topology& topology);
 
 /// The CPU of `gpu`'s node fewest hops from it (the first declared among equals): the host of its
 /// offload. Nullopt when the node has no CPU.

@@ -148,6 +148,47 @@ TEST(Megatron, OneReplicaStandsForAll) {
   EXPECT_NEAR(one.iteration_time.seconds(), all.iteration_time.seconds(), 1e-9 * all.iteration_time.seconds());
 }
 
+TEST(Megatron, TensorParallelClassesMatchEveryRank) {
+  // With analytic collectives, TP rank 0 of each group stands for its group (megatron.cpp,
+  // tensor_parallel_classes): against simulating all 16 ranks, the iteration, every phase, the
+  // bytes on every link class (of the simulated replica's node) and its peak rate agree. Cases: stages sharing a node
+  // (point-to-point over Infinity Fabric), stages across the two nodes (point-to-point through NICs two TP ranks
+  // share), and one stage per node with the DP traffic of all eight TP ranks on the NICs.
+  struct Case {
+    const char* name;
+    int tp, pp;
+    std::size_t simulated;
+  };
+  const std::string analytic = "  schedule: 1f1b\n  collectives: {fidelity: analytic, channels: 4}\n";
+  for (const Case& c :
+       {Case{"classes-tp4-pp2", 4, 2, 2}, Case{"classes-tp2-pp4", 2, 4, 4}, Case{"classes-tp8-pp1", 8, 1, 1}}) {
+    SCOPED_TRACE(c.name);
+    const ExperimentResult classes =
+        run_experiment(load_experiment(two_node_megatron(c.name, c.tp, c.pp, 4, analytic), {}));
+    const ExperimentResult every = run_experiment(load_experiment(
+        two_node_megatron(std::string(c.name) + "-all", c.tp, c.pp, 4, analytic + "  simulate: all_ranks\n"), {}));
+    EXPECT_EQ(classes.simulated_ranks, c.simulated);
+    EXPECT_EQ(every.simulated_ranks, 16u);
+    const double t = every.iteration_time.seconds();
+    EXPECT_NEAR(classes.iteration_time.seconds(), t, 1e-9 * t);
+    ASSERT_EQ(classes.phases.size(), every.phases.size());
+    for (std::size_t i = 0; i < every.phases.size(); ++i) {
+      EXPECT_EQ(classes.phases[i].phase, every.phases[i].phase);
+      EXPECT_NEAR(classes.phases[i].time.seconds(), every.phases[i].time.seconds(), 1e-9 * t);
+    }
+    ASSERT_EQ(classes.links.size(), every.links.size());
+    for (std::size_t i = 0; i < every.links.size(); ++i) {
+      SCOPED_TRACE(every.links[i].link_class);
+      EXPECT_EQ(classes.links[i].link_class, every.links[i].link_class);
+      // Link bytes are those of the links simulated: one of the two replicas' nodes (rank symmetry).
+      const double simulated_share = static_cast<double>(c.simulated * c.tp) / 16.0;
+      EXPECT_NEAR(classes.links[i].bytes, every.links[i].bytes * simulated_share, 1e-9 * every.links[i].bytes);
+      EXPECT_NEAR(classes.links[i].peak_bytes_per_s, every.links[i].peak_bytes_per_s,
+                  1e-9 * every.links[i].peak_bytes_per_s);
+    }
+  }
+}
+
 TEST(Megatron, SteadyStateExtrapolationEqualsEveryMicroBatch) {
   // Past the warm-up a schedule repeats every pp micro-batches, so with m > 3 pp the iteration is
   // simulated at pp and 2 pp micro-batches and extrapolated (models/experiment.cpp). Against
