@@ -50,6 +50,7 @@ FlowId FlowNetwork::start_flow(FlowSpec spec, Completion on_complete, std::vecto
   flow.on_complete = std::move(on_complete);
   const TimePs latency = flow.spec.latency;
   const bool empty = flow.spec.bytes.count == 0;
+  const bool fixed_rate = flow.spec.route.empty() && flow.spec.rate_bound.has_value();
   flows_.push_back(std::move(flow));
   if (empty) {
     // Nothing to share: the flow completes when its latency has elapsed.
@@ -57,6 +58,12 @@ FlowId FlowNetwork::start_flow(FlowSpec spec, Completion on_complete, std::vecto
       auto done = std::move(flows_[id.index].on_complete);
       if (done) done();
     });
+  } else if (fixed_rate) {
+    if (latency.ps > 0) {
+      sim_.schedule_after(latency, EventPhase::kCompletion, [this, id] { start_fixed(id); });
+    } else {
+      start_fixed(id);
+    }
   } else if (latency.ps > 0) {
     sim_.schedule_after(latency, EventPhase::kCompletion, [this, id] { activate(id); });
   } else {
@@ -69,6 +76,69 @@ void FlowNetwork::activate(FlowId f) {
   advance_to(sim_.now());
   active_.insert(std::upper_bound(active_.begin(), active_.end(), f.index), f.index);
   invalidate();
+}
+
+void FlowNetwork::start_fixed(FlowId f) {
+  advance_to(sim_.now());
+  Flow& flow = flows_[f.index];
+  flow.rate = flow.spec.rate_bound->bytes_per_s;
+  flow.finish = sim_.now() + duration_of(flow.remaining_bytes, flow.rate);
+  add_fixed_rate(flow.accounted, flow.rate, true);
+  sim_.schedule_at(flow.finish, EventPhase::kCompletion, [this, f] { finish_fixed(f); });
+}
+
+void FlowNetwork::finish_fixed(FlowId f) {
+  advance_to(sim_.now());
+  Flow& flow = flows_[f.index];
+  // Its constraints were credited its rate over its duration, which rounds up to whole
+  // picoseconds: the remainder (a fraction of a picosecond's worth) makes their bytes exact.
+  const double credited = flow.rate * duration_of(flow.remaining_bytes, flow.rate).seconds();
+  for (const auto c : flow.accounted) constraints_[c.index].stats.bytes_carried += flow.remaining_bytes - credited;
+  add_fixed_rate(flow.accounted, flow.rate, false);
+  flow.remaining_bytes = 0.0;
+  flow.rate = 0.0;
+  std::vector<ConstraintId>().swap(flow.accounted);
+  auto done = std::move(flow.on_complete);
+  if (done) done();
+}
+
+void FlowNetwork::add_fixed_rate(const std::vector<ConstraintId>& accounted, double rate, bool starting) {
+  for (const auto c : accounted) {
+    Constraint& con = constraints_[c.index];
+    if (starting) {
+      ++con.fixed_flows;
+      con.fixed_rate += rate;
+    } else {
+      --con.fixed_flows;
+      con.fixed_rate = con.fixed_flows == 0 ? 0.0 : con.fixed_rate - rate;  // no round-off left when idle
+    }
+  }
+  for (const auto c : accounted) {
+    const Constraint& con = constraints_[c.index];
+    set_current_rate(c.index, con.shared_rate + con.fixed_rate);
+  }
+}
+
+void FlowNetwork::set_current_rate(std::uint32_t index, double rate) {
+  Constraint& c = constraints_[index];
+  const bool was = c.current_rate > 0.0;
+  const bool is = rate > 0.0;
+  if (was != is) {
+    const auto at = std::lower_bound(in_use_.begin(), in_use_.end(), index);
+    if (is) {
+      in_use_.insert(at, index);
+    } else {
+      in_use_.erase(at);
+    }
+  }
+  if (record_timelines_ && (c.stats.timeline.empty() || c.stats.timeline.back().bytes_per_s != rate)) {
+    if (!c.stats.timeline.empty() && c.stats.timeline.back().time == sim_.now()) {
+      c.stats.timeline.back().bytes_per_s = rate;
+    } else {
+      c.stats.timeline.push_back(RateSample{sim_.now(), rate});
+    }
+  }
+  c.current_rate = rate;
 }
 
 void FlowNetwork::invalidate() {
@@ -103,11 +173,16 @@ void FlowNetwork::advance_to(TimePs now) {
       for (const auto c : flow.spec.route) constraints_[c.index].stats.bytes_carried += moved;
       for (const auto c : flow.accounted) constraints_[c.index].stats.bytes_carried += moved;
     }
+  }
+  if (dt.ps > 0) {
     // Statistics count the rates that held over [last_update_, now): transient rates seen while
-    // several flows join at one instant last no time and are not peaks.
+    // several flows join at one instant last no time and are not peaks. Fixed-rate flows are
+    // credited by their aggregate rate (their completion events end them exactly on time).
+    const double dt_s = dt.seconds();
     for (const auto index : in_use_) {
       Constraint& c = constraints_[index];
       c.stats.busy_time += dt;
+      c.stats.bytes_carried += c.fixed_rate * dt_s;
       c.stats.peak_bytes_per_s = std::max(c.stats.peak_bytes_per_s, c.current_rate);
     }
   }
@@ -220,7 +295,8 @@ void FlowNetwork::reshare() {
   in_use_.clear();
   for (const auto index : touched_) {
     Constraint& c = constraints_[index];
-    const double rate = c.remaining;
+    c.shared_rate = c.remaining;
+    const double rate = c.shared_rate + c.fixed_rate;
     if (rate > 0.0) in_use_.push_back(index);
     if (record_timelines_ && (c.stats.timeline.empty() || c.stats.timeline.back().bytes_per_s != rate)) {
       if (!c.stats.timeline.empty() && c.stats.timeline.back().time == sim_.now()) {

@@ -17,6 +17,11 @@
 // A flow first waits its latency (no bytes move), then joins the sharing. Rates are recomputed
 // once per instant at which flows join or leave; between such instants every rate is constant,
 // so the next completion time is exact up to the 1 ps rounding rule of units.hpp.
+//
+// A flow that crosses no constraint and has a bound (an analytic collective, whose rate was worked
+// out beforehand) shares nothing: its rate is its bound from start to end. It never triggers a
+// reshare; its completion is scheduled once, and the constraints it is accounted on see its rate
+// added while it moves.
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -94,7 +99,10 @@ class FlowNetwork {
     std::string name;
     double capacity;
     ConstraintStats stats;
-    double current_rate = 0.0;  // aggregate rate since the last reshare
+    double current_rate = 0.0;  // aggregate rate since the last change (shared and fixed-rate flows)
+    double shared_rate = 0.0;   // the part of it from shared flows, as the last reshare left it
+    double fixed_rate = 0.0;    // the part of it from fixed-rate flows accounted on it
+    std::uint32_t fixed_flows = 0;
     // scratch space of reshare()
     double remaining = 0.0;
     std::uint32_t unfixed = 0;
@@ -123,6 +131,12 @@ class FlowNetwork {
   };
 
   void activate(FlowId f);
+  // A fixed-rate flow starts (or stops) moving: its rate is added to (taken from) the constraints
+  // it is accounted on.
+  void start_fixed(FlowId f);
+  void finish_fixed(FlowId f);
+  void add_fixed_rate(const std::vector<ConstraintId>& accounted, double rate, bool starting);
+  void set_current_rate(std::uint32_t index, double rate);
   void invalidate();
   void flush();
   void advance_to(TimePs now);
