@@ -386,6 +386,36 @@ std::vector<TaskId> Communicator::add(CollectiveKind kind, const std::string& na
 std::vector<TaskId> Communicator::add_stage(const std::string& name, const std::string& collective, const Band& band,
                                             const CollectivePlan& plan, std::int64_t per_peer,
                                             const std::vector<std::vector<TaskId>>& first) {
+  if (options_.fidelity == Fidelity::kAnalytic) {
+    // A stage's analytic transfers depend only on what it moves and over which ranks: built once
+    // per kind of stage (a TP all-reduce repeats with every layer and micro-batch), then reused.
+    const Quantization& q = plan.quantization;
+    AnalyticKey key{collective,    band.lo,  band.hi, static_cast<int>(plan.algorithm), q.bits, q.group_elements,
+                    q.scale_bytes, per_peer, active_};
+    auto found = analytic_stages_.find(key);
+    if (found == analytic_stages_.end()) {
+      found = analytic_stages_.emplace(std::move(key), stage_bodies(collective, band, plan, per_peer)).first;
+    }
+    return emit_analytic(name, found->second, first);
+  }
+  return stage_flows(name, collective, band, plan, per_peer, first);
+}
+
+std::vector<TaskId> Communicator::stage_flows(const std::string& name, const std::string& collective, const Band& band,
+                                              const CollectivePlan& plan, std::int64_t per_peer,
+                                              const std::vector<std::vector<TaskId>>& first) {
+  return std::get<std::vector<TaskId>>(build_stage(&name, collective, band, plan, per_peer, &first));
+}
+
+Communicator::AnalyticStage Communicator::stage_bodies(const std::string& collective, const Band& band,
+                                                       const CollectivePlan& plan, std::int64_t per_peer) {
+  return std::get<AnalyticStage>(build_stage(nullptr, collective, band, plan, per_peer, nullptr));
+}
+
+// The stage's flows; with `name` and `first` the flow-level tasks, without them the analytic bodies.
+std::variant<std::vector<TaskId>, Communicator::AnalyticStage> Communicator::build_stage(
+    const std::string* name, const std::string& collective, const Band& band, const CollectivePlan& plan,
+    std::int64_t per_peer, const std::vector<std::vector<TaskId>>* first) {
   const int g = band.group();
   const int sims = layout_.simulated_ranks();
   const auto member = [&](int r, int k) { return r - r % band.hi + r % band.lo + k * band.lo; };
@@ -438,9 +468,8 @@ std::vector<TaskId> Communicator::add_stage(const std::string& name, const std::
     }
     const std::int64_t chunk = plan.quantization.wire_bytes(ceil_div(per_peer, 2 * channels));
     f.bus_bandwidth = f.bus_bandwidth * (1.0 / channels);
-    if (options_.fidelity == Fidelity::kAnalytic)
-      return add_analytic(name, f, band, true, chunk, g - 1, directions, first);
-    return add_ring_flows(name, f, g, chunk, directions, first);
+    if (!name) return analytic_bodies(f, band, true, chunk, g - 1, directions);
+    return add_ring_flows(*name, f, g, chunk, directions, *first);
   }
   // All-to-all: one flow from each simulated rank to each peer, all in one step.
   std::vector<std::vector<Flow>> flows(1);
@@ -454,8 +483,8 @@ std::vector<TaskId> Communicator::add_stage(const std::string& name, const std::
     }
   }
   const std::int64_t bytes = plan.quantization.wire_bytes(per_peer);
-  if (options_.fidelity == Fidelity::kAnalytic) return add_analytic(name, f, band, false, bytes, 1, flows, first);
-  return add_one_step_flows(name, f.step_latency, bytes, flows[0], first);
+  if (!name) return analytic_bodies(f, band, false, bytes, 1, flows);
+  return add_one_step_flows(*name, f.step_latency, bytes, flows[0], *first);
 }
 
 std::vector<TaskId> Communicator::add_tree_stage(const std::string& name, const Band& band, std::int64_t bytes,
@@ -492,7 +521,8 @@ std::vector<TaskId> Communicator::add_tree_stage(const std::string& name, const 
       }
     }
   }
-  if (options_.fidelity == Fidelity::kAnalytic) return add_analytic(name, f, band, false, bytes, 1, flows, first);
+  if (options_.fidelity == Fidelity::kAnalytic)
+    return emit_analytic(name, analytic_bodies(f, band, false, bytes, 1, flows), first);
   return add_one_step_flows(name, f.step_latency, bytes, flows[0], first);
 }
 
@@ -570,10 +600,9 @@ std::vector<TaskId> Communicator::add_ring_flows(const std::string& name, const 
   return done;
 }
 
-std::vector<TaskId> Communicator::add_analytic(const std::string& name, const CollectiveFit& f, const Band& band,
-                                               bool ring, std::int64_t bytes_per_flow, int steps,
-                                               const std::vector<std::vector<Flow>>& flows,
-                                               const std::vector<std::vector<TaskId>>& first) {
+Communicator::AnalyticStage Communicator::analytic_bodies(const CollectiveFit& f, const Band& band, bool ring,
+                                                          std::int64_t bytes_per_flow, int steps,
+                                                          const std::vector<std::vector<Flow>>& flows) {
   // Each constraint split evenly among the stage's flows that cross it; a flow's rate is its
   // tightest share (and, for rings, half the calibrated bus bandwidth); a subgroup moves at the
   // pace of its slowest flow.
@@ -610,20 +639,26 @@ std::vector<TaskId> Communicator::add_analytic(const std::string& name, const Co
     for (const Flow& fl : direction)
       links_of[fl.from].insert(links_of[fl.from].end(), fl.route.begin(), fl.route.end());
   }
+  AnalyticStage stage(sims);
+  for (int s = 0; s < sims; ++s) {
+    if (!active(s)) continue;
+    stage[s] = TransferTask{{},
+                            Bytes{bytes_per_flow * steps},
+                            TimePs{f.step_latency.ps * steps},
+                            sim::Bandwidth{rate_of[s]},
+                            std::move(links_of[s])};
+  }
+  return stage;
+}
+
+std::vector<TaskId> Communicator::emit_analytic(const std::string& name, const AnalyticStage& stage,
+                                                const std::vector<std::vector<TaskId>>& first) {
+  const int sims = layout_.simulated_ranks();
   std::vector<TaskId> done(sims);
   for (int s = 0; s < sims; ++s) {
-    if (!active(s)) {
-      done[s] = pass_through(name, s, first[s]);
-      continue;
-    }
-    const double rate = rate_of[s];
-    done[s] = graph_.add(fmt::format("{}.analytic.r{}", name, layout_.simulated[s]), "communication",
-                         TransferTask{{},
-                                      Bytes{bytes_per_flow * steps},
-                                      TimePs{f.step_latency.ps * steps},
-                                      sim::Bandwidth{rate},
-                                      std::move(links_of[s])},
-                         first[s]);
+    done[s] = stage[s] ? graph_.add(fmt::format("{}.analytic.r{}", name, layout_.simulated[s]), "communication",
+                                    *stage[s], first[s])
+                       : pass_through(name, s, first[s]);
   }
   return done;
 }

@@ -41,6 +41,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <variant>
 #include <vector>
 
 #include "models/collectives/plan.hpp"
@@ -117,10 +118,26 @@ class Communicator {
   std::vector<sim::TaskId> add_ring_flows(const std::string& name, const CollectiveFit& fit, int g,
                                           std::int64_t chunk_bytes, const std::vector<std::vector<Flow>>& directions,
                                           const std::vector<std::vector<sim::TaskId>>& first);
-  std::vector<sim::TaskId> add_analytic(const std::string& name, const CollectiveFit& fit, const Band& band, bool ring,
-                                        std::int64_t bytes_per_flow, int steps,
-                                        const std::vector<std::vector<Flow>>& flows,
-                                        const std::vector<std::vector<sim::TaskId>>& first);
+  // Analytic stages: per simulated rank its one transfer (nullopt: not taking part), built by
+  // analytic_bodies from the stage's flows and added to the graph by emit_analytic.
+  using AnalyticStage = std::vector<std::optional<sim::TransferTask>>;
+  AnalyticStage analytic_bodies(const CollectiveFit& fit, const Band& band, bool ring, std::int64_t bytes_per_flow,
+                                int steps, const std::vector<std::vector<Flow>>& flows);
+  std::vector<sim::TaskId> emit_analytic(const std::string& name, const AnalyticStage& stage,
+                                         const std::vector<std::vector<sim::TaskId>>& first);
+  std::vector<sim::TaskId> stage_flows(const std::string& name, const std::string& collective, const Band& band,
+                                       const CollectivePlan& plan, std::int64_t per_peer,
+                                       const std::vector<std::vector<sim::TaskId>>& first);
+  AnalyticStage stage_bodies(const std::string& collective, const Band& band, const CollectivePlan& plan,
+                             std::int64_t per_peer);
+  std::variant<std::vector<sim::TaskId>, AnalyticStage> build_stage(const std::string* name,
+                                                                    const std::string& collective, const Band& band,
+                                                                    const CollectivePlan& plan, std::int64_t per_peer,
+                                                                    const std::vector<std::vector<sim::TaskId>>* first);
+  // Analytic stages built so far, by what determines them.
+  using AnalyticKey =
+      std::tuple<std::string, int, int, int, int, std::int64_t, std::int64_t, std::int64_t, std::vector<bool>>;
+  std::map<AnalyticKey, AnalyticStage> analytic_stages_;
   [[nodiscard]] bool active(int s) const { return active_.empty() || active_[s]; }
   // Flows stepped one by one need every rank simulated: a class's members may cross links of
   // different speeds, which only the analytic form accounts for (its slowest member's pace).
