@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <limits>
 #include <map>
 #include <stdexcept>
@@ -17,10 +18,14 @@ using sim::TransferTask;
 
 namespace {
 
-// A device's name inside its node: "n3.gcd5" -> "gcd5" (single-node machines have no prefix).
-std::string local_name(const topo::Device& d) {
-  const std::string prefix = fmt::format("n{}.", d.node);
-  return d.name.starts_with(prefix) ? d.name.substr(prefix.size()) : d.name;
+// A device's name inside its node: "n3.gcd5" -> "gcd5" (single-node machines have no prefix). A
+// view into the device's name: checking 75,264 ranks builds no strings.
+std::string_view local_name(const topo::Device& d) {
+  std::array<char, 24> buffer{};
+  const auto end = fmt::format_to_n(buffer.data(), buffer.size(), "n{}.", d.node).out;
+  const std::string_view prefix(buffer.data(), static_cast<std::size_t>(end - buffer.data()));
+  const std::string_view name(d.name);
+  return name.starts_with(prefix) ? name.substr(prefix.size()) : name;
 }
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
@@ -88,8 +93,6 @@ RankLayout make_rank_layout(const topo::Topology& topology, std::vector<std::siz
   RankLayout layout;
   layout.devices = std::move(devices);
   const int ranks = layout.ranks();
-  layout.mirror_of.resize(topology.devices().size());
-  for (std::size_t d = 0; d < layout.mirror_of.size(); ++d) layout.mirror_of[d] = d;
   int per_node = 0;
   if (ranks > 0) {
     const int node0 = topology.device(layout.devices[0]).node;
@@ -118,18 +121,41 @@ RankLayout make_rank_layout(const topo::Topology& topology, std::vector<std::siz
   }
   for (int r = 0; r < block; ++r) layout.simulated.push_back(r);
   for (int r = 0; r < ranks; ++r) layout.simulated_index.push_back(r % block);
-  // Each node maps onto the node of the representative block in the same position.
+  // Each node maps onto the node of the representative block in the same position, and each of its
+  // devices onto the device of the same local name there (the machine's nodes come from one
+  // template, so that is usually the device at the same place in the node: checked by name).
+  layout.mirror_of.resize(topology.devices().size());
+  for (std::size_t d = 0; d < layout.mirror_of.size(); ++d) layout.mirror_of[d] = d;
   std::map<int, int> representative_node;
-  for (int r = 0; r < ranks; ++r) {
+  for (int r = block; r < ranks; r += per_node) {
     representative_node[topology.device(layout.devices[r]).node] = topology.device(layout.devices[r % block]).node;
   }
+  std::map<int, std::pair<std::size_t, std::size_t>> node_devices;  // node -> [first, last] device
+  for (std::size_t d = 0; d < topology.devices().size(); ++d) {
+    const int node = topology.device(d).node;
+    if (node < 0) continue;
+    auto [it, inserted] = node_devices.try_emplace(node, d, d);
+    if (!inserted) it->second.second = d;
+  }
+  std::map<int, std::map<std::string_view, std::size_t, std::less<>>> by_local_name;  // of representative nodes
   for (std::size_t d = 0; d < layout.mirror_of.size(); ++d) {
     const auto& dev = topology.device(d);
     const auto it = representative_node.find(dev.node);
     if (dev.node < 0 || it == representative_node.end() || it->second == dev.node) continue;
-    if (const auto m = topology.find_device(fmt::format("n{}.{}", it->second, local_name(dev)))) {
-      layout.mirror_of[d] = *m;
+    const std::string_view local = local_name(dev);
+    const auto [first, last] = node_devices.at(it->second);
+    const std::size_t same_place = first + (d - node_devices.at(dev.node).first);
+    if (same_place <= last && local_name(topology.device(same_place)) == local) {
+      layout.mirror_of[d] = same_place;
+      continue;
     }
+    auto& names = by_local_name[it->second];
+    if (names.empty()) {
+      for (std::size_t m = first; m <= last; ++m) {
+        if (topology.device(m).node == it->second) names.emplace(local_name(topology.device(m)), m);
+      }
+    }
+    if (const auto m = names.find(local); m != names.end()) layout.mirror_of[d] = m->second;
   }
   if (note) {
     const int first = topology.device(layout.devices[0]).node;

@@ -139,6 +139,33 @@ constexpr const char* kGathered = "gathered parameters (bf16)";
 // until the optimizer step drops them (DeepSpeed invalidate_secondary_tensor).
 constexpr const char* kSecondary = "secondary parameter partition (hpZ, bf16)";
 
+// Rank classes: with analytic collectives and nothing on the host (no offload), the ranks of the
+// simulated node run the same kernels on the same amounts, and each one's collectives wait on
+// nothing but its own work (analytic transfers share no link), so they move in lockstep and its
+// first rank can stand for them all (collapse_classes; the communicator builds every member's flows
+// for the rates and the link bytes). Host offload couples them through the shared CPU, DDR and
+// PCIe, and tensor parallelism through its own groups: those keep every rank.
+RankLayout data_parallel_layout(BuiltIteration& out, const IterationInputs& in, const DataParallelSpec& spec) {
+  RankLayout layout = lay_out_ranks(out, in.topology, spec.devices, "data_parallel", spec.all_ranks, spec.tp);
+  const bool lockstep = !spec.all_ranks && spec.collectives.fidelity == Fidelity::kAnalytic && spec.tp == 1 &&
+                        !spec.offload && !spec.offload_param;
+  const int block = layout.simulated_ranks();
+  if (!lockstep || block < 2) return layout;
+  const auto& first = in.topology.device(out.devices[layout.simulated[0]]);
+  for (const int r : layout.simulated) {
+    const auto& d = in.topology.device(out.devices[r]);
+    if (d.node != first.node || d.device_kind != first.device_kind) return layout;  // one node, one kind of GPU
+  }
+  collapse_classes(layout, block);
+  out.simulated_ranks = layout.simulated_ranks();
+  out.approximations.push_back(fmt::format(
+      "rank classes: rank {} is simulated for the {} ranks of its node (the same kernels in lockstep; analytic "
+      "collectives at the pace of the slowest member's subgroup, carrying every member's traffic); run with "
+      "--all-ranks to simulate every rank",
+      layout.simulated[0], block));
+  return layout;
+}
+
 // build_data_parallel in phases. The constructor checks the spec and works out the layout, the
 // parameter counts, the kernel times, the modules and each rank's placement; build() adds the
 // iteration's tasks phase by phase: model states, each micro-batch's forward, backward and
@@ -157,7 +184,7 @@ class DataParallelBuilder {
         tp(strategy.tp),
         replicas(ranks / tp),
         ep(strategy.ep),
-        layout(lay_out_ranks(out, inputs.topology, strategy.devices, "data_parallel", strategy.all_ranks, tp)),
+        layout(data_parallel_layout(out, inputs, strategy)),
         sims(layout.simulated_ranks()),
         comm(g, out.machine, inputs.topology, layout, inputs.collectives, inputs.costs, strategy.collectives,
              out.approximations),

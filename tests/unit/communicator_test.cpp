@@ -118,6 +118,59 @@ TEST(RankSymmetry, RepresentativeNodeAgreesWithAllRanks) {
   }
 }
 
+TEST(RankSymmetry, NodeClassesAgreeWithAllRanks) {
+  // With analytic collectives and no offload, rank 0 stands for the 8 ranks of its node, and node 0
+  // for both nodes (data_parallel_layout): against all 16 ranks simulated, the iteration, every
+  // phase and the bytes and peak rate of every link class of node 0 agree. ZeRO++ (quantized
+  // gathers, hpZ inside the node, all-to-all gradients in two hops) and ZeRO-3 with DeepSpeed 0.3's
+  // host launch costs.
+  const std::string analytic = "  collectives: {fidelity: analytic, channels: 2}\n";
+  const std::string zeropp = fmt::format(
+      "  kind: data_parallel\n  zero_stage: 3\n  dp: 16\n"
+      "  devices_per_node: [gcd0, gcd1, gcd3, gcd2, gcd4, gcd5, gcd7, gcd6]\n"
+      "  reduce_bucket_elements: 50000\n  overlap_comm: true\n  param_persistence_threshold: 0\n"
+      "  partitioning:\n"
+      "    parameters: {{over: cluster, quantization: !include {0}/configs/strategies/zeropp-qwz-int8.yaml}}\n"
+      "    secondary_parameters: {{over: node, gather: [gcd_pair, node]}}\n"
+      "    gradients:\n      over: cluster\n      reduce: [node, cluster]\n      algorithm: all_to_all\n"
+      "      quantization: !include {0}/configs/strategies/zeropp-qgz-int4.yaml\n"
+      "    optimizer: {{over: cluster}}\n",
+      kRoot);
+  const std::string zero3_host = fmt::format(
+      "  kind: data_parallel\n  zero_stage: 3\n  dp: 16\n  reduce_bucket_elements: 50000\n"
+      "  overlap_comm: true\n  param_persistence_threshold: 0\n"
+      "  zero3_host: !include {0}/configs/calibration/deepspeed-0.3-zero3-host.yaml\n",
+      kRoot);
+  for (const std::string& strategy : {zeropp, zero3_host}) {
+    SCOPED_TRACE(strategy);
+    const ExperimentResult classes =
+        run_experiment(load_experiment(write_experiment("classes-rep", 2, strategy + analytic, true), {}));
+    const ExperimentResult all = run_experiment(
+        load_experiment(write_experiment("classes-all", 2, strategy + analytic + "  simulate: all_ranks\n", true), {}));
+    EXPECT_EQ(classes.simulated_ranks, 1u);
+    EXPECT_EQ(all.simulated_ranks, 16u);
+    const double t = all.iteration_time.seconds();
+    EXPECT_GT(t, 0.0);
+    EXPECT_NEAR(classes.iteration_time.seconds(), t, 1e-9 * t);
+    ASSERT_EQ(classes.phases.size(), all.phases.size());
+    for (std::size_t i = 0; i < all.phases.size(); ++i) {
+      EXPECT_NEAR(classes.phases[i].time.seconds(), all.phases[i].time.seconds(), 1e-9 * t) << all.phases[i].phase;
+    }
+    ASSERT_EQ(classes.links.size(), all.links.size());
+    double moved = 0.0;
+    for (std::size_t i = 0; i < all.links.size(); ++i) {
+      moved += all.links[i].bytes;
+      // Node 0's links only: half of what both nodes' links carry.
+      EXPECT_NEAR(classes.links[i].bytes, 0.5 * all.links[i].bytes, 1e-9 * all.links[i].bytes)
+          << all.links[i].link_class;
+      EXPECT_NEAR(classes.links[i].peak_bytes_per_s, all.links[i].peak_bytes_per_s,
+                  1e-9 * all.links[i].peak_bytes_per_s)
+          << all.links[i].link_class;
+    }
+    EXPECT_GT(moved, 0.0);
+  }
+}
+
 TEST(RankSymmetry, HoldsAcrossDragonflyGroups) {
   // Four nodes in dragonfly groups of two: the rings leave group 0 through the global links and
   // enter the nodes of group 1 from group 1's switch. The representative node mirrors that entry
