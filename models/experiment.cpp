@@ -657,7 +657,46 @@ std::optional<StrategySpec> parse_strategy(const Node& node, const topo::Topolog
 
 }  // namespace
 
-ExperimentSpec load_experiment(const std::filesystem::path& file, const std::vector<std::string>& overrides) {
+std::optional<CalibrationCache::Entry> CalibrationCache::find(const std::string& key) const {
+  const std::lock_guard guard(mutex_);
+  const auto it = entries_.find(key);
+  if (it == entries_.end()) return std::nullopt;
+  return it->second;
+}
+
+void CalibrationCache::insert(const std::string& key, Entry entry) {
+  const std::lock_guard guard(mutex_);
+  entries_.try_emplace(key, std::move(entry));
+}
+
+namespace {
+
+// A calibration table read through the cache when there is one and no override reaches into it
+// (the table's file and place in the configuration name it).
+template <typename Costs>
+std::optional<Costs> cached_table(const Node& table, CalibrationCache* cache,
+                                  std::optional<Costs> (*parse)(const Node&)) {
+  auto& ctx = table.context();
+  if (!cache || ctx.overrides_under(table.path())) return parse(table);
+  const std::string key = table.file() + '\n' + table.path();
+  if (auto hit = cache->find(key)) {
+    for (const auto& w : hit->warnings) ctx.warning(w.loc, w.key_path, w.message);
+    return std::get<Costs>(hit->costs);
+  }
+  const std::size_t errors = ctx.error_count();
+  const std::size_t warnings = ctx.warnings().size();
+  std::optional<Costs> parsed = parse(table);
+  if (parsed && ctx.error_count() == errors) {
+    cache->insert(key,
+                  {*parsed, {ctx.warnings().begin() + static_cast<std::ptrdiff_t>(warnings), ctx.warnings().end()}});
+  }
+  return parsed;
+}
+
+}  // namespace
+
+ExperimentSpec load_experiment(const std::filesystem::path& file, const std::vector<std::string>& overrides,
+                               CalibrationCache* cache) {
   Context ctx(overrides);
   const Node root = ctx.load_root(file);
   ExperimentSpec spec;
@@ -682,7 +721,7 @@ ExperimentSpec load_experiment(const std::filesystem::path& file, const std::vec
     if (auto n = r.required_child("calibration", "a mapping with device and collectives")) {
       MapReader c(*n);
       if (auto d = c.required_child("device", "a device cost table")) {
-        if (auto costs = parse_device_costs(*d)) {
+        if (auto costs = cached_table<DeviceCosts>(*d, cache, parse_device_costs)) {
           spec.device = *costs;
           if (hw) {
             for (const auto g : hw->topology.devices_of(topo::DeviceKind::kGpu)) {
@@ -698,7 +737,7 @@ ExperimentSpec load_experiment(const std::filesystem::path& file, const std::vec
         }
       }
       if (auto host = c.child("host")) {
-        if (auto costs = parse_measured_costs(*host)) spec.host = *costs;
+        if (auto costs = cached_table<MeasuredCosts>(*host, cache, parse_measured_costs)) spec.host = *costs;
       }
       if (auto coll = c.child("collectives")) {
         if (coll->is_scalar()) {
@@ -709,7 +748,7 @@ ExperimentSpec load_experiment(const std::filesystem::path& file, const std::vec
             ctx.error(coll->location(), coll->path(),
                       "expected a table of measured collectives (!include ../calibration/x.yaml) or \"roofline\"");
           }
-        } else if (auto costs = parse_measured_costs(*coll)) {
+        } else if (auto costs = cached_table<MeasuredCosts>(*coll, cache, parse_measured_costs)) {
           spec.collectives = *costs;
         }
         collectives_loc = coll->location();

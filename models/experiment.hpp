@@ -2,8 +2,12 @@
 // An experiment: a machine, its calibration, a model, training settings and a strategy, read
 // from one YAML file (with !include), run as one simulated training iteration, and reported.
 #include <filesystem>
+#include <map>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "models/cost/cost_model.hpp"
@@ -39,9 +43,31 @@ struct ExperimentSpec {
   std::vector<sim::config::Diagnostic> warnings;
 };
 
+/// Calibration tables already read, shared by the points of a sweep (thread-safe): a GEMM table
+/// of thousands of rows is parsed once, not once per point. A table is taken from it only when no
+/// override addresses a key inside it; its warnings come back with it. What it skips is the
+/// record of every scalar read (ExperimentSpec::effective) for those tables, which a sweep does not
+/// write.
+class CalibrationCache {
+ public:
+  struct Entry {
+    std::variant<DeviceCosts, MeasuredCosts> costs;
+    std::vector<sim::config::Diagnostic> warnings;
+  };
+  /// The entry for `key`, or nullopt; then `parse` makes it, and it is kept if it succeeded.
+  [[nodiscard]] std::optional<Entry> find(const std::string& key) const;
+  void insert(const std::string& key, Entry entry);
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<std::string, Entry> entries_;
+};
+
 /// Reads and validates an experiment. Throws sim::config::ConfigError listing every problem.
+/// `cache` (sweeps): calibration tables read once for all the experiments loaded with it.
 [[nodiscard]] ExperimentSpec load_experiment(const std::filesystem::path& file,
-                                             const std::vector<std::string>& overrides);
+                                             const std::vector<std::string>& overrides,
+                                             CalibrationCache* cache = nullptr);
 
 struct MemoryKindSummary {
   std::string kind;  // "hbm", "dram", ...

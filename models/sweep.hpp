@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "models/collectives/plan.hpp"
+#include "models/experiment.hpp"
 
 namespace offsim::models {
 
@@ -50,7 +51,9 @@ struct Sweep {
 [[nodiscard]] std::string sweep_header(const Sweep& sweep);
 /// Simulates one point and returns its CSV row (with a trailing newline). Never throws: a point
 /// whose configuration is invalid or whose simulation fails gets status "error" and the message.
-[[nodiscard]] std::string run_sweep_point(const Sweep& sweep, const SweepPoint& point);
+/// `cache`: calibration tables shared by the points (CalibrationCache).
+[[nodiscard]] std::string run_sweep_point(const Sweep& sweep, const SweepPoint& point,
+                                          CalibrationCache* cache = nullptr);
 
 struct SweepOptions {
   std::filesystem::path out;

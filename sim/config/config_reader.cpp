@@ -163,6 +163,13 @@ void Context::warning(const Location& loc, std::string_view key_path, std::strin
   warnings_.push_back(Diagnostic{loc, std::string(key_path), std::move(message)});
 }
 
+bool Context::overrides_under(std::string_view path) const {
+  for (const auto& [key, o] : overrides_) {
+    if (key == path || (key.size() > path.size() && key.starts_with(path) && key[path.size()] == '.')) return true;
+  }
+  return false;
+}
+
 void Context::finish() {
   std::vector<std::string> known;  // the paths read, for suggestions: made once, when needed
   for (auto& [key, o] : overrides_) {

@@ -111,6 +111,8 @@ class Context {
   /// Errors are listed file by file (in the order files were first named), by line and column.
   void finish();
 
+  /// Whether an override sets `path` or a key inside it.
+  [[nodiscard]] bool overrides_under(std::string_view path) const;
   [[nodiscard]] bool has_errors() const { return !errors_.empty(); }
   [[nodiscard]] std::size_t error_count() const { return errors_.size(); }
   [[nodiscard]] const std::vector<Diagnostic>& warnings() const { return warnings_; }

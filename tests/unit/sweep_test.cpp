@@ -194,5 +194,24 @@ TEST(Sweep, CsvLinesKeepQuotedCommas) {
   EXPECT_EQ(parse_csv_line("1,\"a, \"\"b\"\"\",c"), (std::vector<std::string>{"1", "a, \"b\"", "c"}));
 }
 
+TEST(CalibrationCache, TablesReadOnceUnlessAnOverrideReachesIntoThem) {
+  // The points of a sweep share the calibration tables they read (load_experiment with a cache):
+  // the second load takes the cached tables and gives the same costs; an override inside a table
+  // reads the table afresh with the override applied, and does not change the cached one.
+  const std::string experiment = fmt::format("{}/configs/experiments/neox20b-frontier-zero3.yaml", OFFSIM_SOURCE_DIR);
+  CalibrationCache cache;
+  const ExperimentSpec first = load_experiment(experiment, {}, &cache);
+  const ExperimentSpec second = load_experiment(experiment, {}, &cache);
+  EXPECT_EQ(second.device.gemm_efficiency, first.device.gemm_efficiency);
+  EXPECT_EQ(second.device.gemm_table.size(), first.device.gemm_table.size());
+  EXPECT_EQ(second.collectives.collectives.size(), first.collectives.collectives.size());
+  EXPECT_EQ(second.warnings.size(), first.warnings.size());
+  const ExperimentSpec overridden = load_experiment(experiment, {"calibration.device.gemm.efficiency=0.5"}, &cache);
+  EXPECT_EQ(overridden.device.gemm_efficiency, 0.5);
+  const ExperimentSpec third = load_experiment(experiment, {}, &cache);
+  EXPECT_EQ(third.device.gemm_efficiency, first.device.gemm_efficiency);
+  EXPECT_NE(first.device.gemm_efficiency, 0.5);
+}
+
 }  // namespace
 }  // namespace offsim::models
