@@ -26,6 +26,7 @@ ConstraintId FlowNetwork::add_constraint(std::string name, Bandwidth capacity) {
   c.capacity = capacity.bytes_per_s;
   constraints_.push_back(std::move(c));
   touched_mark_.push_back(0);
+  in_use_at_.push_back(kNotInUse);
   return ConstraintId{static_cast<std::uint32_t>(constraints_.size() - 1)};
 }
 
@@ -103,6 +104,9 @@ void FlowNetwork::finish_fixed(FlowId f) {
 }
 
 void FlowNetwork::add_fixed_rate(const std::vector<ConstraintId>& accounted, double rate, bool starting) {
+  // A constraint listed k times (k flows of a class crossing it) takes the rate k times; its
+  // aggregate rate is then updated once.
+  touched_.clear();
   for (const auto c : accounted) {
     Constraint& con = constraints_[c.index];
     if (starting) {
@@ -112,25 +116,36 @@ void FlowNetwork::add_fixed_rate(const std::vector<ConstraintId>& accounted, dou
       --con.fixed_flows;
       con.fixed_rate = con.fixed_flows == 0 ? 0.0 : con.fixed_rate - rate;  // no round-off left when idle
     }
+    if (!touched_mark_[c.index]) {
+      touched_mark_[c.index] = 1;
+      touched_.push_back(c.index);
+    }
   }
-  for (const auto c : accounted) {
-    const Constraint& con = constraints_[c.index];
-    set_current_rate(c.index, con.shared_rate + con.fixed_rate);
+  for (const auto index : touched_) {
+    touched_mark_[index] = 0;
+    const Constraint& con = constraints_[index];
+    set_current_rate(index, con.shared_rate + con.fixed_rate);
   }
+  touched_.clear();
+}
+
+void FlowNetwork::set_in_use(std::uint32_t index, bool in_use) {
+  if (in_use == (in_use_at_[index] != kNotInUse)) return;
+  if (in_use) {
+    in_use_at_[index] = static_cast<std::uint32_t>(in_use_.size());
+    in_use_.push_back(index);
+    return;
+  }
+  const std::uint32_t at = in_use_at_[index];
+  in_use_[at] = in_use_.back();
+  in_use_at_[in_use_[at]] = at;
+  in_use_.pop_back();
+  in_use_at_[index] = kNotInUse;
 }
 
 void FlowNetwork::set_current_rate(std::uint32_t index, double rate) {
   Constraint& c = constraints_[index];
-  const bool was = c.current_rate > 0.0;
-  const bool is = rate > 0.0;
-  if (was != is) {
-    const auto at = std::lower_bound(in_use_.begin(), in_use_.end(), index);
-    if (is) {
-      in_use_.insert(at, index);
-    } else {
-      in_use_.erase(at);
-    }
-  }
+  set_in_use(index, rate > 0.0);
   if (record_timelines_ && (c.stats.timeline.empty() || c.stats.timeline.back().bytes_per_s != rate)) {
     if (!c.stats.timeline.empty() && c.stats.timeline.back().time == sim_.now()) {
       c.stats.timeline.back().bytes_per_s = rate;
@@ -292,20 +307,10 @@ void FlowNetwork::reshare() {
     for (const auto c : flows_[id].spec.route) constraints_[c.index].remaining += flows_[id].rate;
     for (const auto c : flows_[id].accounted) constraints_[c.index].remaining += flows_[id].rate;
   }
-  in_use_.clear();
   for (const auto index : touched_) {
     Constraint& c = constraints_[index];
     c.shared_rate = c.remaining;
-    const double rate = c.shared_rate + c.fixed_rate;
-    if (rate > 0.0) in_use_.push_back(index);
-    if (record_timelines_ && (c.stats.timeline.empty() || c.stats.timeline.back().bytes_per_s != rate)) {
-      if (!c.stats.timeline.empty() && c.stats.timeline.back().time == sim_.now()) {
-        c.stats.timeline.back().bytes_per_s = rate;
-      } else {
-        c.stats.timeline.push_back(RateSample{sim_.now(), rate});
-      }
-    }
-    c.current_rate = rate;
+    set_current_rate(index, c.shared_rate + c.fixed_rate);
   }
 }
 

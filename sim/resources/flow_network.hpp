@@ -24,6 +24,7 @@
 // added while it moves.
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -147,12 +148,15 @@ class FlowNetwork {
   bool record_timelines_;
   std::vector<Constraint> constraints_;
   std::vector<Flow> flows_;
-  std::vector<std::uint32_t> active_;   // ids of flows moving bytes, ascending
-  std::vector<std::uint32_t> in_use_;   // constraints with a non-zero rate, ascending
-  std::vector<std::uint32_t> touched_;  // scratch space of reshare()
-  std::vector<char> touched_mark_;      // scratch space of reshare(), one per constraint
-  std::vector<std::uint32_t> bounded_;  // scratch space of reshare()
-  std::vector<ShareEntry> share_heap_;  // scratch space of reshare()
+  std::vector<std::uint32_t> active_;  // ids of flows moving bytes, ascending
+  static constexpr std::uint32_t kNotInUse = std::numeric_limits<std::uint32_t>::max();
+  void set_in_use(std::uint32_t index, bool in_use);
+  std::vector<std::uint32_t> in_use_;     // constraints with a non-zero rate, in no particular order
+  std::vector<std::uint32_t> in_use_at_;  // per constraint: its place in in_use_, or kNotInUse
+  std::vector<std::uint32_t> touched_;    // scratch space of reshare()
+  std::vector<char> touched_mark_;        // scratch space of reshare(), one per constraint
+  std::vector<std::uint32_t> bounded_;    // scratch space of reshare()
+  std::vector<ShareEntry> share_heap_;    // scratch space of reshare()
   TimePs last_update_{0};
   std::uint64_t generation_ = 0;  // invalidates completion events scheduled before a change
   bool rates_stale_ = false;      // flows joined or left since the last reshare
