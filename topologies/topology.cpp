@@ -37,7 +37,6 @@ std::size_t Topology::add_device(Device d) {
   const std::size_t index = devices_.size();
   by_name_.emplace(d.name, index);
   devices_.push_back(std::move(d));
-  boost::add_vertex(VertexProps{index}, graph());
   return index;
 }
 
@@ -63,7 +62,6 @@ std::size_t Topology::add_link(Link l, std::size_t src, std::size_t dst) {
   const std::size_t index = links_.size();
   links_.push_back(std::move(l));
   link_ends_.emplace_back(src, dst);
-  boost::add_edge(src, dst, EdgeProps{index}, graph());
   return index;
 }
 
@@ -89,6 +87,23 @@ std::vector<std::size_t> Topology::devices_of(DeviceKind kind) const {
 }
 
 void Topology::seal() {
+  {
+    // The graph: links stably sorted by source device, so every device's out-links keep their
+    // declaration order (ties between routes go to the first declared).
+    std::vector<std::size_t> order(links_.size());
+    for (std::size_t l = 0; l < order.size(); ++l) order[l] = l;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::size_t a, std::size_t b) { return link_ends_[a].first < link_ends_[b].first; });
+    std::vector<std::pair<std::size_t, std::size_t>> edges;
+    std::vector<EdgeProps> props;
+    edges.reserve(order.size());
+    props.reserve(order.size());
+    for (const auto l : order) {
+      edges.push_back(link_ends_[l]);
+      props.push_back(EdgeProps{l});
+    }
+    graph_ = Graph(boost::edges_are_sorted, edges.begin(), edges.end(), props.begin(), devices_.size());
+  }
   // Every GPU must reach, and be reached from, every GPU and CPU: one that cannot could never take
   // part in a collective or an offload copy. Checked with one forward and one backward search
   // from the first GPU, so sealing a 9,408-node machine stays linear in its size.
@@ -111,7 +126,7 @@ void Topology::seal() {
           }
         };
         if (forward) {
-          for (auto [e, end] = boost::out_edges(v, graph()); e != end; ++e) visit(boost::target(*e, graph()));
+          for (auto [e, end] = boost::out_edges(v, graph_); e != end; ++e) visit(boost::target(*e, graph_));
         } else {
           for (const auto w : reverse[v]) visit(w);
         }
@@ -136,9 +151,9 @@ void Topology::seal() {
   for (std::size_t v = 0; v < devices_.size(); ++v) {
     const std::size_t begin = arcs_.size();
     std::size_t order = 0;
-    for (auto [e, end] = boost::out_edges(v, graph()); e != end; ++e, ++order) {
-      const std::size_t w = boost::target(*e, graph());
-      arcs_.push_back(Arc{static_cast<std::uint32_t>(w), static_cast<std::uint32_t>(graph()[*e].link),
+    for (auto [e, end] = boost::out_edges(v, graph_); e != end; ++e, ++order) {
+      const std::size_t w = boost::target(*e, graph_);
+      arcs_.push_back(Arc{static_cast<std::uint32_t>(w), static_cast<std::uint32_t>(graph_[*e].link),
                           static_cast<std::uint32_t>(order), devices_[w].node});
     }
     const int own = devices_[v].node;
@@ -152,8 +167,15 @@ void Topology::seal() {
 }
 
 std::optional<std::size_t> Topology::direct_link(std::size_t src, std::size_t dst) const {
-  for (auto [e, end] = boost::out_edges(src, graph()); e != end; ++e) {
-    if (boost::target(*e, graph()) == dst) return graph()[*e].link;
+  if (!sealed_) {
+    // Before sealing (route overrides while a machine is built) the links are a plain list.
+    for (std::size_t l = 0; l < link_ends_.size(); ++l) {
+      if (link_ends_[l].first == src && link_ends_[l].second == dst) return l;
+    }
+    return std::nullopt;
+  }
+  for (auto [e, end] = boost::out_edges(src, graph_); e != end; ++e) {
+    if (boost::target(*e, graph_) == dst) return graph_[*e].link;
   }
   return std::nullopt;
 }

@@ -12,12 +12,10 @@
 // A device's memory may have a bandwidth (host DDR): every route that starts or ends at that
 // device also crosses the memory's constraint, which is how host-to-device copies of all GPUs
 // contend for one DDR.
-// GCC 12 reports a false -Wmaybe-uninitialized inside Boost.Graph's edge iterator (its
-// boost::optional member) when an adjacency_list is copied; the warning is in Boost, not here.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <boost/graph/adjacency_list.hpp>
-#pragma GCC diagnostic pop
+// The sealed machine graph is a Boost.Graph compressed_sparse_row_graph: offsets, targets and
+// link indices in three arrays, built once from the declared links. (An adjacency_list held a
+// vector per device and a heap-allocated property per link: 555k allocations for the full Frontier.)
+#include <boost/graph/compressed_sparse_row_graph.hpp>
 #include <map>
 #include <memory>
 #include <optional>
@@ -101,13 +99,10 @@ class Topology {
   [[nodiscard]] std::optional<std::size_t> direct_link(std::size_t src, std::size_t dst) const;
 
  private:
-  struct VertexProps {
-    std::size_t device = 0;
-  };
   struct EdgeProps {
     std::size_t link = 0;
   };
-  using Graph = boost::adjacency_list<boost::vecS, boost::vecS, boost::directedS, VertexProps, EdgeProps>;
+  using Graph = boost::compressed_sparse_row_graph<boost::directedS, boost::no_property, EdgeProps>;
 
   std::vector<Device> devices_;
   std::vector<Link> links_;
@@ -119,23 +114,8 @@ class Topology {
   };
   std::unordered_map<std::string, std::size_t, NameHash, std::equal_to<>> by_name_;
   std::map<std::pair<std::size_t, std::size_t>, Route> overrides_;
-  // boost::adjacency_list has no move operations (Boost 1.74): held by pointer so that moving a
-  // Topology (a 9,408-node machine out of its parser) moves it instead of copying it.
-  struct GraphBox {
-    std::unique_ptr<Graph> graph = std::make_unique<Graph>();
-    GraphBox() = default;
-    GraphBox(const GraphBox& o) : graph(std::make_unique<Graph>(*o.graph)) {}
-    GraphBox& operator=(const GraphBox& o) {
-      if (this != &o) graph = std::make_unique<Graph>(*o.graph);
-      return *this;
-    }
-    GraphBox(GraphBox&&) noexcept = default;
-    GraphBox& operator=(GraphBox&&) noexcept = default;
-    ~GraphBox() = default;
-  };
-  GraphBox graph_box_;
-  [[nodiscard]] Graph& graph() { return *graph_box_.graph; }
-  [[nodiscard]] const Graph& graph() const { return *graph_box_.graph; }
+  // Built by seal(): every device's out-links in declaration order.
+  Graph graph_;
   bool sealed_ = false;
   // The route search's view of the links (built by seal()): each device's out-links in declaration
   // order, those that stay in its own node or reach the network first (up to local_end_), then
