@@ -40,7 +40,7 @@ std::size_t Topology::add_device(Device d) {
   return index;
 }
 
-std::size_t Topology::add_link(Link l) {
+std::size_t Topology::add_link(LinkSpec l) {
   if (sealed_) throw TopologyError("topology is sealed");
   const auto src = find_device(l.src);
   const auto dst = find_device(l.dst);
@@ -49,7 +49,7 @@ std::size_t Topology::add_link(Link l) {
   return add_link(std::move(l), *src, *dst);
 }
 
-std::size_t Topology::add_link(Link l, std::size_t src, std::size_t dst) {
+std::size_t Topology::add_link(LinkSpec l, std::size_t src, std::size_t dst) {
   if (sealed_) throw TopologyError("topology is sealed");
   if (src >= devices_.size() || dst >= devices_.size() || devices_[src].name != l.src || devices_[dst].name != l.dst) {
     throw std::logic_error(
@@ -60,7 +60,7 @@ std::size_t Topology::add_link(Link l, std::size_t src, std::size_t dst) {
     throw TopologyError(fmt::format("link {} -> {}: bandwidth must be positive", l.src, l.dst));
   }
   const std::size_t index = links_.size();
-  links_.push_back(std::move(l));
+  links_.push_back(Link{l.bandwidth, l.latency, std::move(l.link_class)});
   link_ends_.emplace_back(src, dst);
   return index;
 }

@@ -46,9 +46,18 @@ struct Device {
   std::optional<MemorySpec> memory;
 };
 
-struct Link {
+/// A link as declared: its ends by device name (what add_link takes).
+struct LinkSpec {
   std::string src;
   std::string dst;
+  sim::Bandwidth bandwidth;
+  sim::TimePs latency;
+  std::string link_class;  // "gpu-gpu", "cpu-gpu", "nic", ...
+};
+
+/// A link of a built machine. Its ends are device indices (Topology::link_src, link_dst), not
+/// names: the full Frontier has 555k links, and two names each were a third of its memory.
+struct Link {
   sim::Bandwidth bandwidth;
   sim::TimePs latency;
   std::string link_class;  // "gpu-gpu", "cpu-gpu", "nic", ...
@@ -70,10 +79,10 @@ class Topology {
 
   std::size_t add_device(Device d);
   /// Adds one directed link. Throws TopologyError for unknown endpoints or non-positive bandwidth.
-  std::size_t add_link(Link l);
+  std::size_t add_link(LinkSpec l);
   /// The same with the endpoints' device indices known (l.src and l.dst must name them): a
   /// machine's nodes are instantiated from one template without a name lookup per link.
-  std::size_t add_link(Link l, std::size_t src, std::size_t dst);
+  std::size_t add_link(LinkSpec l, std::size_t src, std::size_t dst);
   /// Room for this many devices and links (a machine of thousands of nodes is built in one go).
   void reserve(std::size_t devices, std::size_t links);
   /// Forces the route from `src` to `dst` through the listed devices (`hops` excludes both ends).
@@ -88,6 +97,9 @@ class Topology {
   /// The device indices of link l's endpoints (its names resolved once, for hot paths).
   [[nodiscard]] std::size_t link_src(std::size_t l) const { return link_ends_[l].first; }
   [[nodiscard]] std::size_t link_dst(std::size_t l) const { return link_ends_[l].second; }
+  /// The names of link l's ends.
+  [[nodiscard]] const std::string& link_src_name(std::size_t l) const { return devices_[link_ends_[l].first].name; }
+  [[nodiscard]] const std::string& link_dst_name(std::size_t l) const { return devices_[link_ends_[l].second].name; }
   [[nodiscard]] std::optional<std::size_t> find_device(std::string_view name) const;
   [[nodiscard]] const Device& device(std::size_t i) const { return devices_.at(i); }
   /// Devices of one kind, in declaration order.

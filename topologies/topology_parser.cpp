@@ -35,7 +35,7 @@ struct RouteSpec {
 struct NodeSpec {
   std::string name;
   std::vector<Device> devices;
-  std::vector<Link> links;
+  std::vector<LinkSpec> links;
   std::vector<RouteSpec> routes;
 };
 
@@ -208,7 +208,7 @@ void instantiate(Topology& t, const NodeSpec& spec, const std::vector<std::pair<
     t.add_device(std::move(d));
   }
   for (std::size_t i = 0; i < spec.links.size(); ++i) {
-    Link l = spec.links[i];
+    LinkSpec l = spec.links[i];
     l.src = prefix + l.src;
     l.dst = prefix + l.dst;
     t.add_link(std::move(l), first + link_ends[i].first, first + link_ends[i].second);

@@ -66,10 +66,10 @@ std::optional<Bisection> node_gpu_bisection(const Topology& t) {
   const std::size_t source = n - 2;
   const std::size_t sink = n - 1;
   std::vector<std::vector<double>> base(n, std::vector<double>(n, 0.0));
-  for (const auto& l : t.links()) {
-    const auto a = t.find_device(l.src);
-    const auto b = t.find_device(l.dst);
-    if (index.contains(*a) && index.contains(*b)) base[index[*a]][index[*b]] += l.bandwidth.bytes_per_s;
+  for (std::size_t l = 0; l < t.links().size(); ++l) {
+    const std::size_t a = t.link_src(l);
+    const std::size_t b = t.link_dst(l);
+    if (index.contains(a) && index.contains(b)) base[index[a]][index[b]] += t.links()[l].bandwidth.bytes_per_s;
   }
   const double inf = std::numeric_limits<double>::infinity();
   Bisection out;
@@ -147,10 +147,9 @@ std::string topology_summary(const NodeTopology& m) {
                        b->worst_split, gbps(b->max_bytes_per_s));
   }
   double injection = 0.0;
-  for (const auto& l : t.links()) {
-    if (l.link_class != "network") continue;
-    const auto d = t.find_device(l.src);
-    if (d && t.device(*d).node == 0) injection += l.bandwidth.bytes_per_s;
+  for (std::size_t l = 0; l < t.links().size(); ++l) {
+    if (t.links()[l].link_class != "network") continue;
+    if (t.device(t.link_src(l)).node == 0) injection += t.links()[l].bandwidth.bytes_per_s;
   }
   if (injection > 0.0) out += fmt::format("  node injection into the network: {}\n", gbps(injection));
   if (m.network_kind == "dragonfly") {
@@ -187,8 +186,11 @@ std::string topology_json(const NodeTopology& m) {
   }
   j.end_array();
   j.key("links").begin_array();
-  for (const auto& l : m.topology.links()) {
-    j.begin_object().field("src", l.src).field("dst", l.dst).field("bandwidth_bytes_per_s", l.bandwidth.bytes_per_s);
+  const Topology& t = m.topology;
+  for (std::size_t i = 0; i < t.links().size(); ++i) {
+    const Link& l = t.links()[i];
+    j.begin_object().field("src", t.link_src_name(i)).field("dst", t.link_dst_name(i));
+    j.field("bandwidth_bytes_per_s", l.bandwidth.bytes_per_s);
     j.field("latency_s", l.latency.seconds()).field("class", l.link_class).end_object();
   }
   j.end_array();
@@ -209,13 +211,18 @@ std::string topology_dot(const NodeTopology& m) {
   }
   // One undirected edge per duplex pair with equal bandwidth; directed edges otherwise.
   std::map<std::pair<std::string, std::string>, double> seen;
-  for (const auto& l : t.links()) seen[{l.src, l.dst}] = l.bandwidth.bytes_per_s;
-  for (const auto& l : t.links()) {
-    const auto back = seen.find({l.dst, l.src});
-    const bool duplex = back != seen.end() && back->second == l.bandwidth.bytes_per_s;
-    if (duplex && l.dst < l.src) continue;
-    out += fmt::format("  \"{}\" -- \"{}\" [label=\"{}\"{}];\n", l.src, l.dst, gbps(l.bandwidth.bytes_per_s),
-                       duplex ? "" : ", dir=forward");
+  for (std::size_t l = 0; l < t.links().size(); ++l) {
+    seen[{t.link_src_name(l), t.link_dst_name(l)}] = t.links()[l].bandwidth.bytes_per_s;
+  }
+  for (std::size_t l = 0; l < t.links().size(); ++l) {
+    const std::string& src = t.link_src_name(l);
+    const std::string& dst = t.link_dst_name(l);
+    const double bandwidth = t.links()[l].bandwidth.bytes_per_s;
+    const auto back = seen.find({dst, src});
+    const bool duplex = back != seen.end() && back->second == bandwidth;
+    if (duplex && dst < src) continue;
+    out +=
+        fmt::format("  \"{}\" -- \"{}\" [label=\"{}\"{}];\n", src, dst, gbps(bandwidth), duplex ? "" : ", dir=forward");
   }
   out += "}\n";
   return out;
@@ -230,7 +237,8 @@ std::string describe_route(const Topology& t, const std::string& a, const std::s
   sim::report::TextTable table({"link", "class", "bandwidth"});
   for (const auto l : r.links) {
     const auto& link = t.links()[l];
-    table.add_row({link.src + " -> " + link.dst, link.link_class, gbps(link.bandwidth.bytes_per_s)});
+    table.add_row(
+        {t.link_src_name(l) + " -> " + t.link_dst_name(l), link.link_class, gbps(link.bandwidth.bytes_per_s)});
   }
   return fmt::format("route {} -> {}: {} hop{}\n{}bottleneck: {}\n", a, b, r.links.size(),
                      r.links.size() == 1 ? "" : "s", table.str(), gbps(r.bottleneck(t).bytes_per_s));

@@ -268,7 +268,6 @@ std::vector<sim::ConstraintId> Communicator::route(int from_rank, int to_rank) c
   std::vector<sim::ConstraintId> out;
   if (machine_.memory_constraint_of_device[src]) out.push_back(*machine_.memory_constraint_of_device[src]);
   for (const auto l : topology_.route(src, dst).links) {
-    const auto& link = topology_.links()[l];
     const std::size_t a = topology_.link_src(l);
     const std::size_t b = topology_.link_dst(l);
     if (topology_.device(b).node != dst_node) {
@@ -282,8 +281,8 @@ std::vector<sim::ConstraintId> Communicator::route(int from_rank, int to_rank) c
       mirrored = entry->second;  // the link into the node from its switch: the representative's own
     }
     if (!mirrored) {
-      throw std::logic_error(
-          fmt::format("rank symmetry: link {}->{} has no counterpart in the representative node", link.src, link.dst));
+      throw std::logic_error(fmt::format("rank symmetry: link {}->{} has no counterpart in the representative node",
+                                         topology_.link_src_name(l), topology_.link_dst_name(l)));
     }
     out.push_back(machine_.link_constraint(topology_, *mirrored));
   }

@@ -38,8 +38,9 @@ MachineResources make_machine_resources(const topo::Topology& topology, const st
     const auto src_kind = topo::to_string(topology.device(topology.link_src(i)).kind);
     const auto dst_kind = topo::to_string(topology.device(topology.link_dst(i)).kind);
     m.constraint_of_link[i] =
-        (m.platform.add_constraint({l.src + "->" + l.dst, l.bandwidth, l.link_class,
-                                    fmt::format("{}:{}->{}", l.link_class, src_kind, dst_kind), l.src, l.dst}));
+        (m.platform.add_constraint({topology.link_src_name(i) + "->" + topology.link_dst_name(i), l.bandwidth,
+                                    l.link_class, fmt::format("{}:{}->{}", l.link_class, src_kind, dst_kind),
+                                    topology.link_src_name(i), topology.link_dst_name(i)}));
   }
   return m;
 }
@@ -60,8 +61,8 @@ namespace offsim::models {
 sim::ConstraintId MachineResources::link_constraint(const topo::Topology& t, std::size_t link) const {
   const sim::ConstraintId c = constraint_of_link[link];
   if (c == kNoConstraint) {
-    const auto& l = t.links()[link];
-    throw std::logic_error(fmt::format("link {}->{} is outside the simulated nodes", l.src, l.dst));
+    throw std::logic_error(
+        fmt::format("link {}->{} is outside the simulated nodes", t.link_src_name(link), t.link_dst_name(link)));
   }
   return c;
 }

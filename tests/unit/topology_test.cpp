@@ -54,8 +54,8 @@ TEST(FrontierNode, TwoHopRouteWhereNoLinkExists) {
   const Topology t = load(kFrontier);
   const auto& r = t.route(dev(t, "gcd0"), dev(t, "gcd3"));
   ASSERT_EQ(r.links.size(), 2u);
-  EXPECT_EQ(t.links()[r.links[0]].dst, "gcd1");
-  EXPECT_EQ(t.links()[r.links[1]].dst, "gcd3");
+  EXPECT_EQ(t.link_dst_name(r.links[0]), "gcd1");
+  EXPECT_EQ(t.link_dst_name(r.links[1]), "gcd3");
   EXPECT_DOUBLE_EQ(r.bottleneck(t).bytes_per_s, 50e9);
 }
 
@@ -89,7 +89,7 @@ TEST(FrontierSystem, AMultiNodeRouteLeavesThroughTheNicOfTheRightGcd) {
   const Topology t = load(kFrontierSystem, {"nodes=2"});
   const auto& r = t.route(dev(t, "n0.gcd0"), dev(t, "n1.gcd4"));
   std::vector<std::string> path;
-  for (const auto l : r.links) path.push_back(t.links()[l].dst);
+  for (const auto l : r.links) path.push_back(t.link_dst_name(l));
   EXPECT_EQ(path, (std::vector<std::string>{"n0.gcd1", "n0.hsn0", "group0", "n1.hsn2", "n1.gcd5", "n1.gcd4"}));
   EXPECT_DOUBLE_EQ(r.bottleneck(t).bytes_per_s, 25e9);  // the Slingshot NIC
   // Every GCD leaves through its own package's NIC.
@@ -97,7 +97,7 @@ TEST(FrontierSystem, AMultiNodeRouteLeavesThroughTheNicOfTheRightGcd) {
   for (int g = 0; g < 8; ++g) {
     const auto& route = t.route(dev(t, fmt::format("n0.gcd{}", g).c_str()), dev(t, "n1.gcd0"));
     bool through = false;
-    for (const auto l : route.links) through = through || t.links()[l].dst == nic_of[g];
+    for (const auto l : route.links) through = through || t.link_dst_name(l) == nic_of[g];
     EXPECT_TRUE(through) << "gcd" << g;
   }
 }
@@ -111,8 +111,8 @@ TEST(FrontierSystem, RoutesBetweenGroupsCrossOneGlobalLinkAndNoThirdNode) {
   for (const auto l : r.links) {
     const auto& link = t.links()[l];
     globals += link.link_class == "global" ? 1 : 0;
-    const int node = t.device(*t.find_device(link.dst)).node;
-    EXPECT_TRUE(node == -1 || node == 0 || node == 128) << link.dst;
+    const int node = t.device(t.link_dst(l)).node;
+    EXPECT_TRUE(node == -1 || node == 0 || node == 128) << t.link_dst_name(l);
   }
   EXPECT_EQ(globals, 1);
   EXPECT_EQ(t.devices_of(DeviceKind::kGpu).size(), 129u * 8u);
@@ -156,7 +156,7 @@ TEST(DgxA100, GpusReachEachOtherThroughNvswitchAtFullNvlinkRate) {
   const Topology t = load(std::string(OFFSIM_SOURCE_DIR) + "/configs/hardware/dgx-a100.yaml", {"nodes=1"});
   const auto& r = t.route(dev(t, "gpu0"), dev(t, "gpu7"));
   ASSERT_EQ(r.links.size(), 2u);
-  EXPECT_EQ(t.links()[r.links[0]].dst, "nvswitch");
+  EXPECT_EQ(t.link_dst_name(r.links[0]), "nvswitch");
   EXPECT_DOUBLE_EQ(r.bottleneck(t).bytes_per_s, 300e9);
 }
 
