@@ -664,6 +664,8 @@ Communicator::AnalyticStage Communicator::analytic_bodies(const CollectiveFit& f
     for (const Flow& fl : direction)
       links_of[fl.from].insert(links_of[fl.from].end(), fl.route.begin(), fl.route.end());
   }
+  // Sorted, so that the engine credits each link once for all the flows crossing it.
+  for (auto& links : links_of) std::sort(links.begin(), links.end());
   AnalyticStage stage(sims);
   for (int s = 0; s < sims; ++s) {
     if (!active(s)) continue;

@@ -94,7 +94,9 @@ void FlowNetwork::finish_fixed(FlowId f) {
   // Its constraints were credited its rate over its duration, which rounds up to whole
   // picoseconds: the remainder (a fraction of a picosecond's worth) makes their bytes exact.
   const double credited = flow.rate * duration_of(flow.remaining_bytes, flow.rate).seconds();
-  for (const auto c : flow.accounted) constraints_[c.index].stats.bytes_carried += flow.remaining_bytes - credited;
+  for_each_run(flow.accounted, [&](std::uint32_t index, std::uint32_t times) {
+    constraints_[index].stats.bytes_carried += times * (flow.remaining_bytes - credited);
+  });
   add_fixed_rate(flow.accounted, flow.rate, false);
   flow.remaining_bytes = 0.0;
   flow.rate = 0.0;
@@ -105,28 +107,19 @@ void FlowNetwork::finish_fixed(FlowId f) {
 
 void FlowNetwork::add_fixed_rate(const std::vector<ConstraintId>& accounted, double rate, bool starting) {
   // A constraint listed k times (k flows of a class crossing it) takes the rate k times; its
-  // aggregate rate is then updated once.
-  touched_.clear();
-  for (const auto c : accounted) {
-    Constraint& con = constraints_[c.index];
+  // aggregate rate is then updated once per run of equal entries (analytic transfers list theirs
+  // sorted, so that is once per constraint).
+  for_each_run(accounted, [&](std::uint32_t index, std::uint32_t times) {
+    Constraint& con = constraints_[index];
     if (starting) {
-      ++con.fixed_flows;
-      con.fixed_rate += rate;
+      con.fixed_flows += times;
+      con.fixed_rate += times * rate;
     } else {
-      --con.fixed_flows;
-      con.fixed_rate = con.fixed_flows == 0 ? 0.0 : con.fixed_rate - rate;  // no round-off left when idle
+      con.fixed_flows -= times;
+      con.fixed_rate = con.fixed_flows == 0 ? 0.0 : con.fixed_rate - times * rate;  // no round-off left when idle
     }
-    if (!touched_mark_[c.index]) {
-      touched_mark_[c.index] = 1;
-      touched_.push_back(c.index);
-    }
-  }
-  for (const auto index : touched_) {
-    touched_mark_[index] = 0;
-    const Constraint& con = constraints_[index];
     set_current_rate(index, con.shared_rate + con.fixed_rate);
-  }
-  touched_.clear();
+  });
 }
 
 void FlowNetwork::set_in_use(std::uint32_t index, bool in_use) {

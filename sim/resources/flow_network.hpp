@@ -138,6 +138,16 @@ class FlowNetwork {
   void finish_fixed(FlowId f);
   void add_fixed_rate(const std::vector<ConstraintId>& accounted, double rate, bool starting);
   void set_current_rate(std::uint32_t index, double rate);
+  // Calls f(constraint index, times) for each run of equal consecutive entries of `list`.
+  template <typename F>
+  static void for_each_run(const std::vector<ConstraintId>& list, F&& f) {
+    for (std::size_t i = 0; i < list.size();) {
+      std::size_t j = i + 1;
+      while (j < list.size() && list[j] == list[i]) ++j;
+      f(list[i].index, static_cast<std::uint32_t>(j - i));
+      i = j;
+    }
+  }
   void invalidate();
   void flush();
   void advance_to(TimePs now);
