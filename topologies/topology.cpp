@@ -90,19 +90,11 @@ void Topology::seal() {
   {
     // The graph: links stably sorted by source device, so every device's out-links keep their
     // declaration order (ties between routes go to the first declared).
-    std::vector<std::size_t> order(links_.size());
-    for (std::size_t l = 0; l < order.size(); ++l) order[l] = l;
-    std::stable_sort(order.begin(), order.end(),
-                     [&](std::size_t a, std::size_t b) { return link_ends_[a].first < link_ends_[b].first; });
-    std::vector<std::pair<std::size_t, std::size_t>> edges;
-    std::vector<EdgeProps> props;
-    edges.reserve(order.size());
-    props.reserve(order.size());
-    for (const auto l : order) {
-      edges.push_back(link_ends_[l]);
-      props.push_back(EdgeProps{l});
-    }
-    graph_ = Graph(boost::edges_are_sorted, edges.begin(), edges.end(), props.begin(), devices_.size());
+    // (Boost's histogram sort: linear in the links, and stable.)
+    std::vector<EdgeProps> props(links_.size());
+    for (std::size_t l = 0; l < links_.size(); ++l) props[l] = EdgeProps{l};
+    graph_ = Graph(boost::edges_are_unsorted_multi_pass, link_ends_.begin(), link_ends_.end(), props.begin(),
+                   devices_.size());
   }
   // Every GPU must reach, and be reached from, every GPU and CPU: one that cannot could never take
   // part in a collective or an offload copy. Checked with one forward and one backward search
@@ -110,31 +102,28 @@ void Topology::seal() {
   const auto gpus = devices_of(DeviceKind::kGpu);
   std::vector<std::string> problems;
   if (!gpus.empty()) {
-    std::vector<std::vector<std::size_t>> reverse(devices_.size());
-    for (const auto& [src, dst] : link_ends_) reverse[dst].push_back(src);
-    const auto reach = [&](bool forward) {
+    std::vector<std::pair<std::size_t, std::size_t>> reversed;
+    reversed.reserve(link_ends_.size());
+    for (const auto& [src, dst] : link_ends_) reversed.emplace_back(dst, src);
+    const boost::compressed_sparse_row_graph<boost::directedS> reverse(
+        boost::edges_are_unsorted_multi_pass, reversed.begin(), reversed.end(), devices_.size());
+    const auto reach = [&](const auto& graph) {
       std::vector<bool> seen(devices_.size(), false);
-      std::deque<std::size_t> todo{gpus.front()};
+      std::vector<std::size_t> todo{gpus.front()};  // breadth-first: appended, read in order
       seen[gpus.front()] = true;
-      while (!todo.empty()) {
-        const std::size_t v = todo.front();
-        todo.pop_front();
-        const auto visit = [&](std::size_t w) {
+      for (std::size_t next = 0; next < todo.size(); ++next) {
+        for (auto [e, end] = boost::out_edges(todo[next], graph); e != end; ++e) {
+          const std::size_t w = boost::target(*e, graph);
           if (!seen[w]) {
             seen[w] = true;
             todo.push_back(w);
           }
-        };
-        if (forward) {
-          for (auto [e, end] = boost::out_edges(v, graph_); e != end; ++e) visit(boost::target(*e, graph_));
-        } else {
-          for (const auto w : reverse[v]) visit(w);
         }
       }
       return seen;
     };
-    const auto from_first = reach(true);
-    const auto to_first = reach(false);
+    const auto from_first = reach(graph_);
+    const auto to_first = reach(reverse);
     const std::string& first = devices_[gpus.front()].name;
     for (std::size_t i = 0; i < devices_.size(); ++i) {
       const auto kind = devices_[i].kind;
