@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The scale and speed figures of issue 13, in one run (Release build in build/; run from anywhere):
-#   - NeoX-20B on 384 Frontier GCDs (ZeRO-3, ZeRO++, 3-level): time per run, analytic and flow;
+#   - NeoX-20B on 384 Frontier GCDs (ZeRO-3, ZeRO++, 3-level): time per run, analytic and flow, and
+#     time per config inside a sweep (180 points of the three, analytic, one job);
 #   - the shipped partitioning sweep: configs/s with 1 and 2 jobs (analytic, the sweep default);
 #   - GPT-1T on all 9,408 Frontier nodes: time and peak RSS, without and with the output files;
 #   - GPT-3 175B on 1,024 A100 (the Calculon comparison point): time and peak RSS, with the steady-state
@@ -30,6 +31,24 @@ for e in neox20b-frontier-zero3 neox20b-frontier-zeropp neox20b-frontier-3level;
   f=$(measure "$offsim" run "configs/experiments/$e.yaml" --set strategy.collectives.fidelity=flow)
   printf "  %-36s %s   %s\n" "$e" "$a" "$f"
 done
+# Per config inside a sweep: 60 micro-batch values for each of the three (every point a full
+# iteration on 384 GCDs), on one thread; the time includes the process start and the sweep file.
+{
+  echo "name: neox20b-384gcd-points"
+  echo "axes:"
+  echo "  - key: experiment"
+  echo "    values:"
+  for e in neox20b-frontier-zero3 neox20b-frontier-zeropp neox20b-frontier-3level; do
+    echo "      - $PWD/configs/experiments/$e.yaml"
+  done
+  echo "  - {key: training.micro_batch, range: {from: 1, to: 60, step: 1}}"
+} >"$tmp/neox384.yaml"
+start=$(date +%s.%N)
+"$offsim" sweep "$tmp/neox384.yaml" --out "$tmp/neox384.csv" --jobs 1 >/dev/null 2>&1
+end=$(date +%s.%N)
+points=$(($(wc -l <"$tmp/neox384.csv") - 1))
+awk -v s="$start" -v e="$end" -v n="$points" \
+  'BEGIN {printf "  inside a sweep (analytic, 1 job): %d points in %.2f s, %.1f ms per config\n", n, e - s, 1000 * (e - s) / n}'
 echo
 for jobs in 1 2; do
   rm -f "$tmp/sweep.csv"
