@@ -87,14 +87,15 @@ std::vector<std::size_t> Topology::devices_of(DeviceKind kind) const {
 }
 
 void Topology::seal() {
+  Graph graph;  // needed while sealing only: the route search has its own view (arcs_)
   {
     // The graph: links stably sorted by source device, so every device's out-links keep their
     // declaration order (ties between routes go to the first declared).
     // (Boost's histogram sort: linear in the links, and stable.)
     std::vector<EdgeProps> props(links_.size());
     for (std::size_t l = 0; l < links_.size(); ++l) props[l] = EdgeProps{l};
-    graph_ = Graph(boost::edges_are_unsorted_multi_pass, link_ends_.begin(), link_ends_.end(), props.begin(),
-                   devices_.size());
+    graph = Graph(boost::edges_are_unsorted_multi_pass, link_ends_.begin(), link_ends_.end(), props.begin(),
+                  devices_.size());
   }
   // Every GPU must reach, and be reached from, every GPU and CPU: one that cannot could never take
   // part in a collective or an offload copy. Checked with one forward and one backward search
@@ -107,13 +108,13 @@ void Topology::seal() {
     for (const auto& [src, dst] : link_ends_) reversed.emplace_back(dst, src);
     const boost::compressed_sparse_row_graph<boost::directedS> reverse(
         boost::edges_are_unsorted_multi_pass, reversed.begin(), reversed.end(), devices_.size());
-    const auto reach = [&](const auto& graph) {
+    const auto reach = [&](const auto& g) {
       std::vector<bool> seen(devices_.size(), false);
       std::vector<std::size_t> todo{gpus.front()};  // breadth-first: appended, read in order
       seen[gpus.front()] = true;
       for (std::size_t next = 0; next < todo.size(); ++next) {
-        for (auto [e, end] = boost::out_edges(todo[next], graph); e != end; ++e) {
-          const std::size_t w = boost::target(*e, graph);
+        for (auto [e, end] = boost::out_edges(todo[next], g); e != end; ++e) {
+          const std::size_t w = boost::target(*e, g);
           if (!seen[w]) {
             seen[w] = true;
             todo.push_back(w);
@@ -122,7 +123,7 @@ void Topology::seal() {
       }
       return seen;
     };
-    const auto from_first = reach(graph_);
+    const auto from_first = reach(graph);
     const auto to_first = reach(reverse);
     const std::string& first = devices_[gpus.front()].name;
     for (std::size_t i = 0; i < devices_.size(); ++i) {
@@ -140,9 +141,9 @@ void Topology::seal() {
   for (std::size_t v = 0; v < devices_.size(); ++v) {
     const std::size_t begin = arcs_.size();
     std::size_t order = 0;
-    for (auto [e, end] = boost::out_edges(v, graph_); e != end; ++e, ++order) {
-      const std::size_t w = boost::target(*e, graph_);
-      arcs_.push_back(Arc{static_cast<std::uint32_t>(w), static_cast<std::uint32_t>(graph_[*e].link),
+    for (auto [e, end] = boost::out_edges(v, graph); e != end; ++e, ++order) {
+      const std::size_t w = boost::target(*e, graph);
+      arcs_.push_back(Arc{static_cast<std::uint32_t>(w), static_cast<std::uint32_t>(graph[*e].link),
                           static_cast<std::uint32_t>(order), devices_[w].node});
     }
     const int own = devices_[v].node;
@@ -163,10 +164,13 @@ std::optional<std::size_t> Topology::direct_link(std::size_t src, std::size_t ds
     }
     return std::nullopt;
   }
-  for (auto [e, end] = boost::out_edges(src, graph_); e != end; ++e) {
-    if (boost::target(*e, graph_) == dst) return graph_[*e].link;
+  // The first declared: the arc of lowest order among src's arcs to dst.
+  const Arc* best = nullptr;
+  for (std::size_t a = arc_begin_[src]; a < arc_begin_[src + 1]; ++a) {
+    if (arcs_[a].target == dst && (best == nullptr || arcs_[a].order < best->order)) best = &arcs_[a];
   }
-  return std::nullopt;
+  if (best == nullptr) return std::nullopt;
+  return best->link;
 }
 
 void Topology::add_route_override(const std::string& src, const std::string& dst,

@@ -12,9 +12,10 @@
 // A device's memory may have a bandwidth (host DDR): every route that starts or ends at that
 // device also crosses the memory's constraint, which is how host-to-device copies of all GPUs
 // contend for one DDR.
-// The sealed machine graph is a Boost.Graph compressed_sparse_row_graph: offsets, targets and
-// link indices in three arrays, built once from the declared links. (An adjacency_list held a
-// vector per device and a heap-allocated property per link: 555k allocations for the full Frontier.)
+// Sealing builds the machine graph as a Boost.Graph compressed_sparse_row_graph (offsets, targets
+// and link indices in three arrays) to check it and to lay out the route search's arcs, then drops
+// it. (An adjacency_list kept a vector per device and a heap-allocated property per link: 555k
+// allocations for the full Frontier.)
 #include <boost/graph/compressed_sparse_row_graph.hpp>
 #include <map>
 #include <memory>
@@ -126,8 +127,6 @@ class Topology {
   };
   std::unordered_map<std::string, std::size_t, NameHash, std::equal_to<>> by_name_;
   std::map<std::pair<std::size_t, std::size_t>, Route> overrides_;
-  // Built by seal(): every device's out-links in declaration order.
-  Graph graph_;
   bool sealed_ = false;
   // The route search's view of the links (built by seal()): each device's out-links in declaration
   // order, those that stay in its own node or reach the network first (up to local_end_), then
