@@ -60,7 +60,13 @@ std::size_t Topology::add_link(LinkSpec l, std::size_t src, std::size_t dst) {
     throw TopologyError(fmt::format("link {} -> {}: bandwidth must be positive", l.src, l.dst));
   }
   const std::size_t index = links_.size();
-  links_.push_back(Link{l.bandwidth, l.latency, std::move(l.link_class)});
+  // Classes are few (a handful per machine): the last one used is the likely match.
+  auto known = std::find(link_classes_.rbegin(), link_classes_.rend(), l.link_class);
+  if (known == link_classes_.rend()) {
+    link_classes_.push_back(std::move(l.link_class));
+    known = link_classes_.rbegin();
+  }
+  links_.push_back(Link{l.bandwidth, l.latency, static_cast<std::uint32_t>(link_classes_.rend() - known - 1)});
   link_ends_.emplace_back(src, dst);
   return index;
 }

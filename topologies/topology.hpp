@@ -56,12 +56,13 @@ struct LinkSpec {
   std::string link_class;  // "gpu-gpu", "cpu-gpu", "nic", ...
 };
 
-/// A link of a built machine. Its ends are device indices (Topology::link_src, link_dst), not
-/// names: the full Frontier has 555k links, and two names each were a third of its memory.
+/// A link of a built machine. Its ends are device indices (Topology::link_src, link_dst) and its
+/// class an index into the machine's few classes (Topology::link_class), not strings: the full
+/// Frontier has 555k links, and three strings each were most of its memory.
 struct Link {
   sim::Bandwidth bandwidth;
   sim::TimePs latency;
-  std::string link_class;  // "gpu-gpu", "cpu-gpu", "nic", ...
+  std::uint32_t class_index = 0;
 };
 
 struct Route {
@@ -98,6 +99,8 @@ class Topology {
   /// The device indices of link l's endpoints (its names resolved once, for hot paths).
   [[nodiscard]] std::size_t link_src(std::size_t l) const { return link_ends_[l].first; }
   [[nodiscard]] std::size_t link_dst(std::size_t l) const { return link_ends_[l].second; }
+  /// Link l's class ("gpu-gpu", "cpu-gpu", "network", ...).
+  [[nodiscard]] const std::string& link_class(std::size_t l) const { return link_classes_[links_[l].class_index]; }
   /// The names of link l's ends.
   [[nodiscard]] const std::string& link_src_name(std::size_t l) const { return devices_[link_ends_[l].first].name; }
   [[nodiscard]] const std::string& link_dst_name(std::size_t l) const { return devices_[link_ends_[l].second].name; }
@@ -120,6 +123,7 @@ class Topology {
   std::vector<Device> devices_;
   std::vector<Link> links_;
   std::vector<std::pair<std::size_t, std::size_t>> link_ends_;  // device indices of each link's ends
+  std::vector<std::string> link_classes_;                       // the distinct classes, in order of first use
   // Heterogeneous lookup by string_view: no std::string built per query.
   struct NameHash {
     using is_transparent = void;

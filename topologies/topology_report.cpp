@@ -127,8 +127,9 @@ std::string topology_summary(const NodeTopology& m) {
     double total = 0.0;
   };
   std::map<std::string, ClassStats> classes;
-  for (const auto& l : t.links()) {
-    auto& c = classes[l.link_class];
+  for (std::size_t i = 0; i < t.links().size(); ++i) {
+    const Link& l = t.links()[i];
+    auto& c = classes[t.link_class(i)];
     ++c.count;
     c.min = std::min(c.min, l.bandwidth.bytes_per_s);
     c.max = std::max(c.max, l.bandwidth.bytes_per_s);
@@ -148,7 +149,7 @@ std::string topology_summary(const NodeTopology& m) {
   }
   double injection = 0.0;
   for (std::size_t l = 0; l < t.links().size(); ++l) {
-    if (t.links()[l].link_class != "network") continue;
+    if (t.link_class(l) != "network") continue;
     if (t.device(t.link_src(l)).node == 0) injection += t.links()[l].bandwidth.bytes_per_s;
   }
   if (injection > 0.0) out += fmt::format("  node injection into the network: {}\n", gbps(injection));
@@ -156,8 +157,8 @@ std::string topology_summary(const NodeTopology& m) {
     std::size_t groups = 0;
     double global = 0.0;
     for (const auto& d : t.devices()) groups += d.node == -1 ? 1 : 0;
-    for (const auto& l : t.links()) {
-      if (l.link_class == "global") global = l.bandwidth.bytes_per_s;
+    for (std::size_t l = 0; l < t.links().size(); ++l) {
+      if (t.link_class(l) == "global") global = t.links()[l].bandwidth.bytes_per_s;
     }
     const double half = static_cast<double>(groups / 2);
     const double other = static_cast<double>(groups - groups / 2);
@@ -191,7 +192,7 @@ std::string topology_json(const NodeTopology& m) {
     const Link& l = t.links()[i];
     j.begin_object().field("src", t.link_src_name(i)).field("dst", t.link_dst_name(i));
     j.field("bandwidth_bytes_per_s", l.bandwidth.bytes_per_s);
-    j.field("latency_s", l.latency.seconds()).field("class", l.link_class).end_object();
+    j.field("latency_s", l.latency.seconds()).field("class", t.link_class(i)).end_object();
   }
   j.end_array();
   j.end_object();
@@ -238,7 +239,7 @@ std::string describe_route(const Topology& t, const std::string& a, const std::s
   for (const auto l : r.links) {
     const auto& link = t.links()[l];
     table.add_row(
-        {t.link_src_name(l) + " -> " + t.link_dst_name(l), link.link_class, gbps(link.bandwidth.bytes_per_s)});
+        {t.link_src_name(l) + " -> " + t.link_dst_name(l), t.link_class(l), gbps(link.bandwidth.bytes_per_s)});
   }
   return fmt::format("route {} -> {}: {} hop{}\n{}bottleneck: {}\n", a, b, r.links.size(),
                      r.links.size() == 1 ? "" : "s", table.str(), gbps(r.bottleneck(t).bytes_per_s));

@@ -37,10 +37,10 @@ MachineResources make_machine_resources(const topo::Topology& topology, const st
     // Reports split a class by direction (H2D vs D2H): "cpu-gpu:cpu->gpu".
     const auto src_kind = topo::to_string(topology.device(topology.link_src(i)).kind);
     const auto dst_kind = topo::to_string(topology.device(topology.link_dst(i)).kind);
-    m.constraint_of_link[i] =
-        (m.platform.add_constraint({topology.link_src_name(i) + "->" + topology.link_dst_name(i), l.bandwidth,
-                                    l.link_class, fmt::format("{}:{}->{}", l.link_class, src_kind, dst_kind),
-                                    topology.link_src_name(i), topology.link_dst_name(i)}));
+    m.constraint_of_link[i] = (m.platform.add_constraint(
+        {topology.link_src_name(i) + "->" + topology.link_dst_name(i), l.bandwidth, topology.link_class(i),
+         fmt::format("{}:{}->{}", topology.link_class(i), src_kind, dst_kind), topology.link_src_name(i),
+         topology.link_dst_name(i)}));
   }
   return m;
 }
