@@ -190,6 +190,7 @@ class MegatronBuilder {
 
   // The iteration's tasks, phase by phase.
   BuiltIteration build() {
+    g.reserve(estimated_tasks());
     const std::vector<TaskId> ready = place_states();
     run_schedules(ready);
     point_to_point();
@@ -317,6 +318,19 @@ class MegatronBuilder {
     const std::string full = fmt::format("r{}.{}", rank_state[s].rank, name);
     if (release) return g.add(full, "memory", sim::FreeTask{rank_state[s].pool, tenant, bytes}, std::move(deps));
     return g.add(full, "setup", AllocTask{rank_state[s].pool, tenant, bytes}, std::move(deps));
+  }
+
+  // About how many tasks build() adds: per simulated rank and micro-batch of each chunk, a forward
+  // and a backward operation (barrier, allocations, transfer in) and per layer its compute pieces,
+  // each with its TP all-reduce (two analytic stages and a barrier) when tp > 1.
+  [[nodiscard]] std::size_t estimated_tasks() const {
+    constexpr std::size_t kTasksPerOperationPair = 8;
+    constexpr std::size_t kTasksPerAllReduce = 3;
+    const std::size_t pieces = static_cast<std::size_t>(2 + tp_reductions_backward);
+    const std::size_t per_layer = tp > 1 ? pieces * (1 + kTasksPerAllReduce) : 0;
+    const std::size_t per_pair = kTasksPerOperationPair + static_cast<std::size_t>(layers_per_chunk) * per_layer;
+    return static_cast<std::size_t>(sims) * static_cast<std::size_t>(micro_batches) * static_cast<std::size_t>(v) *
+           per_pair;
   }
 
   // Model states.

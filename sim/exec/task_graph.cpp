@@ -77,6 +77,16 @@ TaskId TaskGraph::add(std::string_view name, std::string_view phase, TaskBody bo
   return id;
 }
 
+void TaskGraph::reserve(std::size_t tasks) {
+  // Names of a few tens of characters and one or two dependencies per task, as builders make them.
+  constexpr std::size_t kNameBytesPerTask = 32;
+  constexpr std::size_t kDependenciesPerTask = 2;
+  const std::size_t n = std::min(tasks, task_limit_);
+  tasks_.reserve(n);
+  names_.reserve(n * kNameBytesPerTask);
+  deps_.reserve(n * kDependenciesPerTask);
+}
+
 void TaskGraph::add_dependency(TaskId task, TaskId depends_on) {
   if (task.index >= tasks_.size() || depends_on.index >= tasks_.size()) {
     throw std::invalid_argument("add_dependency: unknown task");

@@ -114,6 +114,10 @@ class TaskGraph {
 
   TaskId add(std::string_view name, std::string_view phase, TaskBody body, std::vector<TaskId> deps = {},
              std::int64_t priority = 0);
+  /// Room for about `tasks` tasks (capped at the task limit), so that a builder that can count its
+  /// tasks ahead does not move the graph's storage as it grows. Unused room costs address space,
+  /// not memory.
+  void reserve(std::size_t tasks);
   /// Adds an edge after the fact (e.g. to chain the last task of one stage to the next).
   void add_dependency(TaskId task, TaskId depends_on);
 
