@@ -59,6 +59,31 @@ TEST(FrontierNode, TwoHopRouteWhereNoLinkExists) {
   EXPECT_DOUBLE_EQ(r.bottleneck(t).bytes_per_s, 50e9);
 }
 
+TEST(FrontierSystem, EngineResourcesOnlyForTheSimulatedNodes) {
+  // Three nodes, node 1 simulated: units, pools and constraints for node 1's devices, for the links
+  // between node 1 and the network and for its DDR, nothing for nodes 0 and 2; a route into node 0
+  // crosses a link without a constraint, which the lookup reports as a bug.
+  const Topology t = load(kFrontierSystem, {"nodes=3"});
+  const models::MachineResources all = models::make_machine_resources(t);
+  const models::MachineResources one = models::make_machine_resources(t, {false, true, false});
+  EXPECT_EQ(all.platform.units.size(), 3 * one.platform.units.size());
+  EXPECT_EQ(all.platform.pools.size(), 3 * one.platform.pools.size());
+  std::size_t node1_links = 0;
+  for (std::size_t l = 0; l < t.links().size(); ++l) {
+    const int a = t.device(t.link_src(l)).node;
+    const int b = t.device(t.link_dst(l)).node;
+    const bool simulated = (a == 1 || a == -1) && (b == 1 || b == -1);
+    node1_links += simulated ? 1 : 0;
+    EXPECT_EQ(one.constraint_of_link[l] != models::MachineResources::kNoConstraint, simulated) << l;
+  }
+  const std::size_t memories = one.platform.constraints.size() - node1_links;  // the DDR, shared by transfers
+  EXPECT_EQ(memories, 1u);
+  EXPECT_FALSE(one.unit_of_device[dev(t, "n0.gcd0")].has_value());
+  EXPECT_TRUE(one.unit_of_device[dev(t, "n1.gcd0")].has_value());
+  EXPECT_NO_THROW((void)one.transfer_route(t, dev(t, "n1.gcd0"), dev(t, "n1.gcd5")));
+  EXPECT_THROW((void)one.transfer_route(t, dev(t, "n1.gcd0"), dev(t, "n0.gcd0")), std::logic_error);
+}
+
 TEST(FrontierNode, EightConcurrentHostCopiesShareTheDdr) {
   // 8 H2D copies of 1 GB, one per GCD, each crossing DDR (205 GB/s) and its own 36 GB/s link:
   // each gets 205/8 = 25.625 GB/s, not 36, and all end at 1 GB / 25.625 GB/s = 39.02 ms.
