@@ -306,9 +306,11 @@ std::vector<TaskId> Communicator::add(CollectiveKind kind, const std::string& na
   active_ = participants;
   std::vector<std::vector<TaskId>> first = deps;
   std::vector<TaskId> done(sims);
+  bool advanced = false;  // some stage (or buffer task) ran: each rank's result is one task
   const auto advance = [&](const std::vector<TaskId>& stage_done) {
     for (int s = 0; s < sims; ++s) first[s] = {stage_done[s]};
     done = stage_done;
+    advanced = true;
   };
   const Quantization& q = plan.quantization;
   std::int64_t held = elements;  // elements each rank holds before the next stage
@@ -400,7 +402,12 @@ std::vector<TaskId> Communicator::add(CollectiveKind kind, const std::string& na
     }
     advance(freed);
   }
-  // Nothing to move (one rank, or groups of one): the result is ready when the inputs are.
+  // An analytic collective ends with its last stage's one task per rank: no barrier after it (a TP
+  // all-reduce per layer piece would otherwise add a third of its tasks). Flow-level stages end with
+  // their own barriers too, but their names are what golden graphs and traces show, so they keep
+  // the collective's. Nothing to move (one rank, or groups of one): the result is ready when the
+  // inputs are.
+  if (advanced && options_.fidelity == Fidelity::kAnalytic) return done;
   for (int s = 0; s < sims; ++s) {
     done[s] =
         graph_.add(fmt::format("{}.done.r{}", name, layout_.simulated[s]), "communication", BarrierTask{}, first[s]);
