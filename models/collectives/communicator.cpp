@@ -483,18 +483,22 @@ std::variant<std::vector<TaskId>, Communicator::AnalyticStage> Communicator::bui
         rings.emplace_back(std::move(order), std::move(place));
       }
     }
-    std::vector<std::vector<Flow>> directions(2 * channels);
-    for (int c = 0; c < channels; ++c) {
-      const auto& [order, place] = rings[static_cast<std::size_t>(c)];
-      for (int s = 0; s < sims; ++s) {
-        if (!active(s)) continue;
-        for (const int r : class_of(s)) {
-          const int base = member(r, 0) - member(layout_.simulated[0], 0);  // this subgroup's offset
-          const int k = place[position(r)];
-          const int next = order[(k + 1) % g] + base;
-          const int prev = order[(k + g - 1) % g] + base;
-          directions[2 * c].push_back({s, layout_.simulated_index[next], route(r, next), r});
-          directions[2 * c + 1].push_back({s, layout_.simulated_index[prev], route(r, prev), r});
+    // The flows depend on the band and who takes part, not on the bytes: built once for all sizes.
+    auto& directions = stage_flows_[{static_cast<int>(StageAlgorithm::kRing), band.lo, band.hi, active_}];
+    if (directions.empty()) {
+      directions.resize(static_cast<std::size_t>(2 * channels));
+      for (int c = 0; c < channels; ++c) {
+        const auto& [order, place] = rings[static_cast<std::size_t>(c)];
+        for (int s = 0; s < sims; ++s) {
+          if (!active(s)) continue;
+          for (const int r : class_of(s)) {
+            const int base = member(r, 0) - member(layout_.simulated[0], 0);  // this subgroup's offset
+            const int k = place[position(r)];
+            const int next = order[(k + 1) % g] + base;
+            const int prev = order[(k + g - 1) % g] + base;
+            directions[2 * c].push_back({s, layout_.simulated_index[next], route(r, next), r});
+            directions[2 * c + 1].push_back({s, layout_.simulated_index[prev], route(r, prev), r});
+          }
         }
       }
     }
@@ -504,13 +508,16 @@ std::variant<std::vector<TaskId>, Communicator::AnalyticStage> Communicator::bui
     return add_ring_flows(*name, f, g, chunk, directions, *first);
   }
   // All-to-all: one flow from each simulated rank to each peer, all in one step.
-  std::vector<std::vector<Flow>> flows(1);
-  for (int s = 0; s < sims; ++s) {
-    if (!active(s)) continue;
-    for (const int r : class_of(s)) {
-      for (int k = 1; k < g; ++k) {
-        const int peer = member(r, (position(r) + k) % g);
-        flows[0].push_back({s, layout_.simulated_index[peer], route(r, peer), r});
+  auto& flows = stage_flows_[{static_cast<int>(StageAlgorithm::kAllToAll), band.lo, band.hi, active_}];
+  if (flows.empty()) {
+    flows.resize(1);
+    for (int s = 0; s < sims; ++s) {
+      if (!active(s)) continue;
+      for (const int r : class_of(s)) {
+        for (int k = 1; k < g; ++k) {
+          const int peer = member(r, (position(r) + k) % g);
+          flows[0].push_back({s, layout_.simulated_index[peer], route(r, peer), r});
+        }
       }
     }
   }

@@ -138,6 +138,8 @@ class Communicator {
   using AnalyticKey =
       std::tuple<std::string, int, int, int, int, std::int64_t, std::int64_t, std::int64_t, std::vector<bool>>;
   std::map<AnalyticKey, AnalyticStage> analytic_stages_;
+  // A stage's flows by (algorithm, band lo, band hi, participants): the same for every buffer size.
+  std::map<std::tuple<int, int, int, std::vector<bool>>, std::vector<std::vector<Flow>>> stage_flows_;
   [[nodiscard]] bool active(int s) const { return active_.empty() || active_[s]; }
   // Flows stepped one by one need every rank simulated: a class's members may cross links of
   // different speeds, which only the analytic form accounts for (its slowest member's pace).
