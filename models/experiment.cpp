@@ -669,6 +669,11 @@ void CalibrationCache::insert(const std::string& key, Entry entry) {
   entries_.try_emplace(key, std::move(entry));
 }
 
+std::size_t CalibrationCache::size() const {
+  const std::lock_guard guard(mutex_);
+  return entries_.size();
+}
+
 namespace {
 
 // A calibration table read through the cache when there is one and no override reaches into it

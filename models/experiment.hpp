@@ -54,9 +54,11 @@ class CalibrationCache {
     std::variant<DeviceCosts, MeasuredCosts> costs;
     std::vector<sim::config::Diagnostic> warnings;
   };
-  /// The entry for `key`, or nullopt; then `parse` makes it, and it is kept if it succeeded.
+  /// The entry for `key` (a table's file and its place in the configuration), or nullopt.
   [[nodiscard]] std::optional<Entry> find(const std::string& key) const;
   void insert(const std::string& key, Entry entry);
+  /// The tables held.
+  [[nodiscard]] std::size_t size() const;
 
  private:
   mutable std::mutex mutex_;

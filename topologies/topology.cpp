@@ -1,9 +1,10 @@
 #include "topologies/topology.hpp"
 
 #include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
-#include <deque>
+#include <boost/graph/compressed_sparse_row_graph.hpp>
 #include <limits>
 #include <stdexcept>
 
@@ -92,17 +93,24 @@ std::vector<std::size_t> Topology::devices_of(DeviceKind kind) const {
   return out;
 }
 
+namespace {
+
+struct EdgeProps {
+  std::size_t link = 0;
+};
+using Graph = boost::compressed_sparse_row_graph<boost::directedS, boost::no_property, EdgeProps>;
+
+}  // namespace
+
 void Topology::seal() {
-  Graph graph;  // needed while sealing only: the route search has its own view (arcs_)
-  {
-    // The graph: links stably sorted by source device, so every device's out-links keep their
-    // declaration order (ties between routes go to the first declared).
-    // (Boost's histogram sort: linear in the links, and stable.)
-    std::vector<EdgeProps> props(links_.size());
-    for (std::size_t l = 0; l < links_.size(); ++l) props[l] = EdgeProps{l};
-    graph = Graph(boost::edges_are_unsorted_multi_pass, link_ends_.begin(), link_ends_.end(), props.begin(),
-                  devices_.size());
-  }
+  // The graph, needed while sealing only (the route search has its own view, arcs_): links
+  // stably sorted by source device by Boost's histogram sort (linear in the links), so every
+  // device's out-links keep their declaration order and ties between routes go to the first
+  // declared.
+  std::vector<EdgeProps> props(links_.size());
+  for (std::size_t l = 0; l < links_.size(); ++l) props[l] = EdgeProps{l};
+  const Graph graph(boost::edges_are_unsorted_multi_pass, link_ends_.begin(), link_ends_.end(), props.begin(),
+                    devices_.size());
   // Every GPU must reach, and be reached from, every GPU and CPU: one that cannot could never take
   // part in a collective or an offload copy. Checked with one forward and one backward search
   // from the first GPU, so sealing a 9,408-node machine stays linear in its size.

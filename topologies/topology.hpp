@@ -12,13 +12,12 @@
 // A device's memory may have a bandwidth (host DDR): every route that starts or ends at that
 // device also crosses the memory's constraint, which is how host-to-device copies of all GPUs
 // contend for one DDR.
+//
 // Sealing builds the machine graph as a Boost.Graph compressed_sparse_row_graph (offsets, targets
 // and link indices in three arrays) to check it and to lay out the route search's arcs, then drops
-// it. (An adjacency_list kept a vector per device and a heap-allocated property per link: 555k
-// allocations for the full Frontier.)
-#include <boost/graph/compressed_sparse_row_graph.hpp>
+// it (topology.cpp). An adjacency_list kept a vector per device and a heap-allocated property per
+// link: 555k allocations for the full Frontier.
 #include <map>
-#include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -115,11 +114,6 @@ class Topology {
   [[nodiscard]] std::optional<std::size_t> direct_link(std::size_t src, std::size_t dst) const;
 
  private:
-  struct EdgeProps {
-    std::size_t link = 0;
-  };
-  using Graph = boost::compressed_sparse_row_graph<boost::directedS, boost::no_property, EdgeProps>;
-
   std::vector<Device> devices_;
   std::vector<Link> links_;
   std::vector<std::pair<std::size_t, std::size_t>> link_ends_;  // device indices of each link's ends

@@ -426,28 +426,21 @@ std::vector<TaskId> Communicator::add_stage(const std::string& name, const std::
                     q.scale_bytes, per_peer, active_};
     auto found = analytic_stages_.find(key);
     if (found == analytic_stages_.end()) {
-      found = analytic_stages_.emplace(std::move(key), stage_bodies(collective, band, plan, per_peer)).first;
+      const StageShape st = stage_shape(collective, band, plan, per_peer);
+      found =
+          analytic_stages_
+              .emplace(std::move(key), analytic_bodies(st.fit, band, st.ring, st.bytes_per_flow, st.steps, *st.flows))
+              .first;
     }
     return emit_analytic(name, found->second, first);
   }
-  return stage_flows(name, collective, band, plan, per_peer, first);
+  const StageShape st = stage_shape(collective, band, plan, per_peer);
+  if (st.ring) return add_ring_flows(name, st.fit, band.group(), st.bytes_per_flow, *st.flows, first);
+  return add_one_step_flows(name, st.fit.step_latency, st.bytes_per_flow, st.flows->front(), first);
 }
 
-std::vector<TaskId> Communicator::stage_flows(const std::string& name, const std::string& collective, const Band& band,
-                                              const CollectivePlan& plan, std::int64_t per_peer,
-                                              const std::vector<std::vector<TaskId>>& first) {
-  return std::get<std::vector<TaskId>>(build_stage(&name, collective, band, plan, per_peer, &first));
-}
-
-Communicator::AnalyticStage Communicator::stage_bodies(const std::string& collective, const Band& band,
-                                                       const CollectivePlan& plan, std::int64_t per_peer) {
-  return std::get<AnalyticStage>(build_stage(nullptr, collective, band, plan, per_peer, nullptr));
-}
-
-// The stage's flows; with `name` and `first` the flow-level tasks, without them the analytic bodies.
-std::variant<std::vector<TaskId>, Communicator::AnalyticStage> Communicator::build_stage(
-    const std::string* name, const std::string& collective, const Band& band, const CollectivePlan& plan,
-    std::int64_t per_peer, const std::vector<std::vector<TaskId>>* first) {
+Communicator::StageShape Communicator::stage_shape(const std::string& collective, const Band& band,
+                                                   const CollectivePlan& plan, std::int64_t per_peer) {
   const int g = band.group();
   const int sims = layout_.simulated_ranks();
   const auto member = [&](int r, int k) { return r - r % band.hi + r % band.lo + k * band.lo; };
@@ -504,8 +497,7 @@ std::variant<std::vector<TaskId>, Communicator::AnalyticStage> Communicator::bui
     }
     const std::int64_t chunk = plan.quantization.wire_bytes(ceil_div(per_peer, 2 * channels));
     f.bus_bandwidth = f.bus_bandwidth * (1.0 / channels);
-    if (!name) return analytic_bodies(f, band, true, chunk, g - 1, directions);
-    return add_ring_flows(*name, f, g, chunk, directions, *first);
+    return {f, &directions, true, chunk, g - 1};
   }
   // All-to-all: one flow from each simulated rank to each peer, all in one step.
   auto& flows = stage_flows_[{static_cast<int>(StageAlgorithm::kAllToAll), band.lo, band.hi, active_}];
@@ -522,8 +514,7 @@ std::variant<std::vector<TaskId>, Communicator::AnalyticStage> Communicator::bui
     }
   }
   const std::int64_t bytes = plan.quantization.wire_bytes(per_peer);
-  if (!name) return analytic_bodies(f, band, false, bytes, 1, flows);
-  return add_one_step_flows(*name, f.step_latency, bytes, flows[0], *first);
+  return {f, &flows, false, bytes, 1};
 }
 
 std::vector<TaskId> Communicator::add_tree_stage(const std::string& name, const Band& band, std::int64_t bytes,

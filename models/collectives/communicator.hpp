@@ -41,7 +41,6 @@
 #include <optional>
 #include <string>
 #include <tuple>
-#include <variant>
 #include <vector>
 
 #include "models/collectives/plan.hpp"
@@ -125,15 +124,18 @@ class Communicator {
                                 int steps, const std::vector<std::vector<Flow>>& flows);
   std::vector<sim::TaskId> emit_analytic(const std::string& name, const AnalyticStage& stage,
                                          const std::vector<std::vector<sim::TaskId>>& first);
-  std::vector<sim::TaskId> stage_flows(const std::string& name, const std::string& collective, const Band& band,
-                                       const CollectivePlan& plan, std::int64_t per_peer,
-                                       const std::vector<std::vector<sim::TaskId>>& first);
-  AnalyticStage stage_bodies(const std::string& collective, const Band& band, const CollectivePlan& plan,
-                             std::int64_t per_peer);
-  std::variant<std::vector<sim::TaskId>, AnalyticStage> build_stage(const std::string* name,
-                                                                    const std::string& collective, const Band& band,
-                                                                    const CollectivePlan& plan, std::int64_t per_peer,
-                                                                    const std::vector<std::vector<sim::TaskId>>* first);
+  // What one stage moves: its fit (per-step latency and bandwidth cap), its flows (built once per
+  // band and participants, stage_flows_), the bytes each flow moves per step and the steps (ring:
+  // g - 1, each a chunk per channel and direction; all-to-all: one).
+  struct StageShape {
+    CollectiveFit fit;
+    const std::vector<std::vector<Flow>>* flows;
+    bool ring;
+    std::int64_t bytes_per_flow;
+    int steps;
+  };
+  StageShape stage_shape(const std::string& collective, const Band& band, const CollectivePlan& plan,
+                         std::int64_t per_peer);
   // Analytic stages built so far, by what determines them.
   using AnalyticKey =
       std::tuple<std::string, int, int, int, int, std::int64_t, std::int64_t, std::int64_t, std::vector<bool>>;

@@ -37,10 +37,10 @@ MachineResources make_machine_resources(const topo::Topology& topology, const st
     // Reports split a class by direction (H2D vs D2H): "cpu-gpu:cpu->gpu".
     const auto src_kind = topo::to_string(topology.device(topology.link_src(i)).kind);
     const auto dst_kind = topo::to_string(topology.device(topology.link_dst(i)).kind);
-    m.constraint_of_link[i] = (m.platform.add_constraint(
+    m.constraint_of_link[i] = m.platform.add_constraint(
         {topology.link_src_name(i) + "->" + topology.link_dst_name(i), l.bandwidth, topology.link_class(i),
          fmt::format("{}:{}->{}", topology.link_class(i), src_kind, dst_kind), topology.link_src_name(i),
-         topology.link_dst_name(i)}));
+         topology.link_dst_name(i)});
   }
   return m;
 }
@@ -53,10 +53,6 @@ std::vector<sim::ConstraintId> MachineResources::transfer_route(const topo::Topo
   if (memory_constraint_of_device[dst]) out.push_back(*memory_constraint_of_device[dst]);
   return out;
 }
-
-}  // namespace offsim::models
-
-namespace offsim::models {
 
 sim::ConstraintId MachineResources::link_constraint(const topo::Topology& t, std::size_t link) const {
   const sim::ConstraintId c = constraint_of_link[link];

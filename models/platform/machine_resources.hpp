@@ -25,10 +25,10 @@ struct MachineResources {
   std::vector<std::optional<sim::ConstraintId>> memory_constraint_of_device;
   std::vector<sim::ConstraintId> constraint_of_link;
 
-  /// Constraints a transfer from `src` to `dst` crosses: the source memory (if shared), the
-  /// route's links, the destination memory (if shared).
   /// The constraint of topology link `link`; throws std::logic_error for a link of a node left out.
   [[nodiscard]] sim::ConstraintId link_constraint(const topo::Topology& t, std::size_t link) const;
+  /// Constraints a transfer from `src` to `dst` crosses: the source memory (if shared), the
+  /// route's links, the destination memory (if shared).
   [[nodiscard]] std::vector<sim::ConstraintId> transfer_route(const topo::Topology& t, std::size_t src,
                                                               std::size_t dst) const;
 };

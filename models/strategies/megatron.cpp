@@ -322,10 +322,11 @@ class MegatronBuilder {
 
   // About how many tasks build() adds: per simulated rank and micro-batch of each chunk, a forward
   // and a backward operation (barrier, allocations, transfer in) and per layer its compute pieces,
-  // each with its TP all-reduce (two analytic stages and a barrier) when tp > 1.
+  // each with its TP all-reduce when tp > 1 (two analytic stages; flow-level ones add more, and
+  // the graph then grows past the reserve as it would without one).
   [[nodiscard]] std::size_t estimated_tasks() const {
     constexpr std::size_t kTasksPerOperationPair = 8;
-    constexpr std::size_t kTasksPerAllReduce = 3;
+    constexpr std::size_t kTasksPerAllReduce = 2;
     const std::size_t pieces = static_cast<std::size_t>(2 + tp_reductions_backward);
     const std::size_t per_layer = tp > 1 ? pieces * (1 + kTasksPerAllReduce) : 0;
     const std::size_t per_pair = kTasksPerOperationPair + static_cast<std::size_t>(layers_per_chunk) * per_layer;

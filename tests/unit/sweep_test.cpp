@@ -201,13 +201,16 @@ TEST(CalibrationCache, TablesReadOnceUnlessAnOverrideReachesIntoThem) {
   const std::string experiment = fmt::format("{}/configs/experiments/neox20b-frontier-zero3.yaml", OFFSIM_SOURCE_DIR);
   CalibrationCache cache;
   const ExperimentSpec first = load_experiment(experiment, {}, &cache);
+  EXPECT_EQ(cache.size(), 2u);  // the device table and the collectives table
   const ExperimentSpec second = load_experiment(experiment, {}, &cache);
+  EXPECT_EQ(cache.size(), 2u);
   EXPECT_EQ(second.device.gemm_efficiency, first.device.gemm_efficiency);
   EXPECT_EQ(second.device.gemm_table.size(), first.device.gemm_table.size());
   EXPECT_EQ(second.collectives.collectives.size(), first.collectives.collectives.size());
   EXPECT_EQ(second.warnings.size(), first.warnings.size());
   const ExperimentSpec overridden = load_experiment(experiment, {"calibration.device.gemm.efficiency=0.5"}, &cache);
   EXPECT_EQ(overridden.device.gemm_efficiency, 0.5);
+  EXPECT_EQ(cache.size(), 2u);  // the overridden table is not kept
   const ExperimentSpec third = load_experiment(experiment, {}, &cache);
   EXPECT_EQ(third.device.gemm_efficiency, first.device.gemm_efficiency);
   EXPECT_NE(first.device.gemm_efficiency, 0.5);
