@@ -657,43 +657,47 @@ std::optional<StrategySpec> parse_strategy(const Node& node, const topo::Topolog
 
 }  // namespace
 
-std::optional<CalibrationCache::Entry> CalibrationCache::find(const std::string& key) const {
+std::shared_ptr<const ReadCache::Entry> ReadCache::find(const std::string& place,
+                                                        const std::vector<std::string>& overrides) const {
   const std::lock_guard guard(mutex_);
-  const auto it = entries_.find(key);
-  if (it == entries_.end()) return std::nullopt;
-  return it->second;
+  const auto it = entries_.find(place);
+  if (it == entries_.end() || it->second.overrides != overrides) return nullptr;
+  return it->second.entry;
 }
 
-void CalibrationCache::insert(const std::string& key, Entry entry) {
+void ReadCache::insert(const std::string& place, std::vector<std::string> overrides, Entry entry) {
   const std::lock_guard guard(mutex_);
-  entries_.try_emplace(key, std::move(entry));
+  entries_.insert_or_assign(place, Held{std::move(overrides), std::make_shared<const Entry>(std::move(entry))});
 }
 
-std::size_t CalibrationCache::size() const {
+std::size_t ReadCache::size() const {
   const std::lock_guard guard(mutex_);
   return entries_.size();
 }
 
 namespace {
 
-// A calibration table read through the cache when there is one and no override reaches into it
-// (the table's file and place in the configuration name it).
-template <typename Costs>
-std::optional<Costs> cached_table(const Node& table, CalibrationCache* cache,
-                                  std::optional<Costs> (*parse)(const Node&)) {
-  auto& ctx = table.context();
-  if (!cache || ctx.overrides_under(table.path())) return parse(table);
-  const std::string key = table.file() + '\n' + table.path();
-  if (auto hit = cache->find(key)) {
+// The value at `node` read by `parse`, through the cache when there is one (ReadCache).
+template <typename Value>
+std::optional<Value> read_through(const Node& node, ReadCache* cache, std::optional<Value> (*parse)(const Node&)) {
+  if (!cache) return parse(node);
+  auto& ctx = node.context();
+  const std::string place = node.file() + '\n' + node.path();
+  std::vector<std::string> overrides = ctx.override_texts_under(node.path());
+  if (const auto hit = cache->find(place, overrides)) {
     for (const auto& w : hit->warnings) ctx.warning(w.loc, w.key_path, w.message);
-    return std::get<Costs>(hit->costs);
+    ctx.note_known_paths(hit->known_paths);
+    ctx.mark_overrides_used_under(node.path());
+    return std::get<Value>(hit->value);
   }
   const std::size_t errors = ctx.error_count();
   const std::size_t warnings = ctx.warnings().size();
-  std::optional<Costs> parsed = parse(table);
-  if (parsed && ctx.error_count() == errors) {
-    cache->insert(key,
-                  {*parsed, {ctx.warnings().begin() + static_cast<std::ptrdiff_t>(warnings), ctx.warnings().end()}});
+  std::optional<Value> parsed = parse(node);
+  if (parsed && ctx.error_count() == errors && ctx.overrides_used_under(node.path())) {
+    cache->insert(place, std::move(overrides),
+                  {*parsed,
+                   {ctx.warnings().begin() + static_cast<std::ptrdiff_t>(warnings), ctx.warnings().end()},
+                   std::make_shared<const std::vector<std::string>>(ctx.known_paths_under(node.path()))});
   }
   return parsed;
 }
@@ -701,7 +705,7 @@ std::optional<Costs> cached_table(const Node& table, CalibrationCache* cache,
 }  // namespace
 
 ExperimentSpec load_experiment(const std::filesystem::path& file, const std::vector<std::string>& overrides,
-                               CalibrationCache* cache) {
+                               ReadCache* cache) {
   Context ctx(overrides);
   const Node root = ctx.load_root(file);
   ExperimentSpec spec;
@@ -721,12 +725,12 @@ ExperimentSpec load_experiment(const std::filesystem::path& file, const std::vec
     std::optional<topo::NodeTopology> hw;
     sim::config::Location collectives_loc = root.location();
     if (auto n = r.required_child("hardware", "a machine description (usually !include ../hardware/x.yaml)")) {
-      hw = topo::parse_machine(*n);
+      hw = read_through<topo::NodeTopology>(*n, cache, topo::parse_machine);
     }
     if (auto n = r.required_child("calibration", "a mapping with device and collectives")) {
       MapReader c(*n);
       if (auto d = c.required_child("device", "a device cost table")) {
-        if (auto costs = cached_table<DeviceCosts>(*d, cache, parse_device_costs)) {
+        if (auto costs = read_through<DeviceCosts>(*d, cache, parse_device_costs)) {
           spec.device = *costs;
           if (hw) {
             for (const auto g : hw->topology.devices_of(topo::DeviceKind::kGpu)) {
@@ -742,7 +746,7 @@ ExperimentSpec load_experiment(const std::filesystem::path& file, const std::vec
         }
       }
       if (auto host = c.child("host")) {
-        if (auto costs = cached_table<MeasuredCosts>(*host, cache, parse_measured_costs)) spec.host = *costs;
+        if (auto costs = read_through<MeasuredCosts>(*host, cache, parse_measured_costs)) spec.host = *costs;
       }
       if (auto coll = c.child("collectives")) {
         if (coll->is_scalar()) {
@@ -753,7 +757,7 @@ ExperimentSpec load_experiment(const std::filesystem::path& file, const std::vec
             ctx.error(coll->location(), coll->path(),
                       "expected a table of measured collectives (!include ../calibration/x.yaml) or \"roofline\"");
           }
-        } else if (auto costs = cached_table<MeasuredCosts>(*coll, cache, parse_measured_costs)) {
+        } else if (auto costs = read_through<MeasuredCosts>(*coll, cache, parse_measured_costs)) {
           spec.collectives = *costs;
         }
         collectives_loc = coll->location();

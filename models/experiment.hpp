@@ -3,6 +3,7 @@
 // from one YAML file (with !include), run as one simulated training iteration, and reported.
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -43,33 +44,42 @@ struct ExperimentSpec {
   std::vector<sim::config::Diagnostic> warnings;
 };
 
-/// Calibration tables already read, shared by the points of a sweep (thread-safe): a GEMM table
-/// of thousands of rows is parsed once, not once per point. A table is taken from it only when no
-/// override addresses a key inside it; its warnings come back with it. What it skips is the
-/// record of every scalar read (ExperimentSpec::effective) for those tables, which a sweep does not
-/// write.
-class CalibrationCache {
+/// Machines and calibration tables already read, shared by the points of a sweep (thread-safe): a
+/// GEMM table of thousands of rows or a machine of hundreds of nodes is read once, not once per
+/// point. An entry is named by its file and place in the configuration and holds the value read
+/// under one set of overrides (those that reach into it, `set:` and --set): a point with other
+/// overrides there reads afresh and its value replaces the entry, so the cache holds one value per
+/// place (memory grows with the files a sweep names, not with its points). A value is kept only
+/// when it was read without errors and every override under it was applied; its warnings and the
+/// key paths read inside it (for suggestions) come back with it. What a hit skips is the record of every scalar read
+/// (ExperimentSpec::effective) inside it, which a sweep does not write.
+class ReadCache {
  public:
   struct Entry {
-    std::variant<DeviceCosts, MeasuredCosts> costs;
+    std::variant<DeviceCosts, MeasuredCosts, topo::NodeTopology> value;
     std::vector<sim::config::Diagnostic> warnings;
+    std::shared_ptr<const std::vector<std::string>> known_paths;  // read inside it (Context::known_paths_under)
   };
-  /// The entry for `key` (a table's file and its place in the configuration), or nullopt.
-  [[nodiscard]] std::optional<Entry> find(const std::string& key) const;
-  void insert(const std::string& key, Entry entry);
-  /// The tables held.
+  /// The entry at `place` read under `overrides` (Context::override_texts_under), or null.
+  [[nodiscard]] std::shared_ptr<const Entry> find(const std::string& place,
+                                                  const std::vector<std::string>& overrides) const;
+  void insert(const std::string& place, std::vector<std::string> overrides, Entry entry);
+  /// The places held.
   [[nodiscard]] std::size_t size() const;
 
  private:
+  struct Held {
+    std::vector<std::string> overrides;
+    std::shared_ptr<const Entry> entry;
+  };
   mutable std::mutex mutex_;
-  std::map<std::string, Entry> entries_;
+  std::map<std::string, Held> entries_;
 };
 
 /// Reads and validates an experiment. Throws sim::config::ConfigError listing every problem.
-/// `cache` (sweeps): calibration tables read once for all the experiments loaded with it.
+/// `cache` (sweeps): machines and calibration tables read once for all the experiments loaded with it.
 [[nodiscard]] ExperimentSpec load_experiment(const std::filesystem::path& file,
-                                             const std::vector<std::string>& overrides,
-                                             CalibrationCache* cache = nullptr);
+                                             const std::vector<std::string>& overrides, ReadCache* cache = nullptr);
 
 struct MemoryKindSummary {
   std::string kind;  // "hbm", "dram", ...

@@ -296,7 +296,7 @@ std::string sweep_header(const Sweep& sweep) {
   return fmt::format("{}\n", fmt::join(columns, ","));
 }
 
-std::string run_sweep_point(const Sweep& sweep, const SweepPoint& point, CalibrationCache* cache) {
+std::string run_sweep_point(const Sweep& sweep, const SweepPoint& point, ReadCache* cache) {
   std::vector<std::string> fields{std::to_string(point.index)};
   std::vector<std::string> overrides;
   for (const auto& [key, value] : point.values) {
@@ -393,13 +393,13 @@ SweepSummary run_sweep(const Sweep& sweep, const SweepOptions& options) {
   std::mutex lock;
   std::atomic<std::size_t> next{0};
   std::size_t finished = summary.skipped;
-  CalibrationCache calibration;  // every worker reads the calibration tables through it
+  ReadCache reads;  // every worker reads the machines and calibration tables through it
   const auto worker = [&] {
     const sim::config::ScopedFileCache files;  // each worker parses the experiments' YAML once
     while (true) {
       const std::size_t i = next.fetch_add(1);
       if (i >= todo.size()) return;
-      std::string row = run_sweep_point(sweep, *todo[i], &calibration);
+      std::string row = run_sweep_point(sweep, *todo[i], &reads);
       const std::lock_guard guard(lock);
       append << row;
       append.flush();

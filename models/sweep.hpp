@@ -51,9 +51,8 @@ struct Sweep {
 [[nodiscard]] std::string sweep_header(const Sweep& sweep);
 /// Simulates one point and returns its CSV row (with a trailing newline). Never throws: a point
 /// whose configuration is invalid or whose simulation fails gets status "error" and the message.
-/// `cache`: calibration tables shared by the points (CalibrationCache).
-[[nodiscard]] std::string run_sweep_point(const Sweep& sweep, const SweepPoint& point,
-                                          CalibrationCache* cache = nullptr);
+/// `cache`: machines and calibration tables shared by the points (ReadCache).
+[[nodiscard]] std::string run_sweep_point(const Sweep& sweep, const SweepPoint& point, ReadCache* cache = nullptr);
 
 struct SweepOptions {
   std::filesystem::path out;

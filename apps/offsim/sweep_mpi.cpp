@@ -104,13 +104,13 @@ bool run_distributed_sweep(const models::Sweep& sweep, const SweepCliOptions& op
   if (rank == 0) append.open(options.out, std::ios::binary | std::ios::app);
   const int rounds = (count + size - 1) / size;
   const sim::config::ScopedFileCache files;  // this rank parses the experiments' YAML once
-  models::CalibrationCache calibration;      // and their calibration tables
+  models::ReadCache reads;                   // and their machines and calibration tables
   for (int round = 0; round < rounds; ++round) {
     const int i = round * size + rank;
     std::string row;
     if (i < count)
       row = models::run_sweep_point(sweep, sweep.points[static_cast<std::size_t>(todo[static_cast<std::size_t>(i)])],
-                                    &calibration);
+                                    &reads);
     const auto gathered = gather_strings(row, size);
     if (rank == 0) {
       for (const auto& r : gathered) {

@@ -163,18 +163,56 @@ void Context::warning(const Location& loc, std::string_view key_path, std::strin
   warnings_.push_back(Diagnostic{loc, std::string(key_path), std::move(message)});
 }
 
+namespace {
+
+// Whether override key `key` sets `path` or a key inside it.
+bool key_under(std::string_view key, std::string_view path) {
+  return key == path || (key.size() > path.size() && key.starts_with(path) && key[path.size()] == '.');
+}
+
+}  // namespace
+
 bool Context::overrides_under(std::string_view path) const {
+  return std::ranges::any_of(overrides_, [&](const auto& entry) { return key_under(entry.first, path); });
+}
+
+std::vector<std::string> Context::override_texts_under(std::string_view path) const {
+  std::vector<std::string> texts;
   for (const auto& [key, o] : overrides_) {
-    if (key == path || (key.size() > path.size() && key.starts_with(path) && key[path.size()] == '.')) return true;
+    if (key_under(key, path)) texts.push_back(o.raw);
   }
-  return false;
+  return texts;
+}
+
+bool Context::overrides_used_under(std::string_view path) const {
+  return std::ranges::all_of(overrides_,
+                             [&](const auto& entry) { return !key_under(entry.first, path) || entry.second.used; });
+}
+
+std::vector<std::string> Context::known_paths_under(std::string_view path) const {
+  std::vector<std::string> paths;
+  for (auto it = known_paths_.lower_bound(std::string(path)); it != known_paths_.end() && it->starts_with(path); ++it) {
+    if (key_under(*it, path)) paths.push_back(*it);
+  }
+  return paths;
+}
+
+void Context::mark_overrides_used_under(std::string_view path) {
+  for (auto& [key, o] : overrides_) {
+    if (key_under(key, path)) o.used = true;
+  }
 }
 
 void Context::finish() {
   std::vector<std::string> known;  // the paths read, for suggestions: made once, when needed
   for (auto& [key, o] : overrides_) {
     if (o.used) continue;
-    if (known.empty()) known.assign(known_paths_.begin(), known_paths_.end());
+    if (known.empty()) {
+      known.assign(known_paths_.begin(), known_paths_.end());
+      for (const auto& paths : noted_paths_) known.insert(known.end(), paths->begin(), paths->end());
+      std::ranges::sort(known);
+      known.erase(std::unique(known.begin(), known.end()), known.end());
+    }
     const auto hint = did_you_mean(key, known);
     error(Location{o.where, 0, 0}, key,
           hint ? fmt::format("no such key (did you mean '{}'?)", *hint) : std::string("no such key"));

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <stdexcept>
@@ -113,6 +114,21 @@ class Context {
 
   /// Whether an override sets `path` or a key inside it.
   [[nodiscard]] bool overrides_under(std::string_view path) const;
+  /// The overrides that set `path` or a key inside it, as written ("key.path=value"), in key order.
+  [[nodiscard]] std::vector<std::string> override_texts_under(std::string_view path) const;
+  /// Whether every override under `path` has been applied to a value read.
+  [[nodiscard]] bool overrides_used_under(std::string_view path) const;
+  /// Marks the overrides under `path` applied: a reader that takes the value at `path` from a cache
+  /// (read earlier with the same overrides, all of them applied) calls it in place of reading.
+  void mark_overrides_used_under(std::string_view path);
+  /// The key paths read at `path` or inside it (for the suggestions of unknown overrides); a cached
+  /// reader notes them again with note_known_paths.
+  [[nodiscard]] std::vector<std::string> known_paths_under(std::string_view path) const;
+  /// Notes key paths read earlier (a cached value's): kept as they are, merged only when an unknown
+  /// override needs suggestions, so that taking a cached table of thousands of rows costs nothing.
+  void note_known_paths(std::shared_ptr<const std::vector<std::string>> paths) {
+    noted_paths_.push_back(std::move(paths));
+  }
   [[nodiscard]] bool has_errors() const { return !errors_.empty(); }
   [[nodiscard]] std::size_t error_count() const { return errors_.size(); }
   [[nodiscard]] const std::vector<Diagnostic>& warnings() const { return warnings_; }
@@ -141,6 +157,7 @@ class Context {
   std::vector<Diagnostic> warnings_;
   std::vector<std::pair<std::string, std::string>> effective_;
   std::set<std::string> known_paths_;
+  std::vector<std::shared_ptr<const std::vector<std::string>>> noted_paths_;  // note_known_paths
 };
 
 /// A located view of one YAML value.

@@ -194,26 +194,60 @@ TEST(Sweep, CsvLinesKeepQuotedCommas) {
   EXPECT_EQ(parse_csv_line("1,\"a, \"\"b\"\"\",c"), (std::vector<std::string>{"1", "a, \"b\"", "c"}));
 }
 
-TEST(CalibrationCache, TablesReadOnceUnlessAnOverrideReachesIntoThem) {
-  // The points of a sweep share the calibration tables they read (load_experiment with a cache):
-  // the second load takes the cached tables and gives the same costs; an override inside a table
-  // reads the table afresh with the override applied, and does not change the cached one.
+TEST(ReadCache, MachinesAndTablesReadOncePerSetOfOverrides) {
+  // The points of a sweep share the machines and calibration tables they read (load_experiment
+  // with a cache): the second load takes the cached values and gives the same costs and machine;
+  // an override inside a table reads it afresh with the override applied and replaces the entry,
+  // and the next load without it reads the table again.
   const std::string experiment = fmt::format("{}/configs/experiments/neox20b-frontier-zero3.yaml", OFFSIM_SOURCE_DIR);
-  CalibrationCache cache;
+  ReadCache cache;
   const ExperimentSpec first = load_experiment(experiment, {}, &cache);
-  EXPECT_EQ(cache.size(), 2u);  // the device table and the collectives table
+  EXPECT_EQ(cache.size(), 3u);  // the machine, the device table and the collectives table
   const ExperimentSpec second = load_experiment(experiment, {}, &cache);
-  EXPECT_EQ(cache.size(), 2u);
+  EXPECT_EQ(cache.size(), 3u);
   EXPECT_EQ(second.device.gemm_efficiency, first.device.gemm_efficiency);
   EXPECT_EQ(second.device.gemm_table.size(), first.device.gemm_table.size());
   EXPECT_EQ(second.collectives.collectives.size(), first.collectives.collectives.size());
   EXPECT_EQ(second.warnings.size(), first.warnings.size());
+  EXPECT_EQ(second.hardware.nodes, 48);  // the file's `set: hardware.nodes=48`, applied and marked used
+  EXPECT_EQ(second.hardware.topology.devices().size(), first.hardware.topology.devices().size());
+  EXPECT_EQ(second.hardware.topology.links().size(), first.hardware.topology.links().size());
   const ExperimentSpec overridden = load_experiment(experiment, {"calibration.device.gemm.efficiency=0.5"}, &cache);
   EXPECT_EQ(overridden.device.gemm_efficiency, 0.5);
-  EXPECT_EQ(cache.size(), 2u);  // the overridden table is not kept
+  EXPECT_EQ(cache.size(), 3u);  // one value per place
   const ExperimentSpec third = load_experiment(experiment, {}, &cache);
   EXPECT_EQ(third.device.gemm_efficiency, first.device.gemm_efficiency);
   EXPECT_NE(first.device.gemm_efficiency, 0.5);
+  // Another node count is another machine, read afresh (--set wins over the file's set:).
+  const ExperimentSpec smaller = load_experiment(experiment, {"hardware.nodes=2", "strategy.dp=16"}, &cache);
+  EXPECT_EQ(smaller.hardware.nodes, 2);
+  EXPECT_LT(smaller.hardware.topology.devices().size(), first.hardware.topology.devices().size());
+}
+
+// The message of the ConfigError that loading `experiment` with `overrides` throws.
+std::string load_error(const std::string& experiment, const std::vector<std::string>& overrides, ReadCache* cache) {
+  try {
+    (void)load_experiment(experiment, overrides, cache);
+  } catch (const sim::config::ConfigError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(ReadCache, AnUnknownOverrideGetsTheSameSuggestionWithACachedMachine) {
+  // A cached machine notes the key paths it read again, so the suggestion for a mistyped key is
+  // the same on every point of a sweep, the first (which reads the machine) and the next ones.
+  const std::string experiment = fmt::format("{}/configs/experiments/neox20b-frontier-zero3.yaml", OFFSIM_SOURCE_DIR);
+  const std::vector<std::string> typo{"hardwar.nodes=2"};
+  const std::string direct = load_error(experiment, typo, nullptr);
+  EXPECT_NE(direct.find("did you mean 'hardware.nodes'"), std::string::npos) << direct;
+  ReadCache cache;
+  (void)load_experiment(experiment, {}, &cache);  // caches the machine
+  EXPECT_EQ(load_error(experiment, typo, &cache), direct);
+  // A mistyped key inside the machine is not applied, so that machine is never cached.
+  const std::vector<std::string> inside{"hardware.network.global_lnk.bandwidth=1 GB/s"};
+  EXPECT_EQ(load_error(experiment, inside, &cache), load_error(experiment, inside, nullptr));
+  EXPECT_EQ(load_error(experiment, inside, &cache), load_error(experiment, inside, nullptr));
 }
 
 }  // namespace
