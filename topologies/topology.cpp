@@ -167,6 +167,7 @@ void Topology::seal() {
     local_end_.push_back(static_cast<std::size_t>(cross - arcs_.begin()));
     arc_begin_.push_back(arcs_.size());
   }
+  route_cache_ = std::make_shared<RouteCache>();
   sealed_ = true;
 }
 
@@ -210,9 +211,12 @@ void Topology::add_route_override(const std::string& src, const std::string& dst
 const Route& Topology::route(std::size_t src, std::size_t dst) const {
   if (!sealed_) throw TopologyError("routes are only available on a sealed topology");
   const std::uint64_t key = (static_cast<std::uint64_t>(src) << 32) | static_cast<std::uint64_t>(dst);
-  if (auto it = route_cache_.find(key); it != route_cache_.end()) return it->second;
-  if (auto it = overrides_.find({src, dst}); it != overrides_.end())
-    return route_cache_.emplace(key, it->second).first->second;
+  {
+    const std::lock_guard lock(route_cache_->mutex);
+    if (auto it = route_cache_->routes.find(key); it != route_cache_->routes.end()) return it->second;
+    if (auto it = overrides_.find({src, dst}); it != overrides_.end())
+      return route_cache_->routes.emplace(key, it->second).first->second;
+  }
   const int src_node = devices_[src].node;
   const int dst_node = devices_[dst].node;
   // Breadth-first by levels; within a level a vertex keeps the widest path reaching it. A vertex's
@@ -281,7 +285,8 @@ const Route& Topology::route(std::size_t src, std::size_t dst) const {
     throw TopologyError(fmt::format("no route from '{}' to '{}'", devices_[src].name, devices_[dst].name));
   }
   std::reverse(r.links.begin(), r.links.end());
-  return route_cache_.emplace(key, std::move(r)).first->second;
+  const std::lock_guard lock(route_cache_->mutex);
+  return route_cache_->routes.emplace(key, std::move(r)).first->second;
 }
 
 }  // namespace offsim::topo

@@ -18,6 +18,8 @@
 // it (topology.cpp). An adjacency_list kept a vector per device and a heap-allocated property per
 // link: 555k allocations for the full Frontier.
 #include <map>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -139,8 +141,15 @@ class Topology {
   std::vector<Arc> arcs_;
   std::vector<std::size_t> arc_begin_;  // per device, and one past the last
   std::vector<std::size_t> local_end_;  // per device
-  // Routes found so far, by (src, dst) packed into one key.
-  mutable std::unordered_map<std::uint64_t, Route> route_cache_;
+  // Routes found so far, by (src, dst) packed into one key. Made at seal() and shared by the copies
+  // of the sealed topology (the points of a sweep each take a copy of one machine read once), so
+  // a route is searched once per machine; the lock is for the sweep's threads. Entries are never
+  // erased, so the references route() returns stay valid.
+  struct RouteCache {
+    std::mutex mutex;
+    std::unordered_map<std::uint64_t, Route> routes;
+  };
+  std::shared_ptr<RouteCache> route_cache_;
   // The search's per-device state, sized once and reset only where a search touched it, so that a
   // route costs what it visits (two nodes and the network), not the whole machine.
   struct RouteSearch {

@@ -4,6 +4,7 @@
 #include <unistd.h>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "models/strategies/strategy.hpp"
 #include "sim/exec/executor.hpp"
@@ -200,6 +201,22 @@ TEST(Topology, ARouteOverrideWinsOverTheShortestPath) {
   EXPECT_THROW(t.add_link({"g0", "g1", sim::Bandwidth{1e9}, sim::TimePs{0}, "x"}), TopologyError);  // sealed
 }
 
+TEST(Topology, CopiesOfASealedMachineShareTheRoutesFound) {
+  // A sweep's points each take a copy of one machine: a route searched on one copy is the same
+  // route object on the others (searched once), from any thread; a machine sealed afresh has its own.
+  const Topology original = load(kFrontierSystem, {"nodes=4"});
+  const Topology copy = original;
+  const std::size_t a = dev(original, "n0.gcd0");
+  const std::size_t b = dev(original, "n3.gcd5");
+  const Route* from_copy = nullptr;
+  std::thread other([&] { from_copy = &copy.route(a, b); });
+  other.join();
+  EXPECT_EQ(&original.route(a, b), from_copy);
+  EXPECT_EQ(original.route(a, b).links, from_copy->links);
+  const Topology separate = load(kFrontierSystem, {"nodes=4"});
+  EXPECT_NE(&separate.route(a, b), from_copy);
+  EXPECT_EQ(separate.route(a, b).links, from_copy->links);
+}
 class BadTopologyTest : public ::testing::Test {
  protected:
   std::string check(const std::string& yaml) {
