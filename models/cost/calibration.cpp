@@ -208,19 +208,21 @@ std::string yaml_fit(const LineFit& f) {
   return fmt::format("{{rows: {}, max_relative_residual: {:.3f}}}", f.rows, f.max_relative_residual);
 }
 
-}  // namespace
-
-std::string calibrate(const CalibrateOptions& o, std::vector<std::string>* poor_fits) {
-  const auto check_fit = [&](const std::string& what, double residual) {
+// Records a fit whose worst row is off by more than kPoorFitResidual (when the caller asks).
+struct FitChecker {
+  std::vector<std::string>* poor_fits;
+  void operator()(const std::string& what, double residual) const {
     if (poor_fits != nullptr && residual > kPoorFitResidual) {
       poor_fits->push_back(
           fmt::format("{}: the fit misses a measured row by {:.1f}% (max relative residual)", what, 100.0 * residual));
     }
-  };
-  std::vector<Table> tables;
-  for (const auto& f : o.files) tables.push_back(read_table(f));
+  }
+};
+
+// The (column, value) pairs of --filter column=value, column names through their aliases.
+std::vector<std::pair<std::string, std::string>> parse_filters(const std::vector<std::string>& given) {
   std::vector<std::pair<std::string, std::string>> filters;
-  for (const auto& f : o.filters) {
+  for (const auto& f : given) {
     const auto eq = f.find('=');
     if (eq == std::string::npos || eq == 0)
       throw CalibrationError(fmt::format("--filter {}: expected column=value", f));
@@ -228,6 +230,13 @@ std::string calibrate(const CalibrateOptions& o, std::vector<std::string>* poor_
     if (const auto alias = kAliases.find(column); alias != kAliases.end()) column = alias->second;
     filters.emplace_back(column, f.substr(eq + 1));
   }
+  return filters;
+}
+
+// The rows of every table that pass every filter; a filter value may list alternatives
+// (--filter gcds=8|32|128).
+std::vector<Row> select_rows(const std::vector<Table>& tables,
+                             const std::vector<std::pair<std::string, std::string>>& filters) {
   std::vector<Row> rows;
   for (const auto& t : tables) {
     for (const auto& [column, value] : filters) {
@@ -236,7 +245,6 @@ std::string calibrate(const CalibrateOptions& o, std::vector<std::string>* poor_
     }
     for (std::size_t i = 0; i < t.rows.size(); ++i) {
       const Row r{&t, i};
-      // A filter value may list alternatives: --filter gcds=8|32|128.
       const auto matches = [&](const auto& f) {
         std::string_view alternatives = f.second;
         while (true) {
@@ -250,59 +258,243 @@ std::string calibrate(const CalibrateOptions& o, std::vector<std::string>* poor_
     }
   }
   if (rows.empty()) throw CalibrationError("no rows left to fit (check the files and --filter)");
+  return rows;
+}
 
-  // Groups keep first-appearance order, so the output follows the input.
+// Host rate benchmarks: elements per second by thread count.
+const std::vector<std::string> kRateBenchmarks{"cpu_adam", "cpu_upcast", "cpu_downcast"};
+
+// The selected rows by what they measure. Groups keep first-appearance order, so the output
+// follows the input.
+struct RowGroups {
   std::vector<std::string> copy_keys, collective_keys;
   std::map<std::string, std::vector<Row>> copies;
   std::map<std::string, std::map<int, std::vector<Row>>> collectives;
-  // Host rate benchmarks: elements per second by thread count.
-  const std::vector<std::string> kRateBenchmarks{"cpu_adam", "cpu_upcast", "cpu_downcast"};
   std::map<std::string, std::map<int, std::vector<Row>>> rates;
   std::vector<Row> gemm;
   std::vector<OffloadTimingRow> offload;
   std::size_t ignored = 0;
+};
+
+// A training-timing row, checked against what the offload fit's model covers: DeepSpeed 0.13,
+// the whole optimizer on the host, no TP.
+OffloadTimingRow offload_timing(const Row& r) {
+  const auto where = [&](const char* column) {
+    return fmt::format("{}:{}: column '{}'", r.table->file, r.table->lines[r.index], column);
+  };
+  if (!r.text("deepspeed").starts_with("0.13")) {
+    throw CalibrationError(fmt::format("{}: the offload fit models DeepSpeed 0.13's path, got \"{}\"",
+                                       where("deepspeed"), r.text("deepspeed")));
+  }
+  if (r.number("offload_ratio") != 1.0) {
+    throw CalibrationError(
+        fmt::format("{}: the offload fit needs the whole optimizer on the host (ratio 1)", where("offload_ratio")));
+  }
+  if (r.has("tp") && r.number("tp") != 1.0) {
+    throw CalibrationError(fmt::format("{}: the offload fit needs tp = 1", where("tp")));
+  }
+  const double gpus = r.number("gpus"), nodes = r.number("nodes");
+  if (!(gpus >= 1.0) || !(nodes >= 1.0) || std::fmod(gpus, nodes) != 0.0) {
+    throw CalibrationError(fmt::format("{}: expected whole GPUs per node", where("gpus")));
+  }
+  return {r.number("actual_params_B") * 1e9 / gpus,
+          static_cast<int>(gpus / nodes),
+          static_cast<int>(r.number("grad_accum")),
+          r.number("fwd_ms") / 1e3,
+          r.number("bwd_ms") / 1e3,
+          r.number("step_ms") / 1e3};
+}
+
+RowGroups group_rows(const std::vector<Row>& rows) {
+  RowGroups g;
   for (const auto& r : rows) {
     if (r.has("step_ms")) {
-      // Only what the fit's model covers: DeepSpeed 0.13, whole optimizer on the host, no TP.
-      const auto where = [&](const char* column) {
-        return fmt::format("{}:{}: column '{}'", r.table->file, r.table->lines[r.index], column);
-      };
-      if (!r.text("deepspeed").starts_with("0.13")) {
-        throw CalibrationError(fmt::format("{}: the offload fit models DeepSpeed 0.13's path, got \"{}\"",
-                                           where("deepspeed"), r.text("deepspeed")));
-      }
-      if (r.number("offload_ratio") != 1.0) {
-        throw CalibrationError(
-            fmt::format("{}: the offload fit needs the whole optimizer on the host (ratio 1)", where("offload_ratio")));
-      }
-      if (r.has("tp") && r.number("tp") != 1.0) {
-        throw CalibrationError(fmt::format("{}: the offload fit needs tp = 1", where("tp")));
-      }
-      const double gpus = r.number("gpus"), nodes = r.number("nodes");
-      if (!(gpus >= 1.0) || !(nodes >= 1.0) || std::fmod(gpus, nodes) != 0.0) {
-        throw CalibrationError(fmt::format("{}: expected whole GPUs per node", where("gpus")));
-      }
-      offload.push_back({r.number("actual_params_B") * 1e9 / gpus, static_cast<int>(gpus / nodes),
-                         static_cast<int>(r.number("grad_accum")), r.number("fwd_ms") / 1e3, r.number("bwd_ms") / 1e3,
-                         r.number("step_ms") / 1e3});
+      g.offload.push_back(offload_timing(r));
       continue;
     }
     const std::string b = r.text("benchmark");
     if (b == "h2d" || b == "d2h" || b == "peer") {
       const std::string key = b == "peer" ? b : b + "_" + r.text("memory");
-      if (!copies.contains(key)) copy_keys.push_back(key);
-      copies[key].push_back(r);
+      if (!g.copies.contains(key)) g.copy_keys.push_back(key);
+      g.copies[key].push_back(r);
     } else if (b == "all_gather" || b == "reduce_scatter" || b == "all_reduce") {
-      if (!collectives.contains(b)) collective_keys.push_back(b);
-      collectives[b][static_cast<int>(r.number("ranks"))].push_back(r);
+      if (!g.collectives.contains(b)) g.collective_keys.push_back(b);
+      g.collectives[b][static_cast<int>(r.number("ranks"))].push_back(r);
     } else if (std::find(kRateBenchmarks.begin(), kRateBenchmarks.end(), b) != kRateBenchmarks.end()) {
-      rates[b][static_cast<int>(r.number("threads"))].push_back(r);
+      g.rates[b][static_cast<int>(r.number("threads"))].push_back(r);
     } else if (b == "gemm") {
-      gemm.push_back(r);
+      g.gemm.push_back(r);
     } else {
-      ++ignored;
+      ++g.ignored;
     }
   }
+  return g;
+}
+
+// The host rates fitted from training timings: the cpu_work line (returned) and the pageable copy
+// lines (appended to `copy_lines`).
+std::string offload_section(const std::vector<OffloadTimingRow>& offload, const CalibrateOptions& o,
+                            const FitChecker& check_fit, std::vector<std::string>& copy_lines) {
+  if (!o.pinned_bandwidth) {
+    throw CalibrationError(
+        "training-timing rows need --pinned-bandwidth (the host link's pinned copy rate, e.g. \"25 GB/s\")");
+  }
+  const OffloadHostFit f = fit_offload_host(offload, *o.pinned_bandwidth);
+  std::string out = fmt::format(
+      "# Host rates fitted from DeepSpeed 0.13 ZeRO-3 offload timings through the simulator's model of that path\n"
+      "# (models/cost/calibration.hpp, fit_offload_host). N: elements per rank, k: ranks per node.\n"
+      "#   step:     N (k {0} B / cpu_work + {1} B / h2d_pageable)  (ranks in step: CPU work shared, then the "
+      "copies)\n"
+      "#   backward: k = 1, one micro-step: {2} x forward + N ({3} B / {4} pinned + {1} B / d2h_pageable + {5} B / "
+      "cpu_work)\n",
+      kNodeSharedBytes, kCopyBytes, kBackwardComputeInForwards, 2 * kCopyBytes,
+      sim::format_bandwidth(*o.pinned_bandwidth), kUpcastBytes);
+  out += fmt::format("cpu_work: {{bandwidth: {}, fit: {{rows: {}, max_relative_residual: {:.3f}}}}}\n",
+                     yaml_bandwidth(f.cpu_work.bytes_per_s), f.step_rows, f.step_max_relative_residual);
+  check_fit("cpu_work and copies h2d_pageable", f.step_max_relative_residual);
+  if (f.d2h_pageable) check_fit("copies d2h_pageable", f.backward_max_relative_residual);
+  copy_lines.push_back(fmt::format(
+      "  h2d_pageable: {{latency: \"0 us\", bandwidth: {}, fit: {{rows: {}, max_relative_residual: {:.3f}, note: "
+      "\"fitted from step times\"}}}}\n",
+      yaml_bandwidth(f.h2d_pageable.bytes_per_s), f.step_rows, f.step_max_relative_residual));
+  if (f.d2h_pageable) {
+    copy_lines.push_back(fmt::format(
+        "  d2h_pageable: {{latency: \"0 us\", bandwidth: {}, fit: {{rows: {}, max_relative_residual: {:.3f}, "
+        "note: \"fitted from backward times\"}}}}\n",
+        yaml_bandwidth(f.d2h_pageable->bytes_per_s), f.backward_rows, f.backward_max_relative_residual));
+  }
+  return out;
+}
+
+// One line per measured copy kind: t = latency + bytes / bandwidth.
+void fit_copies(const RowGroups& g, const FitChecker& check_fit, std::vector<std::string>& copy_lines) {
+  for (const auto& key : g.copy_keys) {
+    std::vector<double> x, y;
+    for (const auto& r : g.copies.at(key)) {
+      x.push_back(r.number("bytes"));
+      y.push_back(r.number("time_s"));
+    }
+    const LineFit f = fit_line(x, y);
+    copy_lines.push_back(fmt::format("  {}: {{latency: {}, bandwidth: {}, fit: {}}}\n", key, yaml_time(f.intercept),
+                                     yaml_bandwidth(1.0 / f.slope), yaml_fit(f)));
+    check_fit(fmt::format("copies {}", key), f.max_relative_residual);
+  }
+}
+
+// One group size of one collective: the ring's alpha-beta fit (or the plateau where no physical
+// line fits) and the measured bus bandwidth by size.
+std::string collective_group(const std::string& key, int g, const std::vector<Row>& group, double time_scale,
+                             const FitChecker& check_fit) {
+  const double per_rank = key == "all_reduce" ? 2.0 * (g - 1) / g : static_cast<double>(g - 1) / g;
+  const double steps = key == "all_reduce" ? 2.0 * (g - 1) : static_cast<double>(g - 1);
+  std::vector<double> x, y;
+  for (const auto& r : group) {
+    x.push_back(per_rank * r.number("bytes"));
+    y.push_back(time_scale * r.number("time_s"));
+  }
+  const LineFit f = fit_line(x, y);
+  // Whether the group spans nodes, when the CSV says (a `nodes` column).
+  std::string nodes;
+  if (group.front().has("nodes")) nodes = fmt::format("nodes: {:.0f}, ", group.front().number("nodes"));
+  std::string out;
+  if (f.slope > 0.0 && f.intercept >= 0.0) {
+    out += fmt::format("    - {{ranks: {}, {}step_latency: {}, bus_bandwidth: {}, fit: {},\n", g, nodes,
+                       yaml_time(f.intercept / steps), yaml_bandwidth(1.0 / f.slope), yaml_fit(f));
+    check_fit(fmt::format("collectives {} ranks: {}", key, g), f.max_relative_residual);
+  } else {
+    // No physical line through these points (the implementation's efficiency collapses at
+    // some sizes): the plateau stands in for the fit and the measured table carries the rest.
+    double plateau = 0.0;
+    for (std::size_t i = 0; i < x.size(); ++i) plateau = std::max(plateau, x[i] / y[i]);
+    out += fmt::format(
+        "    - {{ranks: {}, {}step_latency: \"0 us\", bus_bandwidth: {}, fit: {{rows: {}, note: \"no physical "
+        "alpha-beta line (fitted bus bandwidth {}); the highest measured bus bandwidth stands in\"}},\n",
+        g, nodes, yaml_bandwidth(plateau), f.rows, sim::format_bandwidth(sim::Bandwidth{1.0 / f.slope}));
+  }
+  // The measured bus bandwidth by size, for the collective-implementation efficiency layer
+  // (mean over rows of one size, sizes ascending).
+  std::map<double, std::pair<double, int>> by_size;
+  for (const auto& r : group) {
+    auto& [sum, n] = by_size[r.number("bytes")];
+    sum += per_rank * r.number("bytes") / (time_scale * r.number("time_s"));
+    ++n;
+  }
+  std::vector<std::string> points;
+  for (const auto& [bytes, mean] : by_size) {
+    points.push_back(fmt::format("[{:.0f}, \"{:.4g} GB/s\"]", bytes, mean.first / mean.second / 1e9));
+  }
+  out += fmt::format("       measured: [{}]}}\n", fmt::join(points, ", "));
+  return out;
+}
+
+std::string collectives_section(const RowGroups& g, const CalibrateOptions& o, const FitChecker& check_fit) {
+  if (g.collective_keys.empty()) return {};
+  std::string out =
+      "collectives:  # ring model: t = steps x step_latency + (bytes through each rank) / bus_bandwidth\n";
+  // (written key, measured key, time scale): the reduce-scatter may come from the all-reduce.
+  std::vector<std::tuple<std::string, std::string, double>> sections;
+  for (const auto& key : g.collective_keys) sections.emplace_back(key, key, 1.0);
+  if (o.reduce_scatter_from_all_reduce) {
+    if (g.collectives.contains("reduce_scatter")) {
+      throw CalibrationError("--reduce-scatter-from-all-reduce: the files hold reduce_scatter rows; fit those");
+    }
+    if (!g.collectives.contains("all_reduce")) {
+      throw CalibrationError("--reduce-scatter-from-all-reduce: the files hold no all_reduce rows");
+    }
+    sections.emplace_back("reduce_scatter", "all_reduce", 0.5);
+  }
+  for (const auto& [key, measured_key, time_scale] : sections) {
+    out += fmt::format("  {}:\n", key);
+    if (key != measured_key) {
+      out += fmt::format("  # from the {} rows at {} x their time (a ring all-reduce = reduce-scatter + all-gather)\n",
+                         measured_key, time_scale);
+    }
+    for (const auto& [ranks, group] : g.collectives.at(measured_key)) {
+      out += collective_group(key, ranks, group, time_scale, check_fit);
+    }
+  }
+  return out;
+}
+
+std::string rates_section(const RowGroups& g) {
+  std::string out;
+  for (const auto& name : kRateBenchmarks) {
+    if (!g.rates.contains(name)) continue;
+    out += fmt::format("{}:  # elements per second (mean over rows)\n", name);
+    for (const auto& [threads, group] : g.rates.at(name)) {
+      double rate = 0.0;
+      for (const auto& r : group) rate += r.number("elements") / r.number("time_s");
+      rate /= static_cast<double>(group.size());
+      out += fmt::format("  - {{threads: {}, params_per_s: {:.4g}, rows: {}}}\n", threads, rate, group.size());
+    }
+  }
+  return out;
+}
+
+std::string gemm_section(std::vector<Row> gemm, const CalibrateOptions& o) {
+  if (gemm.empty()) return {};
+  if (!o.peak) throw CalibrationError("gemm rows need --peak (the device's peak rate, e.g. \"191.5 TFLOP/s\")");
+  std::string out = fmt::format("gemm:  # efficiency = 2 m n k / time / peak\n  peak: \"{}\"\n  efficiency_table:\n",
+                                sim::format_flop_rate(*o.peak));
+  std::sort(gemm.begin(), gemm.end(), [](const Row& a, const Row& b) {
+    return a.number("m") * a.number("n") * a.number("k") < b.number("m") * b.number("n") * b.number("k");
+  });
+  for (const auto& r : gemm) {
+    const double flops = 2.0 * r.number("m") * r.number("n") * r.number("k");
+    out += fmt::format("    - {{m: {}, n: {}, k: {}, efficiency: {:.4f}}}\n", r.text("m"), r.text("n"), r.text("k"),
+                       flops / r.number("time_s") / o.peak->flops_per_s);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string calibrate(const CalibrateOptions& o, std::vector<std::string>* poor_fits) {
+  const FitChecker check_fit{poor_fits};
+  std::vector<Table> tables;
+  for (const auto& f : o.files) tables.push_back(read_table(f));
+  const auto filters = parse_filters(o.filters);
+  const RowGroups groups = group_rows(select_rows(tables, filters));
 
   std::string out = "# Written by `offsim calibrate`: do not edit by hand, re-run the command.\n";
   out += fmt::format("# command: {}\n", o.command_line);
@@ -312,138 +504,16 @@ std::string calibrate(const CalibrateOptions& o, std::vector<std::string>* poor_
   out += fmt::format("source: \"least-squares fits by offsim calibrate of {}{}\"\n", fmt::join(names, ", "),
                      filters.empty() ? "" : fmt::format(" (rows where {})", fmt::join(o.filters, ", ")));
   std::vector<std::string> copy_lines;  // measured copies, then copies fitted from training timings
-  if (!offload.empty()) {
-    if (!o.pinned_bandwidth) {
-      throw CalibrationError(
-          "training-timing rows need --pinned-bandwidth (the host link's pinned copy rate, e.g. \"25 GB/s\")");
-    }
-    const OffloadHostFit f = fit_offload_host(offload, *o.pinned_bandwidth);
-    out += fmt::format(
-        "# Host rates fitted from DeepSpeed 0.13 ZeRO-3 offload timings through the simulator's model of that path\n"
-        "# (models/cost/calibration.hpp, fit_offload_host). N: elements per rank, k: ranks per node.\n"
-        "#   step:     N (k {0} B / cpu_work + {1} B / h2d_pageable)  (ranks in step: CPU work shared, then the "
-        "copies)\n"
-        "#   backward: k = 1, one micro-step: {2} x forward + N ({3} B / {4} pinned + {1} B / d2h_pageable + {5} B / "
-        "cpu_work)\n",
-        kNodeSharedBytes, kCopyBytes, kBackwardComputeInForwards, 2 * kCopyBytes,
-        sim::format_bandwidth(*o.pinned_bandwidth), kUpcastBytes);
-    out += fmt::format("cpu_work: {{bandwidth: {}, fit: {{rows: {}, max_relative_residual: {:.3f}}}}}\n",
-                       yaml_bandwidth(f.cpu_work.bytes_per_s), f.step_rows, f.step_max_relative_residual);
-    check_fit("cpu_work and copies h2d_pageable", f.step_max_relative_residual);
-    if (f.d2h_pageable) check_fit("copies d2h_pageable", f.backward_max_relative_residual);
-    copy_lines.push_back(fmt::format(
-        "  h2d_pageable: {{latency: \"0 us\", bandwidth: {}, fit: {{rows: {}, max_relative_residual: {:.3f}, note: "
-        "\"fitted from step times\"}}}}\n",
-        yaml_bandwidth(f.h2d_pageable.bytes_per_s), f.step_rows, f.step_max_relative_residual));
-    if (f.d2h_pageable) {
-      copy_lines.push_back(fmt::format(
-          "  d2h_pageable: {{latency: \"0 us\", bandwidth: {}, fit: {{rows: {}, max_relative_residual: {:.3f}, "
-          "note: \"fitted from backward times\"}}}}\n",
-          yaml_bandwidth(f.d2h_pageable->bytes_per_s), f.backward_rows, f.backward_max_relative_residual));
-    }
-  }
-  for (const auto& key : copy_keys) {
-    std::vector<double> x, y;
-    for (const auto& r : copies[key]) {
-      x.push_back(r.number("bytes"));
-      y.push_back(r.number("time_s"));
-    }
-    const LineFit f = fit_line(x, y);
-    copy_lines.push_back(fmt::format("  {}: {{latency: {}, bandwidth: {}, fit: {}}}\n", key, yaml_time(f.intercept),
-                                     yaml_bandwidth(1.0 / f.slope), yaml_fit(f)));
-    check_fit(fmt::format("copies {}", key), f.max_relative_residual);
-  }
+  if (!groups.offload.empty()) out += offload_section(groups.offload, o, check_fit, copy_lines);
+  fit_copies(groups, check_fit, copy_lines);
   if (!copy_lines.empty()) {
     out += "copies:  # t = latency + bytes / bandwidth\n";
     for (const auto& line : copy_lines) out += line;
   }
-  if (!collective_keys.empty()) {
-    out += "collectives:  # ring model: t = steps x step_latency + (bytes through each rank) / bus_bandwidth\n";
-    // (written key, measured key, time scale): the reduce-scatter may come from the all-reduce.
-    std::vector<std::tuple<std::string, std::string, double>> sections;
-    for (const auto& key : collective_keys) sections.emplace_back(key, key, 1.0);
-    if (o.reduce_scatter_from_all_reduce) {
-      if (collectives.contains("reduce_scatter")) {
-        throw CalibrationError("--reduce-scatter-from-all-reduce: the files hold reduce_scatter rows; fit those");
-      }
-      if (!collectives.contains("all_reduce")) {
-        throw CalibrationError("--reduce-scatter-from-all-reduce: the files hold no all_reduce rows");
-      }
-      sections.emplace_back("reduce_scatter", "all_reduce", 0.5);
-    }
-    for (const auto& [key, measured_key, time_scale] : sections) {
-      out += fmt::format("  {}:\n", key);
-      if (key != measured_key) {
-        out +=
-            fmt::format("  # from the {} rows at {} x their time (a ring all-reduce = reduce-scatter + all-gather)\n",
-                        measured_key, time_scale);
-      }
-      for (const auto& [g, group] : collectives[measured_key]) {
-        const double per_rank = key == "all_reduce" ? 2.0 * (g - 1) / g : static_cast<double>(g - 1) / g;
-        const double steps = key == "all_reduce" ? 2.0 * (g - 1) : static_cast<double>(g - 1);
-        std::vector<double> x, y;
-        for (const auto& r : group) {
-          x.push_back(per_rank * r.number("bytes"));
-          y.push_back(time_scale * r.number("time_s"));
-        }
-        const LineFit f = fit_line(x, y);
-        // Whether the group spans nodes, when the CSV says (a `nodes` column).
-        std::string nodes;
-        if (group.front().has("nodes")) nodes = fmt::format("nodes: {:.0f}, ", group.front().number("nodes"));
-        if (f.slope > 0.0 && f.intercept >= 0.0) {
-          out += fmt::format("    - {{ranks: {}, {}step_latency: {}, bus_bandwidth: {}, fit: {},\n", g, nodes,
-                             yaml_time(f.intercept / steps), yaml_bandwidth(1.0 / f.slope), yaml_fit(f));
-          check_fit(fmt::format("collectives {} ranks: {}", key, g), f.max_relative_residual);
-        } else {
-          // No physical line through these points (the implementation's efficiency collapses at
-          // some sizes): the plateau stands in for the fit and the measured table carries the rest.
-          double plateau = 0.0;
-          for (std::size_t i = 0; i < x.size(); ++i) plateau = std::max(plateau, x[i] / y[i]);
-          out += fmt::format(
-              "    - {{ranks: {}, {}step_latency: \"0 us\", bus_bandwidth: {}, fit: {{rows: {}, note: \"no physical "
-              "alpha-beta line (fitted bus bandwidth {}); the highest measured bus bandwidth stands in\"}},\n",
-              g, nodes, yaml_bandwidth(plateau), f.rows, sim::format_bandwidth(sim::Bandwidth{1.0 / f.slope}));
-        }
-        // The measured bus bandwidth by size, for the collective-implementation efficiency layer
-        // (mean over rows of one size, sizes ascending).
-        std::map<double, std::pair<double, int>> by_size;
-        for (const auto& r : group) {
-          auto& [sum, n] = by_size[r.number("bytes")];
-          sum += per_rank * r.number("bytes") / (time_scale * r.number("time_s"));
-          ++n;
-        }
-        std::vector<std::string> points;
-        for (const auto& [bytes, mean] : by_size) {
-          points.push_back(fmt::format("[{:.0f}, \"{:.4g} GB/s\"]", bytes, mean.first / mean.second / 1e9));
-        }
-        out += fmt::format("       measured: [{}]}}\n", fmt::join(points, ", "));
-      }
-    }
-  }
-  for (const auto& name : kRateBenchmarks) {
-    if (!rates.contains(name)) continue;
-    out += fmt::format("{}:  # elements per second (mean over rows)\n", name);
-    for (const auto& [threads, group] : rates[name]) {
-      double rate = 0.0;
-      for (const auto& r : group) rate += r.number("elements") / r.number("time_s");
-      rate /= static_cast<double>(group.size());
-      out += fmt::format("  - {{threads: {}, params_per_s: {:.4g}, rows: {}}}\n", threads, rate, group.size());
-    }
-  }
-  if (!gemm.empty()) {
-    if (!o.peak) throw CalibrationError("gemm rows need --peak (the device's peak rate, e.g. \"191.5 TFLOP/s\")");
-    out += fmt::format("gemm:  # efficiency = 2 m n k / time / peak\n  peak: \"{}\"\n  efficiency_table:\n",
-                       sim::format_flop_rate(*o.peak));
-    std::sort(gemm.begin(), gemm.end(), [](const Row& a, const Row& b) {
-      return a.number("m") * a.number("n") * a.number("k") < b.number("m") * b.number("n") * b.number("k");
-    });
-    for (const auto& r : gemm) {
-      const double flops = 2.0 * r.number("m") * r.number("n") * r.number("k");
-      out += fmt::format("    - {{m: {}, n: {}, k: {}, efficiency: {:.4f}}}\n", r.text("m"), r.text("n"), r.text("k"),
-                         flops / r.number("time_s") / o.peak->flops_per_s);
-    }
-  }
-  if (ignored > 0) out += fmt::format("# {} rows of other benchmarks were not used\n", ignored);
+  out += collectives_section(groups, o, check_fit);
+  out += rates_section(groups);
+  out += gemm_section(groups.gemm, o);
+  if (groups.ignored > 0) out += fmt::format("# {} rows of other benchmarks were not used\n", groups.ignored);
   return out;
 }
 
