@@ -23,67 +23,98 @@ constexpr int kDefaultBufferCount = 4;  // offload_optimizer.buffer_count
 constexpr std::int64_t kMaxBatch = std::int64_t{1} << 16;
 constexpr double kMaxElements = 1e15;
 
-}  // namespace
+// "auto": a value the Hugging Face Trainer fills in from its own arguments.
+bool is_auto(const Node& n) {
+  return n.is_scalar() && n.yaml().Scalar() == "auto";
+}
 
-std::optional<DeepSpeedImport> import_deepspeed_config(const Node& node, const std::vector<std::string>& devices,
-                                                       const LevelSizes& levels, std::optional<Quantization> qwz,
-                                                       std::optional<Quantization> qgz, Runtime runtime, int tp) {
-  auto& ctx = node.context();
-  const std::size_t errors_before = ctx.error_count();
-  DeepSpeedImport out;
-  DataParallelSpec& dp = out.strategy;
-  dp.devices = devices;
-  dp.tp = tp;
-  std::vector<std::string> defaults;
-  std::vector<std::string> ignored;
-  MapReader r(node);
-  // "auto": a value the Hugging Face Trainer fills in from its own arguments.
-  const auto is_auto = [](const Node& n) { return n.is_scalar() && n.yaml().Scalar() == "auto"; };
-  // A batch size within 1..kMaxBatch (nullopt with an error otherwise).
-  const auto batch = [&](const Node& n) -> std::optional<std::int64_t> {
-    const auto v = n.as<std::int64_t>();
-    if (v && (*v < 1 || *v > kMaxBatch)) {
-      ctx.error(n.location(), n.path(), fmt::format("expected 1 to {} (offsim's limit), got {}", kMaxBatch, *v));
-      return std::nullopt;
-    }
-    return v;
-  };
-  if (auto mb = r.child("train_micro_batch_size_per_gpu"); mb && !is_auto(*mb)) out.micro_batch = batch(*mb);
-  if (auto ga = r.child("gradient_accumulation_steps"); ga && !is_auto(*ga)) out.grad_accum = batch(*ga);
-  if (auto total = r.child("train_batch_size"); total && !is_auto(*total)) {
-    // DeepSpeed's batch arithmetic (runtime/config.py, _configure_train_batch_size):
-    // train_batch_size = micro-batch x accumulation x data-parallel ranks; a missing one of the
-    // two others is derived from it (accumulation 1 when both are missing), and it must divide.
-    const auto v = total->as<std::int64_t>();
-    // With tensor parallelism (Megatron-DeepSpeed) the data-parallel ranks are the replicas.
-    const auto ranks = static_cast<std::int64_t>(devices.size()) / std::max(1, tp);
-    const auto derive = [&](std::optional<std::int64_t>& missing, std::int64_t per, const char* what) {
-      if (per <= 0 || ranks <= 0) return;
-      if (*v % (per * ranks) != 0 || *v / (per * ranks) < 1) {
-        ctx.error(total->location(), total->path(),
-                  fmt::format("train_batch_size {} is not a multiple of {} x {} ranks, so no whole {} fits", *v, per,
-                              ranks, what));
-        return;
-      }
-      missing = *v / (per * ranks);
-    };
-    if (v && out.micro_batch && out.grad_accum) {
-      if (*v != *out.micro_batch * *out.grad_accum * ranks) {
-        ctx.error(total->location(), total->path(),
-                  fmt::format("train_batch_size {} != micro-batch {} x accumulation {} x {} ranks", *v,
-                              *out.micro_batch, *out.grad_accum, ranks));
-      }
-    } else if (v && out.micro_batch) {
-      derive(out.grad_accum, *out.micro_batch, "gradient_accumulation_steps");
-    } else if (v && out.grad_accum) {
-      derive(out.micro_batch, *out.grad_accum, "train_micro_batch_size_per_gpu");
-    } else if (v) {
-      out.grad_accum = 1;
-      derive(out.micro_batch, 1, "train_micro_batch_size_per_gpu");
-    }
+// What the ZeRO section is read against: the ranks and their levels, the ZeRO++ formats named in
+// the strategy, the DeepSpeed version's host costs, and tensor parallelism.
+struct ZeroContext {
+  const LevelSizes& levels;
+  std::optional<Quantization> qwz, qgz;
+  Runtime runtime;
+  int tp;
+};
+
+// Reads one ds_config into a DeepSpeedImport section by section, collecting the DeepSpeed defaults
+// it applies and the keys it does not model, for the two warnings at the end.
+class DsConfigReader {
+ public:
+  DsConfigReader(const Node& node, DeepSpeedImport& out) : node_(node), ctx_(node.context()), out_(out) {}
+
+  void read_batch_sizes(MapReader& r, std::size_t devices, int tp);
+  void read_precision(MapReader& r);
+  void read_zero(const std::optional<Node>& zero, const ZeroContext& zc);
+  // The two warnings: defaults applied, keys ignored (those of `r` not read are ignored too).
+  void warn(MapReader& r);
+
+ private:
+  std::optional<std::int64_t> batch(const Node& n);
+  double zero_number(MapReader& z, const Node& zero, const char* key, double fallback);
+  void read_legacy_cpu_offload(MapReader& z, const Node& zero, Runtime runtime);
+  void read_optimizer_offload(MapReader& z, const Node& zero, Runtime runtime);
+  void read_param_offload(MapReader& z);
+  void read_zero_plus_plus(MapReader& z, const Node& zero, const ZeroContext& zc);
+
+  const Node& node_;
+  sim::config::Context& ctx_;
+  DeepSpeedImport& out_;
+  std::vector<std::string> defaults_;
+  std::vector<std::string> ignored_;
+};
+
+// A batch size within 1..kMaxBatch (nullopt with an error otherwise).
+std::optional<std::int64_t> DsConfigReader::batch(const Node& n) {
+  const auto v = n.as<std::int64_t>();
+  if (v && (*v < 1 || *v > kMaxBatch)) {
+    ctx_.error(n.location(), n.path(), fmt::format("expected 1 to {} (offsim's limit), got {}", kMaxBatch, *v));
+    return std::nullopt;
   }
-  // 16-bit mixed precision: `bf16` (or its older spelling `bfloat16`), or `fp16`, whose dynamic loss
-  // scaling changes no kernel's time or size, so it is timed as bf16 (and the report says so).
+  return v;
+}
+
+void DsConfigReader::read_batch_sizes(MapReader& r, std::size_t devices, int tp) {
+  if (auto mb = r.child("train_micro_batch_size_per_gpu"); mb && !is_auto(*mb)) out_.micro_batch = batch(*mb);
+  if (auto ga = r.child("gradient_accumulation_steps"); ga && !is_auto(*ga)) out_.grad_accum = batch(*ga);
+  auto total = r.child("train_batch_size");
+  if (!total || is_auto(*total)) return;
+  // DeepSpeed's batch arithmetic (runtime/config.py, _configure_train_batch_size):
+  // train_batch_size = micro-batch x accumulation x data-parallel ranks; a missing one of the
+  // two others is derived from it (accumulation 1 when both are missing), and it must divide.
+  const auto v = total->as<std::int64_t>();
+  if (!v) return;
+  // With tensor parallelism (Megatron-DeepSpeed) the data-parallel ranks are the replicas.
+  const auto ranks = static_cast<std::int64_t>(devices) / std::max(1, tp);
+  const auto derive = [&](std::optional<std::int64_t>& missing, std::int64_t per, const char* what) {
+    if (per <= 0 || ranks <= 0) return;
+    if (*v % (per * ranks) != 0 || *v / (per * ranks) < 1) {
+      ctx_.error(total->location(), total->path(),
+                 fmt::format("train_batch_size {} is not a multiple of {} x {} ranks, so no whole {} fits", *v, per,
+                             ranks, what));
+      return;
+    }
+    missing = *v / (per * ranks);
+  };
+  if (out_.micro_batch && out_.grad_accum) {
+    if (*v != *out_.micro_batch * *out_.grad_accum * ranks) {
+      ctx_.error(total->location(), total->path(),
+                 fmt::format("train_batch_size {} != micro-batch {} x accumulation {} x {} ranks", *v,
+                             *out_.micro_batch, *out_.grad_accum, ranks));
+    }
+  } else if (out_.micro_batch) {
+    derive(out_.grad_accum, *out_.micro_batch, "gradient_accumulation_steps");
+  } else if (out_.grad_accum) {
+    derive(out_.micro_batch, *out_.grad_accum, "train_micro_batch_size_per_gpu");
+  } else {
+    out_.grad_accum = 1;
+    derive(out_.micro_batch, 1, "train_micro_batch_size_per_gpu");
+  }
+}
+
+// 16-bit mixed precision: `bf16` (or its older spelling `bfloat16`), or `fp16`, whose dynamic loss
+// scaling changes no kernel's time or size, so it is timed as bf16 (and the report says so).
+void DsConfigReader::read_precision(MapReader& r) {
   std::optional<Node> disabled;  // a precision section present but not enabled, for the error
   // "auto" follows the Trainer's --bf16 / --fp16, and offsim trains in 16 bits: an "auto" bf16
   // section is on; an "auto" fp16 section is on when no bf16 section is (the user's flag was --fp16).
@@ -94,193 +125,236 @@ std::optional<DeepSpeedImport> import_deepspeed_config(const Node& node, const s
     const auto flag = b.child("enabled");
     const bool on = flag && (is_auto(*flag) ? auto_means_on : flag->as<bool>().value_or(false));
     if (!on) disabled = section;
-    for (const auto& k : b.take_unread_keys()) ignored.push_back(fmt::format("{}.{}", key, k));
+    for (const auto& k : b.take_unread_keys()) ignored_.push_back(fmt::format("{}.{}", key, k));
     return on;
   };
   const bool bf16 = enabled("bf16", true) || enabled("bfloat16", true);
   const bool fp16 = enabled("fp16", !bf16);
-  if (fp16 && !bf16) defaults.push_back("fp16 timed as bf16 mixed precision (loss scaling is not timed)");
+  if (fp16 && !bf16) defaults_.push_back("fp16 timed as bf16 mixed precision (loss scaling is not timed)");
   if (!bf16 && !fp16) {
-    const Node& at = disabled ? *disabled : node;
-    ctx.error(at.location(), at.path(),
-              "offsim models 16-bit mixed precision: enable bf16 (or bfloat16, or fp16); fp32 training is not "
-              "modelled");
+    const Node& at = disabled ? *disabled : node_;
+    ctx_.error(at.location(), at.path(),
+               "offsim models 16-bit mixed precision: enable bf16 (or bfloat16, or fp16); fp32 training is not "
+               "modelled");
   }
+}
+
+// A size in elements of the ZeRO section, its DeepSpeed default when left out.
+double DsConfigReader::zero_number(MapReader& z, const Node& zero, const char* key, double fallback) {
+  if (!z.has(key)) {
+    defaults_.push_back(fmt::format("{}={:g}", key, fallback));
+    return fallback;
+  }
+  const auto v = z.required<double>(key);
+  if (v.valid && !(v.value >= 0.0 && v.value <= kMaxElements)) {
+    ctx_.error(v.loc, zero.child_path(key),
+               fmt::format("expected 0 to {:g} (offsim's limit), got {:g}", kMaxElements, v.value));
+    return fallback;
+  }
+  return v.value;
+}
+
+void DsConfigReader::read_zero(const std::optional<Node>& zero, const ZeroContext& zc) {
+  DataParallelSpec& dp = out_.strategy;
   // No zero_optimization section: DeepSpeed's default, stage 0 (plain data parallelism).
-  std::optional<Node> zero = r.child("zero_optimization");
   if (!zero) {
     dp.zero_stage = 0;
     dp.reduce_bucket_elements = static_cast<std::int64_t>(kDefaultReduceBucketSize);
     dp.overlap_comm = false;  // DeepSpeed: None -> True iff stage 3
-    defaults.push_back(fmt::format("zero_optimization.stage=0, reduce_bucket_size={:g}, overlap_comm=false",
-                                   kDefaultReduceBucketSize));
+    defaults_.push_back(fmt::format("zero_optimization.stage=0, reduce_bucket_size={:g}, overlap_comm=false",
+                                    kDefaultReduceBucketSize));
+    return;
   }
-  if (zero) {
-    MapReader z(*zero);
-    const auto stage = z.required<int>("stage");
-    if (stage.valid && (stage.value < 0 || stage.value > 3)) {
-      ctx.error(stage.loc, zero->child_path("stage"), fmt::format("expected 0 to 3, got {}", stage.value));
-    }
-    dp.zero_stage = stage.value;
-    const auto number = [&](const char* key, double fallback) {
-      if (!z.has(key)) {
-        defaults.push_back(fmt::format("{}={:g}", key, fallback));
-        return fallback;
+  MapReader z(*zero);
+  const auto stage = z.required<int>("stage");
+  if (stage.valid && (stage.value < 0 || stage.value > 3)) {
+    ctx_.error(stage.loc, zero->child_path("stage"), fmt::format("expected 0 to 3, got {}", stage.value));
+  }
+  dp.zero_stage = stage.value;
+  const auto auto_size = [&](const char* key) {
+    const auto v = z.child(key);
+    return v && is_auto(*v);
+  };
+  out_.auto_reduce_bucket = auto_size("reduce_bucket_size");
+  out_.auto_persistence_threshold = auto_size("stage3_param_persistence_threshold");
+  if (out_.auto_reduce_bucket) defaults_.push_back("reduce_bucket_size=auto: hidden^2, as the HF Trainer fills it");
+  if (out_.auto_persistence_threshold) {
+    defaults_.push_back("stage3_param_persistence_threshold=auto: 10 x hidden, as the HF Trainer fills it");
+  }
+  dp.reduce_bucket_elements =
+      out_.auto_reduce_bucket
+          ? 0
+          : static_cast<std::int64_t>(zero_number(z, *zero, "reduce_bucket_size", kDefaultReduceBucketSize));
+  if (z.has("overlap_comm")) {
+    dp.overlap_comm = z.required<bool>("overlap_comm").value;
+  } else {
+    dp.overlap_comm = dp.zero_stage == 3;  // DeepSpeed: None -> True iff stage 3
+    defaults_.push_back(fmt::format("overlap_comm={}", dp.overlap_comm));
+  }
+  dp.param_persistence_threshold = out_.auto_persistence_threshold
+                                       ? 0
+                                       : static_cast<std::int64_t>(zero_number(
+                                             z, *zero, "stage3_param_persistence_threshold",
+                                             static_cast<double>(DataParallelSpec::kDeepSpeedPersistenceThreshold)));
+  read_legacy_cpu_offload(z, *zero, zc.runtime);
+  read_optimizer_offload(z, *zero, zc.runtime);
+  read_param_offload(z);
+  read_zero_plus_plus(z, *zero, zc);
+  for (const auto& k : z.take_unread_keys()) ignored_.push_back("zero_optimization." + k);
+}
+
+// DeepSpeed's legacy `cpu_offload: true` (with `cpu_offload_use_pin_memory`) means
+// offload_optimizer {device: cpu} (runtime/zero/config.py reads it as that, with a warning).
+void DsConfigReader::read_legacy_cpu_offload(MapReader& z, const Node& zero, Runtime runtime) {
+  if (!z.has("cpu_offload") || z.has("offload_optimizer")) return;
+  DataParallelSpec& dp = out_.strategy;
+  const auto legacy = z.required<bool>("cpu_offload");
+  if (!legacy.valid || !legacy.value) return;
+  OptimizerOffload offload;
+  offload.pin_memory =
+      z.has("cpu_offload_use_pin_memory") ? z.required<bool>("cpu_offload_use_pin_memory").value : kDefaultPinMemory;
+  offload.ratio = kDefaultRatio;
+  offload.sub_group_size = static_cast<std::int64_t>(zero_number(z, zero, "sub_group_size", kDefaultSubGroupSize));
+  offload.runtime = runtime;
+  defaults_.push_back(fmt::format("cpu_offload (legacy) read as offload_optimizer: {{device: cpu, pin_memory: {}}}",
+                                  offload.pin_memory));
+  if (dp.zero_stage != 2 && dp.zero_stage != 3) {
+    ctx_.error(legacy.loc, zero.child_path("cpu_offload"), "optimizer offload is implemented for stages 2 and 3");
+  }
+  dp.offload = offload;
+}
+
+void DsConfigReader::read_optimizer_offload(MapReader& z, const Node& zero, Runtime runtime) {
+  auto off = z.child("offload_optimizer");
+  if (!off) return;
+  DataParallelSpec& dp = out_.strategy;
+  MapReader o(*off);
+  const std::string device = o.choice("device", {"cpu", "none", "nvme"}).value;
+  if (device == "cpu" || device == "nvme") {
+    OptimizerOffload offload;
+    offload.pin_memory = o.has("pin_memory") ? o.required<bool>("pin_memory").value : kDefaultPinMemory;
+    if (!o.has("pin_memory")) defaults_.push_back(fmt::format("offload_optimizer.pin_memory={}", kDefaultPinMemory));
+    offload.ratio = o.has("ratio") ? o.required<double>("ratio").value : kDefaultRatio;
+    offload.sub_group_size = static_cast<std::int64_t>(zero_number(z, zero, "sub_group_size", kDefaultSubGroupSize));
+    offload.runtime = runtime;
+    if (device == "nvme") {
+      // DeepSpeed defaults: buffer_count above, pipeline_read / pipeline_write false.
+      offload.nvme = true;
+      const auto flag = [&](const char* key) {
+        if (o.has(key)) return o.required<bool>(key).value;
+        defaults_.push_back(fmt::format("offload_optimizer.{}=false", key));
+        return false;
+      };
+      offload.pipeline_read = flag("pipeline_read");
+      offload.pipeline_write = flag("pipeline_write");
+      offload.buffer_count = o.has("buffer_count") ? o.required<int>("buffer_count").value : kDefaultBufferCount;
+      if (!o.has("buffer_count")) {
+        defaults_.push_back(fmt::format("offload_optimizer.buffer_count={}", kDefaultBufferCount));
       }
-      const auto v = z.required<double>(key);
-      if (v.valid && !(v.value >= 0.0 && v.value <= kMaxElements)) {
-        ctx.error(v.loc, zero->child_path(key),
-                  fmt::format("expected 0 to {:g} (offsim's limit), got {:g}", kMaxElements, v.value));
-        return fallback;
-      }
-      return v.value;
-    };
-    const auto auto_size = [&](const char* key) {
-      const auto v = z.child(key);
-      return v && is_auto(*v);
-    };
-    out.auto_reduce_bucket = auto_size("reduce_bucket_size");
-    out.auto_persistence_threshold = auto_size("stage3_param_persistence_threshold");
-    if (out.auto_reduce_bucket) defaults.push_back("reduce_bucket_size=auto: hidden^2, as the HF Trainer fills it");
-    if (out.auto_persistence_threshold) {
-      defaults.push_back("stage3_param_persistence_threshold=auto: 10 x hidden, as the HF Trainer fills it");
+      if (dp.zero_stage != 3) ctx_.error(off->location(), off->path(), "NVMe optimizer offload needs stage 3");
     }
-    dp.reduce_bucket_elements =
-        out.auto_reduce_bucket ? 0 : static_cast<std::int64_t>(number("reduce_bucket_size", kDefaultReduceBucketSize));
-    if (z.has("overlap_comm")) {
-      dp.overlap_comm = z.required<bool>("overlap_comm").value;
+    if (dp.zero_stage != 2 && dp.zero_stage != 3) {
+      ctx_.error(off->location(), off->path(), "optimizer offload is implemented for stages 2 and 3");
+    }
+    dp.offload = offload;
+  }
+  for (const auto& k : o.take_unread_keys()) ignored_.push_back("zero_optimization.offload_optimizer." + k);
+}
+
+// ZeRO-Infinity parameter offload: the bf16 parameter partition lives in host memory.
+void DsConfigReader::read_param_offload(MapReader& z) {
+  auto op = z.child("offload_param");
+  if (!op) return;
+  DataParallelSpec& dp = out_.strategy;
+  MapReader o(*op);
+  const auto device = o.choice("device", {"cpu", "none", "nvme"});
+  if (device.valid && device.value != "none") {
+    if (device.value == "nvme") {
+      ctx_.error(device.loc, op->child_path("device"), "parameter offload to NVMe is not modelled (cpu is)");
+    } else if (dp.zero_stage != 3) {
+      ctx_.error(device.loc, op->child_path("device"), "parameter offload needs stage 3");
+    } else if (!dp.offload) {
+      ctx_.error(device.loc, op->child_path("device"),
+                 "parameter offload is modelled together with offload_optimizer (as ZeRO-Infinity runs it)");
+    }
+    dp.offload_param = true;
+    dp.param_pin_memory = o.has("pin_memory") ? o.required<bool>("pin_memory").value : kDefaultPinMemory;
+    if (!o.has("pin_memory")) defaults_.push_back(fmt::format("offload_param.pin_memory={}", kDefaultPinMemory));
+  }
+  for (const auto& k : o.take_unread_keys()) ignored_.push_back("zero_optimization.offload_param." + k);
+}
+
+// ZeRO++ as DeepSpeed builds its groups: hpZ over zero_hpz_partition_size consecutive ranks,
+// qgZ's all-to-all in two hops (node, then across nodes), qwZ on the forward gathers.
+void DsConfigReader::read_zero_plus_plus(MapReader& z, const Node& zero, const ZeroContext& zc) {
+  DataParallelSpec& dp = out_.strategy;
+  const LevelSizes& levels = zc.levels;
+  const bool quantized_weights = z.has("zero_quantized_weights") && z.required<bool>("zero_quantized_weights").value;
+  const bool quantized_gradients =
+      z.has("zero_quantized_gradients") && z.required<bool>("zero_quantized_gradients").value;
+  const int hpz = z.has("zero_hpz_partition_size") ? z.required<int>("zero_hpz_partition_size").value : 1;
+  if (!quantized_weights && !quantized_gradients && hpz <= 1) return;
+  if (dp.zero_stage != 3) ctx_.error(zero.location(), zero.path(), "ZeRO++ options need stage 3");
+  if (zc.tp > 1) ctx_.error(zero.location(), zero.path(), "ZeRO++ options together with tp > 1 are not modelled");
+  Partitioning p;
+  p.shard_ranks = levels.ranks;
+  p.parameter_gather.stages = {Band{"cluster", 1, levels.ranks}};
+  p.gradient_reduce.stages = {Band{"cluster", 1, levels.ranks}};
+  if (quantized_weights) {
+    if (!zc.qwz)
+      ctx_.error(zero.location(), zero.path(), "zero_quantized_weights needs strategy.qwz (the int8 format)");
+    p.parameter_gather.quantization = zc.qwz.value_or(Quantization{});
+  }
+  if (hpz > 1) {
+    if (levels.ranks % hpz != 0) {
+      ctx_.error(zero.location(), zero.path(),
+                 fmt::format("zero_hpz_partition_size {} does not divide the {} ranks", hpz, levels.ranks));
     } else {
-      dp.overlap_comm = dp.zero_stage == 3;  // DeepSpeed: None -> True iff stage 3
-      defaults.push_back(fmt::format("overlap_comm={}", dp.overlap_comm));
+      p.secondary_ranks = hpz;
+      p.secondary_gather.stages = {Band{"hpz", 1, hpz}};
     }
-    dp.param_persistence_threshold =
-        out.auto_persistence_threshold
-            ? 0
-            : static_cast<std::int64_t>(number("stage3_param_persistence_threshold",
-                                               static_cast<double>(DataParallelSpec::kDeepSpeedPersistenceThreshold)));
-    // DeepSpeed's legacy `cpu_offload: true` (with `cpu_offload_use_pin_memory`) means
-    // offload_optimizer {device: cpu} (runtime/zero/config.py reads it as that, with a warning).
-    if (z.has("cpu_offload") && !z.has("offload_optimizer")) {
-      const auto legacy = z.required<bool>("cpu_offload");
-      if (legacy.valid && legacy.value) {
-        OptimizerOffload offload;
-        offload.pin_memory = z.has("cpu_offload_use_pin_memory") ? z.required<bool>("cpu_offload_use_pin_memory").value
-                                                                 : kDefaultPinMemory;
-        offload.ratio = kDefaultRatio;
-        offload.sub_group_size = static_cast<std::int64_t>(number("sub_group_size", kDefaultSubGroupSize));
-        offload.runtime = runtime;
-        defaults.push_back(fmt::format(
-            "cpu_offload (legacy) read as offload_optimizer: {{device: cpu, pin_memory: {}}}", offload.pin_memory));
-        if (dp.zero_stage != 2 && dp.zero_stage != 3) {
-          ctx.error(legacy.loc, zero->child_path("cpu_offload"), "optimizer offload is implemented for stages 2 and 3");
-        }
-        dp.offload = offload;
-      }
-    }
-    if (auto off = z.child("offload_optimizer")) {
-      MapReader o(*off);
-      const std::string device = o.choice("device", {"cpu", "none", "nvme"}).value;
-      if (device == "cpu" || device == "nvme") {
-        OptimizerOffload offload;
-        offload.pin_memory = o.has("pin_memory") ? o.required<bool>("pin_memory").value : kDefaultPinMemory;
-        if (!o.has("pin_memory")) defaults.push_back(fmt::format("offload_optimizer.pin_memory={}", kDefaultPinMemory));
-        offload.ratio = o.has("ratio") ? o.required<double>("ratio").value : kDefaultRatio;
-        offload.sub_group_size = static_cast<std::int64_t>(number("sub_group_size", kDefaultSubGroupSize));
-        offload.runtime = runtime;
-        if (device == "nvme") {
-          // DeepSpeed defaults: buffer_count above, pipeline_read / pipeline_write false.
-          offload.nvme = true;
-          const auto flag = [&](const char* key) {
-            if (o.has(key)) return o.required<bool>(key).value;
-            defaults.push_back(fmt::format("offload_optimizer.{}=false", key));
-            return false;
-          };
-          offload.pipeline_read = flag("pipeline_read");
-          offload.pipeline_write = flag("pipeline_write");
-          offload.buffer_count = o.has("buffer_count") ? o.required<int>("buffer_count").value : kDefaultBufferCount;
-          if (!o.has("buffer_count")) {
-            defaults.push_back(fmt::format("offload_optimizer.buffer_count={}", kDefaultBufferCount));
-          }
-          if (dp.zero_stage != 3) ctx.error(off->location(), off->path(), "NVMe optimizer offload needs stage 3");
-        }
-        if (dp.zero_stage != 2 && dp.zero_stage != 3) {
-          ctx.error(off->location(), off->path(), "optimizer offload is implemented for stages 2 and 3");
-        }
-        dp.offload = offload;
-      }
-      for (const auto& k : o.take_unread_keys()) ignored.push_back("zero_optimization.offload_optimizer." + k);
-    }
-    // ZeRO-Infinity parameter offload: the bf16 parameter partition lives in host memory.
-    if (auto op = z.child("offload_param")) {
-      MapReader o(*op);
-      const auto device = o.choice("device", {"cpu", "none", "nvme"});
-      if (device.valid && device.value != "none") {
-        if (device.value == "nvme") {
-          ctx.error(device.loc, op->child_path("device"), "parameter offload to NVMe is not modelled (cpu is)");
-        } else if (dp.zero_stage != 3) {
-          ctx.error(device.loc, op->child_path("device"), "parameter offload needs stage 3");
-        } else if (!dp.offload) {
-          ctx.error(device.loc, op->child_path("device"),
-                    "parameter offload is modelled together with offload_optimizer (as ZeRO-Infinity runs it)");
-        }
-        dp.offload_param = true;
-        dp.param_pin_memory = o.has("pin_memory") ? o.required<bool>("pin_memory").value : kDefaultPinMemory;
-        if (!o.has("pin_memory")) defaults.push_back(fmt::format("offload_param.pin_memory={}", kDefaultPinMemory));
-      }
-      for (const auto& k : o.take_unread_keys()) ignored.push_back("zero_optimization.offload_param." + k);
-    }
-    // ZeRO++ as DeepSpeed builds its groups: hpZ over zero_hpz_partition_size consecutive ranks,
-    // qgZ's all-to-all in two hops (node, then across nodes), qwZ on the forward gathers.
-    const bool quantized_weights = z.has("zero_quantized_weights") && z.required<bool>("zero_quantized_weights").value;
-    const bool quantized_gradients =
-        z.has("zero_quantized_gradients") && z.required<bool>("zero_quantized_gradients").value;
-    const int hpz = z.has("zero_hpz_partition_size") ? z.required<int>("zero_hpz_partition_size").value : 1;
-    if (quantized_weights || quantized_gradients || hpz > 1) {
-      if (dp.zero_stage != 3) ctx.error(zero->location(), zero->path(), "ZeRO++ options need stage 3");
-      if (tp > 1) {
-        ctx.error(zero->location(), zero->path(), "ZeRO++ options together with tp > 1 are not modelled");
-      }
-      Partitioning p;
-      p.shard_ranks = levels.ranks;
-      p.parameter_gather.stages = {Band{"cluster", 1, levels.ranks}};
-      p.gradient_reduce.stages = {Band{"cluster", 1, levels.ranks}};
-      if (quantized_weights) {
-        if (!qwz)
-          ctx.error(zero->location(), zero->path(), "zero_quantized_weights needs strategy.qwz (the int8 format)");
-        p.parameter_gather.quantization = qwz.value_or(Quantization{});
-      }
-      if (hpz > 1) {
-        if (levels.ranks % hpz != 0) {
-          ctx.error(zero->location(), zero->path(),
-                    fmt::format("zero_hpz_partition_size {} does not divide the {} ranks", hpz, levels.ranks));
-        } else {
-          p.secondary_ranks = hpz;
-          p.secondary_gather.stages = {Band{"hpz", 1, hpz}};
-        }
-      }
-      if (quantized_gradients) {
-        if (!qgz) {
-          ctx.error(zero->location(), zero->path(), "zero_quantized_gradients needs strategy.qgz (the int4 format)");
-        }
-        p.gradient_reduce.algorithm = StageAlgorithm::kAllToAll;
-        p.gradient_reduce.quantization = qgz.value_or(Quantization{});
-        const int per_node = std::min(levels.gpus_per_node, levels.ranks);
-        p.gradient_reduce.stages = {Band{"node", 1, per_node}};
-        if (per_node < levels.ranks) p.gradient_reduce.stages.push_back(Band{"cluster", per_node, levels.ranks});
-      }
-      dp.partitioning = p;
-    }
-    for (const auto& k : z.take_unread_keys()) ignored.push_back("zero_optimization." + k);
   }
-  for (const auto& k : r.take_unread_keys()) ignored.push_back(k);
-  if (!defaults.empty()) {
-    ctx.warning(node.location(), node.path(),
-                fmt::format("DeepSpeed 0.13.3 defaults applied: {}", fmt::join(defaults, ", ")));
+  if (quantized_gradients) {
+    if (!zc.qgz) {
+      ctx_.error(zero.location(), zero.path(), "zero_quantized_gradients needs strategy.qgz (the int4 format)");
+    }
+    p.gradient_reduce.algorithm = StageAlgorithm::kAllToAll;
+    p.gradient_reduce.quantization = zc.qgz.value_or(Quantization{});
+    const int per_node = std::min(levels.gpus_per_node, levels.ranks);
+    p.gradient_reduce.stages = {Band{"node", 1, per_node}};
+    if (per_node < levels.ranks) p.gradient_reduce.stages.push_back(Band{"cluster", per_node, levels.ranks});
   }
-  if (!ignored.empty()) {
-    ctx.warning(node.location(), node.path(),
-                fmt::format("ds_config keys offsim does not model, ignored: {}", fmt::join(ignored, ", ")));
+  dp.partitioning = p;
+}
+
+void DsConfigReader::warn(MapReader& r) {
+  for (const auto& k : r.take_unread_keys()) ignored_.push_back(k);
+  if (!defaults_.empty()) {
+    ctx_.warning(node_.location(), node_.path(),
+                 fmt::format("DeepSpeed 0.13.3 defaults applied: {}", fmt::join(defaults_, ", ")));
   }
+  if (!ignored_.empty()) {
+    ctx_.warning(node_.location(), node_.path(),
+                 fmt::format("ds_config keys offsim does not model, ignored: {}", fmt::join(ignored_, ", ")));
+  }
+}
+
+}  // namespace
+
+std::optional<DeepSpeedImport> import_deepspeed_config(const Node& node, const std::vector<std::string>& devices,
+                                                       const LevelSizes& levels, std::optional<Quantization> qwz,
+                                                       std::optional<Quantization> qgz, Runtime runtime, int tp) {
+  auto& ctx = node.context();
+  const std::size_t errors_before = ctx.error_count();
+  DeepSpeedImport out;
+  out.strategy.devices = devices;
+  out.strategy.tp = tp;
+  DsConfigReader reader(node, out);
+  MapReader r(node);
+  reader.read_batch_sizes(r, devices.size(), tp);
+  reader.read_precision(r);
+  reader.read_zero(r.child("zero_optimization"), ZeroContext{levels, qwz, qgz, runtime, tp});
+  reader.warn(r);
   if (ctx.error_count() != errors_before) return std::nullopt;
   return out;
 }
