@@ -148,7 +148,7 @@ struct MegatronSpec {
   CollectiveOptions collectives;
   bool all_ranks = false;
   // `simulate_micro_batches: all`: every micro-batch of a long schedule is simulated instead of
-  // the steady-state extrapolation (models/experiment.cpp, steady_state_plan).
+  // the steady-state extrapolation (models/experiment/run.cpp, steady_state_plan).
   bool all_micro_batches = false;
 };
 

@@ -191,7 +191,7 @@ TEST(Megatron, TensorParallelClassesMatchEveryRank) {
 
 TEST(Megatron, SteadyStateExtrapolationEqualsEveryMicroBatch) {
   // Past the warm-up a schedule repeats every pp micro-batches, so with m > 3 pp the iteration is
-  // simulated at pp and 2 pp micro-batches and extrapolated (models/experiment.cpp). Against
+  // simulated at pp and 2 pp micro-batches and extrapolated (models/experiment/run.cpp). Against
   // simulating all m: 1F1B with m not a multiple of pp, and interleaved, both with flow-level
   // collectives crossing two nodes (TP inside a node, ZeRO-1 across replicas).
   struct Case {

@@ -1,0 +1,196 @@
+// load_experiment: an experiment file (with !include, set: and --set) read and checked, and the
+// cache of machines and calibration tables a sweep's points share.
+#include <fmt/format.h>
+
+#include <memory>
+#include <optional>
+
+#include "models/experiment.hpp"
+#include "models/experiment/sections.hpp"
+#include "models/transformer/model_parser.hpp"
+
+namespace offsim::models {
+
+using sim::config::Context;
+using sim::config::MapReader;
+using sim::config::Node;
+
+std::shared_ptr<const ReadCache::Entry> ReadCache::find(const std::string& place,
+                                                        const std::vector<std::string>& overrides) const {
+  const std::lock_guard guard(mutex_);
+  const auto it = entries_.find(place);
+  if (it == entries_.end() || it->second.overrides != overrides) return nullptr;
+  return it->second.entry;
+}
+
+void ReadCache::insert(const std::string& place, std::vector<std::string> overrides, Entry entry) {
+  const std::lock_guard guard(mutex_);
+  entries_.insert_or_assign(place, Held{std::move(overrides), std::make_shared<const Entry>(std::move(entry))});
+}
+
+std::size_t ReadCache::size() const {
+  const std::lock_guard guard(mutex_);
+  return entries_.size();
+}
+
+namespace {
+
+// The value at `node` read by `parse`, through the cache when there is one (ReadCache).
+template <typename Value>
+std::optional<Value> read_through(const Node& node, ReadCache* cache, std::optional<Value> (*parse)(const Node&)) {
+  if (!cache) return parse(node);
+  auto& ctx = node.context();
+  const std::string place = node.file() + '\n' + node.path();
+  std::vector<std::string> overrides = ctx.override_texts_under(node.path());
+  if (const auto hit = cache->find(place, overrides)) {
+    for (const auto& w : hit->warnings) ctx.warning(w.loc, w.key_path, w.message);
+    ctx.note_known_paths(hit->known_paths);
+    ctx.mark_overrides_used_under(node.path());
+    return std::get<Value>(hit->value);
+  }
+  const std::size_t errors = ctx.error_count();
+  const std::size_t warnings = ctx.warnings().size();
+  std::optional<Value> parsed = parse(node);
+  if (parsed && ctx.error_count() == errors && ctx.overrides_used_under(node.path())) {
+    cache->insert(place, std::move(overrides),
+                  {*parsed,
+                   {ctx.warnings().begin() + static_cast<std::ptrdiff_t>(warnings), ctx.warnings().end()},
+                   std::make_shared<const std::vector<std::string>>(ctx.known_paths_under(node.path()))});
+  }
+  return parsed;
+}
+
+}  // namespace
+
+ExperimentSpec load_experiment(const std::filesystem::path& file, const std::vector<std::string>& overrides,
+                               ReadCache* cache) {
+  Context ctx(overrides);
+  const Node root = ctx.load_root(file);
+  ExperimentSpec spec;
+  spec.file = file.string();
+  {
+    MapReader r(root);
+    // `set: [key.path=value, ...]` in the file: overrides like --set (which wins), for example to
+    // take a slice of a large machine: set: ["hardware.nodes=2"].
+    if (auto set = r.child("set")) {
+      std::vector<sim::config::Located<std::string>> entries;
+      for (const auto& item : set->items()) {
+        if (auto v = item.as<std::string>()) entries.push_back({*v, item.location(), true});
+      }
+      ctx.add_file_overrides(entries);
+    }
+    spec.name = r.required<std::string>("name").value;
+    std::optional<topo::NodeTopology> hw;
+    sim::config::Location collectives_loc = root.location();
+    if (auto n = r.required_child("hardware", "a machine description (usually !include ../hardware/x.yaml)")) {
+      hw = read_through<topo::NodeTopology>(*n, cache, topo::parse_machine);
+    }
+    if (auto n = r.required_child("calibration", "a mapping with device and collectives")) {
+      MapReader c(*n);
+      if (auto d = c.required_child("device", "a device cost table")) {
+        if (auto costs = read_through<DeviceCosts>(*d, cache, parse_device_costs)) {
+          spec.device = *costs;
+          if (hw) {
+            for (const auto g : hw->topology.devices_of(topo::DeviceKind::kGpu)) {
+              const auto& dev = hw->topology.device(g);
+              if (dev.device_kind != costs->device_kind) {
+                ctx.error(d->location(), d->child_path("device_kind"),
+                          fmt::format("the table is for '{}' but GPU '{}' of the machine is a '{}'", costs->device_kind,
+                                      dev.name, dev.device_kind));
+                break;
+              }
+            }
+          }
+        }
+      }
+      if (auto host = c.child("host")) {
+        if (auto costs = read_through<MeasuredCosts>(*host, cache, parse_measured_costs)) spec.host = *costs;
+      }
+      if (auto coll = c.child("collectives")) {
+        if (coll->is_scalar()) {
+          // `collectives: roofline`: the machine has no measured collectives; say so explicitly.
+          if (coll->as<std::string>() == "roofline") {
+            spec.collectives.roofline_collectives = true;
+          } else {
+            ctx.error(coll->location(), coll->path(),
+                      "expected a table of measured collectives (!include ../calibration/x.yaml) or \"roofline\"");
+          }
+        } else if (auto costs = read_through<MeasuredCosts>(*coll, cache, parse_measured_costs)) {
+          spec.collectives = *costs;
+        }
+        collectives_loc = coll->location();
+      }
+    }
+    bool needs_model = true;
+    bool strategy_ok = false, model_ok = false, training_ok = false;
+    sim::config::Location grad_accum_at = root.location();
+    TrainingFromStrategy from_strategy;
+    if (auto n = r.required_child("strategy", "a strategy mapping with kind")) {
+      if (auto s = parse_strategy(*n, hw ? &hw->topology : nullptr, &from_strategy)) {
+        spec.strategy = *s;
+        strategy_ok = true;
+        // More than one rank needs the collectives the strategy runs.
+        std::size_t ranks = 0;
+        if (const auto* dp = std::get_if<DataParallelSpec>(&*s)) ranks = dp->devices.size();
+        if (const auto* mg = std::get_if<MegatronSpec>(&*s)) ranks = mg->devices.size();
+        if (const auto* c = std::get_if<CollectiveSpec>(&*s)) {
+          ranks = c->devices.size();
+          needs_model = false;
+        }
+        for (const char* needed : {"reduce_scatter", "all_gather"}) {
+          if (ranks > 1 && !spec.collectives.roofline_collectives && !spec.collectives.collectives.contains(needed)) {
+            ctx.error(collectives_loc, "calibration.collectives",
+                      fmt::format("no {} fits (the strategy over {} ranks needs them)", needed, ranks));
+          }
+        }
+      }
+      if (from_strategy.collective) needs_model = false;
+    }
+    // A collective benchmark has no model; training a model needs one.
+    if (needs_model) {
+      if (auto n = r.required_child("model", "a model (usually !include ../models/x.yaml)")) {
+        if (auto m = parse_model(*n)) {
+          spec.model = *m;
+          model_ok = true;
+        }
+      }
+      if (auto n = r.required_child("training", "a mapping with micro_batch, grad_accum, ...")) {
+        if (auto t = parse_training(*n, &grad_accum_at)) {
+          spec.training = *t;
+          training_ok = true;
+        }
+      }
+      // A DeepSpeed config's batch settings win over the training section, with a warning when
+      // they differ: the config is what DeepSpeed would run.
+      const auto adopt = [&](const std::optional<std::int64_t>& v, std::int64_t& field, const char* what) {
+        if (!v) return;
+        if (*v < 1 || *v > kMaxBatch) {
+          ctx.error(from_strategy.at, "strategy.config",
+                    fmt::format("{} must be from 1 to {} (offsim's limit), got {}", what, kMaxBatch, *v));
+          return;
+        }
+        if (*v != field) {
+          ctx.warning(from_strategy.at, "strategy.config",
+                      fmt::format("{} {} from the DeepSpeed config replaces training's {}", what, *v, field));
+        }
+        field = *v;
+      };
+      adopt(from_strategy.micro_batch, spec.training.micro_batch, "train_micro_batch_size_per_gpu");
+      adopt(from_strategy.grad_accum, spec.training.grad_accum, "gradient_accumulation_steps");
+      if (auto* dp = std::get_if<DataParallelSpec>(&spec.strategy); dp && from_strategy.deepspeed) {
+        resolve_deepspeed_auto(*from_strategy.deepspeed, spec.model.hidden, *dp);
+      }
+      if (strategy_ok && model_ok && training_ok) {
+        check_against_model(ctx, spec.strategy, spec.model, spec.training, from_strategy, grad_accum_at);
+      }
+    }
+    if (auto c = r.child("cost")) spec.cost = parse_cost(*c);
+    if (hw) spec.hardware = std::move(*hw);
+  }
+  ctx.finish();
+  spec.effective = ctx.effective();
+  spec.warnings = ctx.warnings();
+  return spec;
+}
+
+}  // namespace offsim::models

@@ -1,0 +1,260 @@
+// run_experiment: one simulated iteration of an experiment (a long pipeline schedule through its
+// steady state), its task graph, its headline figures and what it costs.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <optional>
+
+#include "models/experiment.hpp"
+#include "sim/report/timeline.hpp"
+
+namespace offsim::models {
+
+using sim::config::Context;
+using sim::config::MapReader;
+using sim::config::Node;
+
+namespace {
+
+IterationInputs inputs_of(const ExperimentSpec& spec, const CostModel& costs) {
+  return IterationInputs{spec.model, spec.training, spec.hardware.topology, costs, spec.collectives, spec.host};
+}
+
+}  // namespace
+
+std::string dump_task_graph(const ExperimentSpec& spec, bool dot) {
+  const CostModel costs(spec.device);
+  const BuiltIteration built = build_iteration(inputs_of(spec, costs), spec.strategy);
+  return dot ? built.graph.to_dot(built.machine.platform) : built.graph.to_text(built.machine.platform);
+}
+
+namespace {
+
+// Links: per class, total bytes and the busiest link.
+std::vector<LinkClassSummary> summarise_links(const std::vector<LinkStat>& stats) {
+  std::vector<LinkClassSummary> links;
+  for (const auto& c : stats) {
+    auto it = std::find_if(links.begin(), links.end(), [&](const auto& l) { return l.link_class == c.link_class; });
+    if (it == links.end()) {
+      links.push_back({c.link_class, 0.0, sim::TimePs{0}, c.name, 0.0});
+      it = links.end() - 1;
+    }
+    it->bytes += c.bytes;
+    if (c.busy > it->busiest_link_busy) {
+      it->busiest_link_busy = c.busy;
+      it->busiest_link = c.name;
+      it->peak_bytes_per_s = c.peak_bytes_per_s;
+    }
+  }
+  return links;
+}
+
+// One simulated iteration of the experiment as it is.
+ExperimentResult simulate_iteration(const ExperimentSpec& spec, const RunExperimentOptions& options) {
+  const CostModel costs(spec.device);
+  const BuiltIteration built = build_iteration(inputs_of(spec, costs), spec.strategy);
+  const sim::RunResult run =
+      sim::execute(built.machine.platform, built.graph, sim::ExecOptions{options.outputs_over_time});
+
+  ExperimentResult r;
+  r.iteration_time = run.makespan;
+  r.ranks = built.devices.size();
+  r.simulated_ranks = static_cast<std::size_t>(built.simulated_ranks);
+  r.model_states_per_device = built.model_states_per_device;
+  {
+    std::vector<int> nodes;
+    for (const auto d : built.devices) nodes.push_back(spec.hardware.topology.device(d).node);
+    std::sort(nodes.begin(), nodes.end());
+    r.nodes = static_cast<std::size_t>(std::unique(nodes.begin(), nodes.end()) - nodes.begin());
+  }
+  r.tasks = built.graph.size();
+  r.events = run.events_processed;
+  r.approximations = built.approximations;
+  if (spec.model.moe()) {
+    r.approximations.push_back(fmt::format(
+        "mixture of experts: the router spreads tokens evenly over the {} experts ({} per token), run one after "
+        "another as eager PyTorch does; real routing is uneven and the busiest expert sets the pace, so this is a "
+        "lower bound on the MLP time",
+        spec.model.experts, spec.model.experts_per_token));
+  }
+  if (options.outputs_over_time) {
+    r.timeline_csv = sim::report::timeline_csv(run);
+    r.trace_json = sim::report::chrome_trace(built.machine.platform, built.graph, run);
+  }
+
+  for (const auto& span : built.spans) {
+    const auto& first = run.tasks[span.first.index];
+    const sim::TimePs begin = span.from_end ? first.end : first.start;
+    const sim::TimePs length = run.tasks[span.last.index].end - begin;
+    r.rank0_phases.push_back({span.phase, begin, run.tasks[span.last.index].end});
+    auto it = std::find_if(r.phases.begin(), r.phases.end(), [&](const PhaseTime& p) { return p.phase == span.phase; });
+    if (it == r.phases.end()) {
+      r.phases.push_back({span.phase, length});
+    } else {
+      it->time += length;
+    }
+  }
+
+  // Rank 0's GPU: its compute tasks, its memory, its host links.
+  const std::size_t device0 = built.devices.front();
+  const std::uint32_t unit0 = *built.machine.unit_of_device[device0];
+  for (const auto& t : built.graph.tasks()) {
+    if (const auto* c = std::get_if<sim::ComputeTask>(&t.body); c && c->unit == unit0) {
+      r.rank0_compute.push_back({built.graph.phase(t), run.tasks[t.id.index].start, run.tasks[t.id.index].end});
+    }
+  }
+  r.rank0_memory = run.pools[*built.machine.pool_of_device[device0]].timeline;
+  const std::string& gpu0 = spec.hardware.topology.device(device0).name;
+  for (const auto& c : run.constraints) {
+    if (c.link_class != "cpu-gpu") continue;
+    if (c.name.ends_with("->" + gpu0)) {
+      r.rank0_h2d = c.stats.timeline;
+      r.rank0_h2d_capacity = c.capacity.bytes_per_s;
+    } else if (c.name.starts_with(gpu0 + "->")) {
+      r.rank0_d2h = c.stats.timeline;
+      r.rank0_d2h_capacity = c.capacity.bytes_per_s;
+    }
+  }
+
+  const double seconds = run.makespan.seconds();
+  if (seconds > 0.0) {
+    r.model_tflops_per_device = built.model_flops_per_device.count / seconds / 1e12;
+    r.tflops_per_device = built.hardware_flops_per_device.count / seconds / 1e12;
+    r.tokens_per_s = built.tokens_per_iteration / seconds;
+    r.mfu = built.model_flops_per_device.count / seconds / spec.device.peak_matrix_bf16.flops_per_s;
+  }
+
+  // Memory: per pool kind, the fullest pool; any overflow makes the configuration infeasible.
+  for (const auto& pool : run.pools) {
+    auto it = std::find_if(r.memory.begin(), r.memory.end(), [&](const auto& m) { return m.kind == pool.kind; });
+    if (it == r.memory.end()) {
+      r.memory.push_back({pool.kind, pool.name, pool.peak, pool.capacity});
+    } else if (pool.peak > it->peak) {
+      *it = {pool.kind, pool.name, pool.peak, pool.capacity};
+    }
+    if (pool.overflow) {
+      std::vector<std::string> tenants;
+      for (const auto& t : pool.overflow->top_tenants)
+        tenants.push_back(fmt::format("{} {}", t.tenant, sim::format_bytes(t.bytes)));
+      r.feasible = false;
+      r.infeasible_reasons.push_back(
+          fmt::format("{} needs {} of {} (over by {}) at t={}: {}", pool.name, sim::format_bytes(pool.overflow->used),
+                      sim::format_bytes(pool.capacity), sim::format_bytes(pool.overflow->excess),
+                      sim::format_time(pool.overflow->time), fmt::join(tenants, ", ")));
+    }
+  }
+  for (const auto& c : run.constraints) {
+    r.link_stats.push_back({c.name, c.link_class, c.stats.bytes_carried, c.stats.busy_time, c.stats.peak_bytes_per_s});
+  }
+  r.links = summarise_links(r.link_stats);
+  return r;
+}
+
+// Megatron's pipeline schedules repeat: past the warm-up, every further pp micro-batches run the
+// same operations on every stage, with the same transfers, so the iteration time, every phase time
+// and every link's bytes and busy time are affine in the number of micro-batches m. A long schedule
+// is therefore simulated at m1 = pp and m2 = 2 pp micro-batches (multiples of pp, as the
+// interleaved schedule requires) and extrapolated to m: x(m) = x(m2) + (m - m2) / (m2 - m1) x
+// (x(m2) - x(m1)). tests/unit/megatron_test.cpp checks the extrapolation against full
+// simulations of both schedules (equal to 1e-9). Only when m > m1 + m2, where it saves work.
+// (The warm-up and cool-down of 1F1B and interleaved schedules span fewer than pp micro-batches
+// of each stage, so from m = pp on every further one adds the same steady-state period.)
+struct SteadyState {
+  std::int64_t m1 = 0, m2 = 0, m = 0;
+};
+std::optional<SteadyState> steady_state_plan(const ExperimentSpec& spec) {
+  const auto* mg = std::get_if<MegatronSpec>(&spec.strategy);
+  if (mg == nullptr || mg->all_micro_batches) return std::nullopt;
+  const std::int64_t period = std::max(1, mg->pp);
+  const std::int64_t m = spec.training.grad_accum;
+  if (m <= 3 * period) return std::nullopt;
+  return SteadyState{period, 2 * period, m};
+}
+
+ExperimentResult extrapolate_steady_state(const SteadyState& plan, const ExperimentResult& r1, ExperimentResult r2) {
+  const double a = static_cast<double>(plan.m - plan.m2) / static_cast<double>(plan.m2 - plan.m1);
+  const auto time = [a](sim::TimePs x1, sim::TimePs x2) {
+    return sim::TimePs{x2.ps + static_cast<std::int64_t>(std::llround(a * static_cast<double>(x2.ps - x1.ps)))};
+  };
+  ExperimentResult r = std::move(r2);
+  const sim::TimePs simulated = r.iteration_time;
+  r.iteration_time = time(r1.iteration_time, r.iteration_time);
+  for (auto& phase : r.phases) {
+    const auto it =
+        std::find_if(r1.phases.begin(), r1.phases.end(), [&](const auto& p) { return p.phase == phase.phase; });
+    phase.time = time(it == r1.phases.end() ? sim::TimePs{0} : it->time, phase.time);
+  }
+  for (std::size_t i = 0; i < r.link_stats.size() && i < r1.link_stats.size(); ++i) {
+    auto& l = r.link_stats[i];
+    l.bytes += a * (l.bytes - r1.link_stats[i].bytes);
+    l.busy = time(r1.link_stats[i].busy, l.busy);
+  }
+  r.links = summarise_links(r.link_stats);
+  // The work per device grows with m like the micro-batches do; the rates follow from the time.
+  const double work = static_cast<double>(plan.m) / static_cast<double>(plan.m2);
+  const double rate = r.iteration_time.ps > 0
+                          ? work * static_cast<double>(simulated.ps) / static_cast<double>(r.iteration_time.ps)
+                          : 0.0;
+  r.model_tflops_per_device *= rate;
+  r.tflops_per_device *= rate;
+  r.tokens_per_s *= rate;
+  r.mfu *= rate;
+  r.tasks += r1.tasks;
+  r.events += r1.events;
+  r.approximations.push_back(fmt::format(
+      "pipeline steady state: {} micro-batches extrapolated from simulations of {} and {} (the schedule repeats "
+      "every pp micro-batches, so times and link traffic are affine in their number; memory peaks, rank 0's "
+      "timeline and the trace are those of the {}-micro-batch run); run with --all-micro-batches to simulate "
+      "every one",
+      plan.m, plan.m1, plan.m2, plan.m2));
+  return r;
+}
+
+}  // namespace
+
+ExperimentResult run_experiment(const ExperimentSpec& spec, const RunExperimentOptions& options) {
+  const auto plan = steady_state_plan(spec);
+  if (!plan) return simulate_iteration(spec, options);
+  ExperimentSpec shorter = spec;
+  shorter.training.grad_accum = plan->m1;
+  const ExperimentResult r1 = simulate_iteration(shorter, {});
+  shorter.training.grad_accum = plan->m2;
+  return extrapolate_steady_state(*plan, r1, simulate_iteration(shorter, options));
+}
+
+double ExperimentResult::phase_seconds(std::string_view phase) const {
+  for (const auto& p : phases) {
+    if (p.phase == phase) return p.time.seconds();
+  }
+  return 0.0;
+}
+
+std::int64_t ExperimentResult::peak_bytes(std::string_view kind) const {
+  for (const auto& m : memory) {
+    if (m.kind == kind) return m.peak.count;
+  }
+  return 0;
+}
+
+CostFigures cost_figures(const CostSpec& c, const ExperimentResult& r) {
+  CostFigures f;
+  const double seconds = r.iteration_time.seconds();
+  const double nodes = static_cast<double>(r.nodes);
+  f.node_hours_per_iteration = nodes * seconds / 3600.0;
+  const double tokens = r.tokens_per_s * seconds;
+  const double per_million = tokens > 0.0 ? 1e6 / tokens : 0.0;
+  if (c.power_per_node_w) f.energy_kwh_per_iteration = *c.power_per_node_w * nodes * seconds / 3.6e6;
+  if (c.price_per_node_hour) f.price_per_iteration = *c.price_per_node_hour * f.node_hours_per_iteration;
+  if (f.energy_kwh_per_iteration) f.energy_kwh_per_million_tokens = *f.energy_kwh_per_iteration * per_million;
+  if (f.price_per_iteration) f.price_per_million_tokens = *f.price_per_iteration * per_million;
+  if (c.token_budget && tokens > 0.0) {
+    const double iterations = *c.token_budget / tokens;
+    f.time_to_train_s = iterations * seconds;
+    f.node_hours_to_train = iterations * f.node_hours_per_iteration;
+    if (f.energy_kwh_per_iteration) f.energy_kwh_to_train = iterations * *f.energy_kwh_per_iteration;
+    if (f.price_per_iteration) f.price_to_train = iterations * *f.price_per_iteration;
+  }
+  return f;
+}
+
+}  // namespace offsim::models

@@ -1,0 +1,648 @@
+// The strategy, training and cost sections of an experiment, and the checks across them
+// (sections.hpp).
+#include "models/experiment/sections.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <unordered_set>
+
+#include "models/strategies/partitioning_parser.hpp"
+
+namespace offsim::models {
+
+using sim::config::Context;
+using sim::config::MapReader;
+using sim::config::Node;
+
+namespace {
+
+// The most ranks a strategy may ask for (tp x pp x dp): 14 x Frontier's 75,264 GCDs. A larger
+// product is refused before it overflows (docs/fuzzing.md).
+constexpr std::int64_t kMaxRanks = std::int64_t{1} << 20;
+
+// The product of a strategy's parallel degrees (`what`: "tp x dp = 2 x 4"), or 0 with an error at
+// `loc` when it exceeds kMaxRanks.
+int checked_ranks(Context& ctx, const sim::config::Location& loc, const std::string& path,
+                  std::initializer_list<int> factors, const std::string& what) {
+  std::int64_t ranks = 1;
+  for (const int f : factors) {
+    ranks *= f;  // |ranks| <= 2^20 before, |f| < 2^31: no overflow
+    if (ranks > kMaxRanks || ranks < -kMaxRanks) {
+      ctx.error(loc, path, fmt::format("{}: more ranks than offsim simulates ({})", what, kMaxRanks));
+      return 0;
+    }
+  }
+  return static_cast<int>(ranks);
+}
+
+}  // namespace
+
+std::optional<TrainingSpec> parse_training(const Node& node, sim::config::Location* grad_accum_at) {
+  auto& ctx = node.context();
+  const std::size_t errors_before = ctx.error_count();
+  MapReader r(node);
+  TrainingSpec t;
+  const auto mb = r.required<std::int64_t>("micro_batch");
+  const auto ga = r.required<std::int64_t>("grad_accum");
+  if (mb.valid && mb.value < 1) ctx.error(mb.loc, node.child_path("micro_batch"), "expected a positive integer");
+  if (ga.valid && ga.value < 1) ctx.error(ga.loc, node.child_path("grad_accum"), "expected a positive integer");
+  for (const auto& [v, key] : {std::pair{mb, "micro_batch"}, std::pair{ga, "grad_accum"}}) {
+    if (v.valid && v.value > kMaxBatch) {
+      ctx.error(v.loc, node.child_path(key),
+                fmt::format("expected at most {} (offsim's limit), got {}", kMaxBatch, v.value));
+    }
+  }
+  t.micro_batch = mb.value;
+  t.grad_accum = ga.value;
+  if (grad_accum_at) *grad_accum_at = ga.loc;
+  (void)r.choice("precision", {"bf16"});
+  const std::string recompute = r.choice("recompute", {"none", "selective", "full"}).value;
+  t.recompute = recompute == "full"        ? Recompute::kFull
+                : recompute == "selective" ? Recompute::kSelective
+                                           : Recompute::kNone;
+  t.flash_attention = r.required<bool>("flash_attention").value;
+  if (ctx.error_count() != errors_before) return std::nullopt;
+  return t;
+}
+
+namespace {
+
+// The ranks' devices: `devices` (explicit), or `devices_per_node`, the same local order on every
+// node of the machine (named n<k>.<device> when it has several nodes), nodes in order. nullopt
+// when neither key is given (an error too when `required`).
+std::optional<std::vector<std::string>> parse_devices(MapReader& r, const Node& node, const topo::Topology* topology,
+                                                      bool required) {
+  auto& ctx = node.context();
+  std::vector<std::string> out;
+  std::unordered_set<std::size_t> listed;  // device indices: the duplicate check stays linear
+  constexpr std::size_t kGpusNamed = 8;    // how many GPU names an error lists
+  // Whether `name` is a GPU of the machine not listed before; reports the first problem at `item`.
+  const auto check = [&](const Node& item, const std::string& name) {
+    if (!topology) return true;
+    const auto d = topology->find_device(name);
+    if (!d || topology->device(*d).kind != topo::DeviceKind::kGpu) {
+      std::vector<std::string> names;
+      for (const auto g : topology->devices_of(topo::DeviceKind::kGpu)) {
+        if (names.size() == kGpusNamed) {
+          names.push_back("...");
+          break;
+        }
+        names.push_back(topology->device(g).name);
+      }
+      ctx.error(item.location(), item.path(),
+                fmt::format("expected a GPU of the machine ({}), got \"{}\"", fmt::join(names, ", "), name));
+      return false;
+    }
+    if (!listed.insert(*d).second) {
+      ctx.error(item.location(), item.path(), fmt::format("device \"{}\" is listed twice", name));
+      return false;
+    }
+    return true;
+  };
+  if (auto list = r.child("devices")) {
+    for (const auto& item : list->items()) {
+      if (auto name = item.as<std::string>()) {
+        check(item, *name);
+        out.push_back(*name);
+      }
+    }
+    return out;
+  }
+  auto local = required ? r.required_child("devices_per_node", "a list of a node's GPUs (or give devices)")
+                        : r.child("devices_per_node");
+  if (!local) return std::nullopt;
+  int nodes = 1;
+  if (topology) {
+    for (const auto& d : topology->devices()) nodes = std::max(nodes, d.node + 1);
+  }
+  // Each entry is checked once per node, and a bad entry is reported once (on the first node
+  // where it fails), not once per node.
+  const std::vector<Node> items = local->items();
+  if (topology) {
+    // A longer list repeats a GPU on every node: refused before nodes x entries names are made.
+    std::size_t node_gpus = 0;
+    for (const auto g : topology->devices_of(topo::DeviceKind::kGpu)) {
+      if (topology->device(g).node == 0) ++node_gpus;
+    }
+    if (items.size() > node_gpus) {
+      ctx.error(local->location(), local->path(),
+                fmt::format("{} entries, but a node of the machine has {} GPUs", items.size(), node_gpus));
+      return std::nullopt;
+    }
+  }
+  std::vector<std::optional<std::string>> names;  // read once: a non-string entry is one error
+  for (const auto& item : items) names.push_back(item.as<std::string>());
+  std::vector<bool> reported(items.size(), false);
+  for (int n = 0; n < nodes; ++n) {
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      const auto& name = names[i];
+      if (!name) continue;
+      const std::string full = nodes > 1 ? fmt::format("n{}.{}", n, *name) : *name;
+      if (!reported[i]) {
+        const std::size_t errors = ctx.error_count();
+        check(items[i], full);
+        reported[i] = ctx.error_count() != errors;
+      } else if (topology) {
+        if (const auto d = topology->find_device(full)) listed.insert(*d);
+      }
+      out.push_back(full);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+// `cost:` {currency, price_per_node_hour: {value, source}, power_per_node: {watts, source},
+// token_budget}: every number with its source, as everywhere else.
+std::optional<CostSpec> parse_cost(const Node& node) {
+  auto& ctx = node.context();
+  const std::size_t errors_before = ctx.error_count();
+  MapReader r(node);
+  CostSpec c;
+  const auto positive = [&](const sim::config::Located<double>& v, const std::string& path) {
+    if (v.valid && !(v.value > 0.0)) ctx.error(v.loc, path, fmt::format("expected a positive number, got {}", v.value));
+  };
+  if (auto price = r.child("price_per_node_hour")) {
+    MapReader p(*price);
+    const auto value = p.required<double>("value");
+    positive(value, price->child_path("value"));
+    (void)p.required<std::string>("source");
+    c.price_per_node_hour = value.value;
+    c.currency = r.required<std::string>("currency").value;
+  }
+  if (auto power = r.child("power_per_node")) {
+    MapReader p(*power);
+    const auto watts = p.required<double>("watts");
+    positive(watts, power->child_path("watts"));
+    (void)p.required<std::string>("source");
+    c.power_per_node_w = watts.value;
+  }
+  if (r.has("token_budget")) {
+    const auto budget = r.required<double>("token_budget");
+    positive(budget, node.child_path("token_budget"));
+    c.token_budget = budget.value;
+  }
+  if (ctx.error_count() != errors_before) return std::nullopt;
+  return c;
+}
+
+// What a strategy asks of the model's shape: tensor parallelism splits heads and MLP widths,
+// pipelines split layers, expert parallelism splits experts. Checked once both are read, so that
+// each mismatch is located at the strategy's key (the strategy builders assume them).
+void check_against_model(Context& ctx, const StrategySpec& strategy, const ModelSpec& m, const TrainingSpec& training,
+                         const TrainingFromStrategy& at, const sim::config::Location& grad_accum_at) {
+  const auto tensor_parallel = [&](int tp) {
+    if (tp <= 1) return;
+    if (const auto uneven = widths_not_dividing(m, tp); !uneven.empty()) {
+      ctx.error(at.tp_at, "strategy.tp",
+                fmt::format("the model does not split over tp = {} ranks: {} must divide by it", tp,
+                            fmt::join(uneven, ", ")));
+    }
+  };
+  if (const auto* dp = std::get_if<DataParallelSpec>(&strategy)) {
+    tensor_parallel(dp->tp);
+    if (dp->ep > 1 && (!m.moe() || m.experts % dp->ep != 0)) {
+      ctx.error(at.ep_at, "strategy.ep",
+                m.moe() ? fmt::format("the model's {} experts do not divide by ep = {}", m.experts, dp->ep)
+                        : fmt::format("expert parallelism (ep = {}) needs a mixture-of-experts model; {} is dense",
+                                      dp->ep, m.name));
+    }
+  }
+  if (const auto* mg = std::get_if<MegatronSpec>(&strategy)) {
+    tensor_parallel(mg->tp);
+    const std::int64_t chunks = std::int64_t{mg->pp} * std::max(1, mg->virtual_stages);
+    if (chunks > 0 && m.layers % chunks != 0) {
+      ctx.error(at.pp_at, "strategy.pp",
+                mg->virtual_stages > 1
+                    ? fmt::format("{} layers do not split into pp x virtual_stages = {} x {} = {} equal chunks",
+                                  m.layers, mg->pp, mg->virtual_stages, chunks)
+                    : fmt::format("{} layers do not split into pp = {} equal stages", m.layers, mg->pp));
+    }
+    if (mg->virtual_stages > 1 && mg->pp > 0 && training.grad_accum % mg->pp != 0) {
+      ctx.error(grad_accum_at, "training.grad_accum",
+                fmt::format("the interleaved schedule needs micro-batches divisible by pp ({}), got {}", mg->pp,
+                            training.grad_accum));
+    }
+  }
+}
+
+namespace {
+
+// Optimizer offload moves states to the CPU nearest each rank in its node (nearest_cpu, as the
+// data-parallel builder picks it), whose memory must have a capacity and a
+// bandwidth shared by transfers, and with NVMe to an NVMe device of the node with a capacity.
+// Reports the first rank whose node lacks one, at `at` (offload_optimizer.device).
+void check_offload_hosts(Context& ctx, const topo::Topology& t, const DataParallelSpec& dp,
+                         const sim::config::Location& at) {
+  const std::string path = "strategy.offload_optimizer.device";
+  for (const auto& name : dp.devices) {
+    const auto gpu = t.find_device(name);
+    if (!gpu) continue;  // reported with the devices
+    const int node = t.device(*gpu).node;
+    std::optional<std::size_t> cpu;
+    try {
+      cpu = nearest_cpu(t, *gpu);
+    } catch (const topo::TopologyError& e) {  // the builder would stop there too
+      ctx.error(at, path, e.what());
+      return;
+    }
+    if (!cpu) {
+      ctx.error(at, path, fmt::format("'{}' has no CPU in its node to offload to", name));
+      return;
+    }
+    const auto& memory = t.device(*cpu).memory;
+    if (!memory || !memory->bandwidth) {
+      ctx.error(at, path,
+                fmt::format("offload needs the memory of '{}' (the CPU of '{}') with a capacity and a bandwidth "
+                            "shared by transfers (memory: {{..., shared_by_transfers: true}})",
+                            t.device(*cpu).name, name));
+      return;
+    }
+    if (dp.offload->nvme) {
+      bool found = false;
+      for (const auto d : t.devices_of(topo::DeviceKind::kNvme)) {
+        if (t.device(d).node == node && t.device(d).memory) found = true;
+      }
+      if (!found) {
+        ctx.error(at, path, fmt::format("the node of '{}' has no NVMe device with a memory capacity", name));
+        return;
+      }
+    }
+  }
+}
+
+// kind: collective, one collective over the listed ranks.
+std::optional<StrategySpec> read_collective(const Node& node, MapReader& r, const topo::Topology* topology,
+                                            TrainingFromStrategy* training, LevelSizes levels,
+                                            std::size_t errors_before) {
+  auto& ctx = node.context();
+  if (training) training->collective = true;
+  CollectiveSpec c;
+  const std::string op = r.choice("operation", {"all_gather", "reduce_scatter", "all_reduce"}).value;
+  c.operation = op == "reduce_scatter" ? CollectiveKind::kReduceScatter
+                : op == "all_reduce"   ? CollectiveKind::kAllReduce
+                                       : CollectiveKind::kAllGather;
+  c.bytes = r.required<sim::Bytes>("bytes").value;
+  c.devices = parse_devices(r, node, topology, true).value_or(std::vector<std::string>{});
+  if (c.devices.size() < 2 && ctx.error_count() == errors_before) {
+    ctx.error(node.location(), node.child_path("devices"), "a collective needs at least two ranks");
+  }
+  levels.ranks = static_cast<int>(c.devices.size());
+  if (levels.ranks > 0) {
+    if (auto plan = parse_collective_plan(r, node, levels, c.operation == CollectiveKind::kAllReduce)) c.plan = *plan;
+  }
+  c.options = parse_collective_options(r);
+  c.all_ranks = parse_all_ranks(r);
+  if (ctx.error_count() != errors_before) return std::nullopt;
+  return StrategySpec{c};
+}
+
+// kind: deepspeed, a ds_config mapped onto data_parallel (deepspeed_config.hpp).
+std::optional<StrategySpec> read_deepspeed(const Node& node, MapReader& r, const topo::Topology* topology,
+                                           TrainingFromStrategy* training, LevelSizes levels,
+                                           std::size_t errors_before) {
+  auto& ctx = node.context();
+  const auto runtime = r.choice("runtime", {"deepspeed-0.13", "deepspeed-0.16"});
+  std::optional<Quantization> qwz, qgz;
+  if (auto q = r.child("qwz")) qwz = parse_quantization_format(*q);
+  if (auto q = r.child("qgz")) qgz = parse_quantization_format(*q);
+  const auto degree = r.required<int>("dp");
+  if (degree.valid && degree.value < 1) {
+    ctx.error(degree.loc, node.child_path("dp"), fmt::format("expected >= 1, got {}", degree.value));
+  }
+  // Megatron-DeepSpeed's --tensor-model-parallel-size: dp replicas of tp ranks each.
+  const auto tp = r.optional<int>("tp", 1);
+  if (tp.valid && tp.value < 1)
+    ctx.error(tp.loc, node.child_path("tp"), fmt::format("expected >= 1, got {}", tp.value));
+  const int tp_size = std::max(1, tp.value);
+  const sim::config::Location tp_at = tp.loc;
+  const int rank_count = degree.valid && degree.value >= 1
+                             ? checked_ranks(ctx, degree.loc, node.child_path("dp"), {degree.value, tp_size},
+                                             fmt::format("tp x dp = {} x {}", tp_size, degree.value))
+                             : 0;
+  std::vector<std::string> devices;
+  if (auto d = parse_devices(r, node, topology, false)) {
+    devices = std::move(*d);
+  } else if (topology && degree.valid && degree.value >= 1) {
+    const auto gpus = topology->devices_of(topo::DeviceKind::kGpu);
+    for (int i = 0; i < rank_count && static_cast<std::size_t>(i) < gpus.size(); ++i) {
+      devices.push_back(topology->device(gpus[i]).name);
+    }
+  }
+  if (degree.valid && degree.value >= 1 && static_cast<int>(devices.size()) != rank_count) {
+    ctx.error(degree.loc, node.child_path("dp"),
+              tp_size == 1
+                  ? fmt::format("dp is {} but {} devices are listed or available", degree.value, devices.size())
+                  : fmt::format("tp x dp = {} x {} = {} ranks but {} devices are listed or available", tp_size,
+                                degree.value, rank_count, devices.size()));
+  }
+  levels.ranks = static_cast<int>(devices.size());
+  auto config = r.required_child("config", "a DeepSpeed ds_config (usually !include ../strategies/ds/x.json)");
+  const auto collectives = parse_collective_options(r);
+  const bool all_ranks = parse_all_ranks(r);
+  if (levels.ranks < 1 && ctx.error_count() == errors_before) {
+    ctx.error(node.location(), node.child_path("devices"), "expected at least one device");
+  }
+  if (!config || levels.ranks < 1) return std::nullopt;
+  auto imported = import_deepspeed_config(
+      *config, devices, levels, qwz, qgz,
+      runtime.value == "deepspeed-0.16" ? Runtime::kDeepSpeed016 : Runtime::kDeepSpeed013, tp_size);
+  if (!imported || ctx.error_count() != errors_before) return std::nullopt;
+  imported->strategy.collectives = collectives;
+  imported->strategy.all_ranks = all_ranks;
+  if (training) {
+    training->micro_batch = imported->micro_batch;
+    training->grad_accum = imported->grad_accum;
+    training->at = config->location();
+    training->deepspeed = *imported;
+    training->tp_at = tp_at;
+  }
+  return StrategySpec{imported->strategy};
+}
+
+// kind: megatron, 3D parallelism.
+std::optional<StrategySpec> read_megatron(const Node& node, MapReader& r, const topo::Topology* topology,
+                                          TrainingFromStrategy* training, LevelSizes /*levels*/,
+                                          std::size_t errors_before) {
+  auto& ctx = node.context();
+  MegatronSpec mg;
+  const auto positive = [&](const char* key, sim::config::Location* at) {
+    const auto v = r.required<int>(key);
+    if (v.valid && v.value < 1) ctx.error(v.loc, node.child_path(key), fmt::format("expected >= 1, got {}", v.value));
+    if (at) *at = v.loc;
+    return v.value;
+  };
+  mg.tp = positive("tp", training ? &training->tp_at : nullptr);
+  mg.pp = positive("pp", training ? &training->pp_at : nullptr);
+  mg.dp = positive("dp", nullptr);
+  const auto schedule = r.choice("schedule", {"1f1b", "interleaved"});
+  if (schedule.valid && schedule.value == "interleaved") {
+    const auto v = r.required<int>("virtual_stages");
+    if (v.valid && v.value < 2) {
+      ctx.error(v.loc, node.child_path("virtual_stages"),
+                fmt::format("expected >= 2 for interleaved, got {}", v.value));
+    }
+    mg.virtual_stages = v.value;
+  } else if (auto v = r.child("virtual_stages")) {
+    // Left from an interleaved configuration (--set strategy.schedule=1f1b): named, not an error.
+    ctx.warning(v->location(), v->path(), "ignored: the 1f1b schedule has one stage per rank");
+  }
+  mg.sequence_parallel = r.required<bool>("sequence_parallel").value;
+  const auto zero = r.required<int>("zero_stage");
+  if (zero.valid && zero.value != 0 && zero.value != 1) {
+    ctx.error(zero.loc, node.child_path("zero_stage"),
+              fmt::format("expected 0 or 1 (Megatron's distributed optimizer) with pipelines, got {}", zero.value));
+  }
+  mg.zero_stage = zero.value;
+  mg.collectives = parse_collective_options(r);
+  mg.all_ranks = parse_all_ranks(r);
+  mg.all_micro_batches = r.choice("simulate_micro_batches", {"steady_state", "all"}, "steady_state").value == "all";
+  const auto ranks = static_cast<std::size_t>(
+      checked_ranks(ctx, node.location(), node.path(), {std::max(1, mg.tp), std::max(1, mg.pp), std::max(1, mg.dp)},
+                    fmt::format("tp x pp x dp = {} x {} x {}", mg.tp, mg.pp, mg.dp)));
+  if (auto devices = parse_devices(r, node, topology, false)) {
+    mg.devices = std::move(*devices);
+    if (mg.devices.size() != ranks && ctx.error_count() == errors_before) {
+      ctx.error(node.location(), node.child_path("devices"),
+                fmt::format("tp x pp x dp = {} ranks but the devices list {}", ranks, mg.devices.size()));
+    }
+  } else if (topology) {
+    const auto gpus = topology->devices_of(topo::DeviceKind::kGpu);
+    if (ranks > gpus.size()) {
+      ctx.error(node.location(), node.path(),
+                fmt::format("tp x pp x dp = {} ranks but the machine has {} GPUs", ranks, gpus.size()));
+    } else {
+      for (std::size_t i = 0; i < ranks; ++i) mg.devices.push_back(topology->device(gpus[i]).name);
+    }
+  }
+  if (ctx.error_count() != errors_before) return std::nullopt;
+  return StrategySpec{mg};
+}
+
+// data_parallel's offload_optimizer and offload_param; returns where the offload device is given
+// (the location of the checks that need the machine).
+sim::config::Location read_offload(const Node& node, MapReader& r, const sim::config::Located<int>& stage,
+                                   DataParallelSpec& dp) {
+  auto& ctx = node.context();
+  sim::config::Location offload_at = node.location();
+  if (auto off = r.child("offload_optimizer")) {
+    MapReader o(*off);
+    const auto device = o.choice("device", {"cpu", "nvme", "none"});
+    offload_at = device.loc;
+    OptimizerOffload offload;
+    offload.pin_memory = o.required<bool>("pin_memory").value;
+    const auto ratio = o.optional<double>("ratio", 1.0);
+    if (ratio.valid && !(ratio.value > 0.0 && ratio.value <= 1.0)) {
+      ctx.error(ratio.loc, off->child_path("ratio"), fmt::format("expected a fraction in (0, 1], got {}", ratio.value));
+    }
+    offload.ratio = ratio.value;
+    const auto sub = o.required<std::int64_t>("sub_group_size");
+    if (sub.valid && sub.value < 1)
+      ctx.error(sub.loc, off->child_path("sub_group_size"), "expected a positive integer");
+    offload.sub_group_size = sub.value;
+    const auto runtime = r.choice("runtime", {"deepspeed-0.13", "deepspeed-0.16"});
+    offload.runtime = runtime.value == "deepspeed-0.16" ? Runtime::kDeepSpeed016 : Runtime::kDeepSpeed013;
+    if (device.value == "nvme") {
+      offload.nvme = true;
+      offload.pipeline_read = o.required<bool>("pipeline_read").value;
+      offload.pipeline_write = o.required<bool>("pipeline_write").value;
+      const auto buffers = o.required<int>("buffer_count");
+      if (buffers.valid && buffers.value < 1) {
+        ctx.error(buffers.loc, off->child_path("buffer_count"), "expected a positive count");
+      }
+      offload.buffer_count = buffers.value;
+      if (stage.valid && stage.value != 3) {
+        ctx.error(
+            device.loc, off->child_path("device"),
+            fmt::format("NVMe optimizer offload is implemented for zero_stage 3, got zero_stage {}", stage.value));
+      }
+      if (ratio.valid && ratio.value != 1.0) {
+        ctx.error(ratio.loc, off->child_path("ratio"), "Twin-Flow with an NVMe tier is not modelled");
+      }
+      dp.offload = offload;
+    }
+    if (device.value == "cpu") {
+      if (stage.valid && stage.value != 2 && stage.value != 3) {
+        ctx.error(
+            device.loc, off->child_path("device"),
+            fmt::format("optimizer offload is implemented for zero_stage 2 and 3, got zero_stage {}", stage.value));
+      }
+      if (stage.valid && stage.value == 2 && ratio.valid && ratio.value != 1.0) {
+        ctx.error(ratio.loc, off->child_path("ratio"), "Twin-Flow (ratio < 1) is a ZeRO-3 feature in DeepSpeed");
+      }
+      dp.offload = offload;
+    }
+  }
+  if (auto op = r.child("offload_param")) {
+    MapReader o(*op);
+    const auto device = o.choice("device", {"cpu", "none"});
+    const auto pin = o.required<bool>("pin_memory");
+    if (device.valid && device.value == "cpu") {
+      if (stage.valid && stage.value != 3) {
+        ctx.error(device.loc, op->child_path("device"),
+                  fmt::format("parameter offload needs zero_stage 3, got zero_stage {}", stage.value));
+      } else if (!dp.offload) {
+        ctx.error(device.loc, op->child_path("device"),
+                  "parameter offload is modelled together with offload_optimizer (as ZeRO-Infinity runs it)");
+      }
+      dp.offload_param = true;
+      dp.param_pin_memory = pin.value;
+    }
+  }
+  return offload_at;
+}
+
+// kind: data_parallel, ZeRO 0-3 with offload, tp, ep and partitionings; also read for an unknown kind.
+std::optional<StrategySpec> read_data_parallel(const Node& node, MapReader& r, const topo::Topology* topology,
+                                               TrainingFromStrategy* training, LevelSizes levels,
+                                               std::size_t errors_before) {
+  auto& ctx = node.context();
+  DataParallelSpec dp;
+  const auto stage = r.required<int>("zero_stage");
+  if (stage.valid && (stage.value < 0 || stage.value > 3)) {
+    ctx.error(stage.loc, node.child_path("zero_stage"),
+              fmt::format("expected one of {{0, 1, 2, 3}}, got {}", stage.value));
+  }
+  dp.zero_stage = stage.value;
+  const auto degree = r.required<int>("dp");
+  // Tensor parallelism under ZeRO (Megatron-DeepSpeed): dp replicas of tp ranks each.
+  const auto tp = r.optional<int>("tp", 1);
+  if (tp.valid && tp.value < 1)
+    ctx.error(tp.loc, node.child_path("tp"), fmt::format("expected >= 1, got {}", tp.value));
+  dp.tp = std::max(1, tp.value);
+  if (training) training->tp_at = tp.loc;
+  dp.sequence_parallel = r.optional<bool>("sequence_parallel", false).value;
+  // Expert parallelism for mixture-of-experts models: experts over ep consecutive ranks.
+  const auto ep = r.optional<int>("ep", 1);
+  if (ep.valid && (ep.value < 1 || (degree.valid && degree.value % ep.value != 0))) {
+    ctx.error(ep.loc, node.child_path("ep"),
+              fmt::format("expected a divisor of dp ({}), got {}", degree.valid ? degree.value : 0, ep.value));
+  }
+  dp.ep = std::max(1, ep.value);
+  if (training) training->ep_at = ep.loc;
+  const int rank_count = degree.valid ? checked_ranks(ctx, degree.loc, node.child_path("dp"), {degree.value, dp.tp},
+                                                      fmt::format("tp x dp = {} x {}", dp.tp, degree.value))
+                                      : 0;
+  const auto bucket = r.required<std::int64_t>("reduce_bucket_elements");
+  if (bucket.valid && bucket.value < 1)
+    ctx.error(bucket.loc, node.child_path("reduce_bucket_elements"), "expected a positive integer");
+  dp.reduce_bucket_elements = bucket.value;
+  dp.overlap_comm = r.required<bool>("overlap_comm").value;
+  {
+    // Used at stage 3 only; DeepSpeed's default there (recorded in the effective configuration).
+    const bool stage3 = stage.valid && stage.value == 3;
+    const auto threshold = r.optional<std::int64_t>("param_persistence_threshold",
+                                                    stage3 ? DataParallelSpec::kDeepSpeedPersistenceThreshold : 0);
+    if (threshold.valid && threshold.value < 0) {
+      ctx.error(threshold.loc, node.child_path("param_persistence_threshold"), "expected a count >= 0");
+    }
+    dp.param_persistence_threshold = threshold.value;
+    const auto fetch = r.choice("zero3_fetch", {"prefetch", "blocking"}, "prefetch");
+    if (fetch.valid && fetch.value == "blocking") {
+      if (!stage3) ctx.error(fetch.loc, node.child_path("zero3_fetch"), "applies to zero_stage 3 only");
+      dp.zero3_fetch = DataParallelSpec::Fetch::kBlocking;
+    }
+    if (auto host = r.child("zero3_host")) {
+      if (!stage3) ctx.error(host->location(), host->path(), "applies to zero_stage 3 only");
+      MapReader h(*host);
+      DataParallelSpec::FetchHostCost cost;
+      cost.name = h.required<std::string>("name").value;
+      (void)h.required<std::string>("source");
+      (void)h.optional<std::string>("derivation", "");
+      const auto launch = [&](const char* key) {
+        DataParallelSpec::HostLaunchCost c;
+        if (auto n = h.required_child(key, "mapping")) {
+          MapReader l(*n);
+          c.fixed = l.required<sim::TimePs>("fixed").value;
+          c.per_rank = l.required<sim::TimePs>("per_rank").value;
+        }
+        return c;
+      };
+      cost.all_gather = launch("all_gather");
+      cost.reduce_scatter = launch("reduce_scatter");
+      dp.zero3_host = cost;
+    }
+  }
+  const sim::config::Location offload_at = read_offload(node, r, stage, dp);
+  const std::vector<std::size_t> gpus =
+      topology ? topology->devices_of(topo::DeviceKind::kGpu) : std::vector<std::size_t>{};
+  if (auto devices = parse_devices(r, node, topology, false)) {
+    dp.devices = std::move(*devices);
+    if (degree.valid && degree.value < 1) {
+      ctx.error(degree.loc, node.child_path("dp"), fmt::format("expected >= 1, got {}", degree.value));
+    } else if (degree.valid && static_cast<int>(dp.devices.size()) != rank_count) {
+      ctx.error(degree.loc, node.child_path("dp"),
+                dp.tp == 1 ? fmt::format("the devices list {} ranks but dp is {}", dp.devices.size(), degree.value)
+                           : fmt::format("the devices list {} ranks but tp x dp is {} x {} = {}", dp.devices.size(),
+                                         dp.tp, degree.value, rank_count));
+    }
+  } else if (topology && degree.valid) {
+    // Documented default: ranks take the machine's GPUs in declaration order.
+    if (degree.value < 1 || static_cast<std::size_t>(rank_count) > gpus.size()) {
+      ctx.error(degree.loc, node.child_path("dp"),
+                dp.tp == 1 ? fmt::format("expected 1 to {} (the machine's GPUs), got {}", gpus.size(), degree.value)
+                           : fmt::format("tp x dp = {} x {} = {} ranks but the machine has {} GPUs", dp.tp,
+                                         degree.value, rank_count, gpus.size()));
+    } else {
+      for (int i = 0; i < rank_count; ++i) dp.devices.push_back(topology->device(gpus[i]).name);
+    }
+  }
+  dp.collectives = parse_collective_options(r);
+  dp.all_ranks = parse_all_ranks(r);
+  if (dp.ep > 1 && (dp.tp > 1 || dp.offload || r.has("partitioning"))) {
+    ctx.error(ep.loc, node.child_path("ep"),
+              "expert parallelism together with tp > 1, a partitioning or optimizer offload is not modelled");
+  }
+  if (dp.offload && topology && !dp.devices.empty()) check_offload_hosts(ctx, *topology, dp, offload_at);
+  if (auto part = r.child("partitioning")) {
+    levels.ranks = static_cast<int>(dp.devices.size());
+    if (dp.tp > 1) {
+      ctx.error(part->location(), part->path(), "hierarchical partitioning together with tp > 1 is not modelled");
+    } else if (stage.valid && stage.value != 3) {
+      ctx.error(part->location(), part->path(),
+                fmt::format("hierarchical partitioning applies to zero_stage 3, got zero_stage {}", stage.value));
+    } else if (levels.ranks > 0) {
+      dp.partitioning = parse_partitioning(*part, levels);
+    }
+  }
+  if (ctx.error_count() != errors_before) return std::nullopt;
+  return StrategySpec{dp};
+}
+
+}  // namespace
+
+std::optional<StrategySpec> parse_strategy(const Node& node, const topo::Topology* topology,
+                                           TrainingFromStrategy* training) {
+  auto& ctx = node.context();
+  const std::size_t errors_before = ctx.error_count();
+  MapReader r(node);
+  std::vector<std::string> kinds;
+  for (const auto& s : list_strategies()) kinds.push_back(s.kind);
+  const auto kind = r.choice("kind", kinds);
+  // Level sizes for partitioning and collective stages: filled once the ranks are known.
+  LevelSizes levels;
+  if (topology) {
+    for (const auto g : topology->devices_of(topo::DeviceKind::kGpu)) {
+      if (topology->device(g).node == 0) ++levels.gpus_per_node;
+    }
+  }
+  // The reader of each kind that list_strategies() names (offsim list): a kind without one is a bug.
+  using Reader = std::optional<StrategySpec> (*)(const Node&, MapReader&, const topo::Topology*, TrainingFromStrategy*,
+                                                 LevelSizes, std::size_t);
+  static const std::map<std::string, Reader, std::less<>> readers{{"collective", read_collective},
+                                                                  {"deepspeed", read_deepspeed},
+                                                                  {"megatron", read_megatron},
+                                                                  {"data_parallel", read_data_parallel}};
+  for (const auto& k : kinds) {
+    if (!readers.contains(k)) throw std::logic_error(fmt::format("strategy kind '{}' has no reader", k));
+  }
+  const auto reader = readers.find(kind.value);
+  return (reader == readers.end() ? read_data_parallel : reader->second)(node, r, topology, training, levels,
+                                                                         errors_before);
+}
+
+}  // namespace offsim::models

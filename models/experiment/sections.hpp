@@ -1,0 +1,45 @@
+#pragma once
+// The sections of an experiment file that load_experiment reads besides the machine, the model and
+// the calibration tables: training, the strategy (every kind: collective, deepspeed, megatron,
+// data_parallel), cost, and the checks across them once all are read. Internal to models/experiment/.
+#include <cstdint>
+#include <optional>
+
+#include "models/experiment.hpp"
+#include "models/strategies/deepspeed_config.hpp"
+
+namespace offsim::models {
+
+// The most micro-batches, and the largest micro-batch, of an iteration (a micro-batch of 65,536
+// sequences is 30 times the GPT-3 175B global batch).
+inline constexpr std::int64_t kMaxBatch = std::int64_t{1} << 16;
+
+// Training values a strategy section may carry (a DeepSpeed config's batch settings).
+struct TrainingFromStrategy {
+  std::optional<std::int64_t> micro_batch;
+  std::optional<std::int64_t> grad_accum;
+  sim::config::Location at;
+  std::optional<DeepSpeedImport> deepspeed;  // for its "auto" sizes, resolved with the model
+  // Where the strategy gives its degrees, for the checks that need the model (check_against_model).
+  sim::config::Location tp_at, pp_at, ep_at;
+  bool collective = false;  // kind: collective, which has no model or training (even when invalid)
+};
+
+/// `training:`. `grad_accum_at` receives the location of grad_accum (for the strategy checks).
+[[nodiscard]] std::optional<TrainingSpec> parse_training(const sim::config::Node& node,
+                                                         sim::config::Location* grad_accum_at);
+
+/// `cost:`, every number with its source.
+[[nodiscard]] std::optional<CostSpec> parse_cost(const sim::config::Node& node);
+
+/// `strategy:` of any kind (list_strategies); `topology` (null when the machine has errors) gives
+/// the devices and level sizes; `training` receives what the strategy says of the batch.
+[[nodiscard]] std::optional<StrategySpec> parse_strategy(const sim::config::Node& node, const topo::Topology* topology,
+                                                         TrainingFromStrategy* training);
+
+/// What the strategy asks of the model's shape and the batch, each mismatch at the strategy's key.
+void check_against_model(sim::config::Context& ctx, const StrategySpec& strategy, const ModelSpec& m,
+                         const TrainingSpec& training, const TrainingFromStrategy& from_strategy,
+                         const sim::config::Location& grad_accum_at);
+
+}  // namespace offsim::models
