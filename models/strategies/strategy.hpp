@@ -17,7 +17,7 @@
 
 namespace offsim::models {
 
-struct RankLayout;  // models/collectives/communicator.hpp
+struct RankLayout;  // models/platform/rank_layout.hpp
 
 struct TrainingSpec {
   std::int64_t micro_batch = 1;

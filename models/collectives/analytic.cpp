@@ -1,0 +1,85 @@
+// The analytic fidelity: a stage's flows priced once (each link shared evenly by the flows crossing
+// it) and emitted as one transfer per simulated rank, with the links it would have crossed.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <vector>
+
+#include "models/collectives/communicator.hpp"
+
+namespace offsim::models {
+
+using sim::BarrierTask;
+using sim::Bytes;
+using sim::TaskId;
+using sim::TimePs;
+using sim::TransferTask;
+
+Communicator::AnalyticStage Communicator::analytic_bodies(const CollectiveFit& f, const Band& band, bool ring,
+                                                          std::int64_t bytes_per_flow, int steps,
+                                                          const std::vector<std::vector<Flow>>& flows) {
+  // Each constraint split evenly among the stage's flows that cross it; a flow's rate is its
+  // tightest share (and, for rings, half the calibrated bus bandwidth); a subgroup moves at the
+  // pace of its slowest flow.
+  const auto& constraints = machine_.platform.constraints;
+  std::map<std::uint32_t, int> crossing;
+  for (const auto& direction : flows) {
+    for (const Flow& fl : direction) {
+      for (const auto c : fl.route) ++crossing[c.index];
+    }
+  }
+  // With rank classes, a simulated rank's flows are those of every member it stands for, and it
+  // moves at the pace of the slowest of their subgroups (exact when the members are symmetric).
+  const int sims = layout_.simulated_ranks();
+  std::map<int, double> subgroup_rate;  // by the subgroup's first rank
+  const auto subgroup = [&](int r) { return r - r % band.hi + r % band.lo; };
+  for (const auto& direction : flows) {
+    for (const Flow& fl : direction) {
+      double rate = ring ? f.bus_bandwidth.bytes_per_s * 0.5 : std::numeric_limits<double>::infinity();
+      for (const auto c : fl.route) {
+        rate = std::min(rate, constraints[c.index].capacity.bytes_per_s / crossing[c.index]);
+      }
+      auto [it, inserted] = subgroup_rate.emplace(subgroup(fl.rank), rate);
+      if (!inserted) it->second = std::min(it->second, rate);
+    }
+  }
+  std::vector<double> rate_of(sims, std::numeric_limits<double>::infinity());
+  for (const auto& direction : flows) {
+    for (const Flow& fl : direction) rate_of[fl.from] = std::min(rate_of[fl.from], subgroup_rate.at(subgroup(fl.rank)));
+  }
+  // Every link a rank's flows cross is credited with their bytes and rate (once per flow), so the
+  // report's link activity matches what the flows would have carried.
+  std::vector<std::vector<sim::ConstraintId>> links_of(sims);
+  for (const auto& direction : flows) {
+    for (const Flow& fl : direction)
+      links_of[fl.from].insert(links_of[fl.from].end(), fl.route.begin(), fl.route.end());
+  }
+  // Sorted, so that the engine credits each link once for all the flows crossing it.
+  for (auto& links : links_of) std::sort(links.begin(), links.end());
+  AnalyticStage stage(sims);
+  for (int s = 0; s < sims; ++s) {
+    if (!active(s)) continue;
+    stage[s] = TransferTask{{},
+                            Bytes{bytes_per_flow * steps},
+                            TimePs{f.step_latency.ps * steps},
+                            sim::Bandwidth{rate_of[s]},
+                            std::move(links_of[s])};
+  }
+  return stage;
+}
+
+std::vector<TaskId> Communicator::emit_analytic(const std::string& name, const AnalyticStage& stage,
+                                                const std::vector<std::vector<TaskId>>& first) {
+  const int sims = layout_.simulated_ranks();
+  std::vector<TaskId> done(sims);
+  for (int s = 0; s < sims; ++s) {
+    done[s] = stage[s] ? graph_.add(fmt::format("{}.analytic.r{}", name, layout_.simulated[s]), "communication",
+                                    *stage[s], first[s])
+                       : pass_through(name, s, first[s]);
+  }
+  return done;
+}
+
+}  // namespace offsim::models
