@@ -10,9 +10,12 @@
 #include "models/placement/state_placement.hpp"
 #include "models/strategies/deepspeed_config.hpp"
 #include "models/strategies/layer_kernels.hpp"
+#include "sim/report/csv.hpp"
 #include "sim/report/text_table.hpp"
 
 namespace offsim::models {
+
+using sim::report::parse_csv_line;
 
 namespace {
 

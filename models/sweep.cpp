@@ -16,9 +16,13 @@
 #include "models/figures.hpp"
 #include "sim/config/config_reader.hpp"
 #include "sim/report/atomic_file.hpp"
+#include "sim/report/csv.hpp"
 #include "sim/report/text_table.hpp"
 
 namespace offsim::models {
+
+using sim::report::csv_field;
+using sim::report::parse_csv_line;
 
 using sim::config::MapReader;
 using sim::config::Node;
@@ -110,16 +114,6 @@ struct Filter {
   }
 };
 
-std::string csv_field(const std::string& s) {
-  if (s.find_first_of(",\"\n") == std::string::npos) return s;
-  std::string out = "\"";
-  for (const char c : s) {
-    if (c == '"') out += '"';
-    out += c == '\n' ? ' ' : c;
-  }
-  return out + "\"";
-}
-
 // The CSV's figure columns: every headline figure but `feasible`, which the status column says.
 const std::vector<const Figure*> kCsvFigures = [] {
   std::vector<const Figure*> out;
@@ -130,31 +124,6 @@ const std::vector<const Figure*> kCsvFigures = [] {
 }();
 
 }  // namespace
-
-std::vector<std::string> parse_csv_line(const std::string& line) {
-  std::vector<std::string> out(1);
-  bool quoted = false;
-  for (std::size_t i = 0; i < line.size(); ++i) {
-    const char c = line[i];
-    if (quoted) {
-      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
-        out.back() += '"';
-        ++i;
-      } else if (c == '"') {
-        quoted = false;
-      } else {
-        out.back() += c;
-      }
-    } else if (c == '"') {
-      quoted = true;
-    } else if (c == ',') {
-      out.emplace_back();
-    } else {
-      out.back() += c;
-    }
-  }
-  return out;
-}
 
 Sweep load_sweep(const std::filesystem::path& file) {
   sim::config::Context ctx;

@@ -88,7 +88,4 @@ void write_sorted(const Sweep& sweep, const std::filesystem::path& out, std::vec
 [[nodiscard]] std::string best_points(const std::filesystem::path& csv, const std::string& metric, std::size_t top,
                                       double tie = 0.0);
 
-/// Parses one CSV line (RFC 4180 quoting).
-[[nodiscard]] std::vector<std::string> parse_csv_line(const std::string& line);
-
 }  // namespace offsim::models

@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "models/transformer/precision.hpp"
+#include "sim/report/csv.hpp"
 
 namespace offsim::models {
 
@@ -123,23 +124,6 @@ struct Table {
 const std::map<std::string, std::string> kAliases{
     {"collective", "benchmark"}, {"gcds", "ranks"}, {"total_bytes", "bytes"}, {"mean_time_s", "time_s"}};
 
-std::vector<std::string> split_csv_line(const std::string& line) {
-  std::vector<std::string> out;
-  std::string field;
-  bool quoted = false;
-  for (const char ch : line) {
-    if (ch == '"') {
-      quoted = !quoted;
-    } else if (ch == ',' && !quoted) {
-      out.push_back(field);
-      field.clear();
-    } else if (ch != '\r') {
-      field.push_back(ch);
-    }
-  }
-  out.push_back(field);
-  return out;
-}
 
 Table read_table(const std::filesystem::path& path) {
   std::ifstream in(path);
@@ -151,7 +135,7 @@ Table read_table(const std::filesystem::path& path) {
   while (std::getline(in, line)) {
     ++number;
     if (line.empty() || line.front() == '#') continue;
-    auto fields = split_csv_line(line);
+    auto fields = sim::report::parse_csv_line(line);
     if (t.column.empty()) {
       for (std::size_t i = 0; i < fields.size(); ++i) {
         const auto alias = kAliases.find(fields[i]);

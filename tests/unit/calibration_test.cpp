@@ -87,6 +87,29 @@ TEST_F(CalibrateTest, BadInputNamesTheFileLineAndColumn) {
   EXPECT_THROW((void)calibrate(o), CalibrationError);  // no rows left
 }
 
+TEST_F(CalibrateTest, QuotedFieldsAreReadAsTheSweepReadsThem) {
+  // A host name with a comma and a doubled quote (RFC 4180), and Windows line ends: the row keeps
+  // its 15 fields and fits as the plain one does (one CSV parser, sim/report/csv.hpp).
+  std::string csv = kHeader;
+  for (const double b : {1e6, 1e7}) {
+    csv += fmt::format("h2d,k,\"node 1, \"\"a\"\"\",host,gpu0,pinned,,,,,,,{:.0f},0,{}\r\n", b, 10e-6 + b / 20e9);
+  }
+  CalibrateOptions o;
+  o.files = {write("quoted.csv", csv)};
+  o.device_kind = "test-device";
+  const std::string table = calibrate(o);
+  EXPECT_NE(table.find("h2d_pinned: {latency: \"10.000 us\", bandwidth: \"20.00 GB/s\""), std::string::npos) << table;
+  // A doubled quote is one quote of the field (it used to toggle quoting twice and vanish).
+  o.files = {write("bad.csv", std::string(kHeader) + "h2d,k,h,host,gpu0,pinned,,,,,,,4096,0,\"1\"\"5\"\n")};
+  try {
+    (void)calibrate(o);
+    FAIL();
+  } catch (const CalibrationError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              fmt::format("{}:2: column 'time_s': expected a number, got \"1\"5\"", (dir_ / "bad.csv").string()));
+  }
+}
+
 TEST(FitOffloadHost, RecoversTheHostRatesThatGeneratedTheTimings) {
   // Timings written from the fit's model with cpu_work C = 68 GB/s, h2d_pageable 12 GB/s,
   // d2h_pageable 5 GB/s and pinned copies at 25 GB/s (N elements per rank, k ranks per node):

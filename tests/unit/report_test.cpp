@@ -8,6 +8,7 @@
 
 #include "models/experiment.hpp"
 #include "sim/report/atomic_file.hpp"
+#include "sim/report/csv.hpp"
 #include "sim/report/json_writer.hpp"
 #include "sim/report/text_table.hpp"
 
@@ -33,6 +34,19 @@ TEST(JsonWriter, RejectsMalformedUse) {
   EXPECT_THROW(j.value(1), std::logic_error);     // a value without a key inside an object
   EXPECT_THROW((void)j.str(), std::logic_error);  // unclosed
   EXPECT_THROW(j.end_array(), std::logic_error);
+}
+
+TEST(Csv, QuotedFieldsKeepCommasAndDoubledQuotes) {
+  using sim::report::parse_csv_line;
+  EXPECT_EQ(parse_csv_line("1,\"a, \"\"b\"\"\",c"), (std::vector<std::string>{"1", "a, \"b\"", "c"}));
+  EXPECT_EQ(parse_csv_line("x,,y\r"), (std::vector<std::string>{"x", "", "y"}));  // a Windows line end
+  EXPECT_EQ(parse_csv_line(""), (std::vector<std::string>{""}));
+  // What csv_field writes reads back as the same field (a newline becomes a space: one record, one line).
+  for (const std::string field : {"plain", "a,b", "say \"hi\"", "two\nlines", ""}) {
+    const auto back = parse_csv_line(sim::report::csv_field(field) + ",end");
+    ASSERT_EQ(back.size(), 2u) << field;
+    EXPECT_EQ(back[0], field == "two\nlines" ? "two lines" : field);
+  }
 }
 
 TEST(TextTable, AlignsColumns) {

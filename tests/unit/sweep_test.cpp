@@ -190,10 +190,6 @@ TEST(Sweep, BestRanksFeasiblePointsByTheMetric) {
   EXPECT_EQ(best_points(csv, "tflops_per_device", 5, 0.05).find("tied"), std::string::npos);
 }
 
-TEST(Sweep, CsvLinesKeepQuotedCommas) {
-  EXPECT_EQ(parse_csv_line("1,\"a, \"\"b\"\"\",c"), (std::vector<std::string>{"1", "a, \"b\"", "c"}));
-}
-
 TEST(ReadCache, MachinesAndTablesReadOncePerSetOfOverrides) {
   // The points of a sweep share the machines and calibration tables they read (load_experiment
   // with a cache): the second load takes the cached values and gives the same costs and machine;
