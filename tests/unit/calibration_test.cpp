@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "models/cost/calibration.hpp"
+#include "tests/unit/source_paths.hpp"
 
 namespace offsim::models {
 namespace {
@@ -133,13 +134,20 @@ TEST(FitOffloadHost, RecoversTheHostRatesThatGeneratedTheTimings) {
   EXPECT_THROW((void)fit_offload_host(rows, sim::Bandwidth{25e9}), CalibrationError);
 }
 
+// The shipped table at `path` is byte for byte what calibrate writes with `o` (the command recorded
+// in it): this fails if either the table or the data is edited by hand. The files are read by
+// absolute path; the table names them relative to the source directory, as the command does.
+void expect_reproducible(const std::string& path, CalibrateOptions o) {
+  for (auto& f : o.files) f = testing::in_source(f.string());
+  std::ifstream in(testing::in_source(path));
+  std::stringstream shipped;
+  shipped << in.rdbuf();
+  EXPECT_EQ(testing::relative_to_source(calibrate(o)), shipped.str()) << path;
+}
+
 TEST(ShippedCalibration, PolarisHostTableIsWhatCalibrateWritesFromTheShippedData) {
   // configs/calibration/polaris-host.yaml: fitted on the 7B DP1 and DP4 one-micro-step runs only,
   // so every other Polaris run of the study validates it (configs/validation/offload-polaris-a100).
-  fs::current_path(OFFSIM_SOURCE_DIR);
-  std::ifstream in("configs/calibration/polaris-host.yaml");
-  std::stringstream shipped;
-  shipped << in.rdbuf();
   CalibrateOptions o;
   o.files = {"bench/data/offload-polaris-a100.csv"};
   o.device_kind = "epyc-7543p";
@@ -149,16 +157,12 @@ TEST(ShippedCalibration, PolarisHostTableIsWhatCalibrateWritesFromTheShippedData
       "offsim calibrate bench/data/offload-polaris-a100.csv --device epyc-7543p --filter testbed=Polaris --filter "
       "model=7B --filter 'dp=1|4' --filter grad_accum=1 --pinned-bandwidth '25 GB/s' --out "
       "configs/calibration/polaris-host.yaml";
-  EXPECT_EQ(calibrate(o), shipped.str());
+  expect_reproducible("configs/calibration/polaris-host.yaml", o);
 }
 
 TEST(ShippedCalibration, FrontierRcclTableIsWhatCalibrateWritesFromTheShippedData) {
   // configs/calibration/frontier-rccl.yaml must be reproducible from bench/data with the command
   // recorded in it; this fails if either is edited by hand.
-  fs::current_path(OFFSIM_SOURCE_DIR);
-  std::ifstream in("configs/calibration/frontier-rccl.yaml");
-  std::stringstream shipped;
-  shipped << in.rdbuf();
   CalibrateOptions o;
   o.files = {"bench/data/frontier-rccl-collectives.csv"};
   o.device_kind = "mi250x-gcd";
@@ -166,17 +170,7 @@ TEST(ShippedCalibration, FrontierRcclTableIsWhatCalibrateWritesFromTheShippedDat
   o.command_line =
       "offsim calibrate bench/data/frontier-rccl-collectives.csv --device mi250x-gcd --filter library=rccl --filter "
       "nodes=1 --out configs/calibration/frontier-rccl.yaml";
-  EXPECT_EQ(calibrate(o), shipped.str());
-}
-
-// The shipped table at `path` is byte for byte what calibrate writes with `o` (the command recorded
-// in it): this fails if either the table or the data is edited by hand.
-void expect_reproducible(const std::string& path, CalibrateOptions o) {
-  fs::current_path(OFFSIM_SOURCE_DIR);
-  std::ifstream in(path);
-  std::stringstream shipped;
-  shipped << in.rdbuf();
-  EXPECT_EQ(calibrate(o), shipped.str()) << path;
+  expect_reproducible("configs/calibration/frontier-rccl.yaml", o);
 }
 
 TEST(ShippedCalibration, PolarisNcclTableDerivesItsReduceScatterFromTheAllReduce) {
@@ -192,6 +186,7 @@ TEST(ShippedCalibration, PolarisNcclTableDerivesItsReduceScatterFromTheAllReduce
   expect_reproducible("configs/calibration/polaris-nccl.yaml", o);
   // Half the all-reduce's time over half its bytes per rank: the same per-step latency and bus
   // bandwidth, so each derived reduce-scatter line repeats its all-reduce line.
+  o.files = {testing::in_source("bench/data/nvidia-nccl-collectives.csv")};
   const std::string out = calibrate(o);
   const auto first_line_of = [&](const std::string& name) {
     const auto at = out.find("  " + name + ":\n");

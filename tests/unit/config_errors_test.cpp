@@ -6,8 +6,8 @@
 //   tests/config_errors/machines/         machines (offsim topo: topo::parse_machine)
 //   tests/config_errors/sweeps/           sweep files (offsim sweep: models::load_sweep)
 // Every message must be located (file:line:col: key.path: ...). Paths in messages are relative to
-// the source directory, where the test runs. OFFSIM_UPDATE_GOLDEN=1 rewrites the .expected files
-// (review the diff before committing).
+// the source directory (the cases are read by absolute path and the prefix taken out). OFFSIM_UPDATE_GOLDEN=1 rewrites
+// the .expected files (review the diff before committing).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -22,6 +22,7 @@
 #include "models/sweep.hpp"
 #include "models/transformer/model_parser.hpp"
 #include "sim/config/config_reader.hpp"
+#include "tests/unit/source_paths.hpp"
 #include "topologies/topology_parser.hpp"
 
 namespace offsim::models {
@@ -40,10 +41,9 @@ std::string read_file(const fs::path& p) {
 // `load` and compares the error with the case's .expected file. Returns the number of cases.
 std::size_t check_golden(const fs::path& folder, const std::vector<std::string>& extensions,
                          const std::function<void(const fs::path&)>& load) {
-  fs::current_path(OFFSIM_SOURCE_DIR);
   const bool update = std::getenv("OFFSIM_UPDATE_GOLDEN") != nullptr;
   std::vector<fs::path> cases;
-  for (const auto& entry : fs::directory_iterator(folder)) {
+  for (const auto& entry : fs::directory_iterator(fs::path(OFFSIM_SOURCE_DIR) / folder)) {
     if (!entry.is_regular_file()) continue;
     const std::string ext = entry.path().extension().string();
     if (std::find(extensions.begin(), extensions.end(), ext) != extensions.end()) cases.push_back(entry.path());
@@ -57,7 +57,7 @@ std::size_t check_golden(const fs::path& folder, const std::vector<std::string>&
     try {
       load(file);
     } catch (const sim::config::ConfigError& e) {
-      message = std::string(e.what()) + "\n";
+      message = testing::relative_to_source(std::string(e.what()) + "\n");
     }
     EXPECT_FALSE(message.empty()) << "expected a configuration error";
     if (message.empty()) continue;
