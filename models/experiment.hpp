@@ -66,6 +66,9 @@ class ReadCache {
   void insert(const std::string& place, std::vector<std::string> overrides, Entry entry);
   /// The places held.
   [[nodiscard]] std::size_t size() const;
+  /// Drops the values read from `file`, which has changed (the fuzz harness rewrites its input
+  /// file for every input; a sweep's files do not change while it runs).
+  void forget(const std::string& file);
 
  private:
   struct Held {

@@ -33,6 +33,12 @@ std::size_t ReadCache::size() const {
   return entries_.size();
 }
 
+void ReadCache::forget(const std::string& file) {
+  const std::lock_guard guard(mutex_);
+  const std::string prefix = file + '\n';
+  std::erase_if(entries_, [&](const auto& entry) { return entry.first.starts_with(prefix); });
+}
+
 namespace {
 
 // The value at `node` read by `parse`, through the cache when there is one (ReadCache).

@@ -93,11 +93,11 @@ Reader reader_of(std::string_view text) {
   return Reader::kExperiment;
 }
 
-void read(Reader reader, const fs::path& file) {
+void read(Reader reader, const fs::path& file, offsim::models::ReadCache& reads) {
   using offsim::sim::config::Context;
   switch (reader) {
     case Reader::kExperiment:
-      (void)offsim::models::load_experiment(file, {});
+      (void)offsim::models::load_experiment(file, {}, &reads);
       return;
     case Reader::kMachine: {  // as `offsim topo` reads a machine
       Context ctx;
@@ -141,11 +141,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
   }
   // The shipped files an input includes (calibration tables, machines, models) are parsed once
-  // per process, most of an experiment's reading time; the input itself is read afresh.
+  // per process, and the machines and tables read from them kept as a sweep keeps them (ReadCache,
+  // keyed by file, place and the overrides reaching in): most of an experiment's reading time. The
+  // input itself, and what is read from it, is read afresh.
   static offsim::sim::config::ScopedFileCache shipped_files;
+  static offsim::models::ReadCache shipped_reads;
   shipped_files.forget(g_input.string());
+  shipped_reads.forget(g_input.string());
   try {
-    read(reader_of(text), g_input);
+    read(reader_of(text), g_input, shipped_reads);
   } catch (const offsim::sim::config::ConfigError& e) {
     // Bad input, reported with its location: the expected outcome (printed when asked for).
     if (g_verbose) std::fprintf(stderr, "%s\n", e.what());

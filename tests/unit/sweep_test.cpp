@@ -2,6 +2,8 @@
 // file independent of --jobs (models/sweep.hpp).
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -218,6 +220,41 @@ TEST(ReadCache, MachinesAndTablesReadOncePerSetOfOverrides) {
   const ExperimentSpec smaller = load_experiment(experiment, {"hardware.nodes=2", "strategy.dp=16"}, &cache);
   EXPECT_EQ(smaller.hardware.nodes, 2);
   EXPECT_LT(smaller.hardware.topology.devices().size(), first.hardware.topology.devices().size());
+}
+
+TEST(ReadCache, AFileThatChangedIsReadAfreshOnceForgotten) {
+  // The fuzz harness rewrites its input file for every input: what was read from it is dropped
+  // (forget), and the rewritten file's machine is the one read, while the included tables stay.
+  const auto file = std::filesystem::temp_directory_path() / fmt::format("offsim-readcache-{}.yaml", ::getpid());
+  const auto write = [&](const char* bandwidth) {
+    std::ofstream(file) << fmt::format(
+        "name: t\n"
+        "hardware:\n"
+        "  name: two\n"
+        "  devices:\n"
+        "    - {{name: gpu, count: 2, kind: gpu, device_kind: test-gpu, memory: {{kind: hbm, capacity: \"1 GB\", "
+        "bandwidth: \"100 GB/s\"}}}}\n"
+        "  links:\n"
+        "    - {{between: [gpu0, gpu1], bandwidth: \"{}\", latency: \"0 s\", class: gpu-gpu}}\n"
+        "calibration:\n"
+        "  device: !include {}/tests/data/test-gpu-costs.yaml\n"
+        "  collectives: !include {}/tests/data/test-collectives.yaml\n"
+        "model: !include {}/tests/data/tiny-gpt.yaml\n"
+        "training: {{micro_batch: 1, grad_accum: 1, precision: bf16, recompute: none, flash_attention: false}}\n"
+        "strategy: {{kind: data_parallel, zero_stage: 0, dp: 2, reduce_bucket_elements: 1000000000, "
+        "overlap_comm: false, param_persistence_threshold: 0}}\n",
+        bandwidth, OFFSIM_SOURCE_DIR, OFFSIM_SOURCE_DIR, OFFSIM_SOURCE_DIR);
+  };
+  const auto link_rate = [](const ExperimentSpec& spec) { return spec.hardware.topology.links()[0].bandwidth; };
+  ReadCache cache;
+  write("1 GB/s");
+  EXPECT_DOUBLE_EQ(link_rate(load_experiment(file, {}, &cache)).bytes_per_s, 1e9);
+  EXPECT_EQ(cache.size(), 3u);  // the machine (in the file), the device and collectives tables
+  cache.forget(file.string());
+  EXPECT_EQ(cache.size(), 2u);  // the included tables stay
+  write("2 GB/s");
+  EXPECT_DOUBLE_EQ(link_rate(load_experiment(file, {}, &cache)).bytes_per_s, 2e9);
+  std::filesystem::remove(file);
 }
 
 // The message of the ConfigError that loading `experiment` with `overrides` throws.
