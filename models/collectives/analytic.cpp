@@ -11,7 +11,6 @@
 
 namespace offsim::models {
 
-using sim::BarrierTask;
 using sim::Bytes;
 using sim::TaskId;
 using sim::TimePs;

@@ -6,11 +6,8 @@
 
 namespace offsim::models {
 
-using sim::BarrierTask;
-using sim::Bytes;
 using sim::TaskId;
 using sim::TimePs;
-using sim::TransferTask;
 
 std::vector<TaskId> Communicator::add_tree_stage(const std::string& name, const Band& band, std::int64_t bytes,
                                                  const std::vector<std::vector<TaskId>>& first) {
