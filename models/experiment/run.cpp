@@ -104,15 +104,22 @@ ExperimentResult simulate_iteration(const ExperimentSpec& spec, const RunExperim
     }
   }
   r.rank0_memory = run.pools[*built.machine.pool_of_device[device0]].timeline;
-  const std::string& gpu0 = spec.hardware.topology.device(device0).name;
-  for (const auto& c : run.constraints) {
-    if (c.link_class != "cpu-gpu") continue;
-    if (c.name.ends_with("->" + gpu0)) {
-      r.rank0_h2d = c.stats.timeline;
-      r.rank0_h2d_capacity = c.capacity.bytes_per_s;
-    } else if (c.name.starts_with(gpu0 + "->")) {
-      r.rank0_d2h = c.stats.timeline;
-      r.rank0_d2h_capacity = c.capacity.bytes_per_s;
+  // Its host links: the cpu-gpu links between it and a device of its node, found by index.
+  const topo::Topology& topology = spec.hardware.topology;
+  const auto host_link = [&](std::size_t from, std::size_t to) -> const sim::ConstraintResult* {
+    const auto l = topology.direct_link(from, to);
+    if (!l || topology.link_class(*l) != "cpu-gpu") return nullptr;
+    return &run.constraints[built.machine.link_constraint(topology, *l).index];
+  };
+  for (std::size_t d = 0; d < topology.devices().size(); ++d) {
+    if (d == device0 || topology.device(d).node != topology.device(device0).node) continue;
+    if (const auto* into = host_link(d, device0)) {
+      r.rank0_h2d = into->stats.timeline;
+      r.rank0_h2d_capacity = into->capacity.bytes_per_s;
+    }
+    if (const auto* out_of = host_link(device0, d)) {
+      r.rank0_d2h = out_of->stats.timeline;
+      r.rank0_d2h_capacity = out_of->capacity.bytes_per_s;
     }
   }
 
