@@ -1,23 +1,38 @@
 #include "sim/config/did_you_mean.hpp"
 
 #include <algorithm>
+#include <limits>
 
 namespace offsim::sim::config {
 
-std::size_t edit_distance(std::string_view a, std::string_view b) {
-  // Optimal string alignment distance, O(|a||b|) with a full table: keys are short.
-  std::vector<std::vector<std::size_t>> d(a.size() + 1, std::vector<std::size_t>(b.size() + 1));
-  for (std::size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
-  for (std::size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+std::size_t edit_distance_below(std::string_view a, std::string_view b, std::size_t bound) {
+  // Optimal string alignment distance, row by row over a (three rows: a transposition looks two
+  // back). Every entry of a row is at least the smaller of the previous row's minimum and the
+  // minimum of the row before it plus one, so once the last two rows cannot come under `bound`
+  // no later one can: the rest is not computed.
+  std::vector<std::size_t> before(b.size() + 1), previous(b.size() + 1), current(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) previous[j] = j;
+  std::size_t previous_min = 0;
   for (std::size_t i = 1; i <= a.size(); ++i) {
+    current[0] = i;
+    std::size_t row_min = current[0];
     for (std::size_t j = 1; j <= b.size(); ++j) {
       const std::size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
-      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+      current[j] = std::min({previous[j] + 1, current[j - 1] + 1, previous[j - 1] + cost});
       if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
-        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+        current[j] = std::min(current[j], before[j - 2] + 1);
+      row_min = std::min(row_min, current[j]);
     }
+    if (row_min >= bound && previous_min + 1 >= bound) return bound;
+    previous_min = row_min;
+    std::swap(before, previous);
+    std::swap(previous, current);
   }
-  return d[a.size()][b.size()];
+  return std::min(previous[b.size()], bound);
+}
+
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  return edit_distance_below(a, b, std::numeric_limits<std::size_t>::max());
 }
 
 std::optional<std::string> did_you_mean(std::string_view word, const std::vector<std::string>& candidates) {
@@ -26,10 +41,11 @@ std::optional<std::string> did_you_mean(std::string_view word, const std::vector
   std::size_t best_distance = limit + 1;
   for (const auto& c : candidates) {
     // The distance is at least the difference in length: a candidate that cannot be closer than
-    // the best so far is not measured (a long mistyped key against every path read stays linear).
+    // the best so far is not measured, and one that turns out no closer is given up as soon as
+    // that is certain (a long mistyped key against every path read stays cheap).
     const std::size_t longer = std::max(word.size(), c.size());
     if (longer - std::min(word.size(), c.size()) >= best_distance) continue;
-    const std::size_t dist = edit_distance(word, c);
+    const std::size_t dist = edit_distance_below(word, c, best_distance);
     if (dist < best_distance) {
       best_distance = dist;
       best = c;

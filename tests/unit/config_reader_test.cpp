@@ -238,6 +238,31 @@ TEST(DidYouMean, SuggestsOnlyCloseCandidates) {
   EXPECT_EQ(did_you_mean("laytency", {"bandwidth", "latency"}).value_or(""), "latency");
   EXPECT_FALSE(did_you_mean("colour", {"bandwidth", "latency"}).has_value());
   EXPECT_EQ(edit_distance("ab", "ba"), 1u);  // a transposition is one edit
+  EXPECT_EQ(edit_distance("kitten", "sitting"), 3u);
+  EXPECT_EQ(edit_distance("", "abc"), 3u);
+}
+
+TEST(DidYouMean, TheBoundedDistanceIsTheDistanceOrTheBound) {
+  // edit_distance_below stops once the distance cannot come under the bound: over pairs of words
+  // from a small alphabet (many near misses and transpositions), it is min(distance, bound).
+  std::uint32_t state = 12345;
+  const auto word = [&] {
+    std::string w;
+    state = state * 1664525u + 1013904223u;
+    const std::size_t length = state % 9;
+    for (std::size_t k = 0; k < length; ++k) {
+      state = state * 1664525u + 1013904223u;
+      w += static_cast<char>('a' + state % 3);
+    }
+    return w;
+  };
+  for (int pair = 0; pair < 2000; ++pair) {
+    const std::string a = word(), b = word();
+    const std::size_t exact = edit_distance(a, b);
+    for (std::size_t bound = 0; bound <= 9; ++bound) {
+      EXPECT_EQ(edit_distance_below(a, b, bound), std::min(exact, bound)) << a << " " << b << " " << bound;
+    }
+  }
 }
 
 }  // namespace
