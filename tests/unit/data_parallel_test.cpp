@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <map>
 #include <sstream>
+#include <stdexcept>
 
 #include <fmt/format.h>
 
@@ -29,6 +30,23 @@ constexpr double kMemRate = 100e9;
 
 std::int64_t ps(double amount, double rate) {
   return duration_of(amount, rate).ps;
+}
+
+// The bytes over the links of `link_class` in a run; throws (failing the test) when the run has no
+// such class, so that a renamed class cannot leave a check that checks nothing.
+double link_bytes(const ExperimentResult& r, const std::string& link_class) {
+  for (const auto& l : r.links) {
+    if (l.link_class == link_class) return l.bytes;
+  }
+  throw std::runtime_error(fmt::format("the run has no link class '{}'", link_class));
+}
+
+// The summary of memory kind `kind` ("hbm", "dram"); throws when the run has none.
+const MemoryKindSummary& memory_of(const ExperimentResult& r, const std::string& kind) {
+  for (const auto& m : r.memory) {
+    if (m.kind == kind) return m;
+  }
+  throw std::runtime_error(fmt::format("the run has no memory of kind '{}'", kind));
 }
 
 // One GEMM on the roofline: max(2 m n k b / gemm rate, 2 B x b (m k + k n + m n) / memory rate).
@@ -147,13 +165,6 @@ TEST(DataParallel, SameInputGivesByteIdenticalSummaries) {
 namespace offsim::models {
 namespace {
 
-double link_bytes(const ExperimentResult& r, const std::string& link_class) {
-  for (const auto& l : r.links) {
-    if (l.link_class == link_class) return l.bytes;
-  }
-  return 0.0;
-}
-
 ExperimentResult run_stage(int stage) {
   return run_experiment(load_experiment(kTiny, {fmt::format("strategy.zero_stage={}", stage)}));
 }
@@ -217,18 +228,12 @@ TEST(Offload, HostLinkBytesPerParameterFollowDeepSpeedsRecipe) {
   //   host links: 8 B x P;  host DDR: those 8 B + up-cast 6 B + CPU Adam 28 B + down-cast 6 B = 48 B x P.
   // DeepSpeed 0.16.3+: the second D2H carries the GPU-up-cast fp32 gradient, 4 B:
   //   host links: 10 B x P;  host DDR: 10 B + 28 B + 6 B = 44 B x P.
-  const auto bytes = [](const ExperimentResult& r, const char* cls) {
-    for (const auto& l : r.links) {
-      if (l.link_class == cls) return l.bytes;
-    }
-    return 0.0;
-  };
   const ExperimentResult v013 = run_experiment(load_experiment(kTinyOffload, {}));
-  EXPECT_NEAR(bytes(v013, "cpu-gpu"), 8 * P, 1.0);
-  EXPECT_NEAR(bytes(v013, "dram-bandwidth"), 48 * P, 1.0);
+  EXPECT_NEAR(link_bytes(v013, "cpu-gpu"), 8 * P, 1.0);
+  EXPECT_NEAR(link_bytes(v013, "dram-bandwidth"), 48 * P, 1.0);
   const ExperimentResult v016 = run_experiment(load_experiment(kTinyOffload, {"strategy.runtime=deepspeed-0.16"}));
-  EXPECT_NEAR(bytes(v016, "cpu-gpu"), 10 * P, 1.0);
-  EXPECT_NEAR(bytes(v016, "dram-bandwidth"), 44 * P, 1.0);
+  EXPECT_NEAR(link_bytes(v016, "cpu-gpu"), 10 * P, 1.0);
+  EXPECT_NEAR(link_bytes(v016, "dram-bandwidth"), 44 * P, 1.0);
 }
 
 TEST(Offload, StatesMoveToTheHostAndTheUpdateRunsInSubgroups) {
@@ -238,14 +243,9 @@ TEST(Offload, StatesMoveToTheHostAndTheUpdateRunsInSubgroups) {
   // subgroups, updated one after another.
   const ExperimentSpec spec = load_experiment(kTinyOffload, {});
   const ExperimentResult r = run_experiment(spec);
-  for (const auto& m : r.memory) {
-    if (m.kind == "dram") {
-      EXPECT_EQ(m.peak.as_double(), 18 * P);
-    }
-    if (m.kind == "hbm") {
-      EXPECT_LE(m.peak.as_double(), 2 * P + 50'000 * 2 + L * s * h * (34 + 5 * a * s / h) + s * V * 6 + 2 * 2 * 49'984);
-    }
-  }
+  EXPECT_EQ(memory_of(r, "dram").peak.as_double(), 18 * P);
+  EXPECT_LE(memory_of(r, "hbm").peak.as_double(),
+            2 * P + 50'000 * 2 + L * s * h * (34 + 5 * a * s / h) + s * V * 6 + 2 * 2 * 49'984);
   const std::string graph = dump_task_graph(spec, false);
   EXPECT_NE(graph.find("r0.subgroup2.h2d_params"), std::string::npos);
   EXPECT_EQ(graph.find("r0.subgroup3"), std::string::npos);
@@ -258,11 +258,7 @@ TEST(Offload, TwinFlowKeepsPartOfTheUpdateOnTheGpu) {
   EXPECT_NE(graph.find("r0.subgroup0.cpu_adam"), std::string::npos);
   EXPECT_NE(graph.find("r0.subgroup1.gpu_adam"), std::string::npos);
   const ExperimentResult r = run_experiment(spec);
-  for (const auto& m : r.memory) {
-    if (m.kind == "dram") {
-      EXPECT_EQ(m.peak.as_double(), 16 * 40'000 + 2 * P);
-    }
-  }
+  EXPECT_EQ(memory_of(r, "dram").peak.as_double(), 16 * 40'000 + 2 * P);
 }
 
 TEST(Offload, TheUpdateRunsAtTheMeasuredHostRates) {
@@ -294,26 +290,14 @@ TEST(Offload, ZeroStage2MovesFp32GradientsDownAndBf16ParametersUp) {
   const ExperimentSpec spec = load_experiment(kTinyOffload, {"strategy.zero_stage=2"});
   const ExperimentResult r = run_experiment(spec);
   ASSERT_EQ(count_parameters(spec.model).total, static_cast<std::int64_t>(P));  // the tiny model's 118,528
-  double host_link = 0.0;
-  for (const auto& l : r.links) {
-    if (l.link_class == "cpu-gpu") host_link += l.bytes;
-  }
-  EXPECT_NEAR(host_link, 6 * P, 1e-6 * P);
-  std::int64_t dram = 0;
-  for (const auto& m : r.memory) {
-    if (m.kind == "dram") dram = m.peak.count;
-  }
-  EXPECT_EQ(dram, static_cast<std::int64_t>(16 * P));
+  EXPECT_NEAR(link_bytes(r, "cpu-gpu"), 6 * P, 1e-6 * P);
+  EXPECT_EQ(memory_of(r, "dram").peak.count, static_cast<std::int64_t>(16 * P));
 
   // Two micro-steps: both send the fp32 partition down (2 x 4 B), the second first brings the host
   // sum back up to add to it (4 B), then the parameters come back (2 B): 14 B per parameter.
   const ExperimentResult accumulated =
       run_experiment(load_experiment(kTinyOffload, {"strategy.zero_stage=2", "training.grad_accum=2"}));
-  double accumulated_link = 0.0;
-  for (const auto& l : accumulated.links) {
-    if (l.link_class == "cpu-gpu") accumulated_link += l.bytes;
-  }
-  EXPECT_NEAR(accumulated_link, 14 * P, 1e-6 * P);
+  EXPECT_NEAR(link_bytes(accumulated, "cpu-gpu"), 14 * P, 1e-6 * P);
 }
 
 }  // namespace
@@ -408,10 +392,7 @@ TEST(GradientAccumulation, Stages2And3ReduceEveryMicroBatchStages0And1OnlyAtTheB
   const auto bytes = [](int stage) {
     const auto r =
         run_experiment(load_experiment(kTiny, {fmt::format("strategy.zero_stage={}", stage), "training.grad_accum=3"}));
-    for (const auto& l : r.links) {
-      if (l.link_class == "gpu-gpu") return l.bytes;
-    }
-    return 0.0;
+    return link_bytes(r, "gpu-gpu");
   };
   EXPECT_NEAR(bytes(0), 4 * P, 1.0);
   EXPECT_NEAR(bytes(2), 8 * P, 1.0);
@@ -423,11 +404,7 @@ TEST(GradientAccumulation, OffloadRoundTripsTheHostBufferEveryMicroStep) {
   // sends it back (2 + 2 B), the boundary adds the blocking 2 B copy, the update 2 B:
   //   host links (4N + 4) B x P;  N = 3: 16 B x P.
   const auto r = run_experiment(load_experiment(kTinyOffload, {"training.grad_accum=3"}));
-  for (const auto& l : r.links) {
-    if (l.link_class == "cpu-gpu") {
-      EXPECT_NEAR(l.bytes, 16 * P, 1.0);
-    }
-  }
+  EXPECT_NEAR(link_bytes(r, "cpu-gpu"), 16 * P, 1.0);
 }
 
 }  // namespace
@@ -486,10 +463,7 @@ TEST(Offload, NvmeTierSwapsStatesAndGradientsThroughTheHost) {
   const ExperimentSpec spec = load_experiment(file, small);
   const ExperimentResult piped = run_experiment(spec);
   const double params = static_cast<double>(count_parameters(spec.model).total);
-  double nvme = 0.0;
-  for (const auto& l : piped.links) {
-    if (l.link_class == "nvme") nvme = l.bytes;
-  }
+  const double nvme = link_bytes(piped, "nvme");
   // Each rank's partition rounds up: P / 8 per rank, 8 ranks.
   EXPECT_NEAR(nvme, 32.0 * params, 32.0 * 8);
   std::vector<std::string> serial = small;
@@ -544,13 +518,7 @@ TEST(Offload, ParameterOffloadFetchesEveryShardAndKeepsUpdatesOnTheHost) {
   // GPU model states lose the bf16 partition (2 B per parameter).
   const std::string base = std::string(OFFSIM_SOURCE_DIR) + "/tests/data/tiny-offload.yaml";
   const std::string with = std::string(OFFSIM_SOURCE_DIR) + "/tests/data/tiny-offload-param.yaml";
-  const auto host_link = [](const ExperimentResult& r) {
-    double bytes = 0.0;
-    for (const auto& l : r.links) {
-      if (l.link_class == "cpu-gpu") bytes += l.bytes;
-    }
-    return bytes;
-  };
+  const auto host_link = [](const ExperimentResult& r) { return link_bytes(r, "cpu-gpu"); };
   const ExperimentResult gpu_params = run_experiment(load_experiment(base, {}));
   const ExperimentResult host_params = run_experiment(load_experiment(with, {}));
   EXPECT_NEAR(host_link(host_params) - host_link(gpu_params), 4 * P - 2 * P, 1e-6 * P);
