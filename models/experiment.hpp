@@ -79,6 +79,14 @@ class ReadCache {
   std::map<std::string, Held> entries_;
 };
 
+struct StrategyInfo {
+  std::string kind;
+  std::string description;
+};
+/// One line per strategy kind, for `offsim list`: from the table that reads each kind
+/// (experiment/sections.cpp), so the list and what `kind:` accepts are one.
+[[nodiscard]] std::vector<StrategyInfo> list_strategies();
+
 /// Reads and validates an experiment. Throws sim::config::ConfigError listing every problem.
 /// `cache` (sweeps): machines and calibration tables read once for all the experiments loaded with it.
 [[nodiscard]] ExperimentSpec load_experiment(const std::filesystem::path& file,

@@ -5,7 +5,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <map>
 #include <optional>
 #include <unordered_set>
 
@@ -615,14 +614,54 @@ std::optional<StrategySpec> read_data_parallel(const Node& node, MapReader& r, c
 
 }  // namespace
 
+namespace {
+
+// Every strategy kind: its name, its line in `offsim list`, and its reader. The builder follows from
+// the spec the reader returns (build_iteration); `deepspeed` reads into a data_parallel spec.
+struct StrategyKind {
+  const char* kind;
+  const char* description;
+  std::optional<StrategySpec> (*read)(const Node&, MapReader&, const topo::Topology*, TrainingFromStrategy*, LevelSizes,
+                                      std::size_t);
+};
+
+const std::vector<StrategyKind>& strategy_kinds() {
+  static const std::vector<StrategyKind> kinds{
+      {"data_parallel",
+       "data parallelism with ZeRO stage 0-3: bucketed ring all-reduce or reduce-scatter of gradients, "
+       "partitioned optimizer states (1+), gradients (2+) and parameters with per-submodule all-gathers (3), "
+       "hierarchical partitioning (ZeRO++, MiCS, 3-level), optimizer offload to CPU (stages 2-3) or NVMe, "
+       "parameter offload",
+       read_data_parallel},
+      {"deepspeed",
+       "a DeepSpeed ds_config.json as the strategy: ZeRO stage, buckets, overlap, optimizer offload, "
+       "ZeRO++ (qwZ, hpZ, qgZ) and batch settings mapped onto data_parallel; ignored keys listed",
+       read_deepspeed},
+      {"megatron",
+       "3D parallelism as Megatron-LM/DeepSpeed run it: tensor parallelism (column/row split, all-reduces per "
+       "layer), pipeline stages with the 1F1B or interleaved schedule, data-parallel replicas with ZeRO-0/1",
+       read_megatron},
+      {"collective", "one all-gather, reduce-scatter or all-reduce over the listed ranks (collective benchmarks)",
+       read_collective}};
+  return kinds;
+}
+
+}  // namespace
+
+std::vector<StrategyInfo> list_strategies() {
+  std::vector<StrategyInfo> out;
+  for (const auto& k : strategy_kinds()) out.push_back({k.kind, k.description});
+  return out;
+}
+
 std::optional<StrategySpec> parse_strategy(const Node& node, const topo::Topology* topology,
                                            TrainingFromStrategy* training) {
   auto& ctx = node.context();
   const std::size_t errors_before = ctx.error_count();
   MapReader r(node);
-  std::vector<std::string> kinds;
-  for (const auto& s : list_strategies()) kinds.push_back(s.kind);
-  const auto kind = r.choice("kind", kinds);
+  std::vector<std::string> names;
+  for (const auto& k : strategy_kinds()) names.emplace_back(k.kind);
+  const auto kind = r.choice("kind", names);
   // Level sizes for partitioning and collective stages: filled once the ranks are known.
   LevelSizes levels;
   if (topology) {
@@ -630,19 +669,11 @@ std::optional<StrategySpec> parse_strategy(const Node& node, const topo::Topolog
       if (topology->device(g).node == 0) ++levels.gpus_per_node;
     }
   }
-  // The reader of each kind that list_strategies() names (offsim list): a kind without one is a bug.
-  using Reader = std::optional<StrategySpec> (*)(const Node&, MapReader&, const topo::Topology*, TrainingFromStrategy*,
-                                                 LevelSizes, std::size_t);
-  static const std::map<std::string, Reader, std::less<>> readers{{"collective", read_collective},
-                                                                  {"deepspeed", read_deepspeed},
-                                                                  {"megatron", read_megatron},
-                                                                  {"data_parallel", read_data_parallel}};
-  for (const auto& k : kinds) {
-    if (!readers.contains(k)) throw std::logic_error(fmt::format("strategy kind '{}' has no reader", k));
-  }
-  const auto reader = readers.find(kind.value);
-  return (reader == readers.end() ? read_data_parallel : reader->second)(node, r, topology, training, levels,
-                                                                         errors_before);
+  // An unknown kind has its error from choice(); the rest is read as data_parallel, so that its
+  // other mistakes are reported in the same run.
+  const auto& kinds = strategy_kinds();
+  const auto it = std::find_if(kinds.begin(), kinds.end(), [&](const StrategyKind& k) { return kind.value == k.kind; });
+  return (it == kinds.end() ? read_data_parallel : it->read)(node, r, topology, training, levels, errors_before);
 }
 
 }  // namespace offsim::models

@@ -20,21 +20,6 @@ std::optional<std::size_t> nearest_cpu(const topo::Topology& t, std::size_t gpu)
   return best;
 }
 
-std::vector<StrategyInfo> list_strategies() {
-  return {{"data_parallel",
-           "data parallelism with ZeRO stage 0-3: bucketed ring all-reduce or reduce-scatter of gradients, "
-           "partitioned optimizer states (1+), gradients (2+) and parameters with per-submodule all-gathers (3), "
-           "hierarchical partitioning (ZeRO++, MiCS, 3-level), optimizer offload to CPU (stages 2-3) or NVMe, "
-           "parameter offload"},
-          {"deepspeed",
-           "a DeepSpeed ds_config.json as the strategy: ZeRO stage, buckets, overlap, optimizer offload, "
-           "ZeRO++ (qwZ, hpZ, qgZ) and batch settings mapped onto data_parallel; ignored keys listed"},
-          {"megatron",
-           "3D parallelism as Megatron-LM/DeepSpeed run it: tensor parallelism (column/row split, all-reduces per "
-           "layer), pipeline stages with the 1F1B or interleaved schedule, data-parallel replicas with ZeRO-0/1"},
-          {"collective", "one all-gather, reduce-scatter or all-reduce over the listed ranks (collective benchmarks)"}};
-}
-
 BuiltIteration build_iteration(const IterationInputs& in, const StrategySpec& strategy) {
   struct Visitor {
     const IterationInputs& in;

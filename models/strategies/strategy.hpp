@@ -154,13 +154,6 @@ struct MegatronSpec {
 
 using StrategySpec = std::variant<DataParallelSpec, CollectiveSpec, MegatronSpec>;
 
-struct StrategyInfo {
-  std::string kind;
-  std::string description;
-};
-/// One line per strategy kind, for `offsim list`.
-[[nodiscard]] std::vector<StrategyInfo> list_strategies();
-
 /// A time interval of the representative rank reported as `phase`: from the start of `first`
 /// (or its end, when from_end) to the end of `last`. Spans of one phase add up.
 struct PhaseSpan {
