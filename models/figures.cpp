@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "models/experiment.hpp"
+#include "models/transformer/phases.hpp"
 
 namespace offsim::models {
 
@@ -25,7 +26,7 @@ constexpr std::array kFigures{
     Figure{"tokens_per_s", "tokens/s (whole job)", [](const ExperimentResult& r) { return r.tokens_per_s; },
            FigureKind::kReal, true},
     Figure{"exposed_communication_s", "s (rank 0)",
-           [](const ExperimentResult& r) { return r.phase_seconds("exposed_communication"); }},
+           [](const ExperimentResult& r) { return r.phase_seconds(phase::kExposedCommunication); }},
     Figure{"model_states_bytes_per_device", "bytes",
            [](const ExperimentResult& r) { return r.model_states_per_device.as_double(); }, FigureKind::kCount},
     Figure{"hbm_peak_bytes", "bytes (fullest GPU memory pool)",

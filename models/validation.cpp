@@ -9,6 +9,7 @@
 
 #include "models/experiment.hpp"
 #include "models/figures.hpp"
+#include "models/transformer/phases.hpp"
 #include "sim/config/config_reader.hpp"
 #include "sim/report/json_writer.hpp"
 #include "sim/report/text_table.hpp"
@@ -26,7 +27,7 @@ using Getter = double (*)(const ExperimentResult&);
 // (iteration_time_s) and optimizer_time (rank 0's optimizer phase), as case files name them.
 Getter ratio_getter(std::string_view name) {
   if (name == "iteration_time") return find_figure("iteration_time_s")->get;
-  if (name == "optimizer_time") return [](const ExperimentResult& r) { return r.phase_seconds("optimizer"); };
+  if (name == "optimizer_time") return [](const ExperimentResult& r) { return r.phase_seconds(phase::kOptimizer); };
   const Figure* f = find_figure(name);
   return f != nullptr && f->kind != FigureKind::kFlag ? f->get : nullptr;
 }
@@ -240,11 +241,12 @@ double bytes_in(const std::vector<sim::RateSample>& samples, const Interval& in)
 
 ClaimRow evaluate(const Case& c, const Claim& claim, const ExperimentResult& r) {
   ClaimRow row{c.name, claim.name, "", "", false, claim.known_gap};
-  const auto update = intervals_of(r, {"optimizer"});
-  const auto compute_phases = intervals_of(r, {"forward", "backward"});
+  const auto update = intervals_of(r, {phase::kOptimizer});
+  const auto compute_phases = intervals_of(r, {phase::kForward, phase::kBackward});
   if (claim.name == "backward_and_update_dominate") {
     const double share =
-        seconds_of(intervals_of(r, {"backward", "exposed_communication", "optimizer"})) / r.iteration_time.seconds();
+        seconds_of(intervals_of(r, {phase::kBackward, phase::kExposedCommunication, phase::kOptimizer})) /
+        r.iteration_time.seconds();
     row.value = fmt::format("{:.1f}% of the iteration", 100.0 * share);
     row.bound = fmt::format(">= {:.0f}%", 100.0 * claim.bound);
     row.holds = share >= claim.bound;
@@ -267,7 +269,7 @@ ClaimRow evaluate(const Case& c, const Claim& claim, const ExperimentResult& r) 
     row.holds = update_max <= elsewhere_min;
   } else {  // host_links_mean_below_peak: each direction's mean in backward and in the update
     double worst = 0.0;
-    for (const auto& phase : {intervals_of(r, {"backward", "exposed_communication"}), update}) {
+    for (const auto& phase : {intervals_of(r, {phase::kBackward, phase::kExposedCommunication}), update}) {
       const double t = seconds_of(phase);
       if (t <= 0.0) continue;
       double h2d = 0.0;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "models/collectives/communicator.hpp"
+#include "models/transformer/phases.hpp"
 
 namespace offsim::models {
 
@@ -74,7 +75,7 @@ std::vector<TaskId> Communicator::emit_analytic(const std::string& name, const A
   const int sims = layout_.simulated_ranks();
   std::vector<TaskId> done(sims);
   for (int s = 0; s < sims; ++s) {
-    done[s] = stage[s] ? graph_.add(fmt::format("{}.analytic.r{}", name, layout_.simulated[s]), "communication",
+    done[s] = stage[s] ? graph_.add(fmt::format("{}.analytic.r{}", name, layout_.simulated[s]), phase::kCommunication,
                                     *stage[s], first[s])
                        : pass_through(name, s, first[s]);
   }

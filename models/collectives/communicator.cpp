@@ -1,4 +1,5 @@
 #include "models/collectives/communicator.hpp"
+#include "models/transformer/phases.hpp"
 
 #include <fmt/format.h>
 
@@ -28,12 +29,12 @@ TaskId Communicator::quantization_buffer(const std::string& name, int s, Bytes b
   if (!active(s) || !pool) return pass_through(name, s, std::move(deps));
   constexpr const char* kTenant = "quantized collective buffers";
   const std::string full = fmt::format("{}.r{}", name, layout_.simulated[s]);
-  if (release) return graph_.add(full, "communication", sim::FreeTask{*pool, kTenant, bytes}, std::move(deps));
-  return graph_.add(full, "communication", sim::AllocTask{*pool, kTenant, bytes}, std::move(deps));
+  if (release) return graph_.add(full, phase::kCommunication, sim::FreeTask{*pool, kTenant, bytes}, std::move(deps));
+  return graph_.add(full, phase::kCommunication, sim::AllocTask{*pool, kTenant, bytes}, std::move(deps));
 }
 
 TaskId Communicator::pass_through(const std::string& name, int s, std::vector<TaskId> deps) {
-  return graph_.add(fmt::format("{}.skip.r{}", name, layout_.simulated[s]), "communication", BarrierTask{},
+  return graph_.add(fmt::format("{}.skip.r{}", name, layout_.simulated[s]), phase::kCommunication, BarrierTask{},
                     std::move(deps));
 }
 
@@ -163,7 +164,7 @@ std::vector<sim::ConstraintId> Communicator::route(int from_rank, int to_rank) c
 
 TaskId Communicator::add_kernel(const std::string& name, int s, Bytes bytes, std::vector<TaskId> deps) {
   if (!active(s)) return pass_through(name, s, std::move(deps));
-  return graph_.add(fmt::format("{}.r{}", name, layout_.simulated[s]), "communication",
+  return graph_.add(fmt::format("{}.r{}", name, layout_.simulated[s]), phase::kCommunication,
                     TransferTask{{}, Bytes{0}, costs_.memory_bound_time(bytes), {}, {}}, std::move(deps));
 }
 
@@ -191,8 +192,8 @@ std::vector<TaskId> Communicator::add(CollectiveKind kind, const std::string& na
                              first));
     }
     for (int s = 0; s < sims; ++s) {
-      done[s] =
-          graph_.add(fmt::format("{}.done.r{}", name, layout_.simulated[s]), "communication", BarrierTask{}, first[s]);
+      done[s] = graph_.add(fmt::format("{}.done.r{}", name, layout_.simulated[s]), phase::kCommunication, BarrierTask{},
+                           first[s]);
     }
     return done;
   }
@@ -277,8 +278,8 @@ std::vector<TaskId> Communicator::add(CollectiveKind kind, const std::string& na
   // inputs are.
   if (advanced && options_.fidelity == Fidelity::kAnalytic) return done;
   for (int s = 0; s < sims; ++s) {
-    done[s] =
-        graph_.add(fmt::format("{}.done.r{}", name, layout_.simulated[s]), "communication", BarrierTask{}, first[s]);
+    done[s] = graph_.add(fmt::format("{}.done.r{}", name, layout_.simulated[s]), phase::kCommunication, BarrierTask{},
+                         first[s]);
   }
   return done;
 }

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "models/collectives/communicator.hpp"
+#include "models/transformer/phases.hpp"
 
 namespace offsim::models {
 
@@ -22,8 +23,9 @@ std::vector<TaskId> Communicator::add_one_step_flows(const std::string& name, Ti
   const int sims = layout_.simulated_ranks();
   std::vector<std::vector<TaskId>> finish(sims);
   for (const Flow& fl : flows) {
-    const TaskId t = graph_.add(fmt::format("{}.r{}to{}", name, layout_.simulated[fl.from], layout_.simulated[fl.to]),
-                                "communication", TransferTask{fl.route, Bytes{bytes}, latency, {}, {}}, first[fl.from]);
+    const TaskId t =
+        graph_.add(fmt::format("{}.r{}to{}", name, layout_.simulated[fl.from], layout_.simulated[fl.to]),
+                   phase::kCommunication, TransferTask{fl.route, Bytes{bytes}, latency, {}, {}}, first[fl.from]);
     finish[fl.from].push_back(t);
     finish[fl.to].push_back(t);
   }
@@ -31,7 +33,7 @@ std::vector<TaskId> Communicator::add_one_step_flows(const std::string& name, Ti
   for (int s = 0; s < sims; ++s) {
     done[s] = !active(s) || finish[s].empty() ? pass_through(name, s, first[s])
                                               : graph_.add(fmt::format("{}.done.r{}", name, layout_.simulated[s]),
-                                                           "communication", BarrierTask{}, std::move(finish[s]));
+                                                           phase::kCommunication, BarrierTask{}, std::move(finish[s]));
   }
   return done;
 }

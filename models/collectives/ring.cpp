@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "models/collectives/communicator.hpp"
+#include "models/transformer/phases.hpp"
 
 namespace offsim::models {
 
@@ -40,7 +41,7 @@ std::vector<TaskId> Communicator::add_ring_flows(const std::string& name, const 
         const TaskId t = graph_.add(
             fmt::format("{}.{}{}{}.r{}", name, rings > 2 ? fmt::format("ch{}.", d / 2) : "", d % 2 == 0 ? "cw" : "ccw",
                         step, layout_.simulated[fl.from]),
-            "communication",
+            phase::kCommunication,
             TransferTask{
                 fl.route, Bytes{chunk_bytes * chunks}, TimePs{f.step_latency.ps * chunks}, f.bus_bandwidth * 0.5, {}},
             std::move(deps));
@@ -61,7 +62,7 @@ std::vector<TaskId> Communicator::add_ring_flows(const std::string& name, const 
       deps.push_back(own[d][s]);
       deps.insert(deps.end(), into[d][s].begin(), into[d][s].end());
     }
-    done[s] = graph_.add(fmt::format("{}.done.r{}", name, layout_.simulated[s]), "communication", BarrierTask{},
+    done[s] = graph_.add(fmt::format("{}.done.r{}", name, layout_.simulated[s]), phase::kCommunication, BarrierTask{},
                          std::move(deps));
   }
   return done;

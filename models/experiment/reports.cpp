@@ -8,6 +8,7 @@
 
 #include "models/experiment.hpp"
 #include "models/figures.hpp"
+#include "models/transformer/phases.hpp"
 #include "sim/report/json_writer.hpp"
 #include "sim/report/text_table.hpp"
 
@@ -148,10 +149,10 @@ std::string summary_json(const ExperimentSpec& spec, const ExperimentResult& r, 
     j.field("bus_bandwidth_bytes_per_s", bus_bandwidth(*c, r));
   j.key("phases").begin_object();
   // The three headline phases are always present, then any others the strategy reports.
-  for (const std::string_view key : {"forward", "backward", "optimizer"})
+  for (const std::string_view key : {phase::kForward, phase::kBackward, phase::kOptimizer})
     j.field(phase_key(std::string(key)), r.phase_seconds(key));
   for (const auto& ph : r.phases) {
-    if (ph.phase != "forward" && ph.phase != "backward" && ph.phase != "optimizer")
+    if (ph.phase != phase::kForward && ph.phase != phase::kBackward && ph.phase != phase::kOptimizer)
       j.field(phase_key(ph.phase), ph.time.seconds());
   }
   j.end_object();
@@ -312,7 +313,7 @@ std::string text_report(const ExperimentSpec& spec, const ExperimentResult& r) {
   if (largest && total > 0 && !collective) {
     out += fmt::format("bottleneck: {} takes {:.0f}% of the iteration", largest->phase,
                        100.0 * largest->time.seconds() / total);
-    const double exposed = r.phase_seconds("exposed_communication");
+    const double exposed = r.phase_seconds(phase::kExposedCommunication);
     out += fmt::format("; communication left exposed after backward is {:.1f}%.\n", 100.0 * exposed / total);
   }
   out += "\napproximations in this model:\n";

@@ -33,6 +33,7 @@
 #include "models/placement/state_placement.hpp"
 #include "models/strategies/layer_kernels.hpp"
 #include "models/strategies/strategy.hpp"
+#include "models/transformer/phases.hpp"
 
 namespace offsim::models {
 
@@ -230,7 +231,7 @@ class DataParallelBuilder {
     if (secondary_elements > 0) {
       const Bytes secondary{states().secondary.gpu};
       for (int r = 0; r < sims; ++r) {
-        end[r] = release(r, "free.secondary", "optimizer", kSecondary, secondary, {end[r]});
+        end[r] = release(r, "free.secondary", phase::kOptimizer, kSecondary, secondary, {end[r]});
       }
     }
     (void)g.add("iteration.end", "end", BarrierTask{}, end);
@@ -486,7 +487,7 @@ class DataParallelBuilder {
   TaskId host_work(int r, const std::string& name, TimePs duration, std::vector<TaskId> deps) {
     if (host_thread.empty()) host_thread.resize(static_cast<std::size_t>(sims));
     if (host_thread[r]) deps.push_back(*host_thread[r]);
-    const TaskId t = g.add(fmt::format("{}.{}", rank_info[r].prefix, name), "communication",
+    const TaskId t = g.add(fmt::format("{}.{}", rank_info[r].prefix, name), phase::kCommunication,
                            TransferTask{{}, Bytes{0}, duration, std::nullopt, {}}, std::move(deps));
     host_thread[r] = t;
     return t;
@@ -535,7 +536,7 @@ class DataParallelBuilder {
   TaskId swap(int r, const std::string& name, bool to_nvme, Bytes bytes, std::vector<TaskId> deps) {
     const std::size_t cpu = rank_info[r].host;
     const std::size_t nvme = rank_info[r].nvme;
-    return g.add(fmt::format("{}.{}", rank_info[r].prefix, name), "optimizer",
+    return g.add(fmt::format("{}.{}", rank_info[r].prefix, name), phase::kOptimizer,
                  TransferTask{to_nvme ? out.machine.transfer_route(in.topology, cpu, nvme)
                                       : out.machine.transfer_route(in.topology, nvme, cpu),
                               bytes,
@@ -688,7 +689,7 @@ class DataParallelBuilder {
       // Blocking fetch: the gather starts once the rank's queued work (the previous module) is done.
       if (spec.zero3_fetch == DataParallelSpec::Fetch::kBlocking) d.push_back(prev[r]);
       d.insert(d.end(), freed_two_ago[r].begin(), freed_two_ago[r].end());
-      allocated[r] = alloc(r, fmt::format("{}.alloc.{}", when, mod.name), "communication", kGathered,
+      allocated[r] = alloc(r, fmt::format("{}.alloc.{}", when, mod.name), phase::kCommunication, kGathered,
                            Bytes{mod.gathered() * kBf16Bytes}, std::move(d));
       deps[r] = {allocated[r]};
     }
@@ -708,7 +709,7 @@ class DataParallelBuilder {
       if (spec.offload_param) {
         // ZeRO-Infinity: the rank's shard comes from host memory first.
         for (int r = 0; r < sims; ++r) {
-          done[r] = copy(r, fmt::format("{}.fetch.{}.{}", when, mod.name, i), "communication", false,
+          done[r] = copy(r, fmt::format("{}.fetch.{}.{}", when, mod.name, i), phase::kCommunication, false,
                          Bytes{(mod.gathers[i] + group - 1) / group * kBf16Bytes}, {done[r]}, spec.param_pin_memory);
         }
       }
@@ -722,7 +723,7 @@ class DataParallelBuilder {
     return done;
   }
   void release_module(int r, const Module& mod, const std::string& when, TaskId after) {
-    const TaskId f = release(r, fmt::format("{}.free.{}", when, mod.name), "communication", kGathered,
+    const TaskId f = release(r, fmt::format("{}.free.{}", when, mod.name), phase::kCommunication, kGathered,
                              Bytes{mod.gathered() * kBf16Bytes}, {after});
     freed_two_ago[r] = freed_one_ago[r];
     freed_one_ago[r] = {f};
@@ -743,8 +744,8 @@ class DataParallelBuilder {
       deps[r] = {prev[r]};
       if (stage == 3) deps[r].push_back(gathered[r]);
       if (keep_secondary) {
-        secondary_kept[r].push_back(alloc(r, fmt::format("alloc.secondary.{}", mod.name), "communication", kSecondary,
-                                          Bytes{secondary_shard * kBf16Bytes}, {gathered[r]}));
+        secondary_kept[r].push_back(alloc(r, fmt::format("alloc.secondary.{}", mod.name), phase::kCommunication,
+                                          kSecondary, Bytes{secondary_shard * kBf16Bytes}, {gathered[r]}));
         deps[r].push_back(secondary_kept[r].back());
       }
     }
@@ -842,18 +843,18 @@ class DataParallelBuilder {
     reduce_host.clear();
     const std::pair<TaskId, TaskId> fwd = forward_pass(mbs);
     const TaskId b_first = backward_pass(mbs, reduces);
-    out.spans.push_back({"forward", fwd.first, fwd.second, false});
-    out.spans.push_back({"backward", b_first, last_backward[0], false});
+    out.spans.push_back({phase::kForward, fwd.first, fwd.second, false});
+    out.spans.push_back({phase::kBackward, b_first, last_backward[0], false});
     if (!reduces) return;
     reduce_micro_batch(mb, last_mb);
     if (!last_mb) {
       // DeepSpeed's end-of-backward epilogue flushes the last bucket and waits for the reduce
       // stream: the next micro-batch's forward starts after this one's gradients are reduced.
       for (int r = 0; r < sims; ++r) {
-        prev[r] = g.add(fmt::format("r{}.{}.gradients_reduced", r, mbs), "communication", BarrierTask{},
+        prev[r] = g.add(fmt::format("r{}.{}.gradients_reduced", r, mbs), phase::kCommunication, BarrierTask{},
                         {prev[r], reduce_stream[r]});
       }
-      out.spans.push_back({"exposed_communication", last_backward[0], prev[0], true});
+      out.spans.push_back({phase::kExposedCommunication, last_backward[0], prev[0], true});
     }
   }
   // Forward of micro-batch `mbs` on every rank: embedding, layers, head. Returns rank 0's first and
@@ -861,25 +862,26 @@ class DataParallelBuilder {
   std::pair<TaskId, TaskId> forward_pass(const std::string& mbs) {
     std::vector<TaskId> f_first(sims), f_last(sims);
     run_module(modules.front(), mbs + ".fwd", [&](int r, std::vector<TaskId> deps) {
-      return f_first[r] = compute(r, mbs + ".fwd.embedding", "forward", k.embed_fwd, {}, "memory", std::move(deps));
+      return f_first[r] =
+                 compute(r, mbs + ".fwd.embedding", phase::kForward, k.embed_fwd, {}, "memory", std::move(deps));
     });
     for (std::int64_t l = 0; l < m.layers; ++l) {
       run_module_on_all(
           modules[static_cast<std::size_t>(l + 1)], mbs + ".fwd", [&](std::vector<std::vector<TaskId>> deps) {
             for (int r = 0; r < sims; ++r) {
               deps[r].push_back(
-                  alloc(r, fmt::format("{}.alloc.act{}", mbs, l), "forward", "activations", stored, {prev[r]}));
+                  alloc(r, fmt::format("{}.alloc.act{}", mbs, l), phase::kForward, "activations", stored, {prev[r]}));
             }
-            return layer_compute(fmt::format("{}.fwd.layer{}", mbs, l), "forward", true,
+            return layer_compute(fmt::format("{}.fwd.layer{}", mbs, l), phase::kForward, true,
                                  (w.gemm + w.attention) * (1.0 / tp), std::move(deps))
                 .end;
           });
     }
     run_module(modules.back(), mbs + ".fwd", [&](int r, std::vector<TaskId> deps) {
-      deps.push_back(alloc(r, mbs + ".alloc.logits", "forward", "activations", logits, {prev[r]}));
-      deps.push_back(alloc(r, mbs + ".alloc.loss", "forward", "activations", loss_workspace, {prev[r]}));
-      f_last[r] = compute(r, mbs + ".fwd.head", "forward", k.head_fwd, head_flops, "gemm", std::move(deps));
-      return release(r, mbs + ".free.loss", "forward", "activations", loss_workspace, {f_last[r]});
+      deps.push_back(alloc(r, mbs + ".alloc.logits", phase::kForward, "activations", logits, {prev[r]}));
+      deps.push_back(alloc(r, mbs + ".alloc.loss", phase::kForward, "activations", loss_workspace, {prev[r]}));
+      f_last[r] = compute(r, mbs + ".fwd.head", phase::kForward, k.head_fwd, head_flops, "gemm", std::move(deps));
+      return release(r, mbs + ".free.loss", phase::kForward, "activations", loss_workspace, {f_last[r]});
     });
     return {f_first[0], f_last[0]};
   }
@@ -890,14 +892,15 @@ class DataParallelBuilder {
     // Backward: head, layers in reverse, embedding.
     std::size_t item = 0;
     run_module(modules.back(), mbs + ".bwd", [&](int r, std::vector<TaskId> deps) {
-      deps.push_back(alloc(r, mbs + ".alloc.loss_grad", "backward", "activations", loss_workspace, {prev[r]}));
-      b_first[r] = compute(r, mbs + ".bwd.head", "backward", k.head_bwd, head_flops * 2.0, "gemm", std::move(deps));
-      release(r, mbs + ".free.loss_grad", "backward", "activations", loss_workspace, {b_first[r]});
+      deps.push_back(alloc(r, mbs + ".alloc.loss_grad", phase::kBackward, "activations", loss_workspace, {prev[r]}));
+      b_first[r] =
+          compute(r, mbs + ".bwd.head", phase::kBackward, k.head_bwd, head_flops * 2.0, "gemm", std::move(deps));
+      release(r, mbs + ".free.loss_grad", phase::kBackward, "activations", loss_workspace, {b_first[r]});
       if (reduces) {
         items[item].ready_on_rank.push_back(b_first[r]);
         backward_tasks[r].push_back(b_first[r]);
       }
-      return release(r, mbs + ".free.logits", "backward", "activations", logits, {b_first[r]});
+      return release(r, mbs + ".free.logits", phase::kBackward, "activations", logits, {b_first[r]});
     });
     if (reduces) launch_reduce_host(item, mbs);
     ++item;
@@ -905,7 +908,7 @@ class DataParallelBuilder {
       run_module_on_all(
           modules[static_cast<std::size_t>(l + 1)], mbs + ".bwd", [&](std::vector<std::vector<TaskId>> deps) {
             const LayerTasks b =
-                layer_compute(fmt::format("{}.bwd.layer{}", mbs, l), "backward", false,
+                layer_compute(fmt::format("{}.bwd.layer{}", mbs, l), phase::kBackward, false,
                               ((w.gemm + w.attention) * 2.0 + recomputed) * (1.0 / tp), std::move(deps));
             std::vector<TaskId> done(sims);
             for (int r = 0; r < sims; ++r) {
@@ -915,7 +918,8 @@ class DataParallelBuilder {
                 items[item].ready_on_rank.push_back(b.last_compute[r]);
                 backward_tasks[r].push_back(b.first[r]);
               }
-              done[r] = release(r, fmt::format("{}.free.act{}", mbs, l), "backward", "activations", stored, {b.end[r]});
+              done[r] =
+                  release(r, fmt::format("{}.free.act{}", mbs, l), phase::kBackward, "activations", stored, {b.end[r]});
             }
             return done;
           });
@@ -923,7 +927,7 @@ class DataParallelBuilder {
       ++item;
     }
     run_module(modules.front(), mbs + ".bwd", [&](int r, std::vector<TaskId> deps) {
-      const TaskId b = compute(r, mbs + ".bwd.embedding", "backward", k.embed_bwd, {}, "memory", std::move(deps));
+      const TaskId b = compute(r, mbs + ".bwd.embedding", phase::kBackward, k.embed_bwd, {}, "memory", std::move(deps));
       if (reduces) {
         items[item].ready_on_rank.push_back(b);
         backward_tasks[r].push_back(b);
@@ -1014,12 +1018,14 @@ class DataParallelBuilder {
         const std::string name = bucket + ".offload";
         std::vector<TaskId> after{reduce_stream[r]};
         if (mb > 0) {
-          after = {copy(r, name + ".h2d_accumulate", "backward", false, Bytes{e * kFp32Bytes}, after, off.pin_memory)};
+          after = {
+              copy(r, name + ".h2d_accumulate", phase::kBackward, false, Bytes{e * kFp32Bytes}, after, off.pin_memory)};
         }
         const TaskId cast =
-            compute(r, name + ".gpu_upcast", "backward",
+            compute(r, name + ".gpu_upcast", phase::kBackward,
                     in.costs.memory_bound_time(Bytes{e * (kBf16Bytes + 2 * kFp32Bytes)}), {}, "memory", after);
-        reduce_stream[r] = copy(r, name + ".d2h_fp32", "backward", true, Bytes{e * kFp32Bytes}, {cast}, off.pin_memory);
+        reduce_stream[r] =
+            copy(r, name + ".d2h_fp32", phase::kBackward, true, Bytes{e * kFp32Bytes}, {cast}, off.pin_memory);
         const std::size_t next = last_item + 1;
         if (spec.overlap_comm && next < backward_tasks[r].size()) g.add_dependency(backward_tasks[r][next], cast);
       }
@@ -1030,12 +1036,12 @@ class DataParallelBuilder {
       TaskId last;
       if (mb == 0) {
         const TaskId d2h =
-            copy(r, name + ".d2h", "backward", true, Bytes{e * kBf16Bytes}, {reduce_stream[r]}, off.pin_memory);
-        last = copy(r, name + ".h2d", "backward", false, Bytes{e * kBf16Bytes}, {d2h}, off.pin_memory);
+            copy(r, name + ".d2h", phase::kBackward, true, Bytes{e * kBf16Bytes}, {reduce_stream[r]}, off.pin_memory);
+        last = copy(r, name + ".h2d", phase::kBackward, false, Bytes{e * kBf16Bytes}, {d2h}, off.pin_memory);
       } else {
-        const TaskId h2d = copy(r, name + ".h2d_accumulate", "backward", false, Bytes{e * kBf16Bytes},
+        const TaskId h2d = copy(r, name + ".h2d_accumulate", phase::kBackward, false, Bytes{e * kBf16Bytes},
                                 {reduce_stream[r]}, off.pin_memory);
-        last = copy(r, name + ".d2h_accumulate", "backward", true, Bytes{e * kBf16Bytes}, {h2d}, off.pin_memory);
+        last = copy(r, name + ".d2h_accumulate", phase::kBackward, true, Bytes{e * kBf16Bytes}, {h2d}, off.pin_memory);
       }
       reduce_stream[r] = last;
       if (!boundary) continue;
@@ -1045,15 +1051,15 @@ class DataParallelBuilder {
         // fresh pageable bf16 temporary and up-casts on the CPU, so this copy is pageable whatever
         // pin_memory says (deepspeed-offload.md section 2, step d).
         const TaskId d2h_blocking =
-            copy(r, name + ".d2h_blocking", "backward", true, Bytes{e * kBf16Bytes}, {last}, /*pinned=*/false);
-        blocking = host_traffic(r, name + ".cpu_upcast", "backward", Bytes{e * (kBf16Bytes + kFp32Bytes)},
+            copy(r, name + ".d2h_blocking", phase::kBackward, true, Bytes{e * kBf16Bytes}, {last}, /*pinned=*/false);
+        blocking = host_traffic(r, name + ".cpu_upcast", phase::kBackward, Bytes{e * (kBf16Bytes + kFp32Bytes)},
                                 cpu_upcast_bound, {d2h_blocking});
         reduce_stream[r] = blocking;
       } else {
-        blocking = compute(r, name + ".gpu_upcast", "backward",
+        blocking = compute(r, name + ".gpu_upcast", phase::kBackward,
                            in.costs.memory_bound_time(Bytes{e * (kBf16Bytes + kFp32Bytes)}), {}, "memory", {last});
         reduce_stream[r] =
-            copy(r, name + ".d2h_fp32", "backward", true, Bytes{e * kFp32Bytes}, {blocking}, off.pin_memory);
+            copy(r, name + ".d2h_fp32", phase::kBackward, true, Bytes{e * kFp32Bytes}, {blocking}, off.pin_memory);
       }
       // The next backward kernel waits for the blocking step; without overlap_comm the buckets
       // are reduced after the whole backward, so no backward kernel comes after them.
@@ -1073,19 +1079,19 @@ class DataParallelBuilder {
     for (int r = 0; r < sims; ++r) {
       std::vector<TaskId> deps{last_backward[r], reduce_stream[r]};
       const TaskId ready =
-          g.add(fmt::format("r{}.gradients_synchronized", r), "communication", BarrierTask{}, std::move(deps));
+          g.add(fmt::format("r{}.gradients_synchronized", r), phase::kCommunication, BarrierTask{}, std::move(deps));
       TaskId first_step;
       if (!offload) {
         first_step = adam[r] = g.add(
-            fmt::format("r{}.adam", r), "optimizer",
+            fmt::format("r{}.adam", r), phase::kOptimizer,
             ComputeTask{rank_info[r].unit, k.adam, {}, Bytes{updated_on_rank * kAdamTrafficBytesPerParam}, "adam"},
             {ready});
       } else {
         adam[r] = offloaded_step(r, ready, first_step);
       }
       if (r == 0) {
-        out.spans.push_back({"exposed_communication", last_backward[0], ready, true});
-        out.spans.push_back({"optimizer", first_step, adam[0], false});
+        out.spans.push_back({phase::kExposedCommunication, last_backward[0], ready, true});
+        out.spans.push_back({phase::kOptimizer, first_step, adam[0], false});
       }
     }
     return adam;
@@ -1109,8 +1115,8 @@ class DataParallelBuilder {
     if (off.nvme) {
       std::vector<TaskId> swapped{ready};
       swapped.insert(swapped.end(), gradient_swaps[r].begin(), gradient_swaps[r].end());
-      last = g.add(fmt::format("{}.gradients_on_nvme", rank_info[r].prefix), "optimizer", BarrierTask{}, swapped);
-      if (r == 0) out.spans.push_back({"nvme_gradient_flush", ready, last, true});
+      last = g.add(fmt::format("{}.gradients_on_nvme", rank_info[r].prefix), phase::kOptimizer, BarrierTask{}, swapped);
+      if (r == 0) out.spans.push_back({phase::kNvmeGradientFlush, ready, last, true});
     }
     for (std::size_t j = 0; j < subgroups.size(); ++j) {
       const std::int64_t n = subgroups[j];
@@ -1127,30 +1133,31 @@ class DataParallelBuilder {
             prefetched = swap(r, fmt::format("subgroup{}.swap_in", j + 1), false, next_bytes, {read});
           }
         }
-        const TaskId step = host_traffic(r, name + ".cpu_adam", "optimizer", Bytes{n * kHostAdamTrafficBytesPerParam},
-                                         cpu_adam_bound, adam_deps);
-        const TaskId down = host_traffic(r, name + ".cpu_downcast", "optimizer", Bytes{n * (kFp32Bytes + kBf16Bytes)},
-                                         cpu_downcast_bound, {step});
+        const TaskId step = host_traffic(r, name + ".cpu_adam", phase::kOptimizer,
+                                         Bytes{n * kHostAdamTrafficBytesPerParam}, cpu_adam_bound, adam_deps);
+        const TaskId down = host_traffic(r, name + ".cpu_downcast", phase::kOptimizer,
+                                         Bytes{n * (kFp32Bytes + kBf16Bytes)}, cpu_downcast_bound, {step});
         std::vector<TaskId> copy_deps{down};
         if (off.nvme) {
           nvme_writes.push_back(swap(r, name + ".swap_out", true, Bytes{n * kOptimizerStateBytesPerParam}, {step}));
           if (!off.pipeline_write) copy_deps.push_back(nvme_writes.back());
         }
         // With parameter offload the down-cast writes the host partition: nothing goes back.
-        last = spec.offload_param ? g.add(fmt::format("{}.{}.params_on_host", rank_info[r].prefix, name), "optimizer",
-                                          BarrierTask{}, copy_deps)
-                                  : copy(r, name + ".h2d_params", "optimizer", false, Bytes{n * kBf16Bytes}, copy_deps,
-                                         copy_back_pinned);
+        last = spec.offload_param ? g.add(fmt::format("{}.{}.params_on_host", rank_info[r].prefix, name),
+                                          phase::kOptimizer, BarrierTask{}, copy_deps)
+                                  : copy(r, name + ".h2d_params", phase::kOptimizer, false, Bytes{n * kBf16Bytes},
+                                         copy_deps, copy_back_pinned);
         if (j == 0) first_step = step;
       } else {
-        last = compute(r, name + ".gpu_adam", "optimizer",
+        last = compute(r, name + ".gpu_adam", phase::kOptimizer,
                        in.costs.memory_bound_time(Bytes{n * kAdamTrafficBytesPerParam}), {}, "adam", {last});
         if (j == 0) first_step = last;
       }
     }
     if (!nvme_writes.empty()) {
       nvme_writes.push_back(last);
-      last = g.add(fmt::format("{}.states_on_nvme", rank_info[r].prefix), "optimizer", BarrierTask{}, nvme_writes);
+      last =
+          g.add(fmt::format("{}.states_on_nvme", rank_info[r].prefix), phase::kOptimizer, BarrierTask{}, nvme_writes);
     }
     return last;
   }
@@ -1167,7 +1174,7 @@ class DataParallelBuilder {
       }
       end =
           comm.add(CollectiveKind::kAllGather, "updated_parameters", P - experts_on_rank, replica_plan, per_rank(adam));
-      out.spans.push_back({"parameter_allgather", adam[0], end[0], true});
+      out.spans.push_back({phase::kParameterAllgather, adam[0], end[0], true});
     }
     return end;
   }

@@ -40,6 +40,7 @@
 #include "models/placement/state_placement.hpp"
 #include "models/strategies/layer_kernels.hpp"
 #include "models/strategies/strategy.hpp"
+#include "models/transformer/phases.hpp"
 
 namespace offsim::models {
 
@@ -376,7 +377,7 @@ class MegatronBuilder {
       at[i] = g.add(fmt::format("r{}.{}.ready", rank_state[s].rank, tag), "pipeline", BarrierTask{}, {previous[i]});
       entry[s][{op.forward, vs, op.micro_batch}] = at[i];
     }
-    const char* phase = op.forward ? "forward" : "backward";
+    const char* phase = op.forward ? phase::kForward : phase::kBackward;
     const bool head = vs == last_virtual;
     if (op.forward) {
       for (std::size_t i = 0; i < members.size(); ++i) {
@@ -398,7 +399,7 @@ class MegatronBuilder {
       // Rank 0's phases: its busy time per operation; the waits before them are the bubble.
       if (rank_state[s].rank == 0) {
         const TaskId start = entry[s][{op.forward, vs, op.micro_batch}];
-        out.spans.push_back({"pipeline_bubble", last_op[s], start, true});
+        out.spans.push_back({phase::kPipelineBubble, last_op[s], start, true});
         out.spans.push_back({phase, start, at[i], true});
       }
       last_op[s] = at[i];
@@ -484,9 +485,9 @@ class MegatronBuilder {
         if (found == sim_of_rank.end()) continue;
         const int from = found->second;
         const TaskId sent = exit[from].at({forward, from_vs, mb});
-        const TaskId p2p =
-            g.add(fmt::format("p2p.{}{}.mb{}.r{}to{}", forward ? "act" : "grad", from_vs, mb, from_rank, rs.rank),
-                  "communication", TransferTask{p2p_route(from_rank, rs.rank), p2p_bytes, TimePs{0}, {}, {}}, {sent});
+        const TaskId p2p = g.add(
+            fmt::format("p2p.{}{}.mb{}.r{}to{}", forward ? "act" : "grad", from_vs, mb, from_rank, rs.rank),
+            phase::kCommunication, TransferTask{p2p_route(from_rank, rs.rank), p2p_bytes, TimePs{0}, {}, {}}, {sent});
         g.add_dependency(start, p2p);
       }
     }
@@ -540,11 +541,11 @@ class MegatronBuilder {
       const RankState& rs = rank_state[s];
       const std::int64_t updated = optimizer_share(rs.params);
       end[s] =
-          g.add(fmt::format("r{}.adam", rs.rank), "optimizer",
+          g.add(fmt::format("r{}.adam", rs.rank), phase::kOptimizer,
                 ComputeTask{rs.unit, rs.k.adam, {}, Bytes{updated * kAdamTrafficBytesPerParam}, "adam"}, {reduced[s]});
       if (rs.rank == 0) {
-        out.spans.push_back({"gradient_reduction", last_op[s], reduced[s], true});
-        out.spans.push_back({"optimizer", reduced[s], end[s], true});
+        out.spans.push_back({phase::kGradientReduction, last_op[s], reduced[s], true});
+        out.spans.push_back({phase::kOptimizer, reduced[s], end[s], true});
       }
     }
     return end;
@@ -563,7 +564,7 @@ class MegatronBuilder {
       for (const int s : members) gathered[s] = done[s];
     }
     for (int s = 0; s < sims; ++s) {
-      if (rank_state[s].rank == 0) out.spans.push_back({"parameter_allgather", end[s], gathered[s], true});
+      if (rank_state[s].rank == 0) out.spans.push_back({phase::kParameterAllgather, end[s], gathered[s], true});
     }
     return gathered;
   }

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "models/collectives/communicator.hpp"
+#include "models/transformer/phases.hpp"
 
 namespace offsim::models {
 
@@ -68,7 +69,7 @@ BuiltIteration build_collective(const IterationInputs& in, const CollectiveSpec&
   // The buffer as bf16 elements (the wire format of an unquantized collective).
   const auto done = comm.add(spec.operation, "collective", (spec.bytes.count + 1) / 2, plan, deps);
   const auto end = out.graph.add("end", "end", sim::BarrierTask{}, done);
-  out.spans.push_back({"collective", start, end, true});
+  out.spans.push_back({phase::kCollective, start, end, true});
   if (spec.plan.stages.empty()) {
     out.approximations.push_back(
         "one bidirectional ring in rank order (RCCL may run several rings over more links and NICs)");
