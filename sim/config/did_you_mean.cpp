@@ -1,6 +1,7 @@
 #include "sim/config/did_you_mean.hpp"
 
 #include <algorithm>
+#include <array>
 #include <limits>
 
 namespace offsim::sim::config {
@@ -35,16 +36,31 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
   return edit_distance_below(a, b, std::numeric_limits<std::size_t>::max());
 }
 
+std::size_t bag_distance(std::string_view a, std::string_view b) {
+  // An edit changes at most one character of each side's multiset of characters (a transposition
+  // none), so the larger of the two multiset differences bounds the edit distance from below.
+  std::array<int, 256> count{};
+  for (const char ch : a) ++count[static_cast<unsigned char>(ch)];
+  for (const char ch : b) --count[static_cast<unsigned char>(ch)];
+  std::size_t only_a = 0, only_b = 0;
+  for (const int n : count) {
+    if (n > 0) only_a += static_cast<std::size_t>(n);
+    if (n < 0) only_b += static_cast<std::size_t>(-n);
+  }
+  return std::max(only_a, only_b);
+}
+
 std::optional<std::string> did_you_mean(std::string_view word, const std::vector<std::string>& candidates) {
   const std::size_t limit = std::max<std::size_t>(2, word.size() / 3);
   std::optional<std::string> best;
   std::size_t best_distance = limit + 1;
   for (const auto& c : candidates) {
-    // The distance is at least the difference in length: a candidate that cannot be closer than
-    // the best so far is not measured, and one that turns out no closer is given up as soon as
-    // that is certain (a long mistyped key against every path read stays cheap).
+    // Two lower bounds first, the difference in length and the bag distance: a candidate that
+    // cannot be closer than the best so far is not measured, and one measured is given up as soon
+    // as it cannot be closer (a long mistyped key against thousands of paths stays cheap).
     const std::size_t longer = std::max(word.size(), c.size());
     if (longer - std::min(word.size(), c.size()) >= best_distance) continue;
+    if (bag_distance(word, c) >= best_distance) continue;
     const std::size_t dist = edit_distance_below(word, c, best_distance);
     if (dist < best_distance) {
       best_distance = dist;

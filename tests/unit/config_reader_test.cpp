@@ -244,7 +244,8 @@ TEST(DidYouMean, SuggestsOnlyCloseCandidates) {
 
 TEST(DidYouMean, TheBoundedDistanceIsTheDistanceOrTheBound) {
   // edit_distance_below stops once the distance cannot come under the bound: over pairs of words
-  // from a small alphabet (many near misses and transpositions), it is min(distance, bound).
+  // from a small alphabet (many near misses and transpositions), it is min(distance, bound), and
+  // the bag distance never exceeds the distance.
   std::uint32_t state = 12345;
   const auto word = [&] {
     std::string w;
@@ -259,6 +260,7 @@ TEST(DidYouMean, TheBoundedDistanceIsTheDistanceOrTheBound) {
   for (int pair = 0; pair < 2000; ++pair) {
     const std::string a = word(), b = word();
     const std::size_t exact = edit_distance(a, b);
+    EXPECT_LE(bag_distance(a, b), exact) << a << " " << b;
     for (std::size_t bound = 0; bound <= 9; ++bound) {
       EXPECT_EQ(edit_distance_below(a, b, bound), std::min(exact, bound)) << a << " " << b << " " << bound;
     }
