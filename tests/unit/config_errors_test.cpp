@@ -79,7 +79,7 @@ std::size_t check_golden(const fs::path& folder, const std::vector<std::string>&
 TEST(ConfigErrors, GoldenMessages) {
   const std::size_t cases =
       check_golden("tests/config_errors", {".yaml"}, [](const fs::path& file) { (void)load_experiment(file, {}); });
-  EXPECT_GE(cases, 29u);
+  EXPECT_GE(cases, 37u);
 }
 
 TEST(ConfigErrors, GoldenModelMessages) {
@@ -89,7 +89,7 @@ TEST(ConfigErrors, GoldenModelMessages) {
     (void)parse_model(ctx.load_root(file));
     ctx.finish();
   });
-  EXPECT_GE(cases, 5u);
+  EXPECT_GE(cases, 11u);
 }
 
 TEST(ConfigErrors, GoldenMachineMessages) {
@@ -99,13 +99,13 @@ TEST(ConfigErrors, GoldenMachineMessages) {
     (void)topo::parse_machine(ctx.load_root(file));
     ctx.finish();
   });
-  EXPECT_GE(cases, 3u);
+  EXPECT_GE(cases, 8u);
 }
 
 TEST(ConfigErrors, GoldenSweepMessages) {
   const std::size_t cases =
       check_golden("tests/config_errors/sweeps", {".yaml"}, [](const fs::path& file) { (void)load_sweep(file); });
-  EXPECT_GE(cases, 2u);
+  EXPECT_GE(cases, 5u);
 }
 
 }  // namespace
