@@ -62,6 +62,11 @@ std::optional<std::string> unreadable(const std::string& name, bool regular_only
 // The files of the innermost live ScopedFileCache on this thread, by name; null when none.
 thread_local std::unordered_map<std::string, YAML::Node>* file_cache = nullptr;
 
+// Whether `name` is in the live file cache: read (and checked) already by this worker.
+bool cached(const std::string& name) {
+  return file_cache != nullptr && file_cache->contains(name);
+}
+
 YAML::Node load_file(const std::string& name) {
   if (file_cache == nullptr) return YAML::LoadFile(name);
   if (auto it = file_cache->find(name); it != file_cache->end()) return it->second;
@@ -141,7 +146,9 @@ void Context::add_file_overrides(const std::vector<Located<std::string>>& overri
 Node Context::load_root(const std::filesystem::path& file) {
   const std::string name = file.string();
   YAML::Node root;
-  if (const auto why = unreadable(name, false)) throw ConfigError({Diagnostic{Location{name, 0, 0}, "", *why}});
+  if (const auto why = cached(name) ? std::nullopt : unreadable(name, false)) {
+    throw ConfigError({Diagnostic{Location{name, 0, 0}, "", *why}});
+  }
   try {
     root = load_file(name);
   } catch (const YAML::BadFile&) {
@@ -248,7 +255,7 @@ Node Context::include_file(const Node& parent, const std::string& child_path, co
     error(at, child_path, fmt::format("includes nest deeper than {} (an include cycle?)", kMaxIncludeDepth));
     return Node(*this, YAML::Node(), parent.file(), child_path, at, parent.include_depth()).as_broken();
   }
-  if (const auto why = unreadable(name, true)) {
+  if (const auto why = cached(name) ? std::nullopt : unreadable(name, true)) {
     error(at, child_path, fmt::format("!include: '{}' {}", name, *why));
     return Node(*this, YAML::Node(), parent.file(), child_path, at, parent.include_depth()).as_broken();
   }
