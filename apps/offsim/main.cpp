@@ -5,7 +5,9 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <array>
 #include <cctype>
+#include <cstdint>
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
@@ -18,6 +20,7 @@
 
 #ifdef __GLIBC__
 #include <malloc.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #endif
 
@@ -43,45 +46,41 @@ void keep_freed_memory() {
 // Back the heap with transparent huge pages. The machine and the task graph of a large run are
 // hundreds of megabytes touched once each, and on these virtual machines every 4 KiB page fault and
 // TLB miss is expensive: GPT-1T on the full Frontier spent a quarter of its time faulting pages in
-// and ran in 1.57 s with 4 KiB pages, 0.55 s with 2 MiB pages (bench/perf/scale.sh). glibc backs
-// its heap with huge pages (madvise) only when the tunable glibc.malloc.hugetlb=1 is in the
-// environment when the process starts, so offsim starts itself again once with it added. Nothing
-// else changes: same arguments, same outputs; on a kernel with THP off the tunable does nothing.
-// OFFSIM_HUGE_PAGES=0 (or a GLIBC_TUNABLES that sets hugetlb already) skips it.
-void restart_with_huge_pages(char** argv) {
+// and ran in 1.55 s with 4 KiB pages, 0.55-0.9 s with 2 MiB pages (bench/perf/scale.sh). The
+// kernel's THP mode is `madvise`, and glibc advises its heap only under a tunable read at process
+// start (ADR 0009). So the heap is grown once, at start, by address space that nothing has touched
+// (blocks under the mmap threshold, freed at once and kept below the trim threshold, so they stay
+// the heap's top), and that range is advised MADV_HUGEPAGE: what the run later allocates there
+// faults in 2 MiB at a time. Untouched, the range costs no memory. Nothing else changes (same
+// outputs); where THP is off the advice does nothing. OFFSIM_HUGE_PAGES=0 skips it.
+void back_heap_with_huge_pages() {
 #if defined(__GLIBC__) && defined(__linux__)
-  constexpr std::string_view kTunable = "glibc.malloc.hugetlb";
   const char* choice = std::getenv("OFFSIM_HUGE_PAGES");
   if (choice != nullptr && std::string_view(choice) == "0") return;
-  const char* tunables = std::getenv("GLIBC_TUNABLES");
-  if (tunables != nullptr && std::string_view(tunables).find(kTunable) != std::string_view::npos) return;
-  std::string value = fmt::format("{}=1", kTunable);
-  if (tunables != nullptr && *tunables != '\0') value = fmt::format("{}:{}", tunables, value);
-  if (setenv("GLIBC_TUNABLES", value.c_str(), 1) != 0) return;
-  execv("/proc/self/exe", argv);
-  // No /proc (or no exec): go on with small pages, leaving the environment as it was.
-  if (tunables != nullptr) {
-    setenv("GLIBC_TUNABLES", tunables, 1);
-  } else {
-    unsetenv("GLIBC_TUNABLES");
-  }
-#else
-  (void)argv;
+  constexpr std::size_t kBlock = std::size_t{240} << 20;  // under keep_freed_memory's mmap threshold
+  constexpr int kBlocks = 3;                              // 720 MiB (+ the top pad): under its trim threshold
+  const auto start = reinterpret_cast<std::uintptr_t>(sbrk(0));
+  std::array<void*, kBlocks> blocks{};
+  for (auto& b : blocks) b = std::malloc(kBlock);
+  const auto end = reinterpret_cast<std::uintptr_t>(sbrk(0));
+  for (void* b : blocks) std::free(b);
+  constexpr std::uintptr_t kHuge = std::uintptr_t{2} << 20;
+  const std::uintptr_t first = (start + kHuge - 1) & ~(kHuge - 1);
+  const std::uintptr_t last = end & ~(kHuge - 1);
+  if (last > first) (void)madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);
 #endif
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  restart_with_huge_pages(argv);
   keep_freed_memory();
+  back_heap_with_huge_pages();
   using namespace offsim;
   CLI::App app{"offsim: a discrete-event simulator of offloaded and partitioned distributed training of transformers"};
   app.set_version_flag("--version", fmt::format("offsim {} ({})", OFFSIM_VERSION, OFFSIM_GIT_HASH));
   app.require_subcommand(1);
-  app.footer(
-      "Environment: OFFSIM_HUGE_PAGES=0 keeps the heap on small pages (offsim otherwise restarts itself once "
-      "with\nGLIBC_TUNABLES=glibc.malloc.hugetlb=1; docs/adr/0009).");
+  app.footer("Environment: OFFSIM_HUGE_PAGES=0 keeps the heap on small pages (docs/adr/0009).");
 
   app::RunOptions run;
   auto* run_cmd = app.add_subcommand("run", "simulate one training iteration of an experiment and print the report");

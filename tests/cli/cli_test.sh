@@ -29,7 +29,7 @@ cmp -s "$tmp/a/trace.json" "$tmp/b/trace.json"; check "trace.json is byte-identi
 cmp -s "$tmp/a/timeline.csv" "$tmp/b/timeline.csv"; check "timeline.csv is byte-identical across runs" 0 $?
 cmp -s "$tmp/a/summary.json" "$tmp/b/summary.json"; check "summary.json is byte-identical across runs" 0 $?
 ls "$tmp/a" | grep -q tmp; check "no temporary file left behind" 1 $?
-# The heap on small pages (no restart with glibc's huge-page tunable, ADR 0009): the same outputs.
+# The heap on small pages (no range advised for transparent huge pages, ADR 0009): the same outputs.
 OFFSIM_HUGE_PAGES=0 "$offsim" run "$demo" --out "$tmp/small-pages" >/dev/null 2>&1; check "run on small pages" 0 $?
 for f in trace.json timeline.csv summary.json; do
   cmp -s "$tmp/a/$f" "$tmp/small-pages/$f"; check "$f is byte-identical on small pages" 0 $?
