@@ -9,13 +9,9 @@
 
 namespace offsim::models {
 
-using sim::BarrierTask;
-using sim::Bytes;
 using sim::TaskId;
-using sim::TimePs;
-using sim::TransferTask;
 
-std::vector<TaskId> Communicator::add_one_step_flows(const std::string& name, TimePs latency, std::int64_t bytes,
+std::vector<TaskId> Communicator::add_one_step_flows(const std::string& name, sim::TimePs latency, std::int64_t bytes,
                                                      const std::vector<Flow>& flows,
                                                      const std::vector<std::vector<TaskId>>& first) {
   // Every flow starts with its sender; a rank is done when its sends and the sends into it are.
@@ -23,17 +19,18 @@ std::vector<TaskId> Communicator::add_one_step_flows(const std::string& name, Ti
   const int sims = layout_.simulated_ranks();
   std::vector<std::vector<TaskId>> finish(sims);
   for (const Flow& fl : flows) {
-    const TaskId t =
-        graph_.add(fmt::format("{}.r{}to{}", name, layout_.simulated[fl.from], layout_.simulated[fl.to]),
-                   phase::kCommunication, TransferTask{fl.route, Bytes{bytes}, latency, {}, {}}, first[fl.from]);
+    const TaskId t = graph_.add(fmt::format("{}.r{}to{}", name, layout_.simulated[fl.from], layout_.simulated[fl.to]),
+                                phase::kCommunication, sim::TransferTask{fl.route, sim::Bytes{bytes}, latency, {}, {}},
+                                first[fl.from]);
     finish[fl.from].push_back(t);
     finish[fl.to].push_back(t);
   }
   std::vector<TaskId> done(sims);
   for (int s = 0; s < sims; ++s) {
-    done[s] = !active(s) || finish[s].empty() ? pass_through(name, s, first[s])
-                                              : graph_.add(fmt::format("{}.done.r{}", name, layout_.simulated[s]),
-                                                           phase::kCommunication, BarrierTask{}, std::move(finish[s]));
+    done[s] = !active(s) || finish[s].empty()
+                  ? pass_through(name, s, first[s])
+                  : graph_.add(fmt::format("{}.done.r{}", name, layout_.simulated[s]), phase::kCommunication,
+                               sim::BarrierTask{}, std::move(finish[s]));
   }
   return done;
 }

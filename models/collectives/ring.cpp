@@ -10,11 +10,7 @@
 
 namespace offsim::models {
 
-using sim::BarrierTask;
-using sim::Bytes;
 using sim::TaskId;
-using sim::TimePs;
-using sim::TransferTask;
 
 std::vector<TaskId> Communicator::add_ring_flows(const std::string& name, const CollectiveFit& f, int g,
                                                  std::int64_t chunk_bytes,
@@ -38,13 +34,15 @@ std::vector<TaskId> Communicator::add_ring_flows(const std::string& name, const 
           deps = into[d][fl.from];
           deps.push_back(own[d][fl.from]);
         }
-        const TaskId t = graph_.add(
-            fmt::format("{}.{}{}{}.r{}", name, rings > 2 ? fmt::format("ch{}.", d / 2) : "", d % 2 == 0 ? "cw" : "ccw",
-                        step, layout_.simulated[fl.from]),
-            phase::kCommunication,
-            TransferTask{
-                fl.route, Bytes{chunk_bytes * chunks}, TimePs{f.step_latency.ps * chunks}, f.bus_bandwidth * 0.5, {}},
-            std::move(deps));
+        const TaskId t = graph_.add(fmt::format("{}.{}{}{}.r{}", name, rings > 2 ? fmt::format("ch{}.", d / 2) : "",
+                                                d % 2 == 0 ? "cw" : "ccw", step, layout_.simulated[fl.from]),
+                                    phase::kCommunication,
+                                    sim::TransferTask{fl.route,
+                                                      sim::Bytes{chunk_bytes * chunks},
+                                                      sim::TimePs{f.step_latency.ps * chunks},
+                                                      f.bus_bandwidth * 0.5,
+                                                      {}},
+                                    std::move(deps));
         own[d][fl.from] = t;
         next_into[d][fl.to].push_back(t);
       }
@@ -62,8 +60,8 @@ std::vector<TaskId> Communicator::add_ring_flows(const std::string& name, const 
       deps.push_back(own[d][s]);
       deps.insert(deps.end(), into[d][s].begin(), into[d][s].end());
     }
-    done[s] = graph_.add(fmt::format("{}.done.r{}", name, layout_.simulated[s]), phase::kCommunication, BarrierTask{},
-                         std::move(deps));
+    done[s] = graph_.add(fmt::format("{}.done.r{}", name, layout_.simulated[s]), phase::kCommunication,
+                         sim::BarrierTask{}, std::move(deps));
   }
   return done;
 }
