@@ -52,6 +52,7 @@ class DsConfigReader {
  private:
   std::optional<std::int64_t> batch(const Node& n);
   double zero_number(MapReader& z, const Node& zero, const char* key, double fallback);
+  std::int64_t sub_group_size(MapReader& z, const Node& zero);
   void read_legacy_cpu_offload(MapReader& z, const Node& zero, Runtime runtime);
   void read_optimizer_offload(MapReader& z, const Node& zero, Runtime runtime);
   void read_param_offload(MapReader& z);
@@ -154,6 +155,16 @@ double DsConfigReader::zero_number(MapReader& z, const Node& zero, const char* k
   return v.value;
 }
 
+// The optimizer offload's subgroup, in elements: at least one (a size of 0 made the update loop over
+// no elements forever; found by running the CLI on the fuzzer's inputs).
+std::int64_t DsConfigReader::sub_group_size(MapReader& z, const Node& zero) {
+  const auto size = static_cast<std::int64_t>(zero_number(z, zero, "sub_group_size", kDefaultSubGroupSize));
+  if (size >= 1) return size;
+  const auto v = z.required<double>("sub_group_size");
+  ctx_.error(v.loc, zero.child_path("sub_group_size"), fmt::format("expected at least 1 element, got {:g}", v.value));
+  return static_cast<std::int64_t>(kDefaultSubGroupSize);
+}
+
 void DsConfigReader::read_zero(const std::optional<Node>& zero, const ZeroContext& zc) {
   DataParallelSpec& dp = out_.strategy;
   // No zero_optimization section: DeepSpeed's default, stage 0 (plain data parallelism).
@@ -214,7 +225,7 @@ void DsConfigReader::read_legacy_cpu_offload(MapReader& z, const Node& zero, Run
   offload.pin_memory =
       z.has("cpu_offload_use_pin_memory") ? z.required<bool>("cpu_offload_use_pin_memory").value : kDefaultPinMemory;
   offload.ratio = kDefaultRatio;
-  offload.sub_group_size = static_cast<std::int64_t>(zero_number(z, zero, "sub_group_size", kDefaultSubGroupSize));
+  offload.sub_group_size = sub_group_size(z, zero);
   offload.runtime = runtime;
   defaults_.push_back(fmt::format("cpu_offload (legacy) read as offload_optimizer: {{device: cpu, pin_memory: {}}}",
                                   offload.pin_memory));
@@ -235,7 +246,7 @@ void DsConfigReader::read_optimizer_offload(MapReader& z, const Node& zero, Runt
     offload.pin_memory = o.has("pin_memory") ? o.required<bool>("pin_memory").value : kDefaultPinMemory;
     if (!o.has("pin_memory")) defaults_.push_back(fmt::format("offload_optimizer.pin_memory={}", kDefaultPinMemory));
     offload.ratio = o.has("ratio") ? o.required<double>("ratio").value : kDefaultRatio;
-    offload.sub_group_size = static_cast<std::int64_t>(zero_number(z, zero, "sub_group_size", kDefaultSubGroupSize));
+    offload.sub_group_size = sub_group_size(z, zero);
     offload.runtime = runtime;
     if (device == "nvme") {
       // DeepSpeed defaults: buffer_count above, pipeline_read / pipeline_write false.
