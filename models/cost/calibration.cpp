@@ -124,7 +124,6 @@ struct Table {
 const std::map<std::string, std::string> kAliases{
     {"collective", "benchmark"}, {"gcds", "ranks"}, {"total_bytes", "bytes"}, {"mean_time_s", "time_s"}};
 
-
 Table read_table(const std::filesystem::path& path) {
   std::ifstream in(path);
   if (!in) throw CalibrationError(fmt::format("{}: cannot open the file", path.string()));
