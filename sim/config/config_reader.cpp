@@ -179,10 +179,6 @@ bool key_under(std::string_view key, std::string_view path) {
 
 }  // namespace
 
-bool Context::overrides_under(std::string_view path) const {
-  return std::ranges::any_of(overrides_, [&](const auto& entry) { return key_under(entry.first, path); });
-}
-
 std::vector<std::string> Context::override_texts_under(std::string_view path) const {
   std::vector<std::string> texts;
   for (const auto& [key, o] : overrides_) {

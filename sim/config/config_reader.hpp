@@ -112,8 +112,6 @@ class Context {
   /// Errors are listed file by file (in the order files were first named), by line and column.
   void finish();
 
-  /// Whether an override sets `path` or a key inside it.
-  [[nodiscard]] bool overrides_under(std::string_view path) const;
   /// The overrides that set `path` or a key inside it, as written ("key.path=value"), in key order.
   [[nodiscard]] std::vector<std::string> override_texts_under(std::string_view path) const;
   /// Whether every override under `path` has been applied to a value read.
