@@ -60,11 +60,19 @@ class ReadCache {
     std::vector<sim::config::Diagnostic> warnings;
     std::shared_ptr<const std::vector<std::string>> known_paths;  // read inside it (Context::known_paths_under)
   };
+  /// How much a place may hold, in machine elements (devices and links; a table counts as one):
+  /// its values are kept, most recently used first, while together they stay within this or the
+  /// single newest value. A sweep over a few machine sizes keeps each (its points alternate
+  /// between them), while a sweep that reaches the full Frontier (0.68 M elements) holds that one
+  /// machine alone, so the cache's memory stays within what the largest point uses.
+  static constexpr std::size_t kElementsPerPlace = std::size_t{1} << 17;
+  /// At most this many values per place (tables differ by their overrides only).
+  static constexpr std::size_t kValuesPerPlace = 16;
+
   /// The entry at `place` read under `overrides` (Context::override_texts_under), or null.
-  [[nodiscard]] std::shared_ptr<const Entry> find(const std::string& place,
-                                                  const std::vector<std::string>& overrides) const;
+  [[nodiscard]] std::shared_ptr<const Entry> find(const std::string& place, const std::vector<std::string>& overrides);
   void insert(const std::string& place, std::vector<std::string> overrides, Entry entry);
-  /// The places held.
+  /// The values held, over all places.
   [[nodiscard]] std::size_t size() const;
   /// Drops the values read from `file`, which has changed (the fuzz harness rewrites its input
   /// file for every input; a sweep's files do not change while it runs).
@@ -74,9 +82,10 @@ class ReadCache {
   struct Held {
     std::vector<std::string> overrides;
     std::shared_ptr<const Entry> entry;
+    std::size_t elements = 1;
   };
   mutable std::mutex mutex_;
-  std::map<std::string, Held> entries_;
+  std::map<std::string, std::vector<Held>> entries_;  // per place, most recently used first
 };
 
 struct StrategyInfo {

@@ -2,6 +2,7 @@
 // cache of machines and calibration tables a sweep's points share.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <memory>
 #include <optional>
 
@@ -16,21 +17,42 @@ using sim::config::MapReader;
 using sim::config::Node;
 
 std::shared_ptr<const ReadCache::Entry> ReadCache::find(const std::string& place,
-                                                        const std::vector<std::string>& overrides) const {
+                                                        const std::vector<std::string>& overrides) {
   const std::lock_guard guard(mutex_);
   const auto it = entries_.find(place);
-  if (it == entries_.end() || it->second.overrides != overrides) return nullptr;
-  return it->second.entry;
+  if (it == entries_.end()) return nullptr;
+  auto& held = it->second;
+  const auto match = std::find_if(held.begin(), held.end(), [&](const Held& h) { return h.overrides == overrides; });
+  if (match == held.end()) return nullptr;
+  std::rotate(held.begin(), match, match + 1);  // most recently used first
+  return held.front().entry;
 }
 
 void ReadCache::insert(const std::string& place, std::vector<std::string> overrides, Entry entry) {
+  const std::size_t elements =
+      std::holds_alternative<topo::NodeTopology>(entry.value)
+          ? std::max<std::size_t>(1, std::get<topo::NodeTopology>(entry.value).topology.devices().size() +
+                                         std::get<topo::NodeTopology>(entry.value).topology.links().size())
+          : 1;
   const std::lock_guard guard(mutex_);
-  entries_.insert_or_assign(place, Held{std::move(overrides), std::make_shared<const Entry>(std::move(entry))});
+  auto& held = entries_[place];
+  std::erase_if(held, [&](const Held& h) { return h.overrides == overrides; });
+  held.insert(held.begin(), Held{std::move(overrides), std::make_shared<const Entry>(std::move(entry)), elements});
+  // Keep the newest value, then older ones while the place stays within its bounds.
+  std::size_t kept = 1;
+  std::size_t total = elements;
+  while (kept < held.size() && kept < kValuesPerPlace && total + held[kept].elements <= kElementsPerPlace) {
+    total += held[kept].elements;
+    ++kept;
+  }
+  held.erase(held.begin() + static_cast<std::ptrdiff_t>(kept), held.end());
 }
 
 std::size_t ReadCache::size() const {
   const std::lock_guard guard(mutex_);
-  return entries_.size();
+  std::size_t values = 0;
+  for (const auto& [place, held] : entries_) values += held.size();
+  return values;
 }
 
 void ReadCache::forget(const std::string& file) {

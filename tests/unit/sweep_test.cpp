@@ -195,8 +195,8 @@ TEST(Sweep, BestRanksFeasiblePointsByTheMetric) {
 TEST(ReadCache, MachinesAndTablesReadOncePerSetOfOverrides) {
   // The points of a sweep share the machines and calibration tables they read (load_experiment
   // with a cache): the second load takes the cached values and gives the same costs and machine;
-  // an override inside a table reads it afresh with the override applied and replaces the entry,
-  // and the next load without it reads the table again.
+  // an override inside a table reads it afresh with the override applied, kept beside the value
+  // without it, which the next load without the override takes again.
   const std::string experiment = fmt::format("{}/configs/experiments/neox20b-frontier-zero3.yaml", OFFSIM_SOURCE_DIR);
   ReadCache cache;
   const ExperimentSpec first = load_experiment(experiment, {}, &cache);
@@ -212,7 +212,7 @@ TEST(ReadCache, MachinesAndTablesReadOncePerSetOfOverrides) {
   EXPECT_EQ(second.hardware.topology.links().size(), first.hardware.topology.links().size());
   const ExperimentSpec overridden = load_experiment(experiment, {"calibration.device.gemm.efficiency=0.5"}, &cache);
   EXPECT_EQ(overridden.device.gemm_efficiency, 0.5);
-  EXPECT_EQ(cache.size(), 3u);  // one value per place
+  EXPECT_EQ(cache.size(), 4u);  // the device table with and without the override
   const ExperimentSpec third = load_experiment(experiment, {}, &cache);
   EXPECT_EQ(third.device.gemm_efficiency, first.device.gemm_efficiency);
   EXPECT_NE(first.device.gemm_efficiency, 0.5);
@@ -220,6 +220,32 @@ TEST(ReadCache, MachinesAndTablesReadOncePerSetOfOverrides) {
   const ExperimentSpec smaller = load_experiment(experiment, {"hardware.nodes=2", "strategy.dp=16"}, &cache);
   EXPECT_EQ(smaller.hardware.nodes, 2);
   EXPECT_LT(smaller.hardware.topology.devices().size(), first.hardware.topology.devices().size());
+  EXPECT_EQ(cache.size(), 5u);  // both machines: a sweep's points alternate between its sizes
+}
+
+TEST(ReadCache, APlaceHoldsItsRecentValuesWithinItsBounds) {
+  // Values are kept per place, most recently used first, at most kValuesPerPlace of them and
+  // while their machine elements (devices and links) stay within kElementsPerPlace, except the
+  // newest, which is always kept: memory follows the largest machine a sweep uses, not its points.
+  const std::string experiment = fmt::format("{}/configs/experiments/neox20b-frontier-zero3.yaml", OFFSIM_SOURCE_DIR);
+  ReadCache cache;
+  // Frontier at 48 nodes is 3,457 elements (673 devices, 2,784 links): 16 sizes fit the budget.
+  for (std::size_t nodes = 1; nodes <= ReadCache::kValuesPerPlace + 1; ++nodes) {
+    (void)load_experiment(experiment,
+                          {fmt::format("hardware.nodes={}", nodes), fmt::format("strategy.dp={}", 8 * nodes)}, &cache);
+  }
+  EXPECT_EQ(cache.size(), ReadCache::kValuesPerPlace + 2);  // 16 machines, the device and collectives tables
+  // 2,000 nodes are 144,256 elements (28,016 devices, 116,240 links), over the budget alone: the
+  // place keeps that machine only.
+  const ExperimentSpec large = load_experiment(experiment, {"hardware.nodes=2000", "strategy.dp=16000"}, &cache);
+  ASSERT_GT(large.hardware.topology.devices().size() + large.hardware.topology.links().size(),
+            ReadCache::kElementsPerPlace);
+  EXPECT_EQ(cache.size(), 3u);
+  // A small machine read after it joins it only while both fit: the large one is dropped.
+  (void)load_experiment(experiment, {"hardware.nodes=2", "strategy.dp=16"}, &cache);
+  EXPECT_EQ(cache.size(), 3u);
+  (void)load_experiment(experiment, {"hardware.nodes=3", "strategy.dp=24"}, &cache);
+  EXPECT_EQ(cache.size(), 4u);
 }
 
 TEST(ReadCache, AFileThatChangedIsReadAfreshOnceForgotten) {
