@@ -174,6 +174,9 @@ struct ExperimentResult {
 
 struct RunExperimentOptions {
   bool outputs_over_time = false;  // record link timelines; fill timeline_csv and trace_json
+  /// Link activity (link_stats, links): sweeps, whose rows hold none, leave it out and the
+  /// result's link lists empty (sim::ExecOptions::link_statistics). Times are the same either way.
+  bool link_statistics = true;
 };
 
 /// The effective configuration (every value read, after includes and overrides) as YAML.

@@ -54,7 +54,8 @@ ExperimentResult simulate_iteration(const ExperimentSpec& spec, const RunExperim
   const CostModel costs(spec.device);
   const BuiltIteration built = build_iteration(inputs_of(spec, costs), spec.strategy);
   const sim::RunResult run =
-      sim::execute(built.machine.platform, built.graph, sim::ExecOptions{options.outputs_over_time});
+      sim::execute(built.machine.platform, built.graph,
+                   sim::ExecOptions{options.outputs_over_time, options.link_statistics || options.outputs_over_time});
 
   ExperimentResult r;
   r.iteration_time = run.makespan;
@@ -150,6 +151,7 @@ ExperimentResult simulate_iteration(const ExperimentSpec& spec, const RunExperim
                       sim::format_time(pool.overflow->time), fmt::join(tenants, ", ")));
     }
   }
+  if (!options.link_statistics && !options.outputs_over_time) return r;
   for (const auto& c : run.constraints) {
     r.link_stats.push_back({c.name, c.link_class, c.stats.bytes_carried, c.stats.busy_time, c.stats.peak_bytes_per_s});
   }

@@ -192,6 +192,25 @@ TEST(Sweep, BestRanksFeasiblePointsByTheMetric) {
   EXPECT_EQ(best_points(csv, "tflops_per_device", 5, 0.05).find("tied"), std::string::npos);
 }
 
+TEST(Sweep, PointsRunWithoutLinkStatisticsInTheSameTime) {
+  // A sweep's points leave out link activity (its rows hold none): the analytic collectives'
+  // transfers are not credited to their links. That is statistics only: every time is the same
+  // as a full run's, to the picosecond, and the result says nothing about links rather than zeros.
+  const std::string experiment = fmt::format("{}/configs/experiments/neox20b-frontier-3level.yaml", OFFSIM_SOURCE_DIR);
+  const ExperimentSpec spec = load_experiment(experiment, {"strategy.collectives.fidelity=analytic"});
+  const ExperimentResult full = run_experiment(spec);
+  const ExperimentResult lean = run_experiment(spec, RunExperimentOptions{.link_statistics = false});
+  EXPECT_EQ(lean.iteration_time.ps, full.iteration_time.ps);
+  ASSERT_EQ(lean.phases.size(), full.phases.size());
+  for (std::size_t i = 0; i < full.phases.size(); ++i) EXPECT_EQ(lean.phases[i].time.ps, full.phases[i].time.ps);
+  EXPECT_EQ(lean.tflops_per_device, full.tflops_per_device);
+  EXPECT_EQ(lean.memory.size(), full.memory.size());
+  EXPECT_FALSE(full.link_stats.empty());
+  EXPECT_GT(full.links.size(), 0u);
+  EXPECT_TRUE(lean.link_stats.empty());
+  EXPECT_TRUE(lean.links.empty());
+}
+
 TEST(ReadCache, MachinesAndTablesReadOncePerSetOfOverrides) {
   // The points of a sweep share the machines and calibration tables they read (load_experiment
   // with a cache): the second load takes the cached values and gives the same costs and machine;
