@@ -1,5 +1,6 @@
 // The analytic fidelity: a stage's flows priced once (each link shared evenly by the flows crossing
 // it) and emitted as one transfer per simulated rank, with the links it would have crossed.
+#include <fmt/compile.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -75,8 +76,8 @@ std::vector<TaskId> Communicator::emit_analytic(const std::string& name, const A
   const int sims = layout_.simulated_ranks();
   std::vector<TaskId> done(sims);
   for (int s = 0; s < sims; ++s) {
-    done[s] = stage[s] ? graph_.add(fmt::format("{}.analytic.r{}", name, layout_.simulated[s]), phase::kCommunication,
-                                    *stage[s], first[s])
+    done[s] = stage[s] ? graph_.add(fmt::format(FMT_COMPILE("{}.analytic.r{}"), name, layout_.simulated[s]),
+                                    phase::kCommunication, *stage[s], first[s])
                        : pass_through(name, s, first[s]);
   }
   return done;

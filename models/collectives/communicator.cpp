@@ -1,6 +1,7 @@
 #include "models/collectives/communicator.hpp"
 #include "models/transformer/phases.hpp"
 
+#include <fmt/compile.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -28,14 +29,14 @@ TaskId Communicator::quantization_buffer(const std::string& name, int s, Bytes b
   const auto pool = machine_.pool_of_device[layout_.devices[layout_.simulated[s]]];
   if (!active(s) || !pool) return pass_through(name, s, std::move(deps));
   constexpr const char* kTenant = "quantized collective buffers";
-  const std::string full = fmt::format("{}.r{}", name, layout_.simulated[s]);
+  const std::string full = fmt::format(FMT_COMPILE("{}.r{}"), name, layout_.simulated[s]);
   if (release) return graph_.add(full, phase::kCommunication, sim::FreeTask{*pool, kTenant, bytes}, std::move(deps));
   return graph_.add(full, phase::kCommunication, sim::AllocTask{*pool, kTenant, bytes}, std::move(deps));
 }
 
 TaskId Communicator::pass_through(const std::string& name, int s, std::vector<TaskId> deps) {
-  return graph_.add(fmt::format("{}.skip.r{}", name, layout_.simulated[s]), phase::kCommunication, BarrierTask{},
-                    std::move(deps));
+  return graph_.add(fmt::format(FMT_COMPILE("{}.skip.r{}"), name, layout_.simulated[s]), phase::kCommunication,
+                    BarrierTask{}, std::move(deps));
 }
 
 std::vector<int> Communicator::channel_order(const std::vector<int>& members, int channel, int channels) const {
@@ -164,7 +165,7 @@ std::vector<sim::ConstraintId> Communicator::route(int from_rank, int to_rank) c
 
 TaskId Communicator::add_kernel(const std::string& name, int s, Bytes bytes, std::vector<TaskId> deps) {
   if (!active(s)) return pass_through(name, s, std::move(deps));
-  return graph_.add(fmt::format("{}.r{}", name, layout_.simulated[s]), phase::kCommunication,
+  return graph_.add(fmt::format(FMT_COMPILE("{}.r{}"), name, layout_.simulated[s]), phase::kCommunication,
                     TransferTask{{}, Bytes{0}, costs_.memory_bound_time(bytes), {}, {}}, std::move(deps));
 }
 
@@ -188,12 +189,12 @@ std::vector<TaskId> Communicator::add(CollectiveKind kind, const std::string& na
       throw std::invalid_argument(name + ": the tree algorithm runs all-reduce only");
     for (std::size_t j = 0; j < plan.stages.size(); ++j) {
       if (plan.stages[j].group() < 2) continue;
-      advance(add_tree_stage(fmt::format("{}.tree{}", name, j), plan.stages[j], plan.quantization.wire_bytes(elements),
-                             first));
+      advance(add_tree_stage(fmt::format(FMT_COMPILE("{}.tree{}"), name, j), plan.stages[j],
+                             plan.quantization.wire_bytes(elements), first));
     }
     for (int s = 0; s < sims; ++s) {
-      done[s] = graph_.add(fmt::format("{}.done.r{}", name, layout_.simulated[s]), phase::kCommunication, BarrierTask{},
-                           first[s]);
+      done[s] = graph_.add(fmt::format(FMT_COMPILE("{}.done.r{}"), name, layout_.simulated[s]), phase::kCommunication,
+                           BarrierTask{}, first[s]);
     }
     return done;
   }
@@ -213,7 +214,7 @@ std::vector<TaskId> Communicator::add(CollectiveKind kind, const std::string& na
       const int g = band.group();
       if (g < 2) continue;
       const std::int64_t share = ceil_div(held, g);
-      const std::string stage = fmt::format("{}.rs{}", name, j);
+      const std::string stage = fmt::format(FMT_COMPILE("{}.rs{}"), name, j);
       if (q.quantized()) {
         // Quantize the buffer; after the exchange, dequantize the g shares received and reduce.
         std::vector<TaskId> quantized(sims);
@@ -253,7 +254,7 @@ std::vector<TaskId> Communicator::add(CollectiveKind kind, const std::string& na
       if (g < 2) continue;
       CollectivePlan gather = plan;
       if (!quantized_gather) gather.quantization = Quantization{};
-      advance(add_stage(fmt::format("{}.ag{}", name, j), "all_gather", stages[j], gather, held, first));
+      advance(add_stage(fmt::format(FMT_COMPILE("{}.ag{}"), name, j), "all_gather", stages[j], gather, held, first));
       held *= g;
     }
     if (quantized_gather) {
@@ -278,8 +279,8 @@ std::vector<TaskId> Communicator::add(CollectiveKind kind, const std::string& na
   // inputs are.
   if (advanced && options_.fidelity == Fidelity::kAnalytic) return done;
   for (int s = 0; s < sims; ++s) {
-    done[s] = graph_.add(fmt::format("{}.done.r{}", name, layout_.simulated[s]), phase::kCommunication, BarrierTask{},
-                         first[s]);
+    done[s] = graph_.add(fmt::format(FMT_COMPILE("{}.done.r{}"), name, layout_.simulated[s]), phase::kCommunication,
+                         BarrierTask{}, first[s]);
   }
   return done;
 }

@@ -1,5 +1,6 @@
 // Flow-level stages whose flows all run in one step: the all-to-all (qgZ's gradient exchange) and
 // the tree's up and down edges.
+#include <fmt/compile.h>
 #include <fmt/format.h>
 
 #include <vector>
@@ -19,9 +20,9 @@ std::vector<TaskId> Communicator::add_one_step_flows(const std::string& name, si
   const int sims = layout_.simulated_ranks();
   std::vector<std::vector<TaskId>> finish(sims);
   for (const Flow& fl : flows) {
-    const TaskId t = graph_.add(fmt::format("{}.r{}to{}", name, layout_.simulated[fl.from], layout_.simulated[fl.to]),
-                                phase::kCommunication, sim::TransferTask{fl.route, sim::Bytes{bytes}, latency, {}, {}},
-                                first[fl.from]);
+    const TaskId t = graph_.add(
+        fmt::format(FMT_COMPILE("{}.r{}to{}"), name, layout_.simulated[fl.from], layout_.simulated[fl.to]),
+        phase::kCommunication, sim::TransferTask{fl.route, sim::Bytes{bytes}, latency, {}, {}}, first[fl.from]);
     finish[fl.from].push_back(t);
     finish[fl.to].push_back(t);
   }
@@ -29,8 +30,8 @@ std::vector<TaskId> Communicator::add_one_step_flows(const std::string& name, si
   for (int s = 0; s < sims; ++s) {
     done[s] = !active(s) || finish[s].empty()
                   ? pass_through(name, s, first[s])
-                  : graph_.add(fmt::format("{}.done.r{}", name, layout_.simulated[s]), phase::kCommunication,
-                               sim::BarrierTask{}, std::move(finish[s]));
+                  : graph_.add(fmt::format(FMT_COMPILE("{}.done.r{}"), name, layout_.simulated[s]),
+                               phase::kCommunication, sim::BarrierTask{}, std::move(finish[s]));
   }
   return done;
 }

@@ -1,5 +1,6 @@
 // Flow-level ring collectives: each of a ring's steps as its own transfer per rank and direction
 // (docs/collectives.md). The analytic fidelity prices the same ring in analytic.cpp.
+#include <fmt/compile.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -34,15 +35,16 @@ std::vector<TaskId> Communicator::add_ring_flows(const std::string& name, const 
           deps = into[d][fl.from];
           deps.push_back(own[d][fl.from]);
         }
-        const TaskId t = graph_.add(fmt::format("{}.{}{}{}.r{}", name, rings > 2 ? fmt::format("ch{}.", d / 2) : "",
-                                                d % 2 == 0 ? "cw" : "ccw", step, layout_.simulated[fl.from]),
-                                    phase::kCommunication,
-                                    sim::TransferTask{fl.route,
-                                                      sim::Bytes{chunk_bytes * chunks},
-                                                      sim::TimePs{f.step_latency.ps * chunks},
-                                                      f.bus_bandwidth * 0.5,
-                                                      {}},
-                                    std::move(deps));
+        const TaskId t = graph_.add(
+            fmt::format(FMT_COMPILE("{}.{}{}{}.r{}"), name, rings > 2 ? fmt::format(FMT_COMPILE("ch{}."), d / 2) : "",
+                        d % 2 == 0 ? "cw" : "ccw", step, layout_.simulated[fl.from]),
+            phase::kCommunication,
+            sim::TransferTask{fl.route,
+                              sim::Bytes{chunk_bytes * chunks},
+                              sim::TimePs{f.step_latency.ps * chunks},
+                              f.bus_bandwidth * 0.5,
+                              {}},
+            std::move(deps));
         own[d][fl.from] = t;
         next_into[d][fl.to].push_back(t);
       }
@@ -60,7 +62,7 @@ std::vector<TaskId> Communicator::add_ring_flows(const std::string& name, const 
       deps.push_back(own[d][s]);
       deps.insert(deps.end(), into[d][s].begin(), into[d][s].end());
     }
-    done[s] = graph_.add(fmt::format("{}.done.r{}", name, layout_.simulated[s]), phase::kCommunication,
+    done[s] = graph_.add(fmt::format(FMT_COMPILE("{}.done.r{}"), name, layout_.simulated[s]), phase::kCommunication,
                          sim::BarrierTask{}, std::move(deps));
   }
   return done;

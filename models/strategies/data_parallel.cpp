@@ -22,6 +22,7 @@
 // holds 1/tp of every state above and ZeRO partitions, reduces and gathers that share across the
 // g/tp replicas (stride tp); each layer all-reduces its activations inside the group after the
 // attention and after the MLP, forward and backward, on the critical path.
+#include <fmt/compile.h>
 #include <fmt/format.h>
 #include <algorithm>
 #include <cmath>
@@ -379,7 +380,7 @@ class DataParallelBuilder {
     const std::int64_t threshold = spec.param_persistence_threshold;
     modules = {make_module("embedding", {params.embedding, params.position}, threshold)};
     for (std::int64_t l = 0; l < m.layers; ++l)
-      modules.push_back(make_module(fmt::format("layer{}", l), layer_parts, threshold, expert_parts));
+      modules.push_back(make_module(fmt::format(FMT_COMPILE("layer{}"), l), layer_parts, threshold, expert_parts));
     modules.push_back(
         make_module("head", {params.final_norm, m.tied_embeddings ? params.embedding : params.output_head}, threshold));
     for (const auto& mod : modules) persistent += mod.persistent;
@@ -421,7 +422,7 @@ class DataParallelBuilder {
       const std::size_t device = out.devices[layout.simulated[r]];
       info.unit = *out.machine.unit_of_device[device];
       info.pool = *out.machine.pool_of_device[device];
-      info.prefix = fmt::format("r{}", layout.simulated[r]);
+      info.prefix = fmt::format(FMT_COMPILE("r{}"), layout.simulated[r]);
       if (offload) {
         const auto host = nearest_cpu(in.topology, device);
         if (!host) {
@@ -478,7 +479,7 @@ class DataParallelBuilder {
                       std::optional<sim::Bandwidth> bound, std::vector<TaskId> deps) {
     std::vector<sim::ConstraintId> route{rank_info[r].host_memory};
     if (rank_info[r].host_cores) route.push_back(*rank_info[r].host_cores);
-    return g.add(fmt::format("{}.{}", rank_info[r].prefix, name), phase,
+    return g.add(fmt::format(FMT_COMPILE("{}.{}"), rank_info[r].prefix, name), phase,
                  TransferTask{std::move(route), bytes, TimePs{0}, bound, {}}, std::move(deps));
   }
   // Framework work on the rank's host thread (launching collectives, Python bookkeeping): a delay
@@ -487,7 +488,7 @@ class DataParallelBuilder {
   TaskId host_work(int r, const std::string& name, TimePs duration, std::vector<TaskId> deps) {
     if (host_thread.empty()) host_thread.resize(static_cast<std::size_t>(sims));
     if (host_thread[r]) deps.push_back(*host_thread[r]);
-    const TaskId t = g.add(fmt::format("{}.{}", rank_info[r].prefix, name), phase::kCommunication,
+    const TaskId t = g.add(fmt::format(FMT_COMPILE("{}.{}"), rank_info[r].prefix, name), phase::kCommunication,
                            TransferTask{{}, Bytes{0}, duration, std::nullopt, {}}, std::move(deps));
     host_thread[r] = t;
     return t;
@@ -496,7 +497,7 @@ class DataParallelBuilder {
   // measured for the host (calibration.host copies: latency and bandwidth); without a fit only the
   // links limit them, and the report says pinned and pageable are not told apart.
   [[nodiscard]] const CopyFit* copy_fit(bool to_host, bool pinned) const {
-    const std::string key = fmt::format("{}_{}", to_host ? "d2h" : "h2d", pinned ? "pinned" : "pageable");
+    const std::string key = fmt::format(FMT_COMPILE("{}_{}"), to_host ? "d2h" : "h2d", pinned ? "pinned" : "pageable");
     const auto it = in.host.copies.find(key);
     return it == in.host.copies.end() ? nullptr : &it->second;
   }
@@ -509,7 +510,7 @@ class DataParallelBuilder {
       if (pinned && !off.pin_memory) continue;
       for (const bool to_host : {true, false}) {
         if (!copy_fit(to_host, pinned))
-          missing.push_back(fmt::format("{}_{}", to_host ? "d2h" : "h2d", pinned ? "pinned" : "pageable"));
+          missing.push_back(fmt::format(FMT_COMPILE("{}_{}"), to_host ? "d2h" : "h2d", pinned ? "pinned" : "pageable"));
       }
     }
     if (!missing.empty()) {
@@ -523,7 +524,7 @@ class DataParallelBuilder {
     const std::size_t gpu = out.devices[layout.simulated[r]];
     const std::size_t cpu = rank_info[r].host;
     const CopyFit* fit = copy_fit(to_host, pinned);
-    return g.add(fmt::format("{}.{}", rank_info[r].prefix, name), phase,
+    return g.add(fmt::format(FMT_COMPILE("{}.{}"), rank_info[r].prefix, name), phase,
                  TransferTask{to_host ? out.machine.transfer_route(in.topology, gpu, cpu)
                                       : out.machine.transfer_route(in.topology, cpu, gpu),
                               bytes,
@@ -536,7 +537,7 @@ class DataParallelBuilder {
   TaskId swap(int r, const std::string& name, bool to_nvme, Bytes bytes, std::vector<TaskId> deps) {
     const std::size_t cpu = rank_info[r].host;
     const std::size_t nvme = rank_info[r].nvme;
-    return g.add(fmt::format("{}.{}", rank_info[r].prefix, name), phase::kOptimizer,
+    return g.add(fmt::format(FMT_COMPILE("{}.{}"), rank_info[r].prefix, name), phase::kOptimizer,
                  TransferTask{to_nvme ? out.machine.transfer_route(in.topology, cpu, nvme)
                                       : out.machine.transfer_route(in.topology, nvme, cpu),
                               bytes,
@@ -585,17 +586,17 @@ class DataParallelBuilder {
   }
   TaskId compute(int r, const std::string& name, const char* phase, TimePs duration, sim::Flops flops,
                  const char* kernel, std::vector<TaskId> deps) {
-    return g.add(fmt::format("{}.{}", rank_info[r].prefix, name), phase,
+    return g.add(fmt::format(FMT_COMPILE("{}.{}"), rank_info[r].prefix, name), phase,
                  ComputeTask{rank_info[r].unit, duration, flops, Bytes{0}, kernel}, std::move(deps));
   }
   TaskId alloc(int r, const std::string& name, const char* phase, const char* tenant, Bytes bytes,
                std::vector<TaskId> deps) {
-    return g.add(fmt::format("{}.{}", rank_info[r].prefix, name), phase, AllocTask{rank_info[r].pool, tenant, bytes},
-                 std::move(deps));
+    return g.add(fmt::format(FMT_COMPILE("{}.{}"), rank_info[r].prefix, name), phase,
+                 AllocTask{rank_info[r].pool, tenant, bytes}, std::move(deps));
   }
   TaskId release(int r, const std::string& name, const char* phase, const char* tenant, Bytes bytes,
                  std::vector<TaskId> deps) {
-    return g.add(fmt::format("{}.{}", rank_info[r].prefix, name), phase,
+    return g.add(fmt::format(FMT_COMPILE("{}.{}"), rank_info[r].prefix, name), phase,
                  sim::FreeTask{rank_info[r].pool, tenant, bytes}, std::move(deps));
   }
   [[nodiscard]] std::vector<std::vector<TaskId>> per_rank(const std::vector<TaskId>& tasks) const {
@@ -634,7 +635,7 @@ class DataParallelBuilder {
       const TaskId a0 =
           spec.offload_param
               ? g.add(
-                    fmt::format("{}.alloc.parameters", rank_info[r].prefix), "setup",
+                    fmt::format(FMT_COMPILE("{}.alloc.parameters"), rank_info[r].prefix), "setup",
                     AllocTask{rank_info[r].host_pool, "parameter partition on host (bf16)", Bytes{st.parameters.host}},
                     {})
               : alloc(r, "alloc.parameters", "setup", stage == 3 ? "parameter partition (bf16)" : "parameters (bf16)",
@@ -650,12 +651,12 @@ class DataParallelBuilder {
           alloc(r, "alloc.optimizer", "setup", "optimizer states (fp32 master, m, v)", Bytes{st.optimizer.gpu}, {a1});
       if (offload) {
         const auto host_alloc = [&](const char* name, const char* tenant, Bytes bytes, TaskId after) {
-          return g.add(fmt::format("{}.{}", rank_info[r].prefix, name), "setup",
+          return g.add(fmt::format(FMT_COMPILE("{}.{}"), rank_info[r].prefix, name), "setup",
                        AllocTask{rank_info[r].host_pool, tenant, bytes}, {after});
         };
         if (off.nvme) {
           // States and fp32 gradients on the NVMe; the host keeps the pinned swap buffers.
-          last = g.add(fmt::format("{}.alloc.nvme_states", rank_info[r].prefix), "setup",
+          last = g.add(fmt::format(FMT_COMPILE("{}.alloc.nvme_states"), rank_info[r].prefix), "setup",
                        AllocTask{rank_info[r].nvme_pool, "optimizer states and fp32 gradients on NVMe",
                                  Bytes{st.optimizer.nvme + st.gradients.nvme}},
                        {last});
@@ -689,7 +690,7 @@ class DataParallelBuilder {
       // Blocking fetch: the gather starts once the rank's queued work (the previous module) is done.
       if (spec.zero3_fetch == DataParallelSpec::Fetch::kBlocking) d.push_back(prev[r]);
       d.insert(d.end(), freed_two_ago[r].begin(), freed_two_ago[r].end());
-      allocated[r] = alloc(r, fmt::format("{}.alloc.{}", when, mod.name), phase::kCommunication, kGathered,
+      allocated[r] = alloc(r, fmt::format(FMT_COMPILE("{}.alloc.{}"), when, mod.name), phase::kCommunication, kGathered,
                            Bytes{mod.gathered() * kBf16Bytes}, std::move(d));
       deps[r] = {allocated[r]};
     }
@@ -702,29 +703,29 @@ class DataParallelBuilder {
         // The framework's host work before this parameter's all-gather is enqueued (a delay on the
         // rank's fetch path: it holds no link or unit).
         for (int r = 0; r < sims; ++r) {
-          done[r] = host_work(r, fmt::format("{}.host.gather.{}.{}", when, mod.name, i),
+          done[r] = host_work(r, fmt::format(FMT_COMPILE("{}.host.gather.{}.{}"), when, mod.name, i),
                               spec.zero3_host->all_gather.at(group), {done[r]});
         }
       }
       if (spec.offload_param) {
         // ZeRO-Infinity: the rank's shard comes from host memory first.
         for (int r = 0; r < sims; ++r) {
-          done[r] = copy(r, fmt::format("{}.fetch.{}.{}", when, mod.name, i), phase::kCommunication, false,
+          done[r] = copy(r, fmt::format(FMT_COMPILE("{}.fetch.{}.{}"), when, mod.name, i), phase::kCommunication, false,
                          Bytes{(mod.gathers[i] + group - 1) / group * kBf16Bytes}, {done[r]}, spec.param_pin_memory);
         }
       }
       const CollectivePlan& plan = mod.expert[i]    ? expert_plan
                                    : from_secondary ? part.secondary_gather
                                                     : part.parameter_gather;
-      done = comm.add(CollectiveKind::kAllGather, fmt::format("gather.{}.{}.{}", when, mod.name, i), mod.gathers[i],
-                      plan, per_rank(done));
+      done = comm.add(CollectiveKind::kAllGather, fmt::format(FMT_COMPILE("gather.{}.{}.{}"), when, mod.name, i),
+                      mod.gathers[i], plan, per_rank(done));
     }
     gather_stream = done;
     return done;
   }
   void release_module(int r, const Module& mod, const std::string& when, TaskId after) {
-    const TaskId f = release(r, fmt::format("{}.free.{}", when, mod.name), phase::kCommunication, kGathered,
-                             Bytes{mod.gathered() * kBf16Bytes}, {after});
+    const TaskId f = release(r, fmt::format(FMT_COMPILE("{}.free.{}"), when, mod.name), phase::kCommunication,
+                             kGathered, Bytes{mod.gathered() * kBf16Bytes}, {after});
     freed_two_ago[r] = freed_one_ago[r];
     freed_one_ago[r] = {f};
   }
@@ -744,8 +745,9 @@ class DataParallelBuilder {
       deps[r] = {prev[r]};
       if (stage == 3) deps[r].push_back(gathered[r]);
       if (keep_secondary) {
-        secondary_kept[r].push_back(alloc(r, fmt::format("alloc.secondary.{}", mod.name), phase::kCommunication,
-                                          kSecondary, Bytes{secondary_shard * kBf16Bytes}, {gathered[r]}));
+        secondary_kept[r].push_back(alloc(r, fmt::format(FMT_COMPILE("alloc.secondary.{}"), mod.name),
+                                          phase::kCommunication, kSecondary, Bytes{secondary_shard * kBf16Bytes},
+                                          {gathered[r]}));
         deps[r].push_back(secondary_kept[r].back());
       }
     }
@@ -788,15 +790,15 @@ class DataParallelBuilder {
     bool started = false;
     for (std::size_t i = 0; i < steps.size(); ++i) {
       if (!steps[i]) {
-        t.end = comm.add(CollectiveKind::kReduceScatter, fmt::format("all_to_all.{}.{}", name, i), dispatch_elements,
-                         dispatch_plan, started ? per_rank(t.end) : deps);
+        t.end = comm.add(CollectiveKind::kReduceScatter, fmt::format(FMT_COMPILE("all_to_all.{}.{}"), name, i),
+                         dispatch_elements, dispatch_plan, started ? per_rank(t.end) : deps);
         if (!started) deps = per_rank(t.end);
         continue;
       }
       for (int r = 0; r < sims; ++r) {
         const double share = total.ps > 0 ? static_cast<double>(steps[i]->ps) / static_cast<double>(total.ps) : 0.0;
-        t.last_compute[r] = compute(r, fmt::format("{}.{}", name, i), phase, *steps[i], flops * share, "layer",
-                                    started ? std::vector<TaskId>{t.end[r]} : std::move(deps[r]));
+        t.last_compute[r] = compute(r, fmt::format(FMT_COMPILE("{}.{}"), name, i), phase, *steps[i], flops * share,
+                                    "layer", started ? std::vector<TaskId>{t.end[r]} : std::move(deps[r]));
         if (!started) t.first[r] = t.last_compute[r];
         t.end[r] = t.last_compute[r];
       }
@@ -823,19 +825,20 @@ class DataParallelBuilder {
     const TimePs piece{duration.ps / reductions};
     for (int part_index = 0; part_index < reductions; ++part_index) {
       for (int r = 0; r < sims; ++r) {
-        t.last_compute[r] = compute(r, fmt::format("{}.{}", name, part_index), phase, piece, flops * (1.0 / reductions),
-                                    "layer", part_index == 0 ? std::move(deps[r]) : std::vector<TaskId>{t.end[r]});
+        t.last_compute[r] =
+            compute(r, fmt::format(FMT_COMPILE("{}.{}"), name, part_index), phase, piece, flops * (1.0 / reductions),
+                    "layer", part_index == 0 ? std::move(deps[r]) : std::vector<TaskId>{t.end[r]});
         if (part_index == 0) t.first[r] = t.last_compute[r];
       }
-      t.end = comm.add(CollectiveKind::kAllReduce, fmt::format("tp.{}.{}", name, part_index), activation_elements,
-                       tp_plan, per_rank(t.last_compute));
+      t.end = comm.add(CollectiveKind::kAllReduce, fmt::format(FMT_COMPILE("tp.{}.{}"), name, part_index),
+                       activation_elements, tp_plan, per_rank(t.last_compute));
     }
     return t;
   }
 
   // One micro-batch: forward, backward, and (when this micro-batch reduces) its gradient reduction.
   void micro_batch(std::int64_t mb) {
-    const std::string mbs = fmt::format("mb{}", mb);
+    const std::string mbs = fmt::format(FMT_COMPILE("mb{}"), mb);
     const bool last_mb = mb == train.grad_accum - 1;
     const bool reduces = stage >= 2 || last_mb;  // this micro-batch's gradients are reduced
     for (auto& it : items) it.ready_on_rank.clear();
@@ -851,8 +854,8 @@ class DataParallelBuilder {
       // DeepSpeed's end-of-backward epilogue flushes the last bucket and waits for the reduce
       // stream: the next micro-batch's forward starts after this one's gradients are reduced.
       for (int r = 0; r < sims; ++r) {
-        prev[r] = g.add(fmt::format("r{}.{}.gradients_reduced", r, mbs), phase::kCommunication, BarrierTask{},
-                        {prev[r], reduce_stream[r]});
+        prev[r] = g.add(fmt::format(FMT_COMPILE("r{}.{}.gradients_reduced"), r, mbs), phase::kCommunication,
+                        BarrierTask{}, {prev[r], reduce_stream[r]});
       }
       out.spans.push_back({phase::kExposedCommunication, last_backward[0], prev[0], true});
     }
@@ -866,16 +869,16 @@ class DataParallelBuilder {
                  compute(r, mbs + ".fwd.embedding", phase::kForward, k.embed_fwd, {}, "memory", std::move(deps));
     });
     for (std::int64_t l = 0; l < m.layers; ++l) {
-      run_module_on_all(
-          modules[static_cast<std::size_t>(l + 1)], mbs + ".fwd", [&](std::vector<std::vector<TaskId>> deps) {
-            for (int r = 0; r < sims; ++r) {
-              deps[r].push_back(
-                  alloc(r, fmt::format("{}.alloc.act{}", mbs, l), phase::kForward, "activations", stored, {prev[r]}));
-            }
-            return layer_compute(fmt::format("{}.fwd.layer{}", mbs, l), phase::kForward, true,
-                                 (w.gemm + w.attention) * (1.0 / tp), std::move(deps))
-                .end;
-          });
+      run_module_on_all(modules[static_cast<std::size_t>(l + 1)], mbs + ".fwd",
+                        [&](std::vector<std::vector<TaskId>> deps) {
+                          for (int r = 0; r < sims; ++r) {
+                            deps[r].push_back(alloc(r, fmt::format(FMT_COMPILE("{}.alloc.act{}"), mbs, l),
+                                                    phase::kForward, "activations", stored, {prev[r]}));
+                          }
+                          return layer_compute(fmt::format(FMT_COMPILE("{}.fwd.layer{}"), mbs, l), phase::kForward,
+                                               true, (w.gemm + w.attention) * (1.0 / tp), std::move(deps))
+                              .end;
+                        });
     }
     run_module(modules.back(), mbs + ".fwd", [&](int r, std::vector<TaskId> deps) {
       deps.push_back(alloc(r, mbs + ".alloc.logits", phase::kForward, "activations", logits, {prev[r]}));
@@ -905,24 +908,24 @@ class DataParallelBuilder {
     if (reduces) launch_reduce_host(item, mbs);
     ++item;
     for (std::int64_t l = m.layers - 1; l >= 0; --l) {
-      run_module_on_all(
-          modules[static_cast<std::size_t>(l + 1)], mbs + ".bwd", [&](std::vector<std::vector<TaskId>> deps) {
-            const LayerTasks b =
-                layer_compute(fmt::format("{}.bwd.layer{}", mbs, l), phase::kBackward, false,
-                              ((w.gemm + w.attention) * 2.0 + recomputed) * (1.0 / tp), std::move(deps));
-            std::vector<TaskId> done(sims);
-            for (int r = 0; r < sims; ++r) {
-              // The layer's weight gradients exist after its last compute piece; a later kernel
-              // that must wait (the offload's blocking copy) holds back its first piece.
-              if (reduces) {
-                items[item].ready_on_rank.push_back(b.last_compute[r]);
-                backward_tasks[r].push_back(b.first[r]);
-              }
-              done[r] =
-                  release(r, fmt::format("{}.free.act{}", mbs, l), phase::kBackward, "activations", stored, {b.end[r]});
-            }
-            return done;
-          });
+      run_module_on_all(modules[static_cast<std::size_t>(l + 1)], mbs + ".bwd",
+                        [&](std::vector<std::vector<TaskId>> deps) {
+                          const LayerTasks b =
+                              layer_compute(fmt::format(FMT_COMPILE("{}.bwd.layer{}"), mbs, l), phase::kBackward, false,
+                                            ((w.gemm + w.attention) * 2.0 + recomputed) * (1.0 / tp), std::move(deps));
+                          std::vector<TaskId> done(sims);
+                          for (int r = 0; r < sims; ++r) {
+                            // The layer's weight gradients exist after its last compute piece; a later kernel
+                            // that must wait (the offload's blocking copy) holds back its first piece.
+                            if (reduces) {
+                              items[item].ready_on_rank.push_back(b.last_compute[r]);
+                              backward_tasks[r].push_back(b.first[r]);
+                            }
+                            done[r] = release(r, fmt::format(FMT_COMPILE("{}.free.act{}"), mbs, l), phase::kBackward,
+                                              "activations", stored, {b.end[r]});
+                          }
+                          return done;
+                        });
       if (reduces) launch_reduce_host(item, mbs);
       ++item;
     }
@@ -948,7 +951,7 @@ class DataParallelBuilder {
     const TimePs launch{spec.zero3_host->reduce_scatter.at(part.shard_ranks).ps * buckets[b].tensors};
     std::vector<TaskId> host(sims);
     for (int r = 0; r < sims; ++r) {
-      host[r] = host_work(r, fmt::format("{}.bucket{}.host.reduce_scatter", mbs, b), launch,
+      host[r] = host_work(r, fmt::format(FMT_COMPILE("{}.bucket{}.host.reduce_scatter"), mbs, b), launch,
                           {items[item].ready_on_rank[static_cast<std::size_t>(r)]});
     }
     reduce_host.push_back(std::move(host));
@@ -966,7 +969,7 @@ class DataParallelBuilder {
         deps[r] = {spec.overlap_comm ? ready_on_rank[r] : last_backward[r]};
         if (!reduce_stream.empty()) deps[r].push_back(reduce_stream[r]);
       }
-      const std::string bucket = fmt::format("mb{}.bucket{}", mb, b);
+      const std::string bucket = fmt::format(FMT_COMPILE("mb{}.bucket{}"), mb, b);
       if (b < reduce_host.size()) {
         // The bucket's launches (launch_reduce_host): the reduction waits for them, and so does the
         // next backward kernel, which the same host thread launches after them.
@@ -1078,12 +1081,12 @@ class DataParallelBuilder {
     std::vector<TaskId> adam(sims);
     for (int r = 0; r < sims; ++r) {
       std::vector<TaskId> deps{last_backward[r], reduce_stream[r]};
-      const TaskId ready =
-          g.add(fmt::format("r{}.gradients_synchronized", r), phase::kCommunication, BarrierTask{}, std::move(deps));
+      const TaskId ready = g.add(fmt::format(FMT_COMPILE("r{}.gradients_synchronized"), r), phase::kCommunication,
+                                 BarrierTask{}, std::move(deps));
       TaskId first_step;
       if (!offload) {
         first_step = adam[r] = g.add(
-            fmt::format("r{}.adam", r), phase::kOptimizer,
+            fmt::format(FMT_COMPILE("r{}.adam"), r), phase::kOptimizer,
             ComputeTask{rank_info[r].unit, k.adam, {}, Bytes{updated_on_rank * kAdamTrafficBytesPerParam}, "adam"},
             {ready});
       } else {
@@ -1115,12 +1118,13 @@ class DataParallelBuilder {
     if (off.nvme) {
       std::vector<TaskId> swapped{ready};
       swapped.insert(swapped.end(), gradient_swaps[r].begin(), gradient_swaps[r].end());
-      last = g.add(fmt::format("{}.gradients_on_nvme", rank_info[r].prefix), phase::kOptimizer, BarrierTask{}, swapped);
+      last = g.add(fmt::format(FMT_COMPILE("{}.gradients_on_nvme"), rank_info[r].prefix), phase::kOptimizer,
+                   BarrierTask{}, swapped);
       if (r == 0) out.spans.push_back({phase::kNvmeGradientFlush, ready, last, true});
     }
     for (std::size_t j = 0; j < subgroups.size(); ++j) {
       const std::int64_t n = subgroups[j];
-      const std::string name = fmt::format("subgroup{}", j);
+      const std::string name = fmt::format(FMT_COMPILE("subgroup{}"), j);
       if (j < cpu_subgroups) {
         std::vector<TaskId> adam_deps{last};
         if (off.nvme) {
@@ -1130,7 +1134,7 @@ class DataParallelBuilder {
           prefetched.reset();
           if (off.pipeline_read && j + 1 < cpu_subgroups) {
             const Bytes next_bytes{subgroups[j + 1] * (kOptimizerStateBytesPerParam + kFp32Bytes)};
-            prefetched = swap(r, fmt::format("subgroup{}.swap_in", j + 1), false, next_bytes, {read});
+            prefetched = swap(r, fmt::format(FMT_COMPILE("subgroup{}.swap_in"), j + 1), false, next_bytes, {read});
           }
         }
         const TaskId step = host_traffic(r, name + ".cpu_adam", phase::kOptimizer,
@@ -1143,7 +1147,7 @@ class DataParallelBuilder {
           if (!off.pipeline_write) copy_deps.push_back(nvme_writes.back());
         }
         // With parameter offload the down-cast writes the host partition: nothing goes back.
-        last = spec.offload_param ? g.add(fmt::format("{}.{}.params_on_host", rank_info[r].prefix, name),
+        last = spec.offload_param ? g.add(fmt::format(FMT_COMPILE("{}.{}.params_on_host"), rank_info[r].prefix, name),
                                           phase::kOptimizer, BarrierTask{}, copy_deps)
                                   : copy(r, name + ".h2d_params", phase::kOptimizer, false, Bytes{n * kBf16Bytes},
                                          copy_deps, copy_back_pinned);
@@ -1156,8 +1160,8 @@ class DataParallelBuilder {
     }
     if (!nvme_writes.empty()) {
       nvme_writes.push_back(last);
-      last =
-          g.add(fmt::format("{}.states_on_nvme", rank_info[r].prefix), phase::kOptimizer, BarrierTask{}, nvme_writes);
+      last = g.add(fmt::format(FMT_COMPILE("{}.states_on_nvme"), rank_info[r].prefix), phase::kOptimizer, BarrierTask{},
+                   nvme_writes);
     }
     return last;
   }

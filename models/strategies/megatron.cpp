@@ -29,6 +29,7 @@
 //   dp at ZeRO-1), stored activations of each in-flight micro-batch (allocated by its forward,
 //   freed by its backward; Korthikanti's count with TP: /tp with sequence parallelism, otherwise
 //   only the split part shrinks), and the logits on the last stage.
+#include <fmt/compile.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -311,12 +312,12 @@ class MegatronBuilder {
   // A task of simulated rank s, named r<rank>.<name>: compute on its GPU, or (de)allocation in its memory.
   TaskId compute(int s, const std::string& name, const char* phase, TimePs d, sim::Flops flops, const char* kernel,
                  std::vector<TaskId> deps) {
-    return g.add(fmt::format("r{}.{}", rank_state[s].rank, name), phase,
+    return g.add(fmt::format(FMT_COMPILE("r{}.{}"), rank_state[s].rank, name), phase,
                  ComputeTask{rank_state[s].unit, d, flops, Bytes{0}, kernel}, std::move(deps));
   }
   TaskId alloc(int s, const std::string& name, const char* tenant, Bytes bytes, std::vector<TaskId> deps,
                bool release = false) {
-    const std::string full = fmt::format("r{}.{}", rank_state[s].rank, name);
+    const std::string full = fmt::format(FMT_COMPILE("r{}.{}"), rank_state[s].rank, name);
     if (release) return g.add(full, "memory", sim::FreeTask{rank_state[s].pool, tenant, bytes}, std::move(deps));
     return g.add(full, "setup", AllocTask{rank_state[s].pool, tenant, bytes}, std::move(deps));
   }
@@ -370,11 +371,12 @@ class MegatronBuilder {
   // member's last task.
   std::vector<TaskId> run_operation(int first, const std::vector<int>& members, int vs, const Op& op,
                                     const std::vector<TaskId>& previous) {
-    const std::string tag = fmt::format("{}{}.mb{}", op.forward ? "F" : "B", vs, op.micro_batch);
+    const std::string tag = fmt::format(FMT_COMPILE("{}{}.mb{}"), op.forward ? "F" : "B", vs, op.micro_batch);
     std::vector<TaskId> at(members.size());
     for (std::size_t i = 0; i < members.size(); ++i) {
       const int s = members[i];
-      at[i] = g.add(fmt::format("r{}.{}.ready", rank_state[s].rank, tag), "pipeline", BarrierTask{}, {previous[i]});
+      at[i] = g.add(fmt::format(FMT_COMPILE("r{}.{}.ready"), rank_state[s].rank, tag), "pipeline", BarrierTask{},
+                    {previous[i]});
       entry[s][{op.forward, vs, op.micro_batch}] = at[i];
     }
     const char* phase = op.forward ? phase::kForward : phase::kBackward;
@@ -461,10 +463,10 @@ class MegatronBuilder {
       for (int half = 0; half < reductions; ++half) {
         std::vector<std::vector<TaskId>> deps(members.size());
         for (std::size_t i = 0; i < members.size(); ++i) {
-          deps[i] = {compute(members[i], fmt::format("{}.l{}.{}", tag, l, half), phase, piece,
+          deps[i] = {compute(members[i], fmt::format(FMT_COMPILE("{}.l{}.{}"), tag, l, half), phase, piece,
                              layer_flops * (1.0 / reductions), "layer", {at[i]})};
         }
-        at = comm.add(CollectiveKind::kAllReduce, fmt::format("tp{}.{}.l{}.{}", first, tag, l, half),
+        at = comm.add(CollectiveKind::kAllReduce, fmt::format(FMT_COMPILE("tp{}.{}.l{}.{}"), first, tag, l, half),
                       activation_elements, tp_plan, deps);
       }
     }
@@ -485,9 +487,10 @@ class MegatronBuilder {
         if (found == sim_of_rank.end()) continue;
         const int from = found->second;
         const TaskId sent = exit[from].at({forward, from_vs, mb});
-        const TaskId p2p = g.add(
-            fmt::format("p2p.{}{}.mb{}.r{}to{}", forward ? "act" : "grad", from_vs, mb, from_rank, rs.rank),
-            phase::kCommunication, TransferTask{p2p_route(from_rank, rs.rank), p2p_bytes, TimePs{0}, {}, {}}, {sent});
+        const TaskId p2p = g.add(fmt::format(FMT_COMPILE("p2p.{}{}.mb{}.r{}to{}"), forward ? "act" : "grad", from_vs,
+                                             mb, from_rank, rs.rank),
+                                 phase::kCommunication,
+                                 TransferTask{p2p_route(from_rank, rs.rank), p2p_bytes, TimePs{0}, {}, {}}, {sent});
         g.add_dependency(start, p2p);
       }
     }
@@ -525,7 +528,7 @@ class MegatronBuilder {
         for (const int s : members) taking_part[s] = true;
         const auto done =
             dp_comm.add(spec.zero_stage == 1 ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce,
-                        fmt::format("dp.gradients.{}", n), n, dp_plan, after_backward, taking_part);
+                        fmt::format(FMT_COMPILE("dp.gradients.{}"), n), n, dp_plan, after_backward, taking_part);
         for (const int s : members) reduced[s] = done[s];
       }
     } else {
@@ -541,7 +544,7 @@ class MegatronBuilder {
       const RankState& rs = rank_state[s];
       const std::int64_t updated = optimizer_share(rs.params);
       end[s] =
-          g.add(fmt::format("r{}.adam", rs.rank), phase::kOptimizer,
+          g.add(fmt::format(FMT_COMPILE("r{}.adam"), rs.rank), phase::kOptimizer,
                 ComputeTask{rs.unit, rs.k.adam, {}, Bytes{updated * kAdamTrafficBytesPerParam}, "adam"}, {reduced[s]});
       if (rs.rank == 0) {
         out.spans.push_back({phase::kGradientReduction, last_op[s], reduced[s], true});
@@ -559,8 +562,8 @@ class MegatronBuilder {
       for (int s = 0; s < sims; ++s) deps[s] = {end[s]};
       std::vector<bool> taking_part(sims, false);
       for (const int s : members) taking_part[s] = true;
-      const auto done =
-          dp_comm.add(CollectiveKind::kAllGather, fmt::format("dp.parameters.{}", n), n, dp_plan, deps, taking_part);
+      const auto done = dp_comm.add(CollectiveKind::kAllGather, fmt::format(FMT_COMPILE("dp.parameters.{}"), n), n,
+                                    dp_plan, deps, taking_part);
       for (const int s : members) gathered[s] = done[s];
     }
     for (int s = 0; s < sims; ++s) {
