@@ -51,9 +51,10 @@ Communicator::AnalyticStage Communicator::analytic_bodies(const CollectiveFit& f
     for (const Flow& fl : direction) rate_of[fl.from] = std::min(rate_of[fl.from], subgroup_rate.at(subgroup(fl.rank)));
   }
   // Every link a rank's flows cross is credited with their bytes and rate (once per flow), so the
-  // report's link activity matches what the flows would have carried.
+  // report's link activity matches what the flows would have carried (unless it reports none).
   std::vector<std::vector<sim::ConstraintId>> links_of(sims);
   for (const auto& direction : flows) {
+    if (!options_.link_statistics) break;
     for (const Flow& fl : direction)
       links_of[fl.from].insert(links_of[fl.from].end(), fl.route.begin(), fl.route.end());
   }

@@ -43,6 +43,9 @@ struct CollectiveOptions {
   Fidelity fidelity = Fidelity::kFlow;
   int max_ring_steps = 0;  // 0: every ring step; n: steps merged into at most n (latency kept)
   int channels = 1;        // parallel rings, each entering and leaving the nodes at other devices
+  // Analytic transfers list the links their flows cross (TransferTask::accounted), for link
+  // statistics only; off when the run reports none (a sweep: IterationInputs::link_statistics).
+  bool link_statistics = true;
 };
 
 }  // namespace offsim::models

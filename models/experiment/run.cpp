@@ -16,8 +16,9 @@ using sim::config::Node;
 
 namespace {
 
-IterationInputs inputs_of(const ExperimentSpec& spec, const CostModel& costs) {
-  return IterationInputs{spec.model, spec.training, spec.hardware.topology, costs, spec.collectives, spec.host};
+IterationInputs inputs_of(const ExperimentSpec& spec, const CostModel& costs, bool link_statistics = true) {
+  return IterationInputs{spec.model,       spec.training, spec.hardware.topology, costs,
+                         spec.collectives, spec.host,     link_statistics};
 }
 
 }  // namespace
@@ -52,10 +53,10 @@ std::vector<LinkClassSummary> summarise_links(const std::vector<LinkStat>& stats
 // One simulated iteration of the experiment as it is.
 ExperimentResult simulate_iteration(const ExperimentSpec& spec, const RunExperimentOptions& options) {
   const CostModel costs(spec.device);
-  const BuiltIteration built = build_iteration(inputs_of(spec, costs), spec.strategy);
+  const bool link_statistics = options.link_statistics || options.outputs_over_time;
+  const BuiltIteration built = build_iteration(inputs_of(spec, costs, link_statistics), spec.strategy);
   const sim::RunResult run =
-      sim::execute(built.machine.platform, built.graph,
-                   sim::ExecOptions{options.outputs_over_time, options.link_statistics || options.outputs_over_time});
+      sim::execute(built.machine.platform, built.graph, sim::ExecOptions{options.outputs_over_time, link_statistics});
 
   ExperimentResult r;
   r.iteration_time = run.makespan;
@@ -151,7 +152,7 @@ ExperimentResult simulate_iteration(const ExperimentSpec& spec, const RunExperim
                       sim::format_time(pool.overflow->time), fmt::join(tenants, ", ")));
     }
   }
-  if (!options.link_statistics && !options.outputs_over_time) return r;
+  if (!link_statistics) return r;
   for (const auto& c : run.constraints) {
     r.link_stats.push_back({c.name, c.link_class, c.stats.bytes_carried, c.stats.busy_time, c.stats.peak_bytes_per_s});
   }

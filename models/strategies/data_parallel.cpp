@@ -188,8 +188,8 @@ class DataParallelBuilder {
         ep(strategy.ep),
         layout(data_parallel_layout(out, inputs, strategy)),
         sims(layout.simulated_ranks()),
-        comm(g, out.machine, inputs.topology, layout, inputs.collectives, inputs.costs, strategy.collectives,
-             out.approximations),
+        comm(g, out.machine, inputs.topology, layout, inputs.collectives, inputs.costs,
+             inputs.collective_options(strategy.collectives), out.approximations),
         replica_plan(tp == 1 ? Communicator::flat(ranks)
                              : CollectivePlan{{Band{"dp", tp, ranks}}, StageAlgorithm::kRing, {}}),
         tp_plan(Communicator::flat(tp)),

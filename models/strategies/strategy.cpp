@@ -60,8 +60,8 @@ RankLayout lay_out_ranks(BuiltIteration& out, const topo::Topology& topology, co
 BuiltIteration build_collective(const IterationInputs& in, const CollectiveSpec& spec) {
   BuiltIteration out;
   const RankLayout layout = lay_out_ranks(out, in.topology, spec.devices, "collective", spec.all_ranks);
-  Communicator comm(out.graph, out.machine, in.topology, layout, in.collectives, in.costs, spec.options,
-                    out.approximations);
+  Communicator comm(out.graph, out.machine, in.topology, layout, in.collectives, in.costs,
+                    in.collective_options(spec.options), out.approximations);
   CollectivePlan plan = spec.plan;  // its algorithm and quantization; no stages: one flat stage
   if (plan.stages.empty()) plan.stages = Communicator::flat(layout.ranks()).stages;
   const auto start = out.graph.add("start", "setup", sim::BarrierTask{});

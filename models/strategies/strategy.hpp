@@ -190,7 +190,14 @@ struct IterationInputs {
   const topo::Topology& topology;
   const CostModel& costs;
   const MeasuredCosts& collectives;
-  const MeasuredCosts& host;  // host-side costs (cpu_adam); may be empty
+  const MeasuredCosts& host;    // host-side costs (cpu_adam); may be empty
+  bool link_statistics = true;  // whether the run reports link activity (sim::ExecOptions::link_statistics)
+
+  /// The strategy's collective options, with this run's link_statistics.
+  [[nodiscard]] CollectiveOptions collective_options(CollectiveOptions options) const {
+    options.link_statistics = link_statistics;
+    return options;
+  }
 };
 
 /// The CPU of `gpu`'s node fewest hops from it (the first declared among equals): the host of its
