@@ -1,11 +1,13 @@
 #pragma once
 // An experiment: a machine, its calibration, a model, training settings and a strategy, read
 // from one YAML file (with !include), run as one simulated training iteration, and reported.
+#include <condition_variable>
 #include <filesystem>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <variant>
@@ -71,6 +73,12 @@ class ReadCache {
 
   /// The entry at `place` read under `overrides` (Context::override_texts_under), or null.
   [[nodiscard]] std::shared_ptr<const Entry> find(const std::string& place, const std::vector<std::string>& overrides);
+  /// As find, but when another thread is reading that value, waits for it first; when the value
+  /// is not held, the caller is to read it and call end_reading (also if the read fails). A sweep's
+  /// workers start on neighbouring points at once, and each read the same tables side by side.
+  [[nodiscard]] std::shared_ptr<const Entry> find_or_begin_reading(const std::string& place,
+                                                                   const std::vector<std::string>& overrides);
+  void end_reading(const std::string& place, const std::vector<std::string>& overrides);
   void insert(const std::string& place, std::vector<std::string> overrides, Entry entry);
   /// The values held, over all places.
   [[nodiscard]] std::size_t size() const;
@@ -84,8 +92,12 @@ class ReadCache {
     std::shared_ptr<const Entry> entry;
     std::size_t elements = 1;
   };
+  [[nodiscard]] std::shared_ptr<const Entry> find_locked(const std::string& place,
+                                                         const std::vector<std::string>& overrides);
   mutable std::mutex mutex_;
-  std::map<std::string, std::vector<Held>> entries_;  // per place, most recently used first
+  std::condition_variable read_ended_;
+  std::map<std::string, std::vector<Held>> entries_;                    // per place, most recently used first
+  std::set<std::pair<std::string, std::vector<std::string>>> reading_;  // (place, overrides) being read
 };
 
 struct StrategyInfo {

@@ -19,6 +19,29 @@ using sim::config::Node;
 std::shared_ptr<const ReadCache::Entry> ReadCache::find(const std::string& place,
                                                         const std::vector<std::string>& overrides) {
   const std::lock_guard guard(mutex_);
+  return find_locked(place, overrides);
+}
+
+std::shared_ptr<const ReadCache::Entry> ReadCache::find_or_begin_reading(const std::string& place,
+                                                                         const std::vector<std::string>& overrides) {
+  std::unique_lock lock(mutex_);
+  auto key = std::make_pair(place, overrides);
+  read_ended_.wait(lock, [&] { return !reading_.contains(key); });
+  if (auto hit = find_locked(place, overrides)) return hit;
+  reading_.insert(std::move(key));
+  return nullptr;
+}
+
+void ReadCache::end_reading(const std::string& place, const std::vector<std::string>& overrides) {
+  {
+    const std::lock_guard guard(mutex_);
+    reading_.erase(std::make_pair(place, overrides));
+  }
+  read_ended_.notify_all();
+}
+
+std::shared_ptr<const ReadCache::Entry> ReadCache::find_locked(const std::string& place,
+                                                               const std::vector<std::string>& overrides) {
   const auto it = entries_.find(place);
   if (it == entries_.end()) return nullptr;
   auto& held = it->second;
@@ -70,17 +93,25 @@ std::optional<Value> read_through(const Node& node, ReadCache* cache, std::optio
   auto& ctx = node.context();
   const std::string place = node.file() + '\n' + node.path();
   std::vector<std::string> overrides = ctx.override_texts_under(node.path());
-  if (const auto hit = cache->find(place, overrides)) {
+  if (const auto hit = cache->find_or_begin_reading(place, overrides)) {
     for (const auto& w : hit->warnings) ctx.warning(w.loc, w.key_path, w.message);
     ctx.note_known_paths(hit->known_paths);
     ctx.mark_overrides_used_under(node.path());
     return std::get<Value>(hit->value);
   }
+  // This thread reads it; others asking for it meanwhile wait, and find it (or read it themselves
+  // if this read fails or does not qualify for the cache).
+  struct EndReading {
+    ReadCache& cache;
+    const std::string& place;
+    const std::vector<std::string>& overrides;
+    ~EndReading() { cache.end_reading(place, overrides); }
+  } const end_reading{*cache, place, overrides};
   const std::size_t errors = ctx.error_count();
   const std::size_t warnings = ctx.warnings().size();
   std::optional<Value> parsed = parse(node);
   if (parsed && ctx.error_count() == errors && ctx.overrides_used_under(node.path())) {
-    cache->insert(place, std::move(overrides),
+    cache->insert(place, overrides,  // (a copy: end_reading names the read by them)
                   {*parsed,
                    {ctx.warnings().begin() + static_cast<std::ptrdiff_t>(warnings), ctx.warnings().end()},
                    std::make_shared<const std::vector<std::string>>(ctx.known_paths_under(node.path()))});

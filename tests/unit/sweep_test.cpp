@@ -4,9 +4,11 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -265,6 +267,37 @@ TEST(ReadCache, APlaceHoldsItsRecentValuesWithinItsBounds) {
   EXPECT_EQ(cache.size(), 3u);
   (void)load_experiment(experiment, {"hardware.nodes=3", "strategy.dp=24"}, &cache);
   EXPECT_EQ(cache.size(), 4u);
+}
+
+TEST(ReadCache, AValueBeingReadIsWaitedForNotReadTwice) {
+  // Thread one begins reading a value; thread two, asking for it meanwhile, waits and is given what
+  // thread one read. A read that ends without a value (failed) lets the waiter read it itself.
+  ReadCache cache;
+  const std::string place = "machine.yaml\nhardware";
+  const std::vector<std::string> overrides = {"hardware.nodes=2"};
+  ASSERT_EQ(cache.find_or_begin_reading(place, overrides), nullptr);  // this thread reads it
+  std::shared_ptr<const ReadCache::Entry> seen;
+  std::thread second([&] { seen = cache.find_or_begin_reading(place, overrides); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the second thread is now waiting
+  DeviceCosts costs;
+  costs.device_kind = "read-once";
+  cache.insert(place, overrides, {costs, {}, nullptr});
+  cache.end_reading(place, overrides);
+  second.join();
+  ASSERT_NE(seen, nullptr);
+  EXPECT_EQ(std::get<DeviceCosts>(seen->value).device_kind, "read-once");
+
+  const std::vector<std::string> other = {"hardware.nodes=3"};
+  ASSERT_EQ(cache.find_or_begin_reading(place, other), nullptr);
+  std::shared_ptr<const ReadCache::Entry> after_failure = seen;
+  std::thread third([&] {
+    after_failure = cache.find_or_begin_reading(place, other);  // null: its turn to read
+    cache.end_reading(place, other);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  cache.end_reading(place, other);  // no value inserted
+  third.join();
+  EXPECT_EQ(after_failure, nullptr);
 }
 
 TEST(ReadCache, AFileThatChangedIsReadAfreshOnceForgotten) {
