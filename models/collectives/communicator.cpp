@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 
 namespace offsim::models {
@@ -235,11 +236,13 @@ std::vector<TaskId> Communicator::add(CollectiveKind kind, const std::string& na
     }
   }
   if (kind == CollectiveKind::kAllGather || kind == CollectiveKind::kAllReduce) {
-    std::vector<Band> stages = plan.stages;
-    if (kind == CollectiveKind::kAllReduce) {
-      std::reverse(stages.begin(), stages.end());
-    } else {
-      for (const auto& b : stages) held = ceil_div(held, std::max(1, b.group()));
+    // An all-reduce gathers back over its bands in reverse order.
+    const std::size_t bands = plan.stages.size();
+    const auto band_of = [&](std::size_t j) -> const Band& {
+      return plan.stages[kind == CollectiveKind::kAllReduce ? bands - 1 - j : j];
+    };
+    if (kind == CollectiveKind::kAllGather) {
+      for (const auto& b : plan.stages) held = ceil_div(held, std::max(1, b.group()));
     }
     const bool quantized_gather = q.quantized() && kind == CollectiveKind::kAllGather;
     if (quantized_gather) {
@@ -249,12 +252,18 @@ std::vector<TaskId> Communicator::add(CollectiveKind kind, const std::string& na
       }
       advance(quantized);
     }
-    for (std::size_t j = 0; j < stages.size(); ++j) {
-      const int g = stages[j].group();
+    // The gathers of a quantized reduction (qgZ's all-reduce) move bf16: the plan without its
+    // quantization, copied once per collective that needs it.
+    std::optional<CollectivePlan> unquantized;
+    if (!quantized_gather && q.quantized()) {
+      unquantized = plan;
+      unquantized->quantization = Quantization{};
+    }
+    const CollectivePlan& gather = unquantized ? *unquantized : plan;
+    for (std::size_t j = 0; j < bands; ++j) {
+      const int g = band_of(j).group();
       if (g < 2) continue;
-      CollectivePlan gather = plan;
-      if (!quantized_gather) gather.quantization = Quantization{};
-      advance(add_stage(fmt::format(FMT_COMPILE("{}.ag{}"), name, j), "all_gather", stages[j], gather, held, first));
+      advance(add_stage(fmt::format(FMT_COMPILE("{}.ag{}"), name, j), "all_gather", band_of(j), gather, held, first));
       held *= g;
     }
     if (quantized_gather) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <map>
 #include <stdexcept>
 #include <string_view>
@@ -15,8 +16,9 @@ namespace {
 // A device's name inside its node: "n3.gcd5" -> "gcd5" (single-node machines have no prefix). A
 // view into the device's name: checking 75,264 ranks builds no strings.
 std::string_view local_name(const topo::Device& d) {
-  std::array<char, 24> buffer{};
-  const auto end = fmt::format_to_n(buffer.data(), buffer.size(), "n{}.", d.node).out;
+  std::array<char, 24> buffer{'n'};
+  char* end = std::to_chars(buffer.data() + 1, buffer.data() + buffer.size() - 1, d.node).ptr;
+  *end++ = '.';
   const std::string_view prefix(buffer.data(), static_cast<std::size_t>(end - buffer.data()));
   const std::string_view name(d.name);
   return name.starts_with(prefix) ? name.substr(prefix.size()) : name;
