@@ -77,8 +77,7 @@ std::vector<TaskId> Communicator::emit_analytic(const std::string& name, const A
   const int sims = layout_.simulated_ranks();
   std::vector<TaskId> done(sims);
   for (int s = 0; s < sims; ++s) {
-    done[s] = stage[s] ? graph_.add(fmt::format(FMT_COMPILE("{}.analytic.r{}"), name, layout_.simulated[s]),
-                                    phase::kCommunication, *stage[s], first[s])
+    done[s] = stage[s] ? graph_.add(rank_task_name(name, ".analytic", s), phase::kCommunication, *stage[s], first[s])
                        : pass_through(name, s, first[s]);
   }
   return done;

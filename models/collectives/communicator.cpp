@@ -26,18 +26,23 @@ std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
 }  // namespace
 
 TaskId Communicator::quantization_buffer(const std::string& name, int s, Bytes bytes, bool release,
-                                         std::vector<TaskId> deps) {
+                                         std::span<const TaskId> deps) {
   const auto pool = machine_.pool_of_device[layout_.devices[layout_.simulated[s]]];
-  if (!active(s) || !pool) return pass_through(name, s, std::move(deps));
+  if (!active(s) || !pool) return pass_through(name, s, deps);
   constexpr const char* kTenant = "quantized collective buffers";
-  const std::string full = fmt::format(FMT_COMPILE("{}.r{}"), name, layout_.simulated[s]);
-  if (release) return graph_.add(full, phase::kCommunication, sim::FreeTask{*pool, kTenant, bytes}, std::move(deps));
-  return graph_.add(full, phase::kCommunication, sim::AllocTask{*pool, kTenant, bytes}, std::move(deps));
+  const std::string_view full = rank_task_name(name, "", s);
+  if (release) return graph_.add(full, phase::kCommunication, sim::FreeTask{*pool, kTenant, bytes}, deps);
+  return graph_.add(full, phase::kCommunication, sim::AllocTask{*pool, kTenant, bytes}, deps);
 }
 
-TaskId Communicator::pass_through(const std::string& name, int s, std::vector<TaskId> deps) {
-  return graph_.add(fmt::format(FMT_COMPILE("{}.skip.r{}"), name, layout_.simulated[s]), phase::kCommunication,
-                    BarrierTask{}, std::move(deps));
+TaskId Communicator::pass_through(const std::string& name, int s, std::span<const TaskId> deps) {
+  return graph_.add(rank_task_name(name, ".skip", s), phase::kCommunication, BarrierTask{}, deps);
+}
+
+std::string_view Communicator::rank_task_name(const std::string& name, std::string_view part, int s) {
+  name_buffer_.clear();
+  fmt::format_to(std::back_inserter(name_buffer_), FMT_COMPILE("{}{}.r{}"), name, part, layout_.simulated[s]);
+  return name_buffer_;
 }
 
 std::vector<int> Communicator::channel_order(const std::vector<int>& members, int channel, int channels) const {
@@ -164,10 +169,10 @@ std::vector<sim::ConstraintId> Communicator::route(int from_rank, int to_rank) c
   return out;
 }
 
-TaskId Communicator::add_kernel(const std::string& name, int s, Bytes bytes, std::vector<TaskId> deps) {
-  if (!active(s)) return pass_through(name, s, std::move(deps));
-  return graph_.add(fmt::format(FMT_COMPILE("{}.r{}"), name, layout_.simulated[s]), phase::kCommunication,
-                    TransferTask{{}, Bytes{0}, costs_.memory_bound_time(bytes), {}, {}}, std::move(deps));
+TaskId Communicator::add_kernel(const std::string& name, int s, Bytes bytes, std::span<const TaskId> deps) {
+  if (!active(s)) return pass_through(name, s, deps);
+  return graph_.add(rank_task_name(name, "", s), phase::kCommunication,
+                    TransferTask{{}, Bytes{0}, costs_.memory_bound_time(bytes), {}, {}}, deps);
 }
 
 std::vector<TaskId> Communicator::add(CollectiveKind kind, const std::string& name, std::int64_t elements,
@@ -194,8 +199,7 @@ std::vector<TaskId> Communicator::add(CollectiveKind kind, const std::string& na
                              plan.quantization.wire_bytes(elements), first));
     }
     for (int s = 0; s < sims; ++s) {
-      done[s] = graph_.add(fmt::format(FMT_COMPILE("{}.done.r{}"), name, layout_.simulated[s]), phase::kCommunication,
-                           BarrierTask{}, first[s]);
+      done[s] = graph_.add(rank_task_name(name, ".done", s), phase::kCommunication, BarrierTask{}, first[s]);
     }
     return done;
   }
@@ -227,8 +231,8 @@ std::vector<TaskId> Communicator::add(CollectiveKind kind, const std::string& na
       std::vector<TaskId> exchanged = add_stage(stage, "reduce_scatter", band, plan, share, first);
       if (q.quantized()) {
         for (int s = 0; s < sims; ++s) {
-          exchanged[s] =
-              add_kernel(stage + ".dequantize_reduce", s, Bytes{q.wire_bytes(held) + share * 2}, {exchanged[s]});
+          exchanged[s] = add_kernel(stage + ".dequantize_reduce", s, Bytes{q.wire_bytes(held) + share * 2},
+                                    std::span<const TaskId>(&exchanged[s], 1));
         }
       }
       advance(exchanged);
@@ -288,8 +292,7 @@ std::vector<TaskId> Communicator::add(CollectiveKind kind, const std::string& na
   // inputs are.
   if (advanced && options_.fidelity == Fidelity::kAnalytic) return done;
   for (int s = 0; s < sims; ++s) {
-    done[s] = graph_.add(fmt::format(FMT_COMPILE("{}.done.r{}"), name, layout_.simulated[s]), phase::kCommunication,
-                         BarrierTask{}, first[s]);
+    done[s] = graph_.add(rank_task_name(name, ".done", s), phase::kCommunication, BarrierTask{}, first[s]);
   }
   return done;
 }

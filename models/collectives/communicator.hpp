@@ -39,7 +39,9 @@
 // the network) therefore still see all the traffic that crosses them.
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -121,11 +123,15 @@ class Communicator {
   void require_single_rank_classes(const std::string& name) const;
   // Allocates (or releases) the quantized wire buffers of rank s on its GPU.
   sim::TaskId quantization_buffer(const std::string& name, int s, sim::Bytes bytes, bool release,
-                                  std::vector<sim::TaskId> deps);
+                                  std::span<const sim::TaskId> deps);
   // A rank outside the collective: a barrier on its dependencies.
-  sim::TaskId pass_through(const std::string& name, int s, std::vector<sim::TaskId> deps);
+  sim::TaskId pass_through(const std::string& name, int s, std::span<const sim::TaskId> deps);
   // A kernel on the communication side of rank s: HBM traffic of `bytes`, after `deps`.
-  sim::TaskId add_kernel(const std::string& name, int s, sim::Bytes bytes, std::vector<sim::TaskId> deps);
+  sim::TaskId add_kernel(const std::string& name, int s, sim::Bytes bytes, std::span<const sim::TaskId> deps);
+  // "<name><part>.r<rank>": the name of simulated rank s's task, formatted into name_buffer_ (the
+  // graph copies it at once), so that naming a collective's tasks allocates nothing.
+  std::string_view rank_task_name(const std::string& name, std::string_view part, int s);
+  std::string name_buffer_;
   // The ring order of `members` (one subgroup, band order) for one channel.
   [[nodiscard]] std::vector<int> channel_order(const std::vector<int>& members, int channel, int channels) const;
   // The constraints a flow from rank a to rank b crosses, with b's node mirrored.

@@ -28,10 +28,9 @@ std::vector<TaskId> Communicator::add_one_step_flows(const std::string& name, si
   }
   std::vector<TaskId> done(sims);
   for (int s = 0; s < sims; ++s) {
-    done[s] = !active(s) || finish[s].empty()
-                  ? pass_through(name, s, first[s])
-                  : graph_.add(fmt::format(FMT_COMPILE("{}.done.r{}"), name, layout_.simulated[s]),
-                               phase::kCommunication, sim::BarrierTask{}, std::move(finish[s]));
+    done[s] = !active(s) || finish[s].empty() ? pass_through(name, s, first[s])
+                                              : graph_.add(rank_task_name(name, ".done", s), phase::kCommunication,
+                                                           sim::BarrierTask{}, std::move(finish[s]));
   }
   return done;
 }

@@ -62,8 +62,7 @@ std::vector<TaskId> Communicator::add_ring_flows(const std::string& name, const 
       deps.push_back(own[d][s]);
       deps.insert(deps.end(), into[d][s].begin(), into[d][s].end());
     }
-    done[s] = graph_.add(fmt::format(FMT_COMPILE("{}.done.r{}"), name, layout_.simulated[s]), phase::kCommunication,
-                         sim::BarrierTask{}, std::move(deps));
+    done[s] = graph_.add(rank_task_name(name, ".done", s), phase::kCommunication, sim::BarrierTask{}, std::move(deps));
   }
   return done;
 }

@@ -38,7 +38,7 @@ std::size_t default_task_limit() {
   return limit;
 }
 
-TaskId TaskGraph::add(std::string_view name, std::string_view phase, TaskBody body, std::vector<TaskId> deps,
+TaskId TaskGraph::add(std::string_view name, std::string_view phase, TaskBody body, std::span<const TaskId> deps,
                       std::int64_t priority) {
   if (tasks_.size() >= task_limit_) {
     throw SimulationLimit(fmt::format(

@@ -6,6 +6,7 @@
 // as text or Graphviz DOT, compared in golden tests, and run by the executor, which knows nothing
 // of what the tasks mean.
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <span>
 #include <string>
@@ -112,8 +113,14 @@ class TaskGraph {
   /// machine's memory.
   void set_task_limit(std::size_t tasks) { task_limit_ = tasks; }
 
-  TaskId add(std::string_view name, std::string_view phase, TaskBody body, std::vector<TaskId> deps = {},
+  /// Adds a task after `deps`: the graph copies the name and the dependencies into its buffers,
+  /// so the caller's may be temporaries or reused storage.
+  TaskId add(std::string_view name, std::string_view phase, TaskBody body, std::span<const TaskId> deps,
              std::int64_t priority = 0);
+  TaskId add(std::string_view name, std::string_view phase, TaskBody body, std::initializer_list<TaskId> deps = {},
+             std::int64_t priority = 0) {
+    return add(name, phase, std::move(body), std::span<const TaskId>(deps.begin(), deps.size()), priority);
+  }
   /// Room for about `tasks` tasks (capped at the task limit), so that a builder that can count its
   /// tasks ahead does not move the graph's storage as it grows. Unused room costs address space,
   /// not memory.
