@@ -380,7 +380,12 @@ SweepSummary run_sweep(const Sweep& sweep, const SweepOptions& options) {
   };
   const int jobs = std::max(1, std::min(options.jobs, static_cast<int>(todo.size())));
   std::vector<std::thread> threads;
-  for (int j = 1; j < jobs; ++j) threads.emplace_back(worker);
+  for (int j = 1; j < jobs; ++j) {
+    threads.emplace_back([&] {
+      if (options.on_worker_start) options.on_worker_start();
+      worker();
+    });
+  }
   worker();
   for (auto& t : threads) t.join();
   append.close();

@@ -61,6 +61,8 @@ struct SweepOptions {
   // Called after each finished point (done, total) from the thread that finished it, under the
   // output lock; for progress display.
   std::function<void(std::size_t, std::size_t)> progress;
+  // Called first in each worker thread the sweep starts (--jobs > 1), e.g. to set up its heap.
+  std::function<void()> on_worker_start;
 };
 
 struct SweepSummary {

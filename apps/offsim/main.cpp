@@ -17,65 +17,13 @@
 
 #include "apps/offsim/commands.hpp"
 #include "apps/offsim/exit_codes.hpp"
+#include "apps/offsim/heap.hpp"
 
-#ifdef __GLIBC__
-#include <malloc.h>
-#include <sys/mman.h>
-#include <unistd.h>
-#endif
-
-namespace {
-
-// Keep freed memory in the process instead of handing it back to the kernel at every free: a
-// sweep builds and drops one task graph per point, and glibc's defaults (trim above 128 KiB, mmap
-// above 128 KiB, both adapting) returned each graph's memory and faulted it in again for the next
-// point, which cost about half the time of a 384-GCD sweep point on the 2-core machine
-// (bench/perf/scale.sh; measured 1.4 s -> 0.7 s for 180 points). Peak memory is unchanged: what
-// is kept is reused.
-void keep_freed_memory() {
-#ifdef __GLIBC__
-  constexpr int kTrimThreshold = 1 << 30;  // give memory back only past 1 GiB free at the top
-  constexpr int kMmapThreshold = 1 << 28;  // blocks up to 256 MiB come from the reusable heap
-  constexpr int kTopPad = 1 << 26;         // grow the heap 64 MiB at a time
-  mallopt(M_TRIM_THRESHOLD, kTrimThreshold);
-  mallopt(M_MMAP_THRESHOLD, kMmapThreshold);
-  mallopt(M_TOP_PAD, kTopPad);
-#endif
-}
-
-// Back the heap with transparent huge pages. The machine and the task graph of a large run are
-// hundreds of megabytes touched once each, and on these virtual machines every 4 KiB page fault and
-// TLB miss is expensive: GPT-1T on the full Frontier spent a quarter of its time faulting pages in
-// and ran in 1.55 s with 4 KiB pages, 0.55-0.9 s with 2 MiB pages (bench/perf/scale.sh). The
-// kernel's THP mode is `madvise`, and glibc advises its heap only under a tunable read at process
-// start (ADR 0009). So the heap is grown once, at start, by address space that nothing has touched
-// (blocks under the mmap threshold, freed at once and kept below the trim threshold, so they stay
-// the heap's top), and that range is advised MADV_HUGEPAGE: what the run later allocates there
-// faults in 2 MiB at a time. Untouched, the range costs no memory. Nothing else changes (same
-// outputs); where THP is off the advice does nothing. OFFSIM_HUGE_PAGES=0 skips it.
-void back_heap_with_huge_pages() {
-#if defined(__GLIBC__) && defined(__linux__)
-  const char* choice = std::getenv("OFFSIM_HUGE_PAGES");
-  if (choice != nullptr && std::string_view(choice) == "0") return;
-  constexpr std::size_t kBlock = std::size_t{240} << 20;  // under keep_freed_memory's mmap threshold
-  constexpr int kBlocks = 3;                              // 720 MiB (+ the top pad): under its trim threshold
-  const auto start = reinterpret_cast<std::uintptr_t>(sbrk(0));
-  std::array<void*, kBlocks> blocks{};
-  for (auto& b : blocks) b = std::malloc(kBlock);
-  const auto end = reinterpret_cast<std::uintptr_t>(sbrk(0));
-  for (void* b : blocks) std::free(b);
-  constexpr std::uintptr_t kHuge = std::uintptr_t{2} << 20;
-  const std::uintptr_t first = (start + kHuge - 1) & ~(kHuge - 1);
-  const std::uintptr_t last = end & ~(kHuge - 1);
-  if (last > first) (void)madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);
-#endif
-}
-
-}  // namespace
+namespace {}  // namespace
 
 int main(int argc, char** argv) {
-  keep_freed_memory();
-  back_heap_with_huge_pages();
+  offsim::app::keep_freed_memory();
+  offsim::app::back_heap_with_huge_pages();
   using namespace offsim;
   CLI::App app{"offsim: a discrete-event simulator of offloaded and partitioned distributed training of transformers"};
   app.set_version_flag("--version", fmt::format("offsim {} ({})", OFFSIM_VERSION, OFFSIM_GIT_HASH));

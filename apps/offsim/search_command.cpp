@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "apps/offsim/commands.hpp"
+#include "apps/offsim/heap.hpp"
 #include "apps/offsim/progress.hpp"
 #include "models/search.hpp"
 #include "sim/report/atomic_file.hpp"
@@ -70,6 +71,7 @@ int search_or_throw(const SearchCliOptions& options) {
   run.resume = options.resume;
   Progress progress("search", options.resume ? models::finished_rows(sweep, csv).size() : 0);
   run.progress = [&](std::size_t done, std::size_t total) { progress(done, total); };
+  run.on_worker_start = back_thread_heap_with_huge_pages;
   if (!sweep.points.empty()) (void)models::run_sweep(sweep, run);
   const auto results =
       sweep.points.empty() ? std::vector<models::SearchResult>{} : models::read_search_results(plan, csv, limits);

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "apps/offsim/commands.hpp"
+#include "apps/offsim/heap.hpp"
 #include "apps/offsim/progress.hpp"
 #include "models/sweep.hpp"
 #include "sim/config/config_reader.hpp"
@@ -41,6 +42,7 @@ int sweep_or_throw(const SweepCliOptions& options) {
     run.resume = options.resume;
     Progress progress("sweep", options.resume ? models::finished_rows(sweep, options.out).size() : 0);
     run.progress = [&](std::size_t done, std::size_t total) { progress(done, total); };
+    run.on_worker_start = back_thread_heap_with_huge_pages;
     const auto summary = models::run_sweep(sweep, run);
     fmt::print("sweep {}: {} points ({} run now, {} already in the file) -> {}\n", sweep.name, summary.points,
                summary.ran, summary.skipped, options.out);

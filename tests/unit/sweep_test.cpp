@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -102,8 +103,10 @@ TEST(Sweep, ThreadsAndResumptionGiveTheSameFile) {
   const fs::path two = scratch() / "two.csv";
   fs::remove(one);
   fs::remove(two);
-  (void)run_sweep(s, {one, 1, false, {}});
-  (void)run_sweep(s, {two, 2, false, {}});
+  (void)run_sweep(s, {one, 1, false, {}, {}});
+  std::atomic<int> workers_started{0};  // the hook runs in each thread the sweep starts
+  (void)run_sweep(s, {two, 2, false, {}, [&] { ++workers_started; }});
+  EXPECT_EQ(workers_started.load(), 1);
   const std::string expected = read(one);
   EXPECT_EQ(read(two), expected);
   // Every point ran: 8 rows after the header, all feasible on this machine.
@@ -117,8 +120,8 @@ TEST(Sweep, ThreadsAndResumptionGiveTheSameFile) {
   for (std::string line; std::getline(lines, line);) rows.push_back(line + "\n");
   std::ofstream(two, std::ios::binary | std::ios::trunc) << header << rows[5] << rows[0] << rows[2] << "3,1,";
   EXPECT_EQ(finished_rows(s, two).size(), 3u);
-  EXPECT_THROW((void)run_sweep(s, {two, 2, false, {}}), std::runtime_error);  // exists: needs --resume
-  const SweepSummary summary = run_sweep(s, {two, 2, true, {}});
+  EXPECT_THROW((void)run_sweep(s, {two, 2, false, {}, {}}), std::runtime_error);  // exists: needs --resume
+  const SweepSummary summary = run_sweep(s, {two, 2, true, {}, {}});
   EXPECT_EQ(summary.skipped, 3u);
   EXPECT_EQ(summary.ran, 5u);
   EXPECT_EQ(read(two), expected);
