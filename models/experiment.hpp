@@ -71,11 +71,10 @@ class ReadCache {
   /// At most this many values per place (tables differ by their overrides only).
   static constexpr std::size_t kValuesPerPlace = 16;
 
-  /// The entry at `place` read under `overrides` (Context::override_texts_under), or null.
-  [[nodiscard]] std::shared_ptr<const Entry> find(const std::string& place, const std::vector<std::string>& overrides);
-  /// As find, but when another thread is reading that value, waits for it first; when the value
-  /// is not held, the caller is to read it and call end_reading (also if the read fails). A sweep's
-  /// workers start on neighbouring points at once, and each read the same tables side by side.
+  /// The entry at `place` read under `overrides` (Context::override_texts_under), after waiting
+  /// while another thread reads that value; null when it is not held, and then the caller is to
+  /// read it and call end_reading (also if the read fails). A sweep's workers start on
+  /// neighbouring points at once, and each read the same tables side by side.
   [[nodiscard]] std::shared_ptr<const Entry> find_or_begin_reading(const std::string& place,
                                                                    const std::vector<std::string>& overrides);
   void end_reading(const std::string& place, const std::vector<std::string>& overrides);
@@ -187,7 +186,8 @@ struct ExperimentResult {
 struct RunExperimentOptions {
   bool outputs_over_time = false;  // record link timelines; fill timeline_csv and trace_json
   /// Link activity (link_stats, links): sweeps, whose rows hold none, leave it out and the
-  /// result's link lists empty (sim::ExecOptions::link_statistics). Times are the same either way.
+  /// result's link lists empty; the analytic transfers are then built without the links they
+  /// stand for (CollectiveOptions::link_statistics). Times are the same either way.
   bool link_statistics = true;
 };
 

@@ -16,12 +16,6 @@ using sim::config::Context;
 using sim::config::MapReader;
 using sim::config::Node;
 
-std::shared_ptr<const ReadCache::Entry> ReadCache::find(const std::string& place,
-                                                        const std::vector<std::string>& overrides) {
-  const std::lock_guard guard(mutex_);
-  return find_locked(place, overrides);
-}
-
 std::shared_ptr<const ReadCache::Entry> ReadCache::find_or_begin_reading(const std::string& place,
                                                                          const std::vector<std::string>& overrides) {
   std::unique_lock lock(mutex_);

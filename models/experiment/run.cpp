@@ -56,7 +56,7 @@ ExperimentResult simulate_iteration(const ExperimentSpec& spec, const RunExperim
   const bool link_statistics = options.link_statistics || options.outputs_over_time;
   const BuiltIteration built = build_iteration(inputs_of(spec, costs, link_statistics), spec.strategy);
   const sim::RunResult run =
-      sim::execute(built.machine.platform, built.graph, sim::ExecOptions{options.outputs_over_time, link_statistics});
+      sim::execute(built.machine.platform, built.graph, sim::ExecOptions{options.outputs_over_time});
 
   ExperimentResult r;
   r.iteration_time = run.makespan;

@@ -191,7 +191,7 @@ struct IterationInputs {
   const CostModel& costs;
   const MeasuredCosts& collectives;
   const MeasuredCosts& host;    // host-side costs (cpu_adam); may be empty
-  bool link_statistics = true;  // whether the run reports link activity (sim::ExecOptions::link_statistics)
+  bool link_statistics = true;  // whether the run reports link activity (RunExperimentOptions::link_statistics)
 
   /// The strategy's collective options, with this run's link_statistics.
   [[nodiscard]] CollectiveOptions collective_options(CollectiveOptions options) const {

@@ -19,10 +19,7 @@ constexpr std::size_t kDeadlockTasksShown = 10;
 class Run {
  public:
   Run(const Platform& platform, const TaskGraph& graph, const ExecOptions& options)
-      : platform_(platform),
-        graph_(graph),
-        network_(sim_, options.record_link_timelines),
-        link_statistics_(options.link_statistics) {
+      : platform_(platform), graph_(graph), network_(sim_, options.record_link_timelines) {
     units_.reserve(platform.units.size());
     for (const auto& u : platform.units) units_.emplace_back(sim_, u.name, u.lanes);
     for (const auto& c : platform.constraints) network_.add_constraint(c.name, c.capacity);
@@ -81,8 +78,7 @@ class Run {
       }
       void operator()(const TransferTask& x) const {
         run.network_.start_flow(
-            FlowSpec{x.route, x.bytes, x.latency, x.rate_bound}, [r = &run, i = id] { r->finish(i); },
-            run.link_statistics_ ? x.accounted : std::vector<ConstraintId>{});
+            FlowSpec{x.route, x.bytes, x.latency, x.rate_bound}, [r = &run, i = id] { r->finish(i); }, x.accounted);
       }
       void operator()(const AllocTask& a) const {
         run.pools_[a.pool].reserve(run.sim_.now(), a.tenant, a.bytes);
@@ -162,7 +158,6 @@ class Run {
   const TaskGraph& graph_;
   Simulator sim_;
   FlowNetwork network_;
-  bool link_statistics_;
   std::vector<ComputeUnit> units_;
   std::vector<MemoryPool> pools_;
   std::vector<TaskRecord> records_;

@@ -59,10 +59,6 @@ struct RunResult {
 
 struct ExecOptions {
   bool record_link_timelines = false;
-  /// Credit analytic transfers (fixed-rate flows) to the links they stand for (TransferTask::
-  /// accounted). Statistics only: no flow's rate depends on it. A sweep, whose rows report no
-  /// link activity, turns it off; it was a fifth of a sweep point's instructions.
-  bool link_statistics = true;
 };
 
 /// Runs `graph` on fresh resources built from `platform`. Throws std::invalid_argument for an
