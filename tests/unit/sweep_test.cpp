@@ -281,7 +281,9 @@ TEST(ReadCache, AValueBeingReadIsWaitedForNotReadTwice) {
   ASSERT_EQ(cache.find_or_begin_reading(place, overrides), nullptr);  // this thread reads it
   std::shared_ptr<const ReadCache::Entry> seen;
   std::thread second([&] { seen = cache.find_or_begin_reading(place, overrides); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the second thread is now waiting
+  // Most likely the second thread is waiting by now; if it is late, it finds the value inserted.
+  // Either way it must not be told to read the value itself (null): that would fail below.
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
   DeviceCosts costs;
   costs.device_kind = "read-once";
   cache.insert(place, overrides, {costs, {}, nullptr});
