@@ -1,7 +1,10 @@
 #include "models/cost/cost_model.hpp"
 
+#include "sim/config/block_table.hpp"
+
 #include <fmt/format.h>
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 namespace offsim::models {
@@ -243,7 +246,39 @@ double fraction(MapReader& r, const Node& node, std::string_view key) {
   return v.value;
 }
 
+// The block form, `efficiency_table: |` with a header line `m n k efficiency` (what `offsim
+// calibrate` writes: sim/config/block_table.hpp says why).
+std::vector<GemmPoint> parse_gemm_block_table(const Node& table) {
+  static constexpr std::array<std::string_view, 4> kColumns{"m", "n", "k", "efficiency"};
+  std::vector<GemmPoint> out;
+  const auto rows = sim::config::read_block_table(table, kColumns);
+  if (!rows) return out;
+  for (const auto& row : *rows) {
+    GemmPoint p;
+    for (std::size_t c = 0; c < 3; ++c) {
+      // Exact integers only: a dimension is a count, and 2^53 bounds what a double holds exactly.
+      const auto& cell = row.cells[c];
+      if (!(cell.value >= 1.0 && cell.value <= 0x1p53 && std::floor(cell.value) == cell.value)) {
+        table.context().error(cell.loc, fmt::format("{}.{}", row.path, kColumns[c]),
+                              fmt::format("expected a positive integer, got {}", cell.value));
+      }
+    }
+    p.m = static_cast<std::int64_t>(row.cells[0].value);
+    p.n = static_cast<std::int64_t>(row.cells[1].value);
+    p.k = static_cast<std::int64_t>(row.cells[2].value);
+    p.efficiency = row.cells[3].value;
+    if (!(p.efficiency > 0.0 && p.efficiency <= 1.0)) {
+      table.context().error(row.cells[3].loc, row.path + ".efficiency",
+                            fmt::format("expected a fraction in (0, 1], got {}", p.efficiency));
+    }
+    out.push_back(p);
+  }
+  return out;
+}
+
+// efficiency_table: a block table (above), or a list of {m, n, k, efficiency} mappings.
 std::vector<GemmPoint> parse_gemm_table(const Node& table) {
+  if (table.is_scalar()) return parse_gemm_block_table(table);
   std::vector<GemmPoint> out;
   for (const auto& item : table.items()) {
     MapReader f(item);

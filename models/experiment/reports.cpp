@@ -64,6 +64,8 @@ ConfigTree& ConfigTree::child(const std::string& key) {
 
 void ConfigTree::emit(YAML::Emitter& out) const {
   if (leaf) {
+    // A block table (a GEMM grid) keeps its lines.
+    if (value.find('\n') != std::string::npos) out << YAML::Literal;
     out << value;
     return;
   }

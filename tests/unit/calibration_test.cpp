@@ -67,7 +67,9 @@ TEST_F(CalibrateTest, FitsCopiesCollectivesAdamAndGemmFromTheBenchmarkFormat) {
   EXPECT_NE(table.find("- {ranks: 4, step_latency: \"5.000 us\", bus_bandwidth: \"60.00 GB/s\""), std::string::npos)
       << table;
   EXPECT_NE(table.find("- {threads: 32, params_per_s: 4e+08, rows: 1}"), std::string::npos) << table;
-  EXPECT_NE(table.find("- {m: 1024, n: 1024, k: 1024, efficiency: 0.5369}"), std::string::npos) << table;
+  EXPECT_NE(table.find("  efficiency_table: |\n    m      n      k      efficiency\n    1024   1024   1024   0.5369\n"),
+            std::string::npos)
+      << table;
 }
 
 // The message of the CalibrationError that calibrate(o) throws ("no error" when it does not).

@@ -2,9 +2,11 @@
 
 #include <fmt/format.h>
 #include <unistd.h>
+#include <array>
 #include <filesystem>
 #include <fstream>
 
+#include "sim/config/block_table.hpp"
 #include "sim/config/config_reader.hpp"
 #include "sim/config/did_you_mean.hpp"
 
@@ -231,6 +233,111 @@ TEST_F(ConfigReaderTest, InvalidYamlIsFatalWithItsLocation) {
 TEST_F(ConfigReaderTest, AMissingFileIsReported) {
   Context ctx;
   EXPECT_THROW((void)ctx.load_root(dir_ / "absent.yaml"), ConfigError);
+}
+
+constexpr std::array<std::string_view, 3> kBlockColumns{"m", "n", "efficiency"};
+
+// The diagnostics of ctx.finish() as strings ("" when there are none).
+std::vector<std::string> finish_errors(Context& ctx) {
+  std::vector<std::string> out;
+  try {
+    ctx.finish();
+  } catch (const ConfigError& e) {
+    for (const auto& d : e.diagnostics()) out.push_back(d.str());
+  }
+  return out;
+}
+
+TEST_F(ConfigReaderTest, ABlockTableGivesItsCellsInTheAskedOrderWithTheirLocations) {
+  // Line 2 is the `|`; the block's lines are the file's lines 3-7, indented by 4 (line 5 by 6).
+  const std::string f = write("t.yaml",
+                              "gemm:\n"
+                              "  table: |\n"
+                              "    efficiency  n    m    # header, in another order\n"
+                              "    0.5         256  1024\n"
+                              "\n"
+                              "      0.25      512  2048  # more indented\n");
+  Context ctx;
+  MapReader gemm(*MapReader(ctx.load_root(f)).child("gemm"));
+  const auto rows = read_block_table(*gemm.child("table"), kBlockColumns);
+  ASSERT_TRUE(rows.has_value());
+  ASSERT_EQ(rows->size(), 2u);
+  const auto& first = (*rows)[0];
+  EXPECT_EQ(first.cells[0].value, 1024.0);  // m
+  EXPECT_EQ(first.cells[1].value, 256.0);   // n
+  EXPECT_EQ(first.cells[2].value, 0.5);     // efficiency
+  EXPECT_EQ(first.cells[0].loc.str(), f + ":4:22");
+  EXPECT_EQ(first.loc.str(), f + ":4:5");
+  EXPECT_EQ(first.path, "gemm.table.0");
+  const auto& second = (*rows)[1];
+  EXPECT_EQ(second.cells[0].value, 2048.0);
+  EXPECT_EQ(second.cells[2].value, 0.25);
+  EXPECT_EQ(second.cells[1].loc.str(), f + ":6:17");
+  EXPECT_EQ(second.path, "gemm.table.1");
+  EXPECT_TRUE(finish_errors(ctx).empty());
+}
+
+TEST_F(ConfigReaderTest, ABlockTableReportsEachBadCellWhereItIs) {
+  const std::string f = write("t.yaml",
+                              "table: |\n"
+                              "  m    n    efficiency\n"
+                              "  1    2    0.5\n"
+                              "  1    two  0.5\n"
+                              "  1    2\n"
+                              "  1    2    inf\n"
+                              "  3    4    0.75\n");
+  Context ctx;
+  MapReader root(ctx.load_root(f));
+  const auto rows = read_block_table(*root.child("table"), kBlockColumns);
+  ASSERT_TRUE(rows.has_value());
+  ASSERT_EQ(rows->size(), 2u);  // the rows with an error are left out
+  EXPECT_EQ((*rows)[1].cells[2].value, 0.75);
+  EXPECT_EQ((*rows)[1].path, "table.4");
+  EXPECT_EQ(finish_errors(ctx), (std::vector<std::string>{
+                                    f + ":4:8: table.1.n: expected a number, got \"two\"",
+                                    f + ":5:3: table.2: expected 3 fields (m n efficiency), got 2",
+                                    f + ":6:13: table.3.efficiency: expected a number, got \"inf\"",
+                                }));
+}
+
+TEST_F(ConfigReaderTest, ABlockTableHeaderNamesEachColumnOnce) {
+  const std::string f = write("t.yaml",
+                              "table: |\n"
+                              "  m  m  effciency\n"
+                              "  1  2  0.5\n");
+  Context ctx;
+  MapReader root(ctx.load_root(f));
+  EXPECT_FALSE(read_block_table(*root.child("table"), kBlockColumns).has_value());
+  EXPECT_EQ(finish_errors(ctx),
+            (std::vector<std::string>{
+                f + ":2:3: table: missing column 'n' in the header (the columns are m n efficiency)",
+                f + ":2:3: table: missing column 'efficiency' in the header (the columns are m n "
+                    "efficiency)",
+                f + ":2:6: table: column 'm' is named twice",
+                f + ":2:9: table: unknown column 'effciency' (did you mean 'efficiency'?)",
+            }));
+}
+
+TEST_F(ConfigReaderTest, ABlockTableMustBeALiteralBlock) {
+  // A quoted or folded scalar's lines are not the file's lines: its cells could not be located.
+  const std::string f = write("t.yaml",
+                              "quoted: \"m n efficiency\\n1 2 0.5\"\n"
+                              "folded: >\n"
+                              "  m n efficiency\n"
+                              "list: [1, 2]\n");
+  Context ctx;
+  MapReader root(ctx.load_root(f));
+  for (const char* key : {"quoted", "folded", "list"}) {
+    EXPECT_FALSE(read_block_table(*root.child(key), kBlockColumns).has_value()) << key;
+  }
+  const auto errors = finish_errors(ctx);
+  ASSERT_EQ(errors.size(), 3u);
+  EXPECT_EQ(errors[0],
+            f + ":1:9: quoted: a table must be a literal block (write `quoted: |`, then the header line m n efficiency "
+                "and one row per line, indented below it), so that its lines are the file's lines");
+  EXPECT_EQ(errors[1].substr(0, f.size() + 21), f + ":2:9: folded: a table");
+  EXPECT_EQ(errors[2], f + ":4:7: list: expected a table in a literal block (|) whose first line names the columns "
+                           "(m n efficiency) and whose every further line is one row");
 }
 
 TEST(DidYouMean, SuggestsOnlyCloseCandidates) {

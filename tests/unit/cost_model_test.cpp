@@ -2,6 +2,13 @@
 
 #include "models/cost/cost_model.hpp"
 
+#include <fmt/format.h>
+#include <unistd.h>
+#include <filesystem>
+#include <fstream>
+
+#include "sim/config/config_reader.hpp"
+
 namespace offsim::models {
 namespace {
 
@@ -140,6 +147,41 @@ TEST(CostModel, WithoutATableOneEfficiencyAppliesAndTheReportSaysSo) {
   EXPECT_EQ(c.gemm_time(cube(4096)), sim::duration_of(2.0 * 4096.0 * 4096.0 * 4096.0, 0.3 * 100e12));
   ASSERT_FALSE(c.approximations().empty());
   EXPECT_NE(c.approximations()[0].find("one efficiency (0.300 of peak) for every shape"), std::string::npos);
+}
+
+// The two forms of a GEMM efficiency table, a list of mappings and a block table (what `offsim
+// calibrate` writes), give the same points.
+TEST(CostModel, AGemmTableReadsTheSameAsAListOrAsABlock) {
+  const std::string head =
+      "device_kind: test\nsource: synthetic\npeak: {matrix_bf16: \"100 TFLOP/s\", memory_bandwidth: \"1 TB/s\"}\n"
+      "gemm:\n  efficiency: 0.5\n  efficiency_table:";
+  const std::string as_list = head +
+                              "\n    - {m: 1024, n: 256, k: 512, efficiency: 0.25}\n"
+                              "    - {m: 8192, n: 8192, k: 8192, efficiency: 0.8}\n";
+  const std::string as_block = head +
+                               " |\n    m     n     k     efficiency\n"
+                               "    1024  256   512   0.25\n"
+                               "    8192  8192  8192  0.8\n";
+  std::vector<std::vector<GemmPoint>> tables;
+  for (const auto& text : {as_list, as_block}) {
+    const auto path = std::filesystem::temp_directory_path() / fmt::format("offsim-gemm-{}.yaml", ::getpid());
+    std::ofstream(path) << text;
+    sim::config::Context ctx;
+    const auto costs = parse_device_costs(ctx.load_root(path));
+    ctx.finish();
+    std::filesystem::remove(path);
+    ASSERT_TRUE(costs.has_value());
+    tables.push_back(costs->gemm_table);
+  }
+  ASSERT_EQ(tables[1].size(), 2u);
+  for (std::size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(tables[0][i].m, tables[1][i].m);
+    EXPECT_EQ(tables[0][i].n, tables[1][i].n);
+    EXPECT_EQ(tables[0][i].k, tables[1][i].k);
+    EXPECT_EQ(tables[0][i].efficiency, tables[1][i].efficiency);
+  }
+  EXPECT_EQ(tables[1][0].m, 1024);
+  EXPECT_EQ(tables[1][1].efficiency, 0.8);
 }
 
 }  // namespace
