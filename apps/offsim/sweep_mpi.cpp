@@ -1,27 +1,19 @@
-// Sweeps across MPI ranks (CMake option OFFSIM_WITH_MPI). Points are dealt round-robin; after each
-// round every rank sends its row to rank 0, which appends and flushes them, so an interrupted run
-// resumes like a local one; rank 0 writes the sorted file at the end, identical to a local run's.
-#include "apps/offsim/commands.hpp"
-#include "models/sweep.hpp"
-
-#ifdef OFFSIM_WITH_MPI
+// offsim's MPI module (liboffsim_mpi.so, CMake option OFFSIM_WITH_MPI; apps/offsim/distributed_sweep.hpp
+// says why it is a module). Points are dealt round-robin; after each round every rank sends its row
+// to rank 0, which appends and flushes them, so an interrupted run resumes like a local one; rank 0
+// writes the sorted file at the end, identical to a local run's.
 #include <fmt/format.h>
 #include <mpi.h>
 
-#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <stdexcept>
-#endif
+
+#include "apps/offsim/commands.hpp"
+#include "apps/offsim/distributed_sweep.hpp"
+#include "models/sweep.hpp"
 
 namespace offsim::app {
-
-#ifndef OFFSIM_WITH_MPI
-
-bool run_distributed_sweep(const models::Sweep& /*sweep*/, const SweepCliOptions& /*options*/) {
-  return false;
-}
-
-#else
 
 namespace {
 
@@ -48,13 +40,14 @@ std::vector<std::string> gather_strings(const std::string& mine, int size) {
 
 }  // namespace
 
-bool run_distributed_sweep(const models::Sweep& sweep, const SweepCliOptions& options) {
-  // Only under a launcher (Open MPI's mpirun, or a PMI/PMIx one such as srun): a plain
-  // `offsim sweep` never starts MPI.
-  if (std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr && std::getenv("PMI_SIZE") == nullptr &&
-      std::getenv("PMIX_RANK") == nullptr) {
-    return false;
-  }
+}  // namespace offsim::app
+
+// The entry point offsim finds with dlsym (kDistributedSweepSymbol); offsim calls it only under a
+// launcher (Open MPI's mpirun, or a PMI/PMIx one such as srun).
+extern "C" bool offsim_run_distributed_sweep(const offsim::models::Sweep& sweep,
+                                             const offsim::app::SweepCliOptions& options,
+                                             const offsim::app::DistributedSweepHooks& hooks) {
+  using namespace offsim::app;
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (initialized == 0) MPI_Init(nullptr, nullptr);
@@ -77,13 +70,13 @@ bool run_distributed_sweep(const models::Sweep& sweep, const SweepCliOptions& op
         throw std::runtime_error(
             fmt::format("{} exists: pass --resume to continue it, or choose another --out", options.out));
       }
-      rows = models::finished_rows(sweep, options.out);
+      rows = hooks.finished_rows();
       std::vector<bool> done(sweep.points.size(), false);
       for (const auto& r : rows) done[std::stoull(r.substr(0, r.find(',')))] = true;
       for (const auto& p : sweep.points) {
         if (!done[p.index]) todo.push_back(static_cast<int>(p.index));
       }
-      models::write_sorted(sweep, options.out, rows);
+      hooks.write_sorted(rows);
     } catch (const std::exception& e) {
       failed = 1;
       failure = e.what();
@@ -103,14 +96,10 @@ bool run_distributed_sweep(const models::Sweep& sweep, const SweepCliOptions& op
   std::ofstream append;
   if (rank == 0) append.open(options.out, std::ios::binary | std::ios::app);
   const int rounds = (count + size - 1) / size;
-  const sim::config::ScopedFileCache files;  // this rank parses the experiments' YAML once
-  models::ReadCache reads;                   // and their machines and calibration tables
   for (int round = 0; round < rounds; ++round) {
     const int i = round * size + rank;
     std::string row;
-    if (i < count)
-      row = models::run_sweep_point(sweep, sweep.points[static_cast<std::size_t>(todo[static_cast<std::size_t>(i)])],
-                                    &reads);
+    if (i < count) row = hooks.run_point(static_cast<std::size_t>(todo[static_cast<std::size_t>(i)]));
     const auto gathered = gather_strings(row, size);
     if (rank == 0) {
       for (const auto& r : gathered) {
@@ -124,14 +113,10 @@ bool run_distributed_sweep(const models::Sweep& sweep, const SweepCliOptions& op
   }
   if (rank == 0) {
     append.close();
-    models::write_sorted(sweep, options.out, rows);
+    hooks.write_sorted(rows);
     fmt::print("sweep {}: {} points ({} run now on {} ranks) -> {}\n", sweep.name, sweep.points.size(), count, size,
                options.out);
   }
   MPI_Finalize();
   return true;
 }
-
-#endif
-
-}  // namespace offsim::app

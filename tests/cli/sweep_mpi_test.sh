@@ -22,4 +22,12 @@ extra=()
   { cat "$tmp/log"; exit 1; }
 grep -q "on 2 ranks" "$tmp/log" || { echo "FAIL: the sweep did not run on 2 ranks"; cat "$tmp/log"; exit 1; }
 cmp "$tmp/one.csv" "$tmp/two.csv" || { echo "FAIL: 2-rank file differs"; diff "$tmp/one.csv" "$tmp/two.csv"; exit 1; }
+# MPI is a module loaded only under a launcher (ADR 0010): offsim itself links none of Open MPI.
+if ldd "$offsim" | grep -q 'libmpi'; then echo "FAIL: offsim links MPI at start"; ldd "$offsim"; exit 1; fi
+# Under a launcher without its module next to it: a clear error, exit 2, no crash.
+cp "$offsim" "$tmp/offsim-alone"
+status=0
+OMPI_COMM_WORLD_SIZE=2 "$tmp/offsim-alone" sweep "$tmp/tiny.yaml" --out "$tmp/alone.csv" >"$tmp/alone.log" 2>&1 || status=$?
+[ "$status" -eq 2 ] && grep -q "its MPI module .*liboffsim_mpi.so cannot be loaded" "$tmp/alone.log" ||
+  { echo "FAIL: without its module, exit $status"; cat "$tmp/alone.log"; exit 1; }
 echo "sweep_mpi: 2 ranks gave the single-process file ($(($(wc -l <"$tmp/one.csv") - 1)) rows)"

@@ -1,0 +1,69 @@
+// `offsim sweep` under an MPI launcher: loads offsim's MPI module and hands it the sweep
+// (apps/offsim/distributed_sweep.hpp says why MPI lives in a module, ADR 0010 how it is found).
+#include <dlfcn.h>
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <stdexcept>
+
+#include "apps/offsim/commands.hpp"
+#include "apps/offsim/distributed_sweep.hpp"
+#include "models/sweep.hpp"
+
+namespace offsim::app {
+
+namespace {
+
+bool under_mpi_launcher() {
+  // Open MPI's mpirun, or a PMI/PMIx launcher such as srun: a plain `offsim sweep` never starts MPI.
+  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr ||
+         std::getenv("PMIX_RANK") != nullptr;
+}
+
+#ifdef OFFSIM_MPI_MODULE
+// The module lies next to the executable (the build writes both into build/).
+DistributedSweepEntry* load_mpi_module() {
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  const std::filesystem::path module = exe.parent_path() / OFFSIM_MPI_MODULE;
+  void* handle = ec ? nullptr : dlopen(module.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    const char* error = ec ? nullptr : dlerror();
+    const std::string why = ec ? ec.message() : (error != nullptr ? error : "unknown reason");
+    throw std::runtime_error(fmt::format(
+        "offsim runs under an MPI launcher, but its MPI module {} cannot be loaded ({}); it is built next to "
+        "offsim with -DOFFSIM_WITH_MPI=ON",
+        module.string(), why));
+  }
+  auto* entry = reinterpret_cast<DistributedSweepEntry*>(dlsym(handle, kDistributedSweepSymbol));
+  if (entry == nullptr) {
+    throw std::runtime_error(fmt::format("offsim's MPI module {} has no {}: it is from another offsim build",
+                                         module.string(), kDistributedSweepSymbol));
+  }
+  return entry;  // the module stays loaded until the process ends (MPI_Finalize runs in it)
+}
+#endif
+
+}  // namespace
+
+bool run_distributed_sweep(const models::Sweep& sweep, const SweepCliOptions& options) {
+  if (!under_mpi_launcher()) return false;
+#ifndef OFFSIM_MPI_MODULE
+  (void)sweep;
+  (void)options;
+  return false;  // built without MPI: each process runs the sweep on its own threads
+#else
+  DistributedSweepEntry* entry = load_mpi_module();
+  const sim::config::ScopedFileCache files;  // this rank parses the experiments' YAML once
+  models::ReadCache reads;                   // and their machines and calibration tables
+  const DistributedSweepHooks hooks{
+      .finished_rows = [&] { return models::finished_rows(sweep, options.out); },
+      .write_sorted = [&](const std::vector<std::string>& rows) { models::write_sorted(sweep, options.out, rows); },
+      .run_point = [&](std::size_t point) { return models::run_sweep_point(sweep, sweep.points.at(point), &reads); },
+  };
+  return entry(sweep, options, hooks);
+#endif
+}
+
+}  // namespace offsim::app
