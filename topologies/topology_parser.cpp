@@ -180,7 +180,10 @@ std::optional<NodeSpec> parse_node_spec(const Node& node) {
       const auto from = r.required<std::string>("from");
       const auto to = r.required<std::string>("to");
       RouteSpec route{from.value, to.value, {}, item.location(), item.path()};
-      bool ok = known(from, item.child_path("from")) & known(to, item.child_path("to"));
+      // Both ends are checked, so that each unknown one is reported.
+      const bool from_known = known(from, item.child_path("from"));
+      const bool to_known = known(to, item.child_path("to"));
+      bool ok = from_known && to_known;
       if (auto via = r.required_child("via", "a list of intermediate devices")) {
         for (const auto& hop : via->items()) {
           if (auto name = hop.as<std::string>()) {
