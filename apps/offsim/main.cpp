@@ -18,6 +18,7 @@
 #include "apps/offsim/commands.hpp"
 #include "apps/offsim/exit_codes.hpp"
 #include "apps/offsim/heap.hpp"
+#include "offsim_git_hash.hpp"  // generated at every build: cmake/git_version.cmake
 
 namespace {}  // namespace
 

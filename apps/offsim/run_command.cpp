@@ -8,6 +8,7 @@
 #include "models/transformer/model_parser.hpp"
 #include "models/transformer/model_report.hpp"
 #include "models/validation.hpp"
+#include "offsim_git_hash.hpp"  // generated at every build: cmake/git_version.cmake
 #include "sim/report/atomic_file.hpp"
 #include "topologies/topology_report.hpp"
 
