@@ -255,17 +255,17 @@ std::vector<GemmPoint> parse_gemm_block_table(const Node& table) {
   if (!rows) return out;
   for (const auto& row : *rows) {
     GemmPoint p;
-    for (std::size_t c = 0; c < 3; ++c) {
-      // Exact integers only: a dimension is a count, and 2^53 bounds what a double holds exactly.
-      const auto& cell = row.cells[c];
-      if (!(cell.value >= 1.0 && cell.value <= 0x1p53 && std::floor(cell.value) == cell.value)) {
-        table.context().error(cell.loc, fmt::format("{}.{}", row.path, kColumns[c]),
+    for (auto [c, field] : {std::pair{0, &p.m}, {1, &p.n}, {2, &p.k}}) {
+      // Exact integers only: a dimension is a count, and 2^53 bounds what a double holds exactly
+      // (and keeps the conversion defined). A bad one is reported; the table is then not used.
+      const auto& cell = row.cells[static_cast<std::size_t>(c)];
+      if (cell.value >= 1.0 && cell.value <= 0x1p53 && std::floor(cell.value) == cell.value) {
+        *field = static_cast<std::int64_t>(cell.value);
+      } else {
+        table.context().error(cell.loc, fmt::format("{}.{}", row.path, kColumns[static_cast<std::size_t>(c)]),
                               fmt::format("expected a positive integer, got {}", cell.value));
       }
     }
-    p.m = static_cast<std::int64_t>(row.cells[0].value);
-    p.n = static_cast<std::int64_t>(row.cells[1].value);
-    p.k = static_cast<std::int64_t>(row.cells[2].value);
     p.efficiency = row.cells[3].value;
     if (!(p.efficiency > 0.0 && p.efficiency <= 1.0)) {
       table.context().error(row.cells[3].loc, row.path + ".efficiency",
