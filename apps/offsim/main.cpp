@@ -20,8 +20,6 @@
 #include "apps/offsim/heap.hpp"
 #include "offsim_git_hash.hpp"  // generated at every build: cmake/git_version.cmake
 
-namespace {}  // namespace
-
 int main(int argc, char** argv) {
   offsim::app::keep_freed_memory();
   offsim::app::back_heap_with_huge_pages();

@@ -238,11 +238,14 @@ std::vector<std::string> CostModel::approximations() const {
 
 namespace {
 
+// Efficiencies are fractions of a peak: in (0, 1].
+void check_fraction(sim::config::Context& ctx, const sim::config::Location& at, std::string_view path, double value) {
+  if (!(value > 0.0 && value <= 1.0)) ctx.error(at, path, fmt::format("expected a fraction in (0, 1], got {}", value));
+}
+
 double fraction(MapReader& r, const Node& node, std::string_view key) {
   const auto v = r.required<double>(key);
-  if (v.valid && !(v.value > 0.0 && v.value <= 1.0)) {
-    node.context().error(v.loc, node.child_path(key), fmt::format("expected a fraction in (0, 1], got {}", v.value));
-  }
+  if (v.valid) check_fraction(node.context(), v.loc, node.child_path(key), v.value);
   return v.value;
 }
 
@@ -267,10 +270,7 @@ std::vector<GemmPoint> parse_gemm_block_table(const Node& table) {
       }
     }
     p.efficiency = row.cells[3].value;
-    if (!(p.efficiency > 0.0 && p.efficiency <= 1.0)) {
-      table.context().error(row.cells[3].loc, row.path + ".efficiency",
-                            fmt::format("expected a fraction in (0, 1], got {}", p.efficiency));
-    }
+    check_fraction(table.context(), row.cells[3].loc, row.path + ".efficiency", p.efficiency);
     out.push_back(p);
   }
   return out;
