@@ -63,6 +63,15 @@ std::optional<TrainingSpec> parse_training(const Node& node, sim::config::Locati
                 : recompute == "selective" ? Recompute::kSelective
                                            : Recompute::kNone;
   t.flash_attention = r.required<bool>("flash_attention").value;
+  // Megatron's fused scale-mask-softmax (its --masked-softmax-fusion, on by default there); off:
+  // PyTorch's separate kernels. Flash attention has no scores to run it on.
+  const auto fused_softmax = r.optional<bool>("fused_softmax", false);
+  t.fused_softmax = fused_softmax.value;
+  if (t.fused_softmax && t.flash_attention) {
+    ctx.error(fused_softmax.loc, node.child_path("fused_softmax"),
+              "true needs flash_attention: false (the fused softmax runs on the attention scores, which flash "
+              "attention never writes out)");
+  }
   if (ctx.error_count() != errors_before) return std::nullopt;
   return t;
 }

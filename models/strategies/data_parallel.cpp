@@ -1194,7 +1194,7 @@ class DataParallelBuilder {
     out.hardware_flops_per_device = hardware_flops_per_sequence(m, train.recompute) * (sequences / tp);
     const auto cost_notes = in.costs.approximations();
     out.approximations.insert(out.approximations.begin(), cost_notes.begin(), cost_notes.end());
-    out.approximations.push_back(kNonGemmKernelsApproximation);
+    out.approximations.push_back(non_gemm_kernels_approximation(train));
     out.approximations.push_back(
         "collectives: bidirectional rings (all-to-all for qgZ) over each stage of the plan, in rank order; reduction "
         "arithmetic not modelled");

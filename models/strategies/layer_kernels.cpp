@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include <fmt/format.h>
+
 namespace offsim::models {
 
 using sim::Bytes;
@@ -67,7 +69,8 @@ KernelTimes kernel_times(const IterationInputs& in, std::int64_t params_on_rank,
   // Non-GEMM kernels one by one (transformer.hpp, layer_elementwise_kernels): each streams its
   // bytes at the device's measured efficiency for its kind, never faster than a kernel launch.
   TimePs elementwise_fwd{0}, elementwise_bwd{0}, attention_elementwise{0};
-  for (const auto& kernel : layer_elementwise_kernels(m, t.micro_batch, tp, t.flash_attention, sequence_parallel, ep)) {
+  for (const auto& kernel :
+       layer_elementwise_kernels(m, t.micro_batch, tp, t.attention_kernels(), sequence_parallel, ep)) {
     if (kernel.forward_bytes > 0.0) {
       const TimePs d = c.memory_bound_time(Bytes{static_cast<std::int64_t>(kernel.forward_bytes)}, kernel.kernel);
       elementwise_fwd += d;
@@ -95,6 +98,29 @@ KernelTimes kernel_times(const IterationInputs& in, std::int64_t params_on_rank,
   k.embed_bwd = c.memory_bound_time(Bytes{tokens * m.hidden * kBf16Bytes * 2});
   k.adam = c.memory_bound_time(Bytes{params_on_rank * kAdamTrafficBytesPerParam});
   return k;
+}
+
+std::string non_gemm_kernels_approximation(const TrainingSpec& t) {
+  const char* attention = "";
+  switch (t.attention_kernels()) {
+    case AttentionKernels::kUnfused:
+      attention = "attention scale, mask, softmax and dropout as PyTorch's separate kernels over all scores";
+      break;
+    case AttentionKernels::kFusedSoftmax:
+      attention =
+          "attention scale, mask and softmax as Megatron's fused kernel (loads the unmasked half of the scores, "
+          "writes all; at the PyTorch softmax's measured efficiency), dropout apart";
+      break;
+    case AttentionKernels::kFlash:
+      attention = "attention scale, mask, softmax and dropout inside flash attention";
+      break;
+  }
+  return fmt::format(
+      "non-GEMM layer kernels are PyTorch's eager kernels (norms, activation, dropouts, residual adds, bias "
+      "gradients; {}), each costed by its HBM bytes; other fusions (bias-GeLU, bias-dropout-add, fused norms) "
+      "would move fewer bytes; without sequence parallelism norms and dropouts run whole on every tensor-parallel "
+      "rank",
+      attention);
 }
 
 ParameterCounts tensor_parallel_share(const ParameterCounts& all, std::int64_t tp) {

@@ -3,18 +3,16 @@
 // rank, and the byte sizes of the training states: shared by the data-parallel and Megatron
 // strategies. The cost model behind each time is stated in layer_kernels.cpp.
 #include <cstdint>
+#include <string>
 
 #include "models/strategies/strategy.hpp"
 #include "models/transformer/precision.hpp"
 
 namespace offsim::models {
 
-// What layer_elementwise_kernels leaves out, for the report.
-inline constexpr const char* kNonGemmKernelsApproximation =
-    "non-GEMM layer kernels are PyTorch's unfused eager kernels (norms, activation, attention scale, mask, softmax "
-    "and dropout, dropouts, residual adds, bias gradients), each costed by its HBM bytes; fused implementations "
-    "(Megatron's fused softmax, bias-GeLU, bias-dropout-add) move fewer bytes; without sequence parallelism norms "
-    "and dropouts run whole on every tensor-parallel rank";
+// What layer_elementwise_kernels leaves out, for the report: which attention kernels `t` runs,
+// and what no kernel class of the calibration covers.
+[[nodiscard]] std::string non_gemm_kernels_approximation(const TrainingSpec& t);
 
 struct KernelTimes {
   sim::TimePs embed_fwd, embed_bwd, layer_fwd, layer_bwd, head_fwd, head_bwd, adam;

@@ -585,7 +585,7 @@ class MegatronBuilder {
     out.model_states_per_device = Bytes{states_of(0).gpu_model_states()};
     const auto cost_notes = in.costs.approximations();
     out.approximations.insert(out.approximations.begin(), cost_notes.begin(), cost_notes.end());
-    out.approximations.push_back(kNonGemmKernelsApproximation);
+    out.approximations.push_back(non_gemm_kernels_approximation(train));
     if (tp > 1) {
       out.approximations.push_back(
           "tensor parallelism: each layer's compute split in equal halves around its all-reduces; sequence "

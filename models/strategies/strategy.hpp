@@ -24,6 +24,13 @@ struct TrainingSpec {
   std::int64_t grad_accum = 1;
   Recompute recompute = Recompute::kNone;
   bool flash_attention = false;
+  // Megatron's fused scale-mask-softmax in place of PyTorch's separate kernels (without flash
+  // attention only; `fused_softmax:` in the experiment).
+  bool fused_softmax = false;
+  [[nodiscard]] AttentionKernels attention_kernels() const {
+    if (flash_attention) return AttentionKernels::kFlash;
+    return fused_softmax ? AttentionKernels::kFusedSoftmax : AttentionKernels::kUnfused;
+  }
 };
 
 /// Data parallelism with ZeRO stage 0-3 (models/strategies/data_parallel.cpp states the model):

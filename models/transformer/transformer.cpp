@@ -125,7 +125,7 @@ std::vector<GemmShape> layer_gemms(const ModelSpec& m, std::int64_t micro_batch,
 }
 
 std::vector<ElementwiseKernel> layer_elementwise_kernels(const ModelSpec& m, std::int64_t micro_batch, std::int64_t tp,
-                                                         bool flash_attention, bool sequence_parallel,
+                                                         AttentionKernels attention, bool sequence_parallel,
                                                          std::int64_t ep) {
   const double t = static_cast<double>(micro_batch * m.seq);  // tokens
   // Hidden-state elements a rank's norms, dropouts and residual adds touch: all of them, or its
@@ -143,12 +143,23 @@ std::vector<ElementwiseKernel> layer_elementwise_kernels(const ModelSpec& m, std
     const double qk = t * (q + kv);
     k.push_back({"activation", 4.0 * qk, 4.0 * qk});
   }
-  if (!flash_attention) {
+  if (attention == AttentionKernels::kUnfused) {
     // Scores / sqrt(d) (read, write), then mask fill and softmax (read, write each) and, with
     // dropout, the dropout of the probabilities (read, write, 1 B mask); backward alike.
     k.push_back({"attention_scale", 4.0 * scores, 4.0 * scores, true});
     const double softmax = m.dropout ? 13.0 : 8.0;
     k.push_back({"attention_softmax", softmax * scores, softmax * scores, true});
+  } else if (attention == AttentionKernels::kFusedSoftmax) {
+    // Megatron's scaled_upper_triang_masked_softmax: row i of a head loads its i + 1 unmasked
+    // scores and writes all s probabilities (zeros above the diagonal); the backward loads the
+    // gradient and the saved probabilities of the same i + 1 entries and writes all s input
+    // gradients. Over a row: (s + 1) / 2 loads per s scores. The scale rides on Q K^T (baddbmm's
+    // alpha). It is a warp-per-row softmax like PyTorch's, so it runs at the softmax class's
+    // efficiency. Dropout, when the model has it, stays a kernel of its own (read, write, 1 B mask).
+    const double s = static_cast<double>(m.seq);
+    const double unmasked = (s + 1.0) / (2.0 * s);  // fraction of a row the kernel loads
+    k.push_back({"attention_softmax", (2.0 * unmasked + 2.0) * scores, (4.0 * unmasked + 2.0) * scores, true});
+    if (m.dropout) k.push_back({"dropout", 5.0 * scores, 5.0 * scores, true});
   }
   if (m.dropout) {
     // After the attention projection and after the MLP: read x, write y and a 1 B mask; backward

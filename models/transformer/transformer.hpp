@@ -17,6 +17,20 @@ enum class NormKind { kLayerNorm, kRmsNorm };
 enum class PositionKind { kLearned, kRope };
 enum class Recompute { kNone, kSelective, kFull };
 
+/// What runs between the attention's two batched products (Q K^T, then P V) when the scores are
+/// materialised, or flash attention, which never writes them out.
+enum class AttentionKernels {
+  /// PyTorch eager: the scale, the causal mask fill and the softmax each read and write all
+  /// s x s scores (then dropout, when the model has it).
+  kUnfused,
+  /// Megatron's fused scale-mask-softmax (fused_kernels/scaled_upper_triang_masked_softmax.h):
+  /// one kernel per direction that loads only the unmasked lower triangle of each row and writes
+  /// the whole row (then dropout, when the model has it).
+  kFusedSoftmax,
+  /// Flash attention: scale, mask, softmax and dropout inside the attention kernel.
+  kFlash,
+};
+
 struct ModelSpec {
   std::string name;
   std::int64_t layers = 0;
@@ -96,12 +110,12 @@ struct ElementwiseKernel {
 /// The layer's non-GEMM kernels. Without sequence parallelism the norms, dropouts and residual
 /// adds run on the whole hidden state on every tensor-parallel rank; with it (Korthikanti et al.)
 /// each rank runs them on 1/tp of the sequence. The attention heads and the MLP activation are
-/// split by `tp` either way. Flash attention fuses the scale, mask, softmax and dropout of
-/// the scores into its kernel (costed with the attention GEMMs).
+/// split by `tp` either way. `attention` says which kernels turn the scores into probabilities;
+/// flash attention fuses them into its kernel (costed with the attention GEMMs).
 /// With expert parallelism over `ep` ranks a rank runs experts / ep experts, each on the tokens
 /// routed to it from all ep ranks.
 [[nodiscard]] std::vector<ElementwiseKernel> layer_elementwise_kernels(const ModelSpec& m, std::int64_t micro_batch,
-                                                                       std::int64_t tp, bool flash_attention,
+                                                                       std::int64_t tp, AttentionKernels attention,
                                                                        bool sequence_parallel = false,
                                                                        std::int64_t ep = 1);
 

@@ -101,7 +101,7 @@ TEST(ElementwiseKernels, GptLayerBytesByKernelWithAndWithoutSequenceParallelism)
       if (std::string_view(x.kernel) == name) bytes += backward ? x.backward_bytes : x.forward_bytes;
     return bytes;
   };
-  const auto plain = layer_elementwise_kernels(m, 1, 2, false);
+  const auto plain = layer_elementwise_kernels(m, 1, 2, AttentionKernels::kUnfused);
   EXPECT_DOUBLE_EQ(sum(plain, "layernorm", false), 2 * 4 * e);  // two norms: read x, write y
   EXPECT_DOUBLE_EQ(sum(plain, "layernorm", true), 2 * 6 * e);   // read x and dy, write dx
   EXPECT_DOUBLE_EQ(sum(plain, "dropout", false), 2 * 5 * e);    // read, write, 1 B mask
@@ -112,12 +112,23 @@ TEST(ElementwiseKernels, GptLayerBytesByKernelWithAndWithoutSequenceParallelism)
   // Bias gradients: 2 B x (qkv 3h/tp + proj h + fc1 ffn/tp + fc2 h) per token, backward only.
   EXPECT_DOUBLE_EQ(sum(plain, "bias_grad", true), 2.0 * 2048.0 * (3.0 * 2048.0 / 2.0 + 2048.0 + 4096.0 + 2048.0));
   // Sequence parallelism splits the norms, dropouts and residual adds by tp, nothing else.
-  const auto sp = layer_elementwise_kernels(m, 1, 2, false, true);
+  const auto sp = layer_elementwise_kernels(m, 1, 2, AttentionKernels::kUnfused, true);
   EXPECT_DOUBLE_EQ(sum(sp, "layernorm", false), sum(plain, "layernorm", false) / 2);
   EXPECT_DOUBLE_EQ(sum(sp, "dropout", true), sum(plain, "dropout", true) / 2);
   EXPECT_DOUBLE_EQ(sum(sp, "attention_softmax", false), sum(plain, "attention_softmax", false));
+  // Megatron's fused softmax: row i loads its i + 1 unmasked scores, (s + 1) / 2s of the s x s on
+  // average, and writes all of them: 2 B x 2049/4096 + 2 B per score forward; backward loads the
+  // gradient and the probabilities of the same entries, 4 B x 2049/4096 + 2 B. No separate
+  // scale kernel (baddbmm's alpha); the probabilities' dropout is its own kernel.
+  const auto fused = layer_elementwise_kernels(m, 1, 2, AttentionKernels::kFusedSoftmax);
+  const double loaded = 2049.0 / 4096.0;
+  EXPECT_DOUBLE_EQ(sum(fused, "attention_scale", false), 0.0);
+  EXPECT_DOUBLE_EQ(sum(fused, "attention_softmax", false), (2 * loaded + 2) * S);
+  EXPECT_DOUBLE_EQ(sum(fused, "attention_softmax", true), (4 * loaded + 2) * S);
+  EXPECT_DOUBLE_EQ(sum(fused, "dropout", false), 2 * 5 * e + 5 * S);
+  EXPECT_DOUBLE_EQ(sum(fused, "layernorm", false), sum(plain, "layernorm", false));
   // Flash attention fuses the score kernels away.
-  EXPECT_DOUBLE_EQ(sum(layer_elementwise_kernels(m, 1, 2, true), "attention_softmax", false), 0.0);
+  EXPECT_DOUBLE_EQ(sum(layer_elementwise_kernels(m, 1, 2, AttentionKernels::kFlash), "attention_softmax", false), 0.0);
 }
 
 TEST(Activations, KorthikantiFormulaForAStandardGptLayer) {
