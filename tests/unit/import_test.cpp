@@ -156,7 +156,8 @@ TEST(DeepSpeedConfig, LegacyCpuOffloadAndOffloadParamAreRead) {
         "calibration:\n  device: !include {0}/configs/calibration/a100-40gb.yaml\n"
         "  host: !include {0}/configs/calibration/polaris-host.yaml\n"
         "model: !include {0}/configs/models/llama-offload-13b.yaml\n"
-        "training: {{micro_batch: 1, grad_accum: 1, precision: bf16, recompute: full, flash_attention: false}}\n"
+        "training: {{micro_batch: 1, grad_accum: 1, precision: bf16, recompute: full, flash_attention: false, "
+        "fused_softmax: true}}\n"
         "strategy:\n  kind: deepspeed\n  config: !include ds.json\n  dp: 1\n  runtime: deepspeed-0.13\n",
         kRoot);
     return run_experiment(load_experiment(dir / "e.yaml", {})).iteration_time.seconds();
