@@ -175,6 +175,19 @@ TEST(ShippedCalibration, FrontierRcclTableIsWhatCalibrateWritesFromTheShippedDat
   expect_reproducible("configs/calibration/frontier-rccl.yaml", o);
 }
 
+TEST(ShippedCalibration, PolarisTcpNcclTableIsWhatItsCommandWrites) {
+  // NCCL's default TCP transport on Polaris (alcf-nccl-tests setup (1)): the study's runs had no
+  // NCCL environment and no aws-ofi-nccl plugin.
+  CalibrateOptions o;
+  o.files = {"bench/data/polaris-nccl-tcp.csv"};
+  o.device_kind = "a100-40gb";
+  o.reduce_scatter_from_all_reduce = true;
+  o.command_line =
+      "offsim calibrate bench/data/polaris-nccl-tcp.csv --device a100-40gb --reduce-scatter-from-all-reduce --out "
+      "configs/calibration/polaris-nccl-tcp.yaml";
+  expect_reproducible("configs/calibration/polaris-nccl-tcp.yaml", o);
+}
+
 TEST(ShippedCalibration, PolarisNcclTableDerivesItsReduceScatterFromTheAllReduce) {
   CalibrateOptions o;
   o.files = {"bench/data/nvidia-nccl-collectives.csv"};
