@@ -171,11 +171,15 @@ std::vector<ElementwiseKernel> layer_elementwise_kernels(const ModelSpec& m, std
   // residual and the branch gradients meet they are summed: one add of the same size.
   k.push_back({"residual_add", 6.0 * e, 6.0 * e});
   k.push_back({"residual_add", 6.0 * e, 6.0 * e});
-  // The MLP activation on f elements of this rank: y = gelu(x), dx = dy * gelu'(x); or
-  // y = silu(g) * u and dg, du from dy, g, u.
+  // The MLP activation on f elements of this rank, as eager PyTorch runs it. GeLU: y = gelu(x)
+  // (read x, write y), dx = dy * gelu'(x) (read dy and x, write dx). Gated (SwiGLU, GeGLU):
+  // s = silu(g) (read, write), then y = s * u (read two, write one): 10 B per element; backward
+  // du = dy * s and ds = dy * u (read two, write one each), then dg = silu'(g) * ds (read ds and
+  // g, write dg): 18 B. Megatron's fused gate/up projection adds the split's concatenation of dg
+  // and du in backward, not counted here.
   const auto activation = [&](double f) {
     if (m.ffn_kind == FfnKind::kGelu) return ElementwiseKernel{"activation", 4.0 * f, 6.0 * f};
-    return ElementwiseKernel{"activation", 6.0 * f, 10.0 * f};
+    return ElementwiseKernel{"activation", 10.0 * f, 18.0 * f};
   };
   const double gated = m.ffn_kind == FfnKind::kSwiglu ? 2.0 : 1.0;
   double mlp_outputs = 0.0;  // elements the MLP's GEMMs write on this rank (for bias gradients)
