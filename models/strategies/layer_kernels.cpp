@@ -117,9 +117,9 @@ std::string non_gemm_kernels_approximation(const TrainingSpec& t) {
   }
   return fmt::format(
       "non-GEMM layer kernels are PyTorch's eager kernels (norms, activation, dropouts, residual adds, bias "
-      "gradients; {}), each costed by its HBM bytes; other fusions (bias-GeLU, bias-dropout-add, fused norms) "
-      "would move fewer bytes; without sequence parallelism norms and dropouts run whole on every tensor-parallel "
-      "rank",
+      "gradients; {}), each costed by its HBM bytes; a norm is one kernel (PyTorch's layer_norm, apex's fused "
+      "RMSNorm), not the several of an eager RMSNorm; Megatron's bias-dropout-add fusion would move fewer bytes; "
+      "without sequence parallelism norms and dropouts run whole on every tensor-parallel rank",
       attention);
 }
 
