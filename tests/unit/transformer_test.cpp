@@ -131,6 +131,24 @@ TEST(ElementwiseKernels, GptLayerBytesByKernelWithAndWithoutSequenceParallelism)
   EXPECT_DOUBLE_EQ(sum(layer_elementwise_kernels(m, 1, 2, AttentionKernels::kFlash), "attention_softmax", false), 0.0);
 }
 
+TEST(ElementwiseKernels, GatedActivationIsSiluThenProductAsEagerPyTorchRunsIt) {
+  // y = silu(g) * u over f = tokens x ffn / tp elements. Forward: silu reads g and writes s
+  // (2 + 2 B), the product reads s and u and writes y (2 + 2 + 2 B): 10 B. Backward: du = dy * s and
+  // ds = dy * u (6 B each), dg = silu'(g) * ds reads ds and g and writes dg (6 B): 18 B.
+  const ModelSpec m = llama_style(32, 4096, 32, 4, 11008);
+  const double f = 2048.0 * 11008.0 / 2.0;
+  double fwd = 0.0, bwd = 0.0;
+  for (const auto& k : layer_elementwise_kernels(m, 1, 2, AttentionKernels::kFlash)) {
+    if (std::string_view(k.kernel) != "activation") continue;
+    fwd += k.forward_bytes;
+    bwd += k.backward_bytes;
+  }
+  // Rotary embedding shares the activation class: Q and K of this rank, read and write each way.
+  const double rotary = 4.0 * 2048.0 * (4096.0 / 2.0 + 4.0 * 128.0 / 2.0);
+  EXPECT_DOUBLE_EQ(fwd, 10.0 * f + rotary);
+  EXPECT_DOUBLE_EQ(bwd, 18.0 * f + rotary);
+}
+
 TEST(Activations, KorthikantiFormulaForAStandardGptLayer) {
   // Korthikanti et al.: s b h (34 + 5 a s / h) bytes without recomputation; 34 s b h when the
   // s x s terms are not stored (selective recomputation or flash attention); 2 s b h with full.
