@@ -155,6 +155,18 @@ class HfConfigReader {
     if (!c || c->is_null()) return fallback;
     return c->as<double>().value_or(fallback);
   }
+  // A share in (0, 1]: `fallback` when absent, an error naming the key when outside.
+  double fraction_or(std::string_view key, double fallback) {
+    const auto c = r_.child(key);
+    if (!c || c->is_null()) return fallback;
+    const auto v = c->as<double>();
+    if (!v) return fallback;
+    if (!(*v > 0.0 && *v <= 1.0)) {
+      error_at(c->location(), key, fmt::format("expected a share in (0, 1], got {}", *v));
+      return fallback;
+    }
+    return *v;
+  }
   bool flag_or(std::string_view key, bool fallback) { return r_.optional<bool>(key, fallback).value; }
   void error_at(const sim::config::Location& loc, std::string_view key, std::string message) {
     ctx_.error(loc, node_.child_path(key), std::move(message));
@@ -252,6 +264,8 @@ class HfConfigReader {
     m_.ffn_kind = FfnKind::kGelu;
     m_.norm = NormKind::kLayerNorm;
     m_.position = PositionKind::kRope;
+    // rotary_pct (GPTNeoXConfig's default 0.25); newer transformers also write partial_rotary_factor.
+    m_.rotary_fraction = fraction_or("rotary_pct", fraction_or("partial_rotary_factor", 0.25));
     m_.tied_embeddings = flag_or("tie_word_embeddings", false);
     m_.linear_bias = true;
     // GPTNeoXConfig defaults: hidden_dropout 0.0, attention_dropout 0.0.
@@ -332,6 +346,7 @@ class HfConfigReader {
     m_.ffn_kind = FfnKind::kGelu;
     m_.norm = NormKind::kLayerNorm;
     m_.position = PositionKind::kRope;
+    m_.rotary_fraction = fraction_or("partial_rotary_factor", 0.5);  // PhiConfig's default
     m_.tied_embeddings = flag_or("tie_word_embeddings", false);
     m_.linear_bias = true;
     m_.parallel_block = true;  // PhiDecoderLayer: one input_layernorm feeds attention and MLP
@@ -385,6 +400,15 @@ std::optional<ModelSpec> parse_model(const sim::config::Node& node) {
               fmt::format("expected a positive integer, got {}", head_dim.value));
   if (head_dim.valid) check_max(ctx, head_dim.loc, node.child_path("head_dim"), "head_dim", head_dim.value);
   m.head_size = std::max<std::int64_t>(head_dim.value, 0);
+  const auto rotary = r.optional<double>("rotary_fraction", 1.0);
+  if (rotary.valid && !(rotary.value > 0.0 && rotary.value <= 1.0)) {
+    ctx.error(rotary.loc, node.child_path("rotary_fraction"),
+              fmt::format("expected a share in (0, 1], got {}", rotary.value));
+  } else if (rotary.valid && rotary.value < 1.0 && m.position != PositionKind::kRope) {
+    ctx.error(rotary.loc, node.child_path("rotary_fraction"), "applies to rotary positions: set position: rope");
+  } else {
+    m.rotary_fraction = rotary.value;
+  }
   if (auto moe = r.child("moe")) {
     // Mixture of experts: `experts` MLPs of width ffn, experts_per_token of them per token, and
     // optionally a shared MLP of width shared_ffn every token runs.

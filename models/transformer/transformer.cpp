@@ -139,9 +139,18 @@ std::vector<ElementwiseKernel> layer_elementwise_kernels(const ModelSpec& m, std
   // Norms: read x, write y; backward reads x and dy, writes dx (2 B each).
   for (int n = 0; n < m.norms_per_layer(); ++n) k.push_back({"layernorm", 4.0 * e, 6.0 * e});
   if (m.position == PositionKind::kRope) {
-    // Rotary embedding of Q and K: read and write each, both directions.
+    // Rotary embedding of Q and K as eager PyTorch runs it (Hugging Face's and Megatron-DeepSpeed's
+    // apply_rotary_pos_emb: x * cos + rotate_half(x) * sin, rotate_half = cat(-x2, x1), cos and sin
+    // cached in x's dtype). Forward per element: x * cos (read, write: 4 B), the negated half
+    // (2 B), the concatenation (4 B), the product with sin (4 B), the sum (read two, write one:
+    // 6 B): 20 B. Backward: the two products (4 B each), the negated half (2 B), the halves
+    // stacked back (4 B) and the two paths' gradients summed (6 B): 20 B. A fused rotary kernel
+    // (Transformer Engine, flash-attn) reads and writes once: 4 B. With rotary positions on part
+    // of each head (GPT-NeoX, Phi), the rotated slice costs the above and the slices are joined
+    // again (read, write: 4 B over the whole width), and split back in backward alike.
     const double qk = t * (q + kv);
-    k.push_back({"activation", 4.0 * qk, 4.0 * qk});
+    const double bytes = 20.0 * m.rotary_fraction * qk + (m.rotary_fraction < 1.0 ? 4.0 * qk : 0.0);
+    k.push_back({"activation", bytes, bytes});
   }
   if (attention == AttentionKernels::kUnfused) {
     // Scores / sqrt(d) (read, write), then mask fill and softmax (read, write each) and, with

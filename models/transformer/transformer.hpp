@@ -52,6 +52,9 @@ struct ModelSpec {
   bool parallel_block = false;
   bool head_bias = false;      // a bias on the output projection (Phi-2)
   std::int64_t head_size = 0;  // width of one attention head; 0 = hidden / heads (Gemma-7B: 256 with hidden 3,072)
+  // The share of each head's dimensions rotary positions rotate (GPT-NeoX's rotary_pct 0.25, Phi's
+  // partial_rotary_factor 0.5); 1 for Llama-style models.
+  double rotary_fraction = 1.0;
   // Mixture of experts (Mixtral, Qwen2-MoE, DeepSeek-MoE): every layer's MLP is `experts` experts of
   // width `ffn` of which each token runs `experts_per_token`, chosen by a router (hidden x experts),
   // plus, when shared_ffn > 0, an MLP of that width every token runs (the "shared experts").

@@ -71,6 +71,11 @@ TEST(RealHuggingFaceConfigs, LoadWithThePublishedParameterCounts) {
   EXPECT_EQ(mixtral.model->experts, 8);
   EXPECT_EQ(mixtral.model->experts_per_token, 2);
   EXPECT_EQ(read_hf("gemma-2b.config.json").model->kv_heads, 1);  // multi-query
+  // Partial rotary positions: Pythia's rotary_pct 0.25 (newer transformers write it twice, as
+  // partial_rotary_factor too), Phi-2's partial_rotary_factor 0.4; Llama rotates whole heads.
+  EXPECT_DOUBLE_EQ(read_hf("pythia-410m-finetune.config.json").model->rotary_fraction, 0.25);
+  EXPECT_DOUBLE_EQ(read_hf("phi-2.config.json").model->rotary_fraction, 0.4);
+  EXPECT_DOUBLE_EQ(read_hf("meta-llama-3-8b.config.json").model->rotary_fraction, 1.0);
 }
 
 TEST(RealHuggingFaceConfigs, InexpressibleShapesAreRefusedWhereTheFileSaysSo) {

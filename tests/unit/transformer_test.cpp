@@ -143,10 +143,29 @@ TEST(ElementwiseKernels, GatedActivationIsSiluThenProductAsEagerPyTorchRunsIt) {
     fwd += k.forward_bytes;
     bwd += k.backward_bytes;
   }
-  // Rotary embedding shares the activation class: Q and K of this rank, read and write each way.
-  const double rotary = 4.0 * 2048.0 * (4096.0 / 2.0 + 4.0 * 128.0 / 2.0);
+  // Eager rotary embedding shares the activation class: 20 B per element of this rank's Q and K
+  // each way (x * cos + cat(-x2, x1) * sin: five kernels).
+  const double rotary = 20.0 * 2048.0 * (4096.0 / 2.0 + 4.0 * 128.0 / 2.0);
   EXPECT_DOUBLE_EQ(fwd, 10.0 * f + rotary);
   EXPECT_DOUBLE_EQ(bwd, 18.0 * f + rotary);
+}
+
+TEST(ElementwiseKernels, PartialRotaryRotatesItsShareAndJoinsTheSlices) {
+  // GPT-NeoX rotates 25% of each head: 20 B per rotated element, plus 4 B over the whole width to
+  // join the rotated and passed-through slices (and split them back in backward).
+  ModelSpec m = gpt3_xl();
+  m.position = PositionKind::kRope;
+  const auto rotary_bytes = [&](double fraction) {
+    m.rotary_fraction = fraction;
+    double bytes = 0.0;
+    for (const auto& k : layer_elementwise_kernels(m, 1, 1, AttentionKernels::kFlash)) {
+      if (std::string_view(k.kernel) == "activation") bytes += k.forward_bytes;
+    }
+    return bytes - 4.0 * 2048.0 * 8192.0;  // less the GeLU (read x, write y over 2048 x ffn 8192)
+  };
+  const double qk = 2048.0 * (2048.0 + 2048.0);  // Q and K of 2048 tokens, hidden 2048
+  EXPECT_DOUBLE_EQ(rotary_bytes(1.0), 20.0 * qk);
+  EXPECT_DOUBLE_EQ(rotary_bytes(0.25), (20.0 * 0.25 + 4.0) * qk);
 }
 
 TEST(Activations, KorthikantiFormulaForAStandardGptLayer) {
