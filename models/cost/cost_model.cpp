@@ -238,14 +238,9 @@ std::vector<std::string> CostModel::approximations() const {
 
 namespace {
 
-// Efficiencies are fractions of a peak: in (0, 1].
-void check_fraction(sim::config::Context& ctx, const sim::config::Location& at, std::string_view path, double value) {
-  if (!(value > 0.0 && value <= 1.0)) ctx.error(at, path, fmt::format("expected a fraction in (0, 1], got {}", value));
-}
-
 double fraction(MapReader& r, const Node& node, std::string_view key) {
   const auto v = r.required<double>(key);
-  if (v.valid) check_fraction(node.context(), v.loc, node.child_path(key), v.value);
+  if (v.valid) sim::config::check_fraction(node.context(), v.loc, node.child_path(key), v.value);
   return v.value;
 }
 
@@ -270,7 +265,7 @@ std::vector<GemmPoint> parse_gemm_block_table(const Node& table) {
       }
     }
     p.efficiency = row.cells[3].value;
-    check_fraction(table.context(), row.cells[3].loc, row.path + ".efficiency", p.efficiency);
+    sim::config::check_fraction(table.context(), row.cells[3].loc, row.path + ".efficiency", p.efficiency);
     out.push_back(p);
   }
   return out;

@@ -444,9 +444,7 @@ sim::config::Location read_offload(const Node& node, MapReader& r, const sim::co
     OptimizerOffload offload;
     offload.pin_memory = o.required<bool>("pin_memory").value;
     const auto ratio = o.optional<double>("ratio", 1.0);
-    if (ratio.valid && !(ratio.value > 0.0 && ratio.value <= 1.0)) {
-      ctx.error(ratio.loc, off->child_path("ratio"), fmt::format("expected a fraction in (0, 1], got {}", ratio.value));
-    }
+    if (ratio.valid) sim::config::check_fraction(ctx, ratio.loc, off->child_path("ratio"), ratio.value);
     offload.ratio = ratio.value;
     const auto sub = o.required<std::int64_t>("sub_group_size");
     if (sub.valid && sub.value < 1)

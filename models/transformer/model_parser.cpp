@@ -161,11 +161,7 @@ class HfConfigReader {
     if (!c || c->is_null()) return fallback;
     const auto v = c->as<double>();
     if (!v) return fallback;
-    if (!(*v > 0.0 && *v <= 1.0)) {
-      error_at(c->location(), key, fmt::format("expected a share in (0, 1], got {}", *v));
-      return fallback;
-    }
-    return *v;
+    return sim::config::check_fraction(ctx_, c->location(), node_.child_path(key), *v) ? *v : fallback;
   }
   bool flag_or(std::string_view key, bool fallback) { return r_.optional<bool>(key, fallback).value; }
   void error_at(const sim::config::Location& loc, std::string_view key, std::string message) {
@@ -401,13 +397,12 @@ std::optional<ModelSpec> parse_model(const sim::config::Node& node) {
   if (head_dim.valid) check_max(ctx, head_dim.loc, node.child_path("head_dim"), "head_dim", head_dim.value);
   m.head_size = std::max<std::int64_t>(head_dim.value, 0);
   const auto rotary = r.optional<double>("rotary_fraction", 1.0);
-  if (rotary.valid && !(rotary.value > 0.0 && rotary.value <= 1.0)) {
-    ctx.error(rotary.loc, node.child_path("rotary_fraction"),
-              fmt::format("expected a share in (0, 1], got {}", rotary.value));
-  } else if (rotary.valid && rotary.value < 1.0 && m.position != PositionKind::kRope) {
-    ctx.error(rotary.loc, node.child_path("rotary_fraction"), "applies to rotary positions: set position: rope");
-  } else {
-    m.rotary_fraction = rotary.value;
+  if (rotary.valid && sim::config::check_fraction(ctx, rotary.loc, node.child_path("rotary_fraction"), rotary.value)) {
+    if (rotary.value < 1.0 && m.position != PositionKind::kRope) {
+      ctx.error(rotary.loc, node.child_path("rotary_fraction"), "applies to rotary positions: set position: rope");
+    } else {
+      m.rotary_fraction = rotary.value;
+    }
   }
   if (auto moe = r.child("moe")) {
     // Mixture of experts: `experts` MLPs of width ffn, experts_per_token of them per token, and

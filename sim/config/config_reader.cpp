@@ -85,6 +85,12 @@ ScopedFileCache::~ScopedFileCache() {
   if (owner_) file_cache = nullptr;
 }
 
+bool check_fraction(Context& ctx, const Location& at, std::string_view path, double value) {
+  if (value > 0.0 && value <= 1.0) return true;
+  ctx.error(at, path, fmt::format("expected a fraction in (0, 1], got {}", value));
+  return false;
+}
+
 std::string Location::str() const {
   if (line == 0) return file;
   return fmt::format("{}:{}:{}", file, line, column);

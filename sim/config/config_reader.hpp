@@ -284,4 +284,8 @@ constexpr std::string_view MapReader::type_name() {
     return "a value";
 }
 
+/// Checks that `value` is a fraction in (0, 1] (an efficiency, a ratio, a share of a head) and
+/// reports it at `at` under `path` when it is not; returns whether it is.
+bool check_fraction(Context& ctx, const Location& at, std::string_view path, double value);
+
 }  // namespace offsim::sim::config
