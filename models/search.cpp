@@ -91,6 +91,7 @@ std::int64_t state_bytes(const SearchCandidate& c, std::int64_t params_on_rank) 
   counts.sharded = params_on_rank;
   counts.zero_stage = c.zero_stage;
   counts.shard_ranks = c.dp;
+  counts.gradient_buffers = c.kind == "megatron" ? kMegatronGradientBuffers : deepspeed_gradient_buffers(c.zero_stage);
   counts.optimizer_offload = c.offload;
   counts.offloaded_elements = updated_parameters(c.zero_stage, params_on_rank, params_on_rank, c.dp);
   return place_model_states(counts, kBf16MixedPrecision).gpu_model_states();

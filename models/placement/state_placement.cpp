@@ -4,8 +4,9 @@
 // otherwise), of which C update on the CPU under optimizer offload:
 //   parameters   w P                  (stage 3: w (P_model - persistent) / g + w persistent);
 //                on the host with parameter offload
-//   gradients    w P at stages 0-1, w P_model / g at stages 2-3; with offload f (U - C) on the GPU
-//                and f C on the host (on the NVMe with ZeRO-Infinity)
+//   gradients    at stages 0-1 w P, f P or (f + w) P by the framework's gradient buffers;
+//                w P_model / g at stages 2-3; with offload f (U - C) on the GPU and f C on the
+//                host (on the NVMe with ZeRO-Infinity)
 //   optimizer    o (U - C) on the GPU, o C on the host (or the NVMe)
 //   secondary    w x the hpZ secondary elements, on the GPU
 //   buffers      reduce bucket w min(bucket, P) on the GPU at stages 2-3; stage 3 offload: a bf16
@@ -21,6 +22,19 @@ namespace {
 
 std::int64_t share(std::int64_t n, int shard_ranks) {
   return (n + shard_ranks - 1) / shard_ranks;
+}
+
+// Bytes per gradient element at stages 0-1 without offload.
+std::int64_t unsharded_gradient_bytes(GradientBuffers buffers, const StatePrecision& bytes) {
+  switch (buffers) {
+    case GradientBuffers::kWorking:
+      return bytes.working;
+    case GradientBuffers::kFp32:
+      return bytes.fp32;
+    case GradientBuffers::kFp32AndWorking:
+      return bytes.fp32 + bytes.working;
+  }
+  return bytes.working;
 }
 
 }  // namespace
@@ -41,7 +55,8 @@ StatePlacement place_model_states(const StateCounts& c, const StatePrecision& by
   const std::int64_t offloaded = c.optimizer_offload ? c.offloaded_elements : 0;
   const std::int64_t gpu_updated = out.updated_elements - offloaded;
   out.gradients.gpu = c.optimizer_offload ? gpu_updated * bytes.fp32
-                                          : (stage >= 2 ? share(c.sharded, c.shard_ranks) : c.held) * bytes.working;
+                      : stage >= 2        ? share(c.sharded, c.shard_ranks) * bytes.working
+                                          : c.held * unsharded_gradient_bytes(c.gradient_buffers, bytes);
   out.optimizer.gpu = gpu_updated * bytes.optimizer;
   if (c.optimizer_offload) {
     (c.nvme ? out.optimizer.nvme : out.optimizer.host) = offloaded * bytes.optimizer;

@@ -23,6 +23,22 @@ struct StatePrecision {
 // bf16 mixed precision with Adam, as every strategy trains (transformer/precision.hpp).
 inline constexpr StatePrecision kBf16MixedPrecision{kBf16Bytes, kFp32Bytes, kOptimizerStateBytesPerParam};
 
+// How a rank keeps its gradients at stages 0-1 without optimizer offload: the frameworks that
+// train in bf16 accumulate them in fp32 buffers of the whole (unsharded) model.
+enum class GradientBuffers {
+  // The working-precision gradients only, w P: DeepSpeed ZeRO-1, whose gradient accumulation
+  // dtype defaults to the model's (runtime/engine.py get_data_types).
+  kWorking,
+  // An fp32 buffer of every gradient, f P, that the backward accumulates into directly: Megatron's
+  // main_grad (arguments.py forces accumulate_allreduce_grads_in_fp32 for bf16; the wgrad GEMMs
+  // and the grad hooks add into it and free the bf16 .grad).
+  kFp32,
+  // Both, f P + w P: DeepSpeed's BF16_Optimizer (bf16 without ZeRO), which creates an fp32 flat
+  // gradient buffer of the whole model (bf16_optimizer.py, "create fp32 gradients") and keeps the
+  // bf16 .grad tensors that the backward wrote until the next backward clears them.
+  kFp32AndWorking,
+};
+
 // What one rank holds and how ZeRO shards it.
 struct StateCounts {
   // The parameters the rank holds whole before sharding (P: all of its tensor-parallel share, or
@@ -32,6 +48,8 @@ struct StateCounts {
   std::int64_t sharded = 0;
   int zero_stage = 0;
   int shard_ranks = 1;
+  // Stages 0-1 without optimizer offload: the gradient buffers (see GradientBuffers).
+  GradientBuffers gradient_buffers = GradientBuffers::kWorking;
   // Stage 3: parameters kept whole on every rank (DeepSpeed's param_persistence_threshold).
   std::int64_t persistent = 0;
   // Stages 2-3: the gradient reduce bucket, in elements (capped at `held`).
@@ -61,7 +79,7 @@ struct StatePlacement {
   std::int64_t parameter_elements = 0;  // the rank's parameters (stage 3: its partition and the persistent ones)
   std::int64_t updated_elements = 0;    // the parameters whose optimizer states the rank holds and updates
   TierBytes parameters;                 // bf16
-  TierBytes gradients;                  // bf16 on the GPU; fp32 (and on the host and NVMe) with offload
+  TierBytes gradients;                  // bf16 or fp32 (gradient_buffers) on the GPU; fp32 with offload
   TierBytes optimizer;                  // fp32 master, m, v
   TierBytes secondary;                  // hpZ secondary partition (bf16)
   // Buffers, not model states: the GPU reduce bucket (stages 2-3), the host's bf16 buffer of the

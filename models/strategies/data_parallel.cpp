@@ -1,8 +1,9 @@
 // Data parallelism with ZeRO stages 0-3, and ZeRO-3 optimizer offload to the host.
 //
 // Where the model states live on each of g ranks (P parameters, bf16 mixed precision, Adam):
-//   stage 0: bf16 parameters 2P, bf16 gradients 2P, fp32 master + m + v 12P      (replicated)
-//   stage 1: as stage 0 but the optimizer states 12P/g                          (partitioned)
+//   stage 0: bf16 parameters 2P, gradients fp32 4P + bf16 2P (DeepSpeed's BF16_Optimizer),
+//            fp32 master + m + v 12P                                           (replicated)
+//   stage 1: bf16 gradients 2P (ZeRO's accumulation dtype is the model's), optimizer 12P/g
 //   stage 2: gradients 2P/g plus one reduce bucket, optimizer 12P/g
 //   stage 3: parameters 2P/g too; each module's parameters are all-gathered before its forward
 //            and again before its backward, and freed after use.
@@ -615,6 +616,7 @@ class DataParallelBuilder {
     c.sharded = P_model;
     c.zero_stage = stage;
     c.shard_ranks = shard;
+    c.gradient_buffers = deepspeed_gradient_buffers(stage);
     c.persistent = persistent;
     c.reduce_bucket_elements = spec.reduce_bucket_elements;
     c.optimizer_offload = offload;
@@ -645,7 +647,8 @@ class DataParallelBuilder {
       const TaskId a1 = alloc(r, "alloc.gradients", "setup",
                               offload      ? "fp32 gradients of GPU subgroups"
                               : stage >= 2 ? "gradient partition (bf16)"
-                                           : "gradients (bf16)",
+                              : stage == 1 ? "gradients (bf16)"
+                                           : "gradients (fp32 buffer and bf16)",
                               Bytes{st.gradients.gpu}, {a0});
       TaskId last =
           alloc(r, "alloc.optimizer", "setup", "optimizer states (fp32 master, m, v)", Bytes{st.optimizer.gpu}, {a1});

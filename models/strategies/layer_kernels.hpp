@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "models/placement/state_placement.hpp"
 #include "models/strategies/strategy.hpp"
 #include "models/transformer/precision.hpp"
 
@@ -31,6 +32,15 @@ struct KernelTimes {
 /// (Megatron splits the projections and the vocabulary; the norms and the row-parallel biases it
 /// keeps whole are a few parameters per layer, counted split too). tp = 1: `all` unchanged.
 [[nodiscard]] ParameterCounts tensor_parallel_share(const ParameterCounts& all, std::int64_t tp);
+
+/// The gradient buffers a rank keeps at stages 0-1 in bf16 training (placement/state_placement.hpp):
+/// DeepSpeed's BF16_Optimizer without ZeRO (fp32 buffer and bf16 gradients), its ZeRO-1 optimizer
+/// (bf16 gradients: the accumulation dtype defaults to the model's under ZeRO).
+[[nodiscard]] constexpr GradientBuffers deepspeed_gradient_buffers(int zero_stage) {
+  return zero_stage == 0 ? GradientBuffers::kFp32AndWorking : GradientBuffers::kWorking;
+}
+/// Megatron's fp32 main_grad buffers, at ZeRO-0 and with its distributed optimizer alike.
+inline constexpr GradientBuffers kMegatronGradientBuffers = GradientBuffers::kFp32;
 
 /// Bytes one rank of a tensor-parallel group of `tp` keeps per layer for backward: with sequence
 /// parallelism everything is split by tp; without it, Korthikanti et al. section 4.2: of the

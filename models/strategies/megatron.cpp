@@ -22,10 +22,11 @@
 //   one backward, then the cool-down backwards) or, with v > 1, the interleaved schedule
 //   (warm-up (pp - s - 1) x 2 + (v - 1) x pp, micro-batches in groups of pp through the chunks).
 //   An operation starts when the previous one on the rank ended and its input arrived.
-// - After the last backward: all-reduce of the rank's gradients over its DP group (ZeRO-0) or a
-//   reduce-scatter, Adam on 1/dp of them, and an all-gather of the updated parameters (ZeRO-1,
+// - After the last backward: all-reduce of the rank's fp32 gradients (main_grad) over its DP group
+//   (ZeRO-0) or a reduce-scatter, Adam on 1/dp of them, and an all-gather of the updated parameters (ZeRO-1,
 //   Megatron's distributed optimizer). Adam on the GPU.
-// - Memory: bf16 parameters and gradients of the rank's chunks, fp32 master + m + v (divided by
+// - Memory: bf16 parameters and fp32 gradients (main_grad: Megatron accumulates and all-reduces
+//   the gradients of bf16 training in fp32) of the rank's chunks, fp32 master + m + v (divided by
 //   dp at ZeRO-1), stored activations of each in-flight micro-batch (allocated by its forward,
 //   freed by its backward; Korthikanti's count with TP: /tp with sequence parallelism, otherwise
 //   only the split part shrinks), and the logits on the last stage.
@@ -272,6 +273,7 @@ class MegatronBuilder {
     c.sharded = rank_state[s].params;
     c.zero_stage = spec.zero_stage;
     c.shard_ranks = dp;
+    c.gradient_buffers = kMegatronGradientBuffers;
     return place_model_states(c, kBf16MixedPrecision);
   }
   // The rank of TP rank t of `stage` in `replica`.
@@ -342,7 +344,7 @@ class MegatronBuilder {
     for (int s = 0; s < sims; ++s) {
       const StatePlacement st = states_of(s);
       const TaskId a = alloc(s, "alloc.parameters", "parameters (bf16)", Bytes{st.parameters.gpu}, {});
-      const TaskId b = alloc(s, "alloc.gradients", "gradients (bf16)", Bytes{st.gradients.gpu}, {a});
+      const TaskId b = alloc(s, "alloc.gradients", "gradients (fp32 main_grad)", Bytes{st.gradients.gpu}, {a});
       ready[s] = alloc(s, "alloc.optimizer", "optimizer states (fp32 master, m, v)", Bytes{st.optimizer.gpu}, {b});
     }
     return ready;
@@ -526,9 +528,13 @@ class MegatronBuilder {
       for (const auto& [n, members] : ranks_by_size()) {
         std::vector<bool> taking_part(sims, false);
         for (const int s : members) taking_part[s] = true;
+        // The fp32 main_grad buffer is what Megatron reduces in bf16 training: its bytes, counted in
+        // the communicator's bf16 elements.
+        const std::int64_t fp32_bytes_as_bf16_elements = n * kFp32Bytes / kBf16Bytes;
         const auto done =
             dp_comm.add(spec.zero_stage == 1 ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce,
-                        fmt::format(FMT_COMPILE("dp.gradients.{}"), n), n, dp_plan, after_backward, taking_part);
+                        fmt::format(FMT_COMPILE("dp.gradients.{}"), n), fp32_bytes_as_bf16_elements, dp_plan,
+                        after_backward, taking_part);
         for (const int s : members) reduced[s] = done[s];
       }
     } else {

@@ -93,6 +93,27 @@ TEST(Megatron, OneStageOneRankIsTheDataParallelIteration) {
   EXPECT_NEAR(mg, dp, 1e-9 * dp);
 }
 
+TEST(Megatron, DataParallelismReducesTheFp32MainGradients) {
+  // tp = pp = 1, dp = 2 on two GCDs of one node, ZeRO-0. Megatron keeps and reduces the gradients
+  // of bf16 training in fp32 (main_grad): the states are 2 + 4 + 12 = 18 B per parameter, and the
+  // only GPU-GPU traffic is the all-reduce of the 4P bytes of gradients, which over 2 ranks puts
+  // 2 x 4P on the links (as data_parallel_test's ZeroStages counts an all-reduce).
+  const ExperimentResult r = run_experiment(load_experiment(
+      experiment("dp2-fp32-gradients",
+                 "  kind: megatron\n  tp: 1\n  pp: 1\n  dp: 2\n  schedule: 1f1b\n  sequence_parallel: false\n"
+                 "  zero_stage: 0\n",
+                 1),
+      {}));
+  const std::int64_t states = r.model_states_per_device.count;
+  ASSERT_EQ(states % 18, 0);
+  const double P = static_cast<double>(states / 18);
+  double gpu_gpu = 0;
+  for (const auto& l : r.links) {
+    if (l.link_class == "gpu-gpu") gpu_gpu += l.bytes;
+  }
+  EXPECT_NEAR(gpu_gpu, 2 * 4 * P, 1e-9 * P);
+}
+
 TEST(Megatron, TensorParallelismAddsItsAllReduces) {
   // tp = 8 on one node: each layer's compute shrinks about 8x and four all-reduces of b s h bf16
   // per layer and micro-batch appear (forward two, backward four with full recomputation):

@@ -44,6 +44,35 @@ TEST(Placement, ZeroStage0IsSixteenBytesPerParameter) {
   expect_gpu_only(s);
 }
 
+// bf16 training's fp32 gradient buffers at stages 0-1: Megatron's main_grad replaces the bf16
+// gradients (f P = 4P); DeepSpeed's BF16_Optimizer keeps both (f P + w P = 6P); at stages 2-3 the
+// choice does not apply (w P / g).
+TEST(Placement, GradientBuffersOfTheFrameworksAtStagesZeroAndOne) {
+  StateCounts c = zero(0);
+  c.gradient_buffers = GradientBuffers::kFp32;
+  EXPECT_EQ(place_model_states(c, kMixed).gradients.gpu, 4 * P);
+  EXPECT_EQ(place_model_states(c, kMixed).gpu_model_states(), 18 * P);
+  c.gradient_buffers = GradientBuffers::kFp32AndWorking;
+  EXPECT_EQ(place_model_states(c, kMixed).gradients.gpu, 6 * P);
+  EXPECT_EQ(place_model_states(c, kMixed).gpu_model_states(), 20 * P);
+  c = zero(1);
+  c.gradient_buffers = GradientBuffers::kFp32;
+  EXPECT_EQ(place_model_states(c, kMixed).gpu_model_states(), 6 * P + 12 * P / G);
+  c = zero(2);
+  c.gradient_buffers = GradientBuffers::kFp32AndWorking;
+  EXPECT_EQ(place_model_states(c, kMixed).gradients.gpu, 2 * P / G);
+  // Under optimizer offload the GPU keeps fp32 gradients of its own subgroups only, whatever the framework.
+  c = zero(1);
+  c.gradient_buffers = GradientBuffers::kFp32AndWorking;
+  c.optimizer_offload = true;
+  c.offloaded_elements = P / G;
+  EXPECT_EQ(place_model_states(c, kMixed).gradients.gpu, 0);
+  // The frameworks' choices.
+  EXPECT_EQ(deepspeed_gradient_buffers(0), GradientBuffers::kFp32AndWorking);
+  EXPECT_EQ(deepspeed_gradient_buffers(1), GradientBuffers::kWorking);
+  EXPECT_EQ(kMegatronGradientBuffers, GradientBuffers::kFp32);
+}
+
 // ZeRO-1 (and Megatron's distributed optimizer over dp = g): 2P + 2P + 12P / g.
 TEST(Placement, ZeroStage1PartitionsTheOptimizerStates) {
   const StatePlacement s = place_model_states(zero(1), kMixed);
