@@ -538,6 +538,19 @@ std::optional<StrategySpec> read_data_parallel(const Node& node, MapReader& r, c
     ctx.error(bucket.loc, node.child_path("reduce_bucket_elements"), "expected a positive integer");
   dp.reduce_bucket_elements = bucket.value;
   dp.overlap_comm = r.required<bool>("overlap_comm").value;
+  // DeepSpeed's data_types.grad_accum_dtype: fp32 at stages 0-1 is its BF16_Optimizer; bf16 at
+  // stage 0 stands for 16-bit gradients with a replicated optimizer (FP16_Optimizer, PyTorch DDP).
+  if (r.has("grad_accum_dtype")) {
+    const auto accum = r.choice("grad_accum_dtype", {"fp32", "bf16"}, "bf16");
+    if (accum.valid) {
+      dp.fp32_grad_accum = accum.value == "fp32";
+      if (*dp.fp32_grad_accum && stage.valid && stage.value >= 2) {
+        ctx.error(accum.loc, node.child_path("grad_accum_dtype"),
+                  "fp32 gradient accumulation is modelled at zero_stage 0-1 (DeepSpeed's BF16_Optimizer); stages 2-3 "
+                  "keep bf16 gradient partitions");
+      }
+    }
+  }
   {
     // Used at stage 3 only; DeepSpeed's default there (recorded in the effective configuration).
     const bool stage3 = stage.valid && stage.value == 3;

@@ -1,9 +1,12 @@
 // Data parallelism with ZeRO stages 0-3, and ZeRO-3 optimizer offload to the host.
 //
 // Where the model states live on each of g ranks (P parameters, bf16 mixed precision, Adam):
-//   stage 0: bf16 parameters 2P, gradients fp32 4P + bf16 2P (DeepSpeed's BF16_Optimizer),
-//            fp32 master + m + v 12P                                           (replicated)
-//   stage 1: bf16 gradients 2P (ZeRO's accumulation dtype is the model's), optimizer 12P/g
+//   stage 0: bf16 parameters 2P, gradients fp32 4P + bf16 2P, fp32 master + m + v 12P/g: DeepSpeed's
+//            BF16_Optimizer (fp32 gradient accumulation, DeepSpeed's default without ZeRO), which
+//            all-reduces the fp32 gradients and all-gathers the updated bf16 parameters; with
+//            grad_accum_dtype bf16, bf16 gradients 2P and the optimizer replicated, 12P
+//   stage 1: as stage 0 with bf16 gradients 2P (the ZeRO-1 optimizer: under ZeRO the accumulation
+//            dtype defaults to the model's); with grad_accum_dtype fp32, BF16_Optimizer as at stage 0
 //   stage 2: gradients 2P/g plus one reduce bucket, optimizer 12P/g
 //   stage 3: parameters 2P/g too; each module's parameters are all-gathered before its forward
 //            and again before its backward, and freed after use.
@@ -12,11 +15,12 @@
 // bucket is all-reduced (stages 0-1, at the accumulation boundary only) or reduce-scattered
 // (stages 2-3, every micro-batch), as soon as its last gradient exists (overlap_comm) or after
 // backward; buckets go one after another on the rank's reduce stream, as in DeepSpeed. Then Adam
-// on the rank's parameters (all of them at stage 0, its 1/g partition otherwise); at stages 1-2
-// the updated bf16 parameters are all-gathered. With offload, each reduced bucket goes to the
-// host and the update runs there in subgroups (docs/strategies.md states both DeepSpeed recipes). Stage 3 gathers run
-// on their own stream, one module ahead of the compute (at most two modules' parameters live at once), a simplification
-// of DeepSpeed's prefetch bucket and max_live_parameters limits. Collectives: models/collectives/communicator.hpp.
+// on the rank's parameters (all of them with a replicated optimizer, its 1/g partition otherwise);
+// wherever the optimizer is partitioned below stage 3 the updated bf16 parameters are all-gathered. With offload, each
+// reduced bucket goes to the host and the update runs there in subgroups (docs/strategies.md states both DeepSpeed
+// recipes). Stage 3 gathers run on their own stream, one module ahead of the compute (at most two modules' parameters
+// live at once), a simplification of DeepSpeed's prefetch bucket and max_live_parameters limits. Collectives:
+// models/collectives/communicator.hpp.
 //
 // Tensor parallelism (tp > 1, as Megatron-DeepSpeed runs ZeRO under Megatron layers): each group
 // of tp consecutive ranks splits every layer Megatron-style (layer_gemms with tp), so each rank
@@ -184,6 +188,9 @@ class DataParallelBuilder {
         train(inputs.training),
         ranks(checked_ranks(inputs, strategy)),
         stage(strategy.zero_stage),
+        fp32_grad_accum(strategy.fp32_grad_accum.value_or(deepspeed_default_fp32_grad_accum(stage))),
+        bf16_optimizer(deepspeed_bf16_optimizer(stage, fp32_grad_accum)),
+        optimizer_stage(deepspeed_optimizer_stage(stage, fp32_grad_accum)),
         tp(strategy.tp),
         replicas(ranks / tp),
         ep(strategy.ep),
@@ -250,6 +257,12 @@ class DataParallelBuilder {
   const TrainingSpec& train;
   const int ranks;
   const int stage;
+  // Stages 0-1 with fp32 gradient accumulation: DeepSpeed's BF16_Optimizer (layer_kernels.hpp),
+  // whose optimizer states are partitioned as at stage 1 (optimizer_stage) and whose gradient
+  // all-reduce moves the fp32 gradients.
+  const bool fp32_grad_accum;
+  const bool bf16_optimizer;
+  const int optimizer_stage;
   const int tp;
   const int replicas;
   // Expert parallelism (DeepSpeed-MoE): the experts of every MoE layer spread over ep consecutive
@@ -344,7 +357,7 @@ class DataParallelBuilder {
       params.total = params.layers + params.embedding + params.position + params.final_norm + params.output_head;
     }
     P = params.total;
-    updated_on_rank = updated_parameters(stage, P, P_model, shard);
+    updated_on_rank = updated_parameters(optimizer_stage, P, P_model, shard);
   }
   [[nodiscard]] std::int64_t partition(std::int64_t n) const { return (n + shard - 1) / shard; }
 
@@ -614,9 +627,9 @@ class DataParallelBuilder {
     StateCounts c;
     c.held = P;
     c.sharded = P_model;
-    c.zero_stage = stage;
+    c.zero_stage = optimizer_stage;
     c.shard_ranks = shard;
-    c.gradient_buffers = deepspeed_gradient_buffers(stage);
+    c.gradient_buffers = deepspeed_gradient_buffers(stage, fp32_grad_accum);
     c.persistent = persistent;
     c.reduce_bucket_elements = spec.reduce_bucket_elements;
     c.optimizer_offload = offload;
@@ -645,10 +658,10 @@ class DataParallelBuilder {
       // With offload, the GPU keeps the states of its GPU-resident subgroups (fp32 master, m, v and
       // fp32 gradients); the host keeps the rest and a bf16 buffer for the whole gradient partition.
       const TaskId a1 = alloc(r, "alloc.gradients", "setup",
-                              offload      ? "fp32 gradients of GPU subgroups"
-                              : stage >= 2 ? "gradient partition (bf16)"
-                              : stage == 1 ? "gradients (bf16)"
-                                           : "gradients (fp32 buffer and bf16)",
+                              offload          ? "fp32 gradients of GPU subgroups"
+                              : stage >= 2     ? "gradient partition (bf16)"
+                              : bf16_optimizer ? "gradients (fp32 buffer and bf16)"
+                                               : "gradients (bf16)",
                               Bytes{st.gradients.gpu}, {a0});
       TaskId last =
           alloc(r, "alloc.optimizer", "setup", "optimizer states (fp32 master, m, v)", Bytes{st.optimizer.gpu}, {a1});
@@ -960,6 +973,11 @@ class DataParallelBuilder {
     reduce_host.push_back(std::move(host));
   }
 
+  // The gradients' size in the communicator's bf16 elements: BF16_Optimizer all-reduces its fp32
+  // gradient buffer.
+  [[nodiscard]] std::int64_t reduced_elements(std::int64_t n) const {
+    return bf16_optimizer ? n * kFp32Bytes / kBf16Bytes : n;
+  }
   // Gradient reduction of one micro-batch's backward: buckets of consecutive gradient items until
   // a bucket holds at least reduce_bucket_elements, reduced one after another on the rank's reduce
   // stream. Stages 0-1 reduce only at the accumulation boundary (the last micro-batch); stages 2-3
@@ -987,10 +1005,11 @@ class DataParallelBuilder {
       if (buckets[b].expert_elements > 0) {
         // Expert parallelism: the bucket's expert gradients over the experts' data-parallel group,
         // then the rest over all ranks.
-        deps = per_rank(comm.add(reduction, bucket + ".experts", buckets[b].expert_elements, expert_plan, deps));
+        deps = per_rank(
+            comm.add(reduction, bucket + ".experts", reduced_elements(buckets[b].expert_elements), expert_plan, deps));
       }
       if (stage < 3) {
-        reduce_stream = comm.add(reduction, bucket, buckets[b].elements, replica_plan, deps);
+        reduce_stream = comm.add(reduction, bucket, reduced_elements(buckets[b].elements), replica_plan, deps);
       } else {
         reduce_stream = comm.add(reduction, bucket, buckets[b].elements, part.gradient_reduce, deps);
         if (boundary && shard < replicas) {
@@ -1169,10 +1188,11 @@ class DataParallelBuilder {
     return last;
   }
 
-  // Stages 1-2: the all-gather of the updated parameters after `adam`; returns each rank's end.
+  // Stages 1-2 and BF16_Optimizer: the all-gather of the updated parameters after `adam`; returns
+  // each rank's end.
   std::vector<TaskId> parameter_allgather(std::vector<TaskId> adam) {
     std::vector<TaskId> end = adam;
-    if ((stage == 1 || stage == 2) && replicas > 1) {
+    if ((optimizer_stage == 1 || stage == 2) && replicas > 1) {
       // Every rank updated its partition: all-gather the new bf16 parameters.
       const std::int64_t experts_on_rank = experts_per_layer_on_rank * m.layers;
       if (experts_on_rank > 0) {
@@ -1198,6 +1218,13 @@ class DataParallelBuilder {
     const auto cost_notes = in.costs.approximations();
     out.approximations.insert(out.approximations.begin(), cost_notes.begin(), cost_notes.end());
     out.approximations.push_back(non_gemm_kernels_approximation(train));
+    if (bf16_optimizer) {
+      out.approximations.push_back(
+          "optimizer: DeepSpeed's BF16_Optimizer (fp32 gradient accumulation at ZeRO stage 0-1): fp32 gradient "
+          "all-reduce, master weights and Adam states partitioned over the data-parallel group, bf16 parameters "
+          "all-gathered after the step; its passes over the fp32 gradient buffer (adding each micro-batch's bf16 "
+          "gradients, the gradient norm, the zeroing after the step) are not timed");
+    }
     out.approximations.push_back(
         "collectives: bidirectional rings (all-to-all for qgZ) over each stage of the plan, in rank order; reduction "
         "arithmetic not modelled");

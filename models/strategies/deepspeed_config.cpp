@@ -46,6 +46,8 @@ class DsConfigReader {
   void read_batch_sizes(MapReader& r, std::size_t devices, int tp);
   void read_precision(MapReader& r);
   void read_zero(const std::optional<Node>& zero, const ZeroContext& zc);
+  // data_types.grad_accum_dtype, after read_precision and read_zero.
+  void read_data_types(MapReader& r);
   // The two warnings: defaults applied, keys ignored (those of `r` not read are ignored too).
   void warn(MapReader& r);
 
@@ -63,6 +65,7 @@ class DsConfigReader {
   DeepSpeedImport& out_;
   std::vector<std::string> defaults_;
   std::vector<std::string> ignored_;
+  bool fp16_ = false;  // fp16 mixed precision (no bf16 section enabled)
 };
 
 // A batch size within 1..kMaxBatch (nullopt with an error otherwise).
@@ -131,7 +134,8 @@ void DsConfigReader::read_precision(MapReader& r) {
   };
   const bool bf16 = enabled("bf16", true) || enabled("bfloat16", true);
   const bool fp16 = enabled("fp16", !bf16);
-  if (fp16 && !bf16) defaults_.push_back("fp16 timed as bf16 mixed precision (loss scaling is not timed)");
+  fp16_ = fp16 && !bf16;
+  if (fp16_) defaults_.push_back("fp16 timed as bf16 mixed precision (loss scaling is not timed)");
   if (!bf16 && !fp16) {
     const Node& at = disabled ? *disabled : node_;
     ctx_.error(at.location(), at.path(),
@@ -338,6 +342,32 @@ void DsConfigReader::read_zero_plus_plus(MapReader& z, const Node& zero, const Z
   dp.partitioning = p;
 }
 
+// The gradient accumulation dtype picks DeepSpeed's optimizer wrapper at stages 0-1
+// (layer_kernels.hpp, deepspeed_bf16_optimizer). Left out: DeepSpeed's default, fp32 for bf16
+// without ZeRO and the model's dtype otherwise (engine.py get_data_types), so fp16 training
+// accumulates in 16 bits (FP16_Optimizer without ZeRO).
+void DsConfigReader::read_data_types(MapReader& r) {
+  DataParallelSpec& dp = out_.strategy;
+  std::optional<std::string> dtype;
+  if (auto types = r.child("data_types")) {
+    MapReader t(*types);
+    if (t.has("grad_accum_dtype")) {
+      const auto v = t.choice("grad_accum_dtype", {"fp32", "bf16", "fp16"});
+      if (v.valid) dtype = v.value;
+    }
+    for (const auto& k : t.take_unread_keys()) ignored_.push_back("data_types." + k);
+  }
+  if (!dtype) {
+    if (fp16_) dp.fp32_grad_accum = false;
+    return;
+  }
+  dp.fp32_grad_accum = *dtype == "fp32";
+  if (*dp.fp32_grad_accum && dp.zero_stage >= 2) {
+    dp.fp32_grad_accum.reset();
+    ignored_.push_back("data_types.grad_accum_dtype=fp32 (fp32 accumulation is modelled at stages 0-1 only)");
+  }
+}
+
 void DsConfigReader::warn(MapReader& r) {
   for (const auto& k : r.take_unread_keys()) ignored_.push_back(k);
   if (!defaults_.empty()) {
@@ -365,6 +395,7 @@ std::optional<DeepSpeedImport> import_deepspeed_config(const Node& node, const s
   reader.read_batch_sizes(r, devices.size(), tp);
   reader.read_precision(r);
   reader.read_zero(r.child("zero_optimization"), ZeroContext{levels, qwz, qgz, runtime, tp});
+  reader.read_data_types(r);
   reader.warn(r);
   if (ctx.error_count() != errors_before) return std::nullopt;
   return out;

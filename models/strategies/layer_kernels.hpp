@@ -33,11 +33,30 @@ struct KernelTimes {
 /// keeps whole are a few parameters per layer, counted split too). tp = 1: `all` unchanged.
 [[nodiscard]] ParameterCounts tensor_parallel_share(const ParameterCounts& all, std::int64_t tp);
 
-/// The gradient buffers a rank keeps at stages 0-1 in bf16 training (placement/state_placement.hpp):
-/// DeepSpeed's BF16_Optimizer without ZeRO (fp32 buffer and bf16 gradients), its ZeRO-1 optimizer
-/// (bf16 gradients: the accumulation dtype defaults to the model's under ZeRO).
-[[nodiscard]] constexpr GradientBuffers deepspeed_gradient_buffers(int zero_stage) {
-  return zero_stage == 0 ? GradientBuffers::kFp32AndWorking : GradientBuffers::kWorking;
+/// DeepSpeed's optimizer wrapper at ZeRO stages 0-1 in bf16 training (runtime/engine.py,
+/// _do_optimizer_sanity_check): with fp32 gradient accumulation its BF16_Optimizer, which keeps an
+/// fp32 buffer of every gradient besides the bf16 ones, all-reduces the fp32 gradients, partitions
+/// the fp32 master, m and v over the data-parallel group as ZeRO-1 does, and all-gathers the
+/// updated bf16 parameters (bf16_optimizer.py); with 16-bit accumulation the ZeRO-1 optimizer at
+/// stage 1, and at stage 0 16-bit gradients with the optimizer replicated (FP16_Optimizer, or
+/// PyTorch's DDP).
+[[nodiscard]] constexpr bool deepspeed_bf16_optimizer(int zero_stage, bool fp32_grad_accum) {
+  return zero_stage <= 1 && fp32_grad_accum;
+}
+/// DeepSpeed's default gradient accumulation dtype for bf16 (engine.py get_data_types): fp32
+/// without ZeRO, the model's (bf16) under ZeRO.
+[[nodiscard]] constexpr bool deepspeed_default_fp32_grad_accum(int zero_stage) {
+  return zero_stage == 0;
+}
+/// The gradient buffers a rank keeps at stages 0-1 (placement/state_placement.hpp) under DeepSpeed.
+[[nodiscard]] constexpr GradientBuffers deepspeed_gradient_buffers(int zero_stage, bool fp32_grad_accum) {
+  return deepspeed_bf16_optimizer(zero_stage, fp32_grad_accum) ? GradientBuffers::kFp32AndWorking
+                                                               : GradientBuffers::kWorking;
+}
+/// The ZeRO stage whose partitioning of the optimizer states applies: BF16_Optimizer partitions
+/// them as stage 1 does.
+[[nodiscard]] constexpr int deepspeed_optimizer_stage(int zero_stage, bool fp32_grad_accum) {
+  return deepspeed_bf16_optimizer(zero_stage, fp32_grad_accum) ? 1 : zero_stage;
 }
 /// Megatron's fp32 main_grad buffers, at ZeRO-0 and with its distributed optimizer alike.
 inline constexpr GradientBuffers kMegatronGradientBuffers = GradientBuffers::kFp32;

@@ -85,6 +85,10 @@ struct DataParallelSpec {
   int ep = 1;
   std::int64_t reduce_bucket_elements = 0;
   bool overlap_comm = true;
+  // Gradient accumulation in fp32 (DeepSpeed's data_types.grad_accum_dtype); nullopt: DeepSpeed's
+  // default for bf16, fp32 at stage 0 and bf16 under ZeRO (layer_kernels.hpp). At stages 0-1 fp32
+  // means DeepSpeed's BF16_Optimizer (deepspeed_bf16_optimizer); stages 2-3 model bf16 only.
+  std::optional<bool> fp32_grad_accum;
   // Stage 3: parameters of submodules smaller than this stay whole on every rank and are never
   // gathered (DeepSpeed stage3_param_persistence_threshold; its default is 1e5).
   std::int64_t param_persistence_threshold = 0;

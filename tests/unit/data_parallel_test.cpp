@@ -111,16 +111,35 @@ TEST(DataParallel, TwoRankIterationMatchesTheClosedForm) {
   EXPECT_EQ(r.ranks, 2u);
 }
 
+TEST(DataParallel, Bf16OptimizerAllReducesFp32GradientsAndPartitionsTheOptimizer) {
+  // Stage 0 with DeepSpeed's default fp32 gradient accumulation is its BF16_Optimizer: the
+  // all-reduce carries the fp32 gradients, S = 4P bytes, Adam runs on each rank's P / 2, and the
+  // updated bf16 parameters (2P bytes) are all-gathered. Over 2 ranks (as the closed form above):
+  //   t_ar = (10 us + (4P/4) / (0.5 x 1 GB/s)) + (20 us + (4P/4) / (0.25 x 1 GB/s))
+  //   t_ag = 20 us + (2P/4) / (0.25 x 1 GB/s)  (one all-gather step, each direction half the buffer)
+  //   links: all-reduce 2 x 4P + all-gather 2P = 10P bytes
+  //   states: 2P + (4P + 2P) + 12P / 2 = 14P; peak = 14P + the activations of the closed form below
+  const ExperimentResult r = run_experiment(load_experiment(kTiny, {"strategy.grad_accum_dtype=fp32"}));
+  const std::int64_t allreduce =
+      sim::parse_time("10 us").ps + ps(P, 0.5e9) + sim::parse_time("20 us").ps + ps(P, 0.25e9);
+  const std::int64_t allgather = sim::parse_time("20 us").ps + ps(2 * P / 4, 0.25e9);
+  const std::int64_t adam = ps(40 * P / 2, kMemRate);
+  EXPECT_LE(std::llabs(r.iteration_time.ps - (compute_ps() + allreduce + adam + allgather)), 6);
+  EXPECT_NEAR(link_bytes(r, "gpu-gpu"), 10 * P, 1.0);
+  EXPECT_EQ(r.model_states_per_device.count, static_cast<std::int64_t>(14 * P));
+  EXPECT_EQ(r.memory[0].peak.count,
+            static_cast<std::int64_t>(14 * P + L * s * h * (34 + 5 * a * s / h) + s * V * (6 + 4)));
+}
+
 TEST(DataParallel, PeakMemoryIsStatesPlusAllActivations) {
-  // Peak HBM = 20 B x P (bf16 params + DeepSpeed BF16_Optimizer's fp32 gradient buffer and bf16
-  //            grads + fp32 master, m, v: ZeRO-0)
+  // Peak HBM = 16 B x P (bf16 params + bf16 grads + fp32 master, m, v)
   //          + L x s h (34 + 5 a s / h) (activations) + s V x 6 B (logits)
   //          + s V x 4 B (the loss's fp32 workspace), during the head's forward.
   const ExperimentResult r = run_experiment(load_experiment(kTiny, {}));
   ASSERT_EQ(r.memory.size(), 1u);
   EXPECT_EQ(r.memory[0].kind, "hbm");
   EXPECT_EQ(r.memory[0].peak.count,
-            static_cast<std::int64_t>(20 * P + L * s * h * (34 + 5 * a * s / h) + s * V * (6 + 4)));
+            static_cast<std::int64_t>(16 * P + L * s * h * (34 + 5 * a * s / h) + s * V * (6 + 4)));
 }
 
 TEST(DataParallel, OverlapHelpsOnlyWithMoreThanOneBucket) {
@@ -536,13 +555,13 @@ namespace {
 TEST(TensorParallel, TwoRankGroupSplitsTheStatesAndAllReducesEachLayersActivations) {
   // tp 2 x dp 1 on the two GPUs: every parameter count is split in two (P / 2 = 59,264 per rank:
   // 2 layers of (12h^2 + 13h)/2, embedding Vh/2, positions sh/2, final norm h, head Vh/2), so the
-  // states take 20 B x P / 2 (ZeRO-0: BF16_Optimizer's fp32 gradients besides the bf16 ones). No replicas: no gradient
-  // reduction. Each layer all-reduces its s x h = 2,048 bf16 activations (4,096 B) twice in forward and twice in
-  // backward; an all-reduce over 2 ranks puts 2 x 4,096 B on the link (as ZeroStages counts): 4 L x 8,192 B. Each rank
-  // does half the FLOPs of the one replica's micro-batch of s tokens.
+  // states take 16 B x P / 2. No replicas: no gradient reduction. Each layer all-reduces its
+  // s x h = 2,048 bf16 activations (4,096 B) twice in forward and twice in backward; an
+  // all-reduce over 2 ranks puts 2 x 4,096 B on the link (as ZeroStages counts): 4 L x 8,192 B.
+  // Each rank does half the FLOPs of the one replica's micro-batch of s tokens.
   const ExperimentResult one = run_experiment(load_experiment(kTiny, {"strategy.dp=1"}));
   const ExperimentResult tp2 = run_experiment(load_experiment(kTiny, {"strategy.tp=2", "strategy.dp=1"}));
-  EXPECT_EQ(tp2.model_states_per_device.count, static_cast<std::int64_t>(20 * P / 2));
+  EXPECT_EQ(tp2.model_states_per_device.count, static_cast<std::int64_t>(16 * P / 2));
   EXPECT_NEAR(link_bytes(tp2, "gpu-gpu"), 4 * L * 8192, 1.0);
   EXPECT_NEAR(tp2.model_tflops_per_device * tp2.iteration_time.seconds(),
               one.model_tflops_per_device * one.iteration_time.seconds() / 2, 1e-9);
@@ -568,16 +587,16 @@ TEST(ExpertParallel, EachRankHoldsItsExpertsAndTheTokensGoThereByAllToAll) {
   //   norms 4h = 256 -> 83,200; the rest: embedding Vh 8,192, positions sh 2,048, final norm 128,
   //   head Vh 8,192 (18,560). P = 2 x 83,200 + 18,560 = 184,960.
   // ep 2: each rank holds one expert: P_rank = 184,960 - 2 x 33,088 = 118,784, its states
-  // 20 B x P_rank (ZeRO-0: BF16_Optimizer's fp32 gradients besides the bf16 ones). Its expert's data-parallel group is
-  // itself, so only the 52,608 other gradients are all-reduced across the 2 ranks (2 x 2 B x 52,608 on the link, as
-  // ZeroStages counts). Each layer sends its s k h = 2,048 routed token elements to the experts' ranks and back, in
+  // 16 B x P_rank. Its expert's data-parallel group is itself, so only the 52,608 other gradients
+  // are all-reduced across the 2 ranks (2 x 2 B x 52,608 on the link, as ZeroStages counts).
+  // Each layer sends its s k h = 2,048 routed token elements to the experts' ranks and back, in
   // forward and in backward: 4 all-to-alls per layer, each putting 2 x 2,048 B on the link.
   const ExperimentResult ep2 = run_experiment(load_experiment(kTinyMoe, {"strategy.ep=2"}));
-  EXPECT_EQ(ep2.model_states_per_device.count, 20 * 118'784);
+  EXPECT_EQ(ep2.model_states_per_device.count, 16 * 118'784);
   EXPECT_NEAR(link_bytes(ep2, "gpu-gpu"), 4.0 * 52'608 + 2 * 4 * 4096, 1.0);
   // Without expert parallelism every rank holds both experts and all-reduces every gradient.
   const ExperimentResult ep1 = run_experiment(load_experiment(kTinyMoe, {}));
-  EXPECT_EQ(ep1.model_states_per_device.count, 20 * 184'960);
+  EXPECT_EQ(ep1.model_states_per_device.count, 16 * 184'960);
   EXPECT_NEAR(link_bytes(ep1, "gpu-gpu"), 4.0 * 184'960, 1.0);
   // The same model FLOPs either way: every token runs one expert.
   EXPECT_NEAR(ep2.model_tflops_per_device * ep2.iteration_time.seconds(),

@@ -138,6 +138,50 @@ TEST(DeepSpeedConfig, BatchArithmeticDerivesTheMissingStepCountOrSaysWhy) {
   }
 }
 
+TEST(DeepSpeedConfig, GradientAccumulationDtypePicksTheOptimizer) {
+  // DeepSpeed's optimizer wrapper by precision, stage and data_types.grad_accum_dtype (engine.py):
+  // per GPU of 4, P parameters,
+  //   bf16, no ZeRO (accumulation fp32 by default): BF16_Optimizer   2P + (4 + 2)P + 12P/4 = 11P
+  //   fp16, no ZeRO: FP16_Optimizer, optimizer replicated            2P + 2P + 12P        = 16P
+  //   bf16, ZeRO-1 (accumulation bf16 by default)                    2P + 2P + 12P/4      =  7P
+  //   bf16, ZeRO-1, grad_accum_dtype fp32: BF16_Optimizer                                    11P
+  //   bf16, ZeRO-2, grad_accum_dtype fp32: not modelled, ignored with a warning          2P + 2P/4 + 12P/4
+  const fs::path dir = fs::temp_directory_path() / "offsim-import-accumulation";
+  fs::create_directories(dir);
+  const auto load = [&](const std::string& precision, const std::string& rest) {
+    std::ofstream(dir / "ds.json") << fmt::format(
+        "{{\"train_micro_batch_size_per_gpu\": 1, \"{}\": {{\"enabled\": true}}{}}}\n", precision, rest);
+    std::ofstream(dir / "e.yaml") << fmt::format(
+        "name: accumulation\nhardware: !include {0}/configs/hardware/polaris-node.yaml\n"
+        "calibration:\n  device: !include {0}/configs/calibration/a100-40gb.yaml\n"
+        "  collectives: !include {0}/configs/calibration/polaris-nccl.yaml\n"
+        "model: !include {0}/configs/models/gpt3-1.3b.yaml\n"
+        "training: {{micro_batch: 1, grad_accum: 1, precision: bf16, recompute: full, flash_attention: true}}\n"
+        "strategy:\n  kind: deepspeed\n  config: !include ds.json\n  dp: 4\n  runtime: deepspeed-0.13\n",
+        kRoot);
+    return load_experiment(dir / "e.yaml", {});
+  };
+  const auto states = [&](const std::string& precision, const std::string& rest) {
+    return static_cast<double>(run_experiment(load(precision, rest)).model_states_per_device.count);
+  };
+  const double replicated = states("fp16", "");
+  const double P = replicated / 16;
+  EXPECT_DOUBLE_EQ(states("bf16", ""), 11 * P);
+  EXPECT_DOUBLE_EQ(states("bf16", ", \"zero_optimization\": {\"stage\": 1}"), 7 * P);
+  EXPECT_DOUBLE_EQ(
+      states("bf16", ", \"zero_optimization\": {\"stage\": 1}, \"data_types\": {\"grad_accum_dtype\": \"fp32\"}"),
+      11 * P);
+  const ExperimentSpec stage2 =
+      load("bf16", ", \"zero_optimization\": {\"stage\": 2}, \"data_types\": {\"grad_accum_dtype\": \"fp32\"}");
+  std::string warnings;
+  for (const auto& w : stage2.warnings) warnings += w.str() + "\n";
+  EXPECT_NE(warnings.find("data_types.grad_accum_dtype=fp32 (fp32 accumulation is modelled at stages 0-1 only)"),
+            std::string::npos)
+      << warnings;
+  EXPECT_DOUBLE_EQ(static_cast<double>(run_experiment(stage2).model_states_per_device.count),
+                   2 * P + 2 * P / 4 + 12 * P / 4);
+}
+
 TEST(DeepSpeedConfig, LegacyCpuOffloadAndOffloadParamAreRead) {
   // The offload study's 13B ds_config with its offload_optimizer written the legacy way
   // (cpu_offload: true, cpu_offload_use_pin_memory: true) runs the same iteration, as do both

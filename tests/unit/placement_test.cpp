@@ -68,8 +68,13 @@ TEST(Placement, GradientBuffersOfTheFrameworksAtStagesZeroAndOne) {
   c.offloaded_elements = P / G;
   EXPECT_EQ(place_model_states(c, kMixed).gradients.gpu, 0);
   // The frameworks' choices.
-  EXPECT_EQ(deepspeed_gradient_buffers(0), GradientBuffers::kFp32AndWorking);
-  EXPECT_EQ(deepspeed_gradient_buffers(1), GradientBuffers::kWorking);
+  EXPECT_EQ(deepspeed_gradient_buffers(0, deepspeed_default_fp32_grad_accum(0)), GradientBuffers::kFp32AndWorking);
+  EXPECT_EQ(deepspeed_gradient_buffers(1, deepspeed_default_fp32_grad_accum(1)), GradientBuffers::kWorking);
+  EXPECT_EQ(deepspeed_gradient_buffers(1, true), GradientBuffers::kFp32AndWorking);
+  EXPECT_EQ(deepspeed_gradient_buffers(0, false), GradientBuffers::kWorking);
+  EXPECT_EQ(deepspeed_optimizer_stage(0, true), 1);  // BF16_Optimizer partitions as ZeRO-1
+  EXPECT_EQ(deepspeed_optimizer_stage(0, false), 0);
+  EXPECT_EQ(deepspeed_optimizer_stage(2, true), 2);
   EXPECT_EQ(kMegatronGradientBuffers, GradientBuffers::kFp32);
 }
 
