@@ -12,8 +12,9 @@
 //            and again before its backward, and freed after use.
 // One iteration per rank: for each micro-batch, forward (embedding, layers, head) then backward
 // in reverse; gradients fill buckets of reduce_bucket_elements in backward order and each full
-// bucket is all-reduced (stages 0-1, at the accumulation boundary only) or reduce-scattered
-// (stages 2-3, every micro-batch), as soon as its last gradient exists (overlap_comm) or after
+// bucket is all-reduced (a replicated optimizer and BF16_Optimizer) or reduce-scattered (the ZeRO
+// optimizer at stages 1-3), at stages 0-1 at the accumulation boundary only, at stages 2-3 every
+// micro-batch, as soon as its last gradient exists (overlap_comm) or after
 // backward; buckets go one after another on the rank's reduce stream, as in DeepSpeed. Then Adam
 // on the rank's parameters (all of them with a replicated optimizer, its 1/g partition otherwise);
 // wherever the optimizer is partitioned below stage 3 the updated bf16 parameters are all-gathered. With offload, each
@@ -339,8 +340,12 @@ class DataParallelBuilder {
   std::int64_t secondary_elements = 0;
   // Elements of each expert-parallel all-to-all (expert_parallel_layer).
   const std::int64_t dispatch_elements = train.micro_batch * m.seq * m.experts_per_token * m.hidden;
-  // Gradient reduction (reduce_micro_batch): reduce-scatter at stages 2-3, all-reduce at 0-1.
-  const CollectiveKind reduction = stage >= 2 ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce;
+  // Gradient reduction (reduce_micro_batch): each rank needs only its partition's gradients at
+  // stages 1-3, reduced to their owner (DeepSpeed's ZeRO optimizer, stage_1_and_2.py average_tensor:
+  // one reduce per owner's slice of a bucket, costed as a reduce-scatter); a replicated optimizer,
+  // and BF16_Optimizer (engine.py allreduce_gradients, buffered_allreduce_fallback), all-reduce.
+  const CollectiveKind reduction =
+      stage >= 2 || (stage == 1 && !bf16_optimizer) ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce;
   std::vector<std::vector<TaskId>> gradient_swaps;  // ZeRO-Infinity gradient writes
   std::vector<TaskId> reduce_stream;                // empty until the first bucket
   std::vector<TaskId> last_backward;
