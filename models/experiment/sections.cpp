@@ -406,6 +406,20 @@ std::optional<StrategySpec> read_megatron(const Node& node, MapReader& r, const 
               fmt::format("expected 0 or 1 (Megatron's distributed optimizer) with pipelines, got {}", zero.value));
   }
   mg.zero_stage = zero.value;
+  // Megatron-LM's optimizer, or DeepSpeed's as Megatron-DeepSpeed runs it (and its gradient
+  // accumulation dtype, DeepSpeed's data_types.grad_accum_dtype).
+  const auto optimizer = r.choice("optimizer", {"megatron", "deepspeed"}, "megatron");
+  if (optimizer.valid && optimizer.value == "deepspeed") mg.optimizer = MegatronSpec::Optimizer::kDeepSpeed;
+  if (r.has("grad_accum_dtype")) {
+    const auto accum = r.choice("grad_accum_dtype", {"fp32", "bf16"}, "bf16");
+    if (accum.valid && mg.optimizer != MegatronSpec::Optimizer::kDeepSpeed) {
+      ctx.error(accum.loc, node.child_path("grad_accum_dtype"),
+                "applies to optimizer: deepspeed (Megatron's own optimizer accumulates and reduces the gradients of "
+                "bf16 training in fp32)");
+    } else if (accum.valid) {
+      mg.fp32_grad_accum = accum.value == "fp32";
+    }
+  }
   mg.collectives = parse_collective_options(r);
   mg.all_ranks = parse_all_ranks(r);
   mg.all_micro_batches = r.choice("simulate_micro_batches", {"steady_state", "all"}, "steady_state").value == "all";

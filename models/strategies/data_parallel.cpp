@@ -1223,13 +1223,7 @@ class DataParallelBuilder {
     const auto cost_notes = in.costs.approximations();
     out.approximations.insert(out.approximations.begin(), cost_notes.begin(), cost_notes.end());
     out.approximations.push_back(non_gemm_kernels_approximation(train));
-    if (bf16_optimizer) {
-      out.approximations.push_back(
-          "optimizer: DeepSpeed's BF16_Optimizer (fp32 gradient accumulation at ZeRO stage 0-1): fp32 gradient "
-          "all-reduce, master weights and Adam states partitioned over the data-parallel group, bf16 parameters "
-          "all-gathered after the step; its passes over the fp32 gradient buffer (adding each micro-batch's bf16 "
-          "gradients, the gradient norm, the zeroing after the step) are not timed");
-    }
+    if (bf16_optimizer) out.approximations.push_back(bf16_optimizer_approximation());
     out.approximations.push_back(
         "collectives: bidirectional rings (all-to-all for qgZ) over each stage of the plan, in rank order; reduction "
         "arithmetic not modelled");

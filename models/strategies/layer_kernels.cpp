@@ -100,6 +100,13 @@ KernelTimes kernel_times(const IterationInputs& in, std::int64_t params_on_rank,
   return k;
 }
 
+std::string bf16_optimizer_approximation() {
+  return "optimizer: DeepSpeed's BF16_Optimizer (fp32 gradient accumulation at ZeRO stage 0-1): fp32 gradient "
+         "all-reduce, master weights and Adam states partitioned over the data-parallel group, bf16 parameters "
+         "all-gathered after the step; its passes over the fp32 gradient buffer (adding each micro-batch's bf16 "
+         "gradients, the gradient norm, the zeroing after the step) are not timed";
+}
+
 std::string non_gemm_kernels_approximation(const TrainingSpec& t) {
   const char* attention = "";
   switch (t.attention_kernels()) {

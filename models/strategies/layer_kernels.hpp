@@ -43,6 +43,9 @@ struct KernelTimes {
 [[nodiscard]] constexpr bool deepspeed_bf16_optimizer(int zero_stage, bool fp32_grad_accum) {
   return zero_stage <= 1 && fp32_grad_accum;
 }
+/// What the report says of BF16_Optimizer (deepspeed_bf16_optimizer): what it does, and which of
+/// its passes over the fp32 gradient buffer are not timed.
+[[nodiscard]] std::string bf16_optimizer_approximation();
 /// DeepSpeed's default gradient accumulation dtype for bf16 (engine.py get_data_types): fp32
 /// without ZeRO, the model's (bf16) under ZeRO.
 [[nodiscard]] constexpr bool deepspeed_default_fp32_grad_accum(int zero_stage) {

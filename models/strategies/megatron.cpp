@@ -22,8 +22,9 @@
 //   one backward, then the cool-down backwards) or, with v > 1, the interleaved schedule
 //   (warm-up (pp - s - 1) x 2 + (v - 1) x pp, micro-batches in groups of pp through the chunks).
 //   An operation starts when the previous one on the rank ended and its input arrived.
-// - After the last backward: all-reduce of the rank's fp32 gradients (main_grad) over its DP group
-//   (ZeRO-0) or a reduce-scatter, Adam on 1/dp of them, and an all-gather of the updated parameters (ZeRO-1,
+// - After the last backward (Megatron's optimizer; `optimizer: deepspeed` takes DeepSpeed's, see
+//   MegatronBuilder::deepspeed): all-reduce of the rank's fp32 gradients (main_grad) over its DP
+//   group (ZeRO-0) or a reduce-scatter, Adam on 1/dp of them, and an all-gather of the updated parameters (ZeRO-1,
 //   Megatron's distributed optimizer). Adam on the GPU.
 // - Memory: bf16 parameters and fp32 gradients (main_grad: Megatron accumulates and all-reduces
 //   the gradients of bf16 training in fp32) of the rank's chunks, fp32 master + m + v (divided by
@@ -198,7 +199,7 @@ class MegatronBuilder {
     run_schedules(ready);
     point_to_point();
     std::vector<TaskId> end = optimizer_step(reduce_gradients());
-    if (spec.zero_stage == 1 && dp > 1) end = parameter_allgather(end);
+    if (optimizer_stage == 1 && dp > 1) end = parameter_allgather(end);
     (void)g.add("iteration.end", "end", BarrierTask{}, end);
     finish();
     return std::move(out);
@@ -220,6 +221,21 @@ class MegatronBuilder {
   const RankLayout layout;
   const int sims;
   Communicator dp_comm;
+
+  // The data-parallel optimizer (MegatronSpec::optimizer). Megatron-LM's accumulates and reduces
+  // the gradients of bf16 training in fp32 and partitions the optimizer at zero_stage 1 (its
+  // distributed optimizer: reduce-scatter, then all-gather of the parameters). DeepSpeed's
+  // follows its engine (layer_kernels.hpp): BF16_Optimizer with fp32 accumulation (fp32 buffer and
+  // bf16 gradients, fp32 all-reduce, partitioned optimizer, parameter all-gather), else at stage 1
+  // its ZeRO optimizer (bf16 gradients reduced to their owners, then the all-gather), at stage 0
+  // bf16 gradients all-reduced and the optimizer replicated.
+  const bool deepspeed = spec.optimizer == MegatronSpec::Optimizer::kDeepSpeed;
+  const bool fp32_grad_accum =
+      !deepspeed || spec.fp32_grad_accum.value_or(deepspeed_default_fp32_grad_accum(spec.zero_stage));
+  const bool bf16_optimizer = deepspeed && deepspeed_bf16_optimizer(spec.zero_stage, fp32_grad_accum);
+  const int optimizer_stage = deepspeed ? deepspeed_optimizer_stage(spec.zero_stage, fp32_grad_accum) : spec.zero_stage;
+  const GradientBuffers gradient_buffers =
+      deepspeed ? deepspeed_gradient_buffers(spec.zero_stage, fp32_grad_accum) : kMegatronGradientBuffers;
 
   // Work and states of one rank.
   const ParameterCounts params = count_parameters(m);
@@ -260,10 +276,11 @@ class MegatronBuilder {
     if (stage == (last_virtual % pp)) n += params.final_norm + (m.tied_embeddings ? 0 : params.output_head);
     return (n + tp - 1) / tp;
   }
-  // Of a rank's n parameters, those whose optimizer states it holds and updates: 1/dp of them at
-  // ZeRO-1 (Megatron's distributed optimizer).
+  // Of a rank's n parameters, those whose optimizer states it holds and updates: 1/dp of them
+  // where the optimizer is partitioned (Megatron's distributed optimizer, DeepSpeed's ZeRO-1 and
+  // BF16_Optimizer).
   [[nodiscard]] std::int64_t optimizer_share(std::int64_t n) const {
-    return updated_parameters(spec.zero_stage, n, n, dp);
+    return updated_parameters(optimizer_stage, n, n, dp);
   }
   // The model states of simulated rank s (models/placement): its parameters and gradients whole,
   // its optimizer share, all on the GPU.
@@ -271,9 +288,9 @@ class MegatronBuilder {
     StateCounts c;
     c.held = rank_state[s].params;
     c.sharded = rank_state[s].params;
-    c.zero_stage = spec.zero_stage;
+    c.zero_stage = optimizer_stage;
     c.shard_ranks = dp;
-    c.gradient_buffers = kMegatronGradientBuffers;
+    c.gradient_buffers = gradient_buffers;
     return place_model_states(c, kBf16MixedPrecision);
   }
   // The rank of TP rank t of `stage` in `replica`.
@@ -344,7 +361,11 @@ class MegatronBuilder {
     for (int s = 0; s < sims; ++s) {
       const StatePlacement st = states_of(s);
       const TaskId a = alloc(s, "alloc.parameters", "parameters (bf16)", Bytes{st.parameters.gpu}, {});
-      const TaskId b = alloc(s, "alloc.gradients", "gradients (fp32 main_grad)", Bytes{st.gradients.gpu}, {a});
+      const TaskId b = alloc(s, "alloc.gradients",
+                             gradient_buffers == GradientBuffers::kFp32             ? "gradients (fp32 main_grad)"
+                             : gradient_buffers == GradientBuffers::kFp32AndWorking ? "gradients (fp32 buffer and bf16)"
+                                                                                    : "gradients (bf16)",
+                             Bytes{st.gradients.gpu}, {a});
       ready[s] = alloc(s, "alloc.optimizer", "optimizer states (fp32 master, m, v)", Bytes{st.optimizer.gpu}, {b});
     }
     return ready;
@@ -528,13 +549,14 @@ class MegatronBuilder {
       for (const auto& [n, members] : ranks_by_size()) {
         std::vector<bool> taking_part(sims, false);
         for (const int s : members) taking_part[s] = true;
-        // The fp32 main_grad buffer is what Megatron reduces in bf16 training: its bytes, counted in
-        // the communicator's bf16 elements.
-        const std::int64_t fp32_bytes_as_bf16_elements = n * kFp32Bytes / kBf16Bytes;
-        const auto done =
-            dp_comm.add(spec.zero_stage == 1 ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce,
-                        fmt::format(FMT_COMPILE("dp.gradients.{}"), n), fp32_bytes_as_bf16_elements, dp_plan,
-                        after_backward, taking_part);
+        // The gradients in the dtype they accumulate in (fp32: Megatron's main_grad, BF16_Optimizer's
+        // buffer), counted in the communicator's bf16 elements. Reduced to their owners where the
+        // optimizer is partitioned (BF16_Optimizer excepted: it all-reduces), else all-reduced.
+        const std::int64_t reduced_elements = fp32_grad_accum ? n * kFp32Bytes / kBf16Bytes : n;
+        const bool to_owners = optimizer_stage == 1 && !bf16_optimizer;
+        const auto done = dp_comm.add(to_owners ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce,
+                                      fmt::format(FMT_COMPILE("dp.gradients.{}"), n), reduced_elements, dp_plan,
+                                      after_backward, taking_part);
         for (const int s : members) reduced[s] = done[s];
       }
     } else {
@@ -592,6 +614,7 @@ class MegatronBuilder {
     const auto cost_notes = in.costs.approximations();
     out.approximations.insert(out.approximations.begin(), cost_notes.begin(), cost_notes.end());
     out.approximations.push_back(non_gemm_kernels_approximation(train));
+    if (bf16_optimizer) out.approximations.push_back(bf16_optimizer_approximation());
     if (tp > 1) {
       out.approximations.push_back(
           "tensor parallelism: each layer's compute split in equal halves around its all-reduces; sequence "

@@ -114,6 +114,45 @@ TEST(Megatron, DataParallelismReducesTheFp32MainGradients) {
   EXPECT_NEAR(gpu_gpu, 2 * 4 * P, 1e-9 * P);
 }
 
+TEST(Megatron, TheDataParallelOptimizerSetsStatesAndTraffic) {
+  // tp = pp = 1, dp = 2 on two GCDs, P parameters per rank. Per rank: states, and the bytes the
+  // gradient reduction and the parameter all-gather put on the GPU-GPU links (over 2 ranks an
+  // all-reduce of S bytes puts 2S there, a reduce-scatter or an all-gather S):
+  //   Megatron, zero 1 (distributed optimizer): 2P + 4P + 12P/2 = 12P; fp32 RS 4P + AG 2P = 6P
+  //   DeepSpeed, zero 0 (BF16_Optimizer by default): 2P + 6P + 6P = 14P; fp32 AR 8P + AG 2P = 10P
+  //   DeepSpeed, zero 1 (bf16 accumulation by default): 2P + 2P + 6P = 10P; RS 2P + AG 2P = 4P
+  //   DeepSpeed, zero 1, grad_accum_dtype fp32 (BF16_Optimizer): 14P; 10P
+  const auto run = [](const std::string& name, int zero, const std::string& optimizer) {
+    return run_experiment(
+        load_experiment(experiment(name,
+                                   fmt::format("  kind: megatron\n  tp: 1\n  pp: 1\n  dp: 2\n  schedule: 1f1b\n"
+                                               "  sequence_parallel: false\n  zero_stage: {}\n{}",
+                                               zero, optimizer),
+                                   1),
+                        {}));
+  };
+  const auto gpu_gpu = [](const ExperimentResult& r) {
+    double bytes = 0;
+    for (const auto& l : r.links) {
+      if (l.link_class == "gpu-gpu") bytes += l.bytes;
+    }
+    return bytes;
+  };
+  const ExperimentResult megatron = run("optimizer-megatron", 1, "");
+  const double P = static_cast<double>(megatron.model_states_per_device.count) / 12;
+  EXPECT_NEAR(gpu_gpu(megatron), 6 * P, 1e-9 * P);
+  const ExperimentResult bf16_optimizer = run("optimizer-ds0", 0, "  optimizer: deepspeed\n");
+  EXPECT_DOUBLE_EQ(static_cast<double>(bf16_optimizer.model_states_per_device.count), 14 * P);
+  EXPECT_NEAR(gpu_gpu(bf16_optimizer), 10 * P, 1e-9 * P);
+  const ExperimentResult zero1 = run("optimizer-ds1", 1, "  optimizer: deepspeed\n");
+  EXPECT_DOUBLE_EQ(static_cast<double>(zero1.model_states_per_device.count), 10 * P);
+  EXPECT_NEAR(gpu_gpu(zero1), 4 * P, 1e-9 * P);
+  const ExperimentResult zero1_fp32 =
+      run("optimizer-ds1-fp32", 1, "  optimizer: deepspeed\n  grad_accum_dtype: fp32\n");
+  EXPECT_DOUBLE_EQ(static_cast<double>(zero1_fp32.model_states_per_device.count), 14 * P);
+  EXPECT_NEAR(gpu_gpu(zero1_fp32), 10 * P, 1e-9 * P);
+}
+
 TEST(Megatron, TensorParallelismAddsItsAllReduces) {
   // tp = 8 on one node: each layer's compute shrinks about 8x and four all-reduces of b s h bf16
   // per layer and micro-batch appear (forward two, backward four with full recomputation):
