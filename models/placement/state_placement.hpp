@@ -26,8 +26,9 @@ inline constexpr StatePrecision kBf16MixedPrecision{kBf16Bytes, kFp32Bytes, kOpt
 // How a rank keeps its gradients at stages 0-1 without optimizer offload: the frameworks that
 // train in bf16 accumulate them in fp32 buffers of the whole (unsharded) model.
 enum class GradientBuffers {
-  // The working-precision gradients only, w P: DeepSpeed ZeRO-1, whose gradient accumulation
-  // dtype defaults to the model's (runtime/engine.py get_data_types).
+  // The working-precision gradients only, w P: DeepSpeed's ZeRO-1 optimizer, whose gradient
+  // accumulation dtype defaults to the model's (runtime/engine.py get_data_types), and 16-bit
+  // accumulation without ZeRO (FP16_Optimizer, PyTorch DDP).
   kWorking,
   // An fp32 buffer of every gradient, f P, that the backward accumulates into directly: Megatron's
   // main_grad (arguments.py forces accumulate_allreduce_grads_in_fp32 for bf16; the wgrad GEMMs
