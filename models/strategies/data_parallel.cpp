@@ -869,6 +869,7 @@ class DataParallelBuilder {
     const TaskId b_first = backward_pass(mbs, reduces);
     out.spans.push_back({phase::kForward, fwd.first, fwd.second, false});
     out.spans.push_back({phase::kBackward, b_first, last_backward[0], false});
+    if (bf16_optimizer) accumulate_fp32_gradients(mbs);
     if (!reduces) return;
     reduce_micro_batch(mb, last_mb);
     if (!last_mb) {
@@ -880,6 +881,18 @@ class DataParallelBuilder {
       }
       out.spans.push_back({phase::kExposedCommunication, last_backward[0], prev[0], true});
     }
+  }
+  // BF16_Optimizer adds the micro-batch's bf16 gradients into its fp32 buffer once the backward is
+  // done, on the compute stream (precision.hpp); its gradient all-reduce starts after that
+  // (engine.py backward: the optimizer's backward, then allreduce_gradients).
+  void accumulate_fp32_gradients(const std::string& mbs) {
+    const TimePs duration = in.costs.memory_bound_time(Bytes{P * kBf16OptimizerAccumulationBytesPerParam});
+    const TaskId backward_end = last_backward[0];
+    for (int r = 0; r < sims; ++r) {
+      last_backward[r] = prev[r] =
+          compute(r, mbs + ".accumulate_fp32_gradients", phase::kOptimizer, duration, {}, "memory", {last_backward[r]});
+    }
+    out.spans.push_back({phase::kOptimizer, backward_end, last_backward[0], true});
   }
   // Forward of micro-batch `mbs` on every rank: embedding, layers, head. Returns rank 0's first and
   // last forward compute.
@@ -992,7 +1005,8 @@ class DataParallelBuilder {
       const std::vector<TaskId>& ready_on_rank = items[buckets[b].last_item].ready_on_rank;
       std::vector<std::vector<TaskId>> deps(sims);
       for (int r = 0; r < sims; ++r) {
-        deps[r] = {spec.overlap_comm ? ready_on_rank[r] : last_backward[r]};
+        // BF16_Optimizer reduces after its accumulation, whatever overlap_comm says.
+        deps[r] = {spec.overlap_comm && !bf16_optimizer ? ready_on_rank[r] : last_backward[r]};
         if (!reduce_stream.empty()) deps[r].push_back(reduce_stream[r]);
       }
       const std::string bucket = fmt::format(FMT_COMPILE("mb{}.bucket{}"), mb, b);
@@ -1111,7 +1125,17 @@ class DataParallelBuilder {
       const TaskId ready = g.add(fmt::format(FMT_COMPILE("r{}.gradients_synchronized"), r), phase::kCommunication,
                                  BarrierTask{}, std::move(deps));
       TaskId first_step;
-      if (!offload) {
+      if (bf16_optimizer) {
+        // BF16_Optimizer's step: the gradient norm over its fp32 buffer, Adam without a cast, the
+        // zeroing of the buffer (precision.hpp), as two tasks.
+        first_step =
+            compute(r, "bf16_optimizer.gradient_passes", phase::kOptimizer,
+                    in.costs.memory_bound_time(Bytes{P * kBf16OptimizerStepPassBytesPerParam}), {}, "memory", {ready});
+        const Bytes adam_bytes{updated_on_rank * kBf16OptimizerAdamTrafficBytesPerParam};
+        adam[r] = g.add(fmt::format(FMT_COMPILE("r{}.adam"), r), phase::kOptimizer,
+                        ComputeTask{rank_info[r].unit, in.costs.memory_bound_time(adam_bytes), {}, adam_bytes, "adam"},
+                        {first_step});
+      } else if (!offload) {
         first_step = adam[r] = g.add(
             fmt::format(FMT_COMPILE("r{}.adam"), r), phase::kOptimizer,
             ComputeTask{rank_info[r].unit, k.adam, {}, Bytes{updated_on_rank * kAdamTrafficBytesPerParam}, "adam"},

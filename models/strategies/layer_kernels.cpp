@@ -102,9 +102,12 @@ KernelTimes kernel_times(const IterationInputs& in, std::int64_t params_on_rank,
 
 std::string bf16_optimizer_approximation() {
   return "optimizer: DeepSpeed's BF16_Optimizer (fp32 gradient accumulation at ZeRO stage 0-1): fp32 gradient "
-         "all-reduce, master weights and Adam states partitioned over the data-parallel group, bf16 parameters "
-         "all-gathered after the step; its passes over the fp32 gradient buffer (adding each micro-batch's bf16 "
-         "gradients, the gradient norm, the zeroing after the step) are not timed";
+         "all-reduce after the backward whatever overlap_comm says (engine.py: allreduce_gradients after the "
+         "optimizer's backward), master weights and Adam states partitioned over the data-parallel group, bf16 "
+         "parameters all-gathered after the step; its passes over the fp32 gradient buffer costed by their bytes "
+         "(adding each "
+         "micro-batch's bf16 gradients 18 B, the gradient norm and the zeroing 8 B per parameter); the scaling of "
+         "gradient clipping is not";
 }
 
 std::string non_gemm_kernels_approximation(const TrainingSpec& t) {

@@ -538,8 +538,24 @@ class MegatronBuilder {
     return by_size;
   }
 
+  // BF16_Optimizer adds each micro-batch's bf16 gradients into its fp32 buffer (precision.hpp).
+  // DeepSpeed does it after every micro-batch's backward; here the micro-batches' additions run
+  // back to back after the rank's last operation, before the gradient all-reduce: the same work on
+  // the rank, placed after the schedule instead of inside it.
+  void accumulate_fp32_gradients() {
+    for (int s = 0; s < sims; ++s) {
+      const RankState& rs = rank_state[s];
+      const Bytes bytes{rs.params * kBf16OptimizerAccumulationBytesPerParam * micro_batches};
+      const TaskId before = last_op[s];
+      last_op[s] = g.add(fmt::format(FMT_COMPILE("r{}.accumulate_fp32_gradients"), rs.rank), phase::kOptimizer,
+                         ComputeTask{rs.unit, in.costs.memory_bound_time(bytes), {}, bytes, "memory"}, {last_op[s]});
+      if (rs.rank == 0) out.spans.push_back({phase::kOptimizer, before, last_op[s], true});
+    }
+  }
+
   // Data parallelism: the rank's gradients over its DP group (ranks tp x pp apart).
   std::vector<TaskId> reduce_gradients() {
+    if (bf16_optimizer) accumulate_fp32_gradients();
     std::vector<std::vector<TaskId>> after_backward(sims);
     for (int s = 0; s < sims; ++s) after_backward[s] = {last_op[s]};
     std::vector<TaskId> reduced(sims);
@@ -571,9 +587,21 @@ class MegatronBuilder {
     for (int s = 0; s < sims; ++s) {
       const RankState& rs = rank_state[s];
       const std::int64_t updated = optimizer_share(rs.params);
-      end[s] =
-          g.add(fmt::format(FMT_COMPILE("r{}.adam"), rs.rank), phase::kOptimizer,
-                ComputeTask{rs.unit, rs.k.adam, {}, Bytes{updated * kAdamTrafficBytesPerParam}, "adam"}, {reduced[s]});
+      if (bf16_optimizer) {
+        // BF16_Optimizer's step: the gradient norm and the zeroing of its fp32 buffer, and Adam
+        // without the cast (precision.hpp).
+        const Bytes passes{rs.params * kBf16OptimizerStepPassBytesPerParam};
+        const Bytes adam{updated * kBf16OptimizerAdamTrafficBytesPerParam};
+        const TaskId first =
+            g.add(fmt::format(FMT_COMPILE("r{}.bf16_optimizer.gradient_passes"), rs.rank), phase::kOptimizer,
+                  ComputeTask{rs.unit, in.costs.memory_bound_time(passes), {}, passes, "memory"}, {reduced[s]});
+        end[s] = g.add(fmt::format(FMT_COMPILE("r{}.adam"), rs.rank), phase::kOptimizer,
+                       ComputeTask{rs.unit, in.costs.memory_bound_time(adam), {}, adam, "adam"}, {first});
+      } else {
+        end[s] = g.add(fmt::format(FMT_COMPILE("r{}.adam"), rs.rank), phase::kOptimizer,
+                       ComputeTask{rs.unit, rs.k.adam, {}, Bytes{updated * kAdamTrafficBytesPerParam}, "adam"},
+                       {reduced[s]});
+      }
       if (rs.rank == 0) {
         out.spans.push_back({phase::kGradientReduction, last_op[s], reduced[s], true});
         out.spans.push_back({phase::kOptimizer, reduced[s], end[s], true});

@@ -18,6 +18,16 @@ inline constexpr std::int64_t kOptimizerStateBytesPerParam = 3 * kFp32Bytes;
 // 2 B). Three kernels' traffic, 40 B.
 inline constexpr std::int64_t kAdamTrafficBytesPerParam =
     (kBf16Bytes + kFp32Bytes) + (4 * kFp32Bytes + 3 * kFp32Bytes) + (kFp32Bytes + kBf16Bytes);
+// DeepSpeed's BF16_Optimizer (runtime/bf16_optimizer.py) keeps an fp32 gradient buffer of every
+// parameter the rank holds. After each micro-batch's backward it adds the bf16 gradients into it
+// (_update_hp_grad: lp.grad.to(fp32), read 2 B and write 4 B, then add_, read 4 + 4 B and write
+// 4 B): 18 B per parameter. In the step the global gradient norm reads the buffer and
+// clear_hp_grads zeroes it (4 + 4 B per parameter), and the optimizer's own traffic has no cast:
+// fused Adam 28 B and the copy back into bf16 6 B per parameter it updates.
+inline constexpr std::int64_t kBf16OptimizerAccumulationBytesPerParam = (kBf16Bytes + kFp32Bytes) + 3 * kFp32Bytes;
+inline constexpr std::int64_t kBf16OptimizerStepPassBytesPerParam = 2 * kFp32Bytes;
+inline constexpr std::int64_t kBf16OptimizerAdamTrafficBytesPerParam =
+    kAdamTrafficBytesPerParam - (kBf16Bytes + kFp32Bytes);
 // DeepSpeed's CPU Adam on fp32 host states: read p, g, m, v and write p, m, v (deepspeed-offload.md
 // section 5).
 inline constexpr std::int64_t kHostAdamTrafficBytesPerParam = 4 * kFp32Bytes + 3 * kFp32Bytes;
