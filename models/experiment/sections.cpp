@@ -663,17 +663,20 @@ const std::vector<StrategyKind>& strategy_kinds() {
   static const std::vector<StrategyKind> kinds{
       {"data_parallel",
        "data parallelism with ZeRO stage 0-3: bucketed ring all-reduce or reduce-scatter of gradients, "
-       "partitioned optimizer states (1+), gradients (2+) and parameters with per-submodule all-gathers (3), "
+       "partitioned optimizer states (1+, and at 0 DeepSpeed's BF16_Optimizer with fp32 gradients), gradients "
+       "(2+) and parameters with per-submodule all-gathers (3), "
        "hierarchical partitioning (ZeRO++, MiCS, 3-level), optimizer offload to CPU (stages 2-3) or NVMe, "
        "parameter offload",
        read_data_parallel},
       {"deepspeed",
        "a DeepSpeed ds_config.json as the strategy: ZeRO stage, buckets, overlap, optimizer offload, "
-       "ZeRO++ (qwZ, hpZ, qgZ) and batch settings mapped onto data_parallel; ignored keys listed",
+       "ZeRO++ (qwZ, hpZ, qgZ), gradient accumulation dtype and batch settings mapped onto data_parallel; "
+       "ignored keys listed",
        read_deepspeed},
       {"megatron",
        "3D parallelism as Megatron-LM/DeepSpeed run it: tensor parallelism (column/row split, all-reduces per "
-       "layer), pipeline stages with the 1F1B or interleaved schedule, data-parallel replicas with ZeRO-0/1",
+       "layer), pipeline stages with the 1F1B or interleaved schedule, data-parallel replicas with ZeRO-0/1 "
+       "(Megatron's optimizer or DeepSpeed's)",
        read_megatron},
       {"collective", "one all-gather, reduce-scatter or all-reduce over the listed ranks (collective benchmarks)",
        read_collective}};
