@@ -412,13 +412,7 @@ std::optional<StrategySpec> read_megatron(const Node& node, MapReader& r, const 
   if (optimizer.valid && optimizer.value == "deepspeed") mg.optimizer = MegatronSpec::Optimizer::kDeepSpeed;
   if (r.has("grad_accum_dtype")) {
     const auto accum = r.choice("grad_accum_dtype", {"fp32", "bf16"}, "bf16");
-    if (accum.valid && mg.optimizer != MegatronSpec::Optimizer::kDeepSpeed) {
-      ctx.error(accum.loc, node.child_path("grad_accum_dtype"),
-                "applies to optimizer: deepspeed (Megatron's own optimizer accumulates and reduces the gradients of "
-                "bf16 training in fp32)");
-    } else if (accum.valid) {
-      mg.fp32_grad_accum = accum.value == "fp32";
-    }
+    if (accum.valid) mg.fp32_grad_accum = accum.value == "fp32";
   }
   mg.collectives = parse_collective_options(r);
   mg.all_ranks = parse_all_ranks(r);

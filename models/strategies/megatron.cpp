@@ -223,19 +223,21 @@ class MegatronBuilder {
   Communicator dp_comm;
 
   // The data-parallel optimizer (MegatronSpec::optimizer). Megatron-LM's accumulates and reduces
-  // the gradients of bf16 training in fp32 and partitions the optimizer at zero_stage 1 (its
-  // distributed optimizer: reduce-scatter, then all-gather of the parameters). DeepSpeed's
+  // the gradients of bf16 training in fp32 (16 bits with grad_accum_dtype bf16: fp16 training's
+  // default) and partitions the optimizer at zero_stage 1 (its distributed optimizer:
+  // reduce-scatter, then all-gather of the parameters). DeepSpeed's
   // follows its engine (layer_kernels.hpp): BF16_Optimizer with fp32 accumulation (fp32 buffer and
   // bf16 gradients, fp32 all-reduce, partitioned optimizer, parameter all-gather), else at stage 1
   // its ZeRO optimizer (bf16 gradients reduced to their owners, then the all-gather), at stage 0
   // bf16 gradients all-reduced and the optimizer replicated.
   const bool deepspeed = spec.optimizer == MegatronSpec::Optimizer::kDeepSpeed;
   const bool fp32_grad_accum =
-      !deepspeed || spec.fp32_grad_accum.value_or(deepspeed_default_fp32_grad_accum(spec.zero_stage));
+      spec.fp32_grad_accum.value_or(!deepspeed || deepspeed_default_fp32_grad_accum(spec.zero_stage));
   const bool bf16_optimizer = deepspeed && deepspeed_bf16_optimizer(spec.zero_stage, fp32_grad_accum);
   const int optimizer_stage = deepspeed ? deepspeed_optimizer_stage(spec.zero_stage, fp32_grad_accum) : spec.zero_stage;
-  const GradientBuffers gradient_buffers =
-      deepspeed ? deepspeed_gradient_buffers(spec.zero_stage, fp32_grad_accum) : kMegatronGradientBuffers;
+  const GradientBuffers gradient_buffers = deepspeed ? deepspeed_gradient_buffers(spec.zero_stage, fp32_grad_accum)
+                                           : fp32_grad_accum ? kMegatronGradientBuffers
+                                                             : GradientBuffers::kWorking;
 
   // Work and states of one rank.
   const ParameterCounts params = count_parameters(m);

@@ -155,10 +155,12 @@ struct MegatronSpec {
   int virtual_stages = 1;  // > 1: the interleaved schedule
   bool sequence_parallel = false;
   int zero_stage = 0;
-  // The data-parallel optimizer: Megatron-LM's (fp32 main_grad reduced in fp32; at zero_stage 1
-  // its distributed optimizer), or DeepSpeed's under Megatron-DeepSpeed, chosen as DeepSpeed's
-  // engine chooses it from zero_stage and the gradient accumulation dtype (fp32_grad_accum,
-  // nullopt: DeepSpeed's default; layer_kernels.hpp, deepspeed_bf16_optimizer).
+  // The data-parallel optimizer: Megatron-LM's (main_grad reduced in its dtype; at zero_stage 1 its
+  // distributed optimizer), or DeepSpeed's under Megatron-DeepSpeed, chosen as DeepSpeed's engine
+  // chooses it from zero_stage and the gradient accumulation dtype (layer_kernels.hpp,
+  // deepspeed_bf16_optimizer). fp32_grad_accum, nullopt: the framework's default, fp32 for
+  // Megatron's bf16 training (false: 16-bit main_grad, fp16 training's default or
+  // --grad-reduce-in-bf16) and DeepSpeed's by stage.
   enum class Optimizer { kMegatron, kDeepSpeed };
   Optimizer optimizer = Optimizer::kMegatron;
   std::optional<bool> fp32_grad_accum;

@@ -123,6 +123,8 @@ TEST(Megatron, TheDataParallelOptimizerSetsStatesAndTraffic) {
   //   DeepSpeed, zero 0 (BF16_Optimizer by default): 2P + 6P + 6P = 14P; fp32 AR 8P + AG 2P = 10P
   //   DeepSpeed, zero 1 (bf16 accumulation by default): 2P + 2P + 6P = 10P; RS 2P + AG 2P = 4P
   //   DeepSpeed, zero 1, grad_accum_dtype fp32 (BF16_Optimizer): 14P; 10P
+  //   Megatron, zero 1, grad_accum_dtype bf16 (16-bit main_grad, fp16 training's default):
+  //                                                          2P + 2P + 6P = 10P; RS 2P + AG 2P = 4P
   const auto run = [](const std::string& name, int zero, const std::string& optimizer) {
     return run_experiment(
         load_experiment(experiment(name,
@@ -152,6 +154,9 @@ TEST(Megatron, TheDataParallelOptimizerSetsStatesAndTraffic) {
       run("optimizer-ds1-fp32", 1, "  optimizer: deepspeed\n  grad_accum_dtype: fp32\n");
   EXPECT_DOUBLE_EQ(static_cast<double>(zero1_fp32.model_states_per_device.count), 14 * P);
   EXPECT_NEAR(gpu_gpu(zero1_fp32), 10 * P, 1e-9 * P);
+  const ExperimentResult megatron16 = run("optimizer-megatron-16bit", 1, "  grad_accum_dtype: bf16\n");
+  EXPECT_DOUBLE_EQ(static_cast<double>(megatron16.model_states_per_device.count), 10 * P);
+  EXPECT_NEAR(gpu_gpu(megatron16), 4 * P, 1e-9 * P);
 }
 
 TEST(Megatron, TensorParallelismAddsItsAllReduces) {
