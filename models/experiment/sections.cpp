@@ -594,6 +594,23 @@ std::optional<StrategySpec> read_data_parallel(const Node& node, MapReader& r, c
       dp.zero3_host = cost;
     }
   }
+  if (r.has("gradient_reduce_dtype")) {
+    // FSDP's MixedPrecision.reduce_dtype, DeepSpeed's communication_data_type: at stages 2-3, where
+    // the gradient partitions are reduce-scattered; at 0-1 the reduction follows grad_accum_dtype.
+    const auto reduce = r.choice("gradient_reduce_dtype", {"fp32", "bf16"}, "bf16");
+    if (reduce.valid && reduce.value == "fp32") {
+      if (stage.valid && stage.value < 2) {
+        ctx.error(reduce.loc, node.child_path("gradient_reduce_dtype"),
+                  "applies to zero_stage 2-3 (at stages 0-1 the reduction follows grad_accum_dtype)");
+      }
+      if (r.has("offload_optimizer")) {
+        ctx.error(reduce.loc, node.child_path("gradient_reduce_dtype"),
+                  "fp32 gradient reduction is not modelled with optimizer offload (DeepSpeed's offload recipes "
+                  "move bf16 gradient partitions)");
+      }
+      dp.fp32_gradient_reduce = true;
+    }
+  }
   const sim::config::Location offload_at = read_offload(node, r, stage, dp);
   const std::vector<std::size_t> gpus =
       topology ? topology->devices_of(topo::DeviceKind::kGpu) : std::vector<std::size_t>{};

@@ -992,9 +992,10 @@ class DataParallelBuilder {
   }
 
   // The gradients' size in the communicator's bf16 elements: BF16_Optimizer all-reduces its fp32
-  // gradient buffer.
+  // gradient buffer, and at stages 2-3 gradient_reduce_dtype fp32 reduce-scatters fp32 gradients.
   [[nodiscard]] std::int64_t reduced_elements(std::int64_t n) const {
-    return bf16_optimizer ? n * kFp32Bytes / kBf16Bytes : n;
+    const bool fp32 = bf16_optimizer || (stage >= 2 && spec.fp32_gradient_reduce);
+    return fp32 ? n * kFp32Bytes / kBf16Bytes : n;
   }
   // Gradient reduction of one micro-batch's backward: buckets of consecutive gradient items until
   // a bucket holds at least reduce_bucket_elements, reduced one after another on the rank's reduce
@@ -1030,11 +1031,15 @@ class DataParallelBuilder {
       if (stage < 3) {
         reduce_stream = comm.add(reduction, bucket, reduced_elements(buckets[b].elements), replica_plan, deps);
       } else {
-        reduce_stream = comm.add(reduction, bucket, buckets[b].elements, part.gradient_reduce, deps);
+        // A quantized reduction (qgZ) sends its own format whatever the gradients' dtype.
+        const std::int64_t elements =
+            part.gradient_reduce.quantization.quantized() ? buckets[b].elements : reduced_elements(buckets[b].elements);
+        reduce_stream = comm.add(reduction, bucket, elements, part.gradient_reduce, deps);
         if (boundary && shard < replicas) {
           // The shard groups are replicas: all-reduce the reduced partition across them (MiCS).
-          reduce_stream = comm.add(CollectiveKind::kAllReduce, bucket + ".replicas", partition(buckets[b].elements),
-                                   part.replica_reduce, per_rank(reduce_stream));
+          reduce_stream =
+              comm.add(CollectiveKind::kAllReduce, bucket + ".replicas",
+                       reduced_elements(partition(buckets[b].elements)), part.replica_reduce, per_rank(reduce_stream));
         }
       }
       if (!offload) continue;

@@ -46,7 +46,7 @@ class DsConfigReader {
   void read_batch_sizes(MapReader& r, std::size_t devices, int tp);
   void read_precision(MapReader& r);
   void read_zero(const std::optional<Node>& zero, const ZeroContext& zc);
-  // data_types.grad_accum_dtype, after read_precision and read_zero.
+  // data_types.grad_accum_dtype and communication_data_type, after read_precision and read_zero.
   void read_data_types(MapReader& r);
   // The two warnings: defaults applied, keys ignored (those of `r` not read are ignored too).
   void warn(MapReader& r);
@@ -356,6 +356,18 @@ void DsConfigReader::read_data_types(MapReader& r) {
       if (v.valid) dtype = v.value;
     }
     for (const auto& k : t.take_unread_keys()) ignored_.push_back("data_types." + k);
+  }
+  // communication_data_type (top level): the dtype of the gradient reduction; fp32 is modelled at
+  // stages 2-3 without offload (gradient_reduce_dtype), the 16-bit dtypes are the default.
+  if (r.has("communication_data_type")) {
+    const auto comm = r.choice("communication_data_type", {"fp32", "fp16", "bf16"});
+    if (comm.valid && comm.value == "fp32") {
+      if (dp.zero_stage >= 2 && !dp.offload) {
+        dp.fp32_gradient_reduce = true;
+      } else {
+        ignored_.push_back("communication_data_type=fp32 (modelled at stages 2-3 without optimizer offload only)");
+      }
+    }
   }
   if (!dtype) {
     if (fp16_) dp.fp32_grad_accum = false;

@@ -89,6 +89,10 @@ struct DataParallelSpec {
   // default for bf16, fp32 at stage 0 and bf16 under ZeRO (layer_kernels.hpp). At stages 0-1 fp32
   // means DeepSpeed's BF16_Optimizer (deepspeed_bf16_optimizer); stages 2-3 model bf16 only.
   std::optional<bool> fp32_grad_accum;
+  // Stages 2-3: the gradients' reduce-scatter in fp32 (`gradient_reduce_dtype: fp32`: PyTorch FSDP's
+  // MixedPrecision.reduce_dtype, DeepSpeed's communication_data_type), 4 B per element on the links
+  // instead of 2.
+  bool fp32_gradient_reduce = false;
   // Stage 3: parameters of submodules smaller than this stay whole on every rank and are never
   // gathered (DeepSpeed stage3_param_persistence_threshold; its default is 1e5).
   std::int64_t param_persistence_threshold = 0;

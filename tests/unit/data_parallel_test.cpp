@@ -206,6 +206,19 @@ TEST(ZeroStages, BytesOnTheLinksFollowTheZeroPaper) {
   EXPECT_NEAR(link_bytes(run_stage(3), "gpu-gpu"), 6 * P, 1.0);
 }
 
+TEST(ZeroStages, Fp32GradientReductionDoublesTheReduceScatter) {
+  // gradient_reduce_dtype: fp32 (FSDP's reduce_dtype, DeepSpeed's communication_data_type) at
+  // stages 2-3: the reduce-scatter carries 4P bytes instead of S = 2P, the gathers are unchanged:
+  //   stage 2: reduce-scatter 4P + all-gather of the parameters 2P                = 6P
+  //   stage 3: reduce-scatter 4P + every module gathered in forward and backward 4P = 8P
+  const auto run = [](int stage) {
+    return run_experiment(
+        load_experiment(kTiny, {fmt::format("strategy.zero_stage={}", stage), "strategy.gradient_reduce_dtype=fp32"}));
+  };
+  EXPECT_NEAR(link_bytes(run(2), "gpu-gpu"), 6 * P, 1.0);
+  EXPECT_NEAR(link_bytes(run(3), "gpu-gpu"), 8 * P, 1.0);
+}
+
 TEST(ZeroStages, PeakMemoryShrinksWithTheStage) {
   // Per rank, with g = 2 and activations A = L s h (34 + 5 a s / h) + s V (6 + 4) B at the peak
   // (logits and the loss's fp32 workspace):

@@ -180,6 +180,27 @@ TEST(DeepSpeedConfig, GradientAccumulationDtypePicksTheOptimizer) {
       << warnings;
   EXPECT_DOUBLE_EQ(static_cast<double>(run_experiment(stage2).model_states_per_device.count),
                    2 * P + 2 * P / 4 + 12 * P / 4);
+  // communication_data_type fp32 at stage 2: the reduce-scatter carries 4 B per gradient instead of
+  // 2, the parameter all-gather still 2: GPU-GPU bytes in the ratio (4 + 2) / (2 + 2) = 1.5. At
+  // stage 1 it is not modelled, and the warning says so.
+  const auto gpu_gpu = [](const ExperimentResult& r) {
+    double bytes = 0;
+    for (const auto& l : r.links) {
+      if (l.link_class == "gpu-gpu") bytes += l.bytes;
+    }
+    return bytes;
+  };
+  const double bf16_reduce = gpu_gpu(run_experiment(load("bf16", ", \"zero_optimization\": {\"stage\": 2}")));
+  const double fp32_reduce = gpu_gpu(
+      run_experiment(load("bf16", ", \"zero_optimization\": {\"stage\": 2}, \"communication_data_type\": \"fp32\"")));
+  EXPECT_NEAR(fp32_reduce / bf16_reduce, 1.5, 1e-9);
+  const ExperimentSpec stage1 =
+      load("bf16", ", \"zero_optimization\": {\"stage\": 1}, \"communication_data_type\": \"fp32\"");
+  warnings.clear();
+  for (const auto& w : stage1.warnings) warnings += w.str() + "\n";
+  EXPECT_NE(warnings.find("communication_data_type=fp32 (modelled at stages 2-3 without optimizer offload only)"),
+            std::string::npos)
+      << warnings;
 }
 
 TEST(DeepSpeedConfig, LegacyCpuOffloadAndOffloadParamAreRead) {
