@@ -89,12 +89,12 @@ std::int64_t state_bytes(const SearchCandidate& c, std::int64_t params_on_rank) 
   StateCounts counts;
   counts.held = params_on_rank;
   counts.sharded = params_on_rank;
-  // The candidates take DeepSpeed's default gradient accumulation (data_parallel) or Megatron's.
-  const bool megatron = c.kind == "megatron";
-  const bool fp32_accum = deepspeed_default_fp32_grad_accum(c.zero_stage);
-  counts.zero_stage = megatron ? c.zero_stage : deepspeed_optimizer_stage(c.zero_stage, fp32_accum);
+  // The candidates take their framework's default gradient handling.
+  const GradientHandling grads = c.kind == "megatron" ? megatron_gradient_handling(c.zero_stage, std::nullopt)
+                                                      : deepspeed_gradient_handling(c.zero_stage, std::nullopt, false);
+  counts.zero_stage = grads.optimizer_stage;
   counts.shard_ranks = c.dp;
-  counts.gradient_buffers = megatron ? kMegatronGradientBuffers : deepspeed_gradient_buffers(c.zero_stage, fp32_accum);
+  counts.gradient_buffers = grads.buffers;
   counts.optimizer_offload = c.offload;
   counts.offloaded_elements = updated_parameters(counts.zero_stage, params_on_rank, params_on_rank, c.dp);
   return place_model_states(counts, kBf16MixedPrecision).gpu_model_states();

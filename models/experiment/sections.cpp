@@ -411,7 +411,7 @@ std::optional<StrategySpec> read_megatron(const Node& node, MapReader& r, const 
   const auto optimizer = r.choice("optimizer", {"megatron", "deepspeed"}, "megatron");
   if (optimizer.valid && optimizer.value == "deepspeed") mg.optimizer = MegatronSpec::Optimizer::kDeepSpeed;
   if (r.has("grad_accum_dtype")) {
-    const auto accum = r.choice("grad_accum_dtype", {"fp32", "bf16"}, "bf16");
+    const auto accum = r.choice("grad_accum_dtype", {"fp32", "bf16"});
     if (accum.valid) mg.fp32_grad_accum = accum.value == "fp32";
   }
   mg.collectives = parse_collective_options(r);
@@ -549,7 +549,7 @@ std::optional<StrategySpec> read_data_parallel(const Node& node, MapReader& r, c
   // DeepSpeed's data_types.grad_accum_dtype: fp32 at stages 0-1 is its BF16_Optimizer; bf16 at
   // stage 0 stands for 16-bit gradients with a replicated optimizer (FP16_Optimizer, PyTorch DDP).
   if (r.has("grad_accum_dtype")) {
-    const auto accum = r.choice("grad_accum_dtype", {"fp32", "bf16"}, "bf16");
+    const auto accum = r.choice("grad_accum_dtype", {"fp32", "bf16"});
     if (accum.valid) {
       dp.fp32_grad_accum = accum.value == "fp32";
       if (*dp.fp32_grad_accum && stage.valid && stage.value >= 2) {
@@ -594,24 +594,26 @@ std::optional<StrategySpec> read_data_parallel(const Node& node, MapReader& r, c
       dp.zero3_host = cost;
     }
   }
+  // FSDP's MixedPrecision.reduce_dtype, DeepSpeed's communication_data_type: at stages 2-3, where
+  // the gradient partitions are reduce-scattered; at 0-1 the reduction follows grad_accum_dtype.
+  std::optional<sim::config::Location> fp32_reduce_at;
   if (r.has("gradient_reduce_dtype")) {
-    // FSDP's MixedPrecision.reduce_dtype, DeepSpeed's communication_data_type: at stages 2-3, where
-    // the gradient partitions are reduce-scattered; at 0-1 the reduction follows grad_accum_dtype.
-    const auto reduce = r.choice("gradient_reduce_dtype", {"fp32", "bf16"}, "bf16");
+    const auto reduce = r.choice("gradient_reduce_dtype", {"fp32", "bf16"});
     if (reduce.valid && reduce.value == "fp32") {
       if (stage.valid && stage.value < 2) {
         ctx.error(reduce.loc, node.child_path("gradient_reduce_dtype"),
                   "applies to zero_stage 2-3 (at stages 0-1 the reduction follows grad_accum_dtype)");
       }
-      if (r.has("offload_optimizer")) {
-        ctx.error(reduce.loc, node.child_path("gradient_reduce_dtype"),
-                  "fp32 gradient reduction is not modelled with optimizer offload (DeepSpeed's offload recipes "
-                  "move bf16 gradient partitions)");
-      }
       dp.fp32_gradient_reduce = true;
+      fp32_reduce_at = reduce.loc;
     }
   }
   const sim::config::Location offload_at = read_offload(node, r, stage, dp);
+  if (fp32_reduce_at && dp.offload) {
+    ctx.error(*fp32_reduce_at, node.child_path("gradient_reduce_dtype"),
+              "fp32 gradient reduction is not modelled with optimizer offload (DeepSpeed's offload recipes move bf16 "
+              "gradient partitions)");
+  }
   const std::vector<std::size_t> gpus =
       topology ? topology->devices_of(topo::DeviceKind::kGpu) : std::vector<std::size_t>{};
   if (auto devices = parse_devices(r, node, topology, false)) {

@@ -189,9 +189,7 @@ class DataParallelBuilder {
         train(inputs.training),
         ranks(checked_ranks(inputs, strategy)),
         stage(strategy.zero_stage),
-        fp32_grad_accum(strategy.fp32_grad_accum.value_or(deepspeed_default_fp32_grad_accum(stage))),
-        bf16_optimizer(deepspeed_bf16_optimizer(stage, fp32_grad_accum)),
-        optimizer_stage(deepspeed_optimizer_stage(stage, fp32_grad_accum)),
+        grads(deepspeed_gradient_handling(stage, strategy.fp32_grad_accum, strategy.fp32_gradient_reduce)),
         tp(strategy.tp),
         replicas(ranks / tp),
         ep(strategy.ep),
@@ -258,12 +256,10 @@ class DataParallelBuilder {
   const TrainingSpec& train;
   const int ranks;
   const int stage;
-  // Stages 0-1 with fp32 gradient accumulation: DeepSpeed's BF16_Optimizer (layer_kernels.hpp),
-  // whose optimizer states are partitioned as at stage 1 (optimizer_stage) and whose gradient
-  // all-reduce moves the fp32 gradients.
-  const bool fp32_grad_accum;
-  const bool bf16_optimizer;
-  const int optimizer_stage;
+  // DeepSpeed's handling of the gradients (layer_kernels.hpp): at stages 0-1 with fp32 gradient
+  // accumulation its BF16_Optimizer, whose optimizer states are partitioned as at stage 1 and whose
+  // all-reduce moves the fp32 gradients; at stages 2-3 the reduce-scatter's dtype.
+  const GradientHandling grads;
   const int tp;
   const int replicas;
   // Expert parallelism (DeepSpeed-MoE): the experts of every MoE layer spread over ep consecutive
@@ -345,7 +341,7 @@ class DataParallelBuilder {
   // one reduce per owner's slice of a bucket, costed as a reduce-scatter); a replicated optimizer,
   // and BF16_Optimizer (engine.py allreduce_gradients, buffered_allreduce_fallback), all-reduce.
   const CollectiveKind reduction =
-      stage >= 2 || (stage == 1 && !bf16_optimizer) ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce;
+      grads.reduce_to_owners() ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce;
   std::vector<std::vector<TaskId>> gradient_swaps;  // ZeRO-Infinity gradient writes
   std::vector<TaskId> reduce_stream;                // empty until the first bucket
   std::vector<TaskId> last_backward;
@@ -362,7 +358,7 @@ class DataParallelBuilder {
       params.total = params.layers + params.embedding + params.position + params.final_norm + params.output_head;
     }
     P = params.total;
-    updated_on_rank = updated_parameters(optimizer_stage, P, P_model, shard);
+    updated_on_rank = updated_parameters(grads.optimizer_stage, P, P_model, shard);
   }
   [[nodiscard]] std::int64_t partition(std::int64_t n) const { return (n + shard - 1) / shard; }
 
@@ -632,9 +628,9 @@ class DataParallelBuilder {
     StateCounts c;
     c.held = P;
     c.sharded = P_model;
-    c.zero_stage = optimizer_stage;
+    c.zero_stage = grads.optimizer_stage;
     c.shard_ranks = shard;
-    c.gradient_buffers = deepspeed_gradient_buffers(stage, fp32_grad_accum);
+    c.gradient_buffers = grads.buffers;
     c.persistent = persistent;
     c.reduce_bucket_elements = spec.reduce_bucket_elements;
     c.optimizer_offload = offload;
@@ -663,10 +659,9 @@ class DataParallelBuilder {
       // With offload, the GPU keeps the states of its GPU-resident subgroups (fp32 master, m, v and
       // fp32 gradients); the host keeps the rest and a bf16 buffer for the whole gradient partition.
       const TaskId a1 = alloc(r, "alloc.gradients", "setup",
-                              offload          ? "fp32 gradients of GPU subgroups"
-                              : stage >= 2     ? "gradient partition (bf16)"
-                              : bf16_optimizer ? "gradients (fp32 buffer and bf16)"
-                                               : "gradients (bf16)",
+                              offload      ? "fp32 gradients of GPU subgroups"
+                              : stage >= 2 ? "gradient partition (bf16)"
+                                           : grads.gradient_tenant(),
                               Bytes{st.gradients.gpu}, {a0});
       TaskId last =
           alloc(r, "alloc.optimizer", "setup", "optimizer states (fp32 master, m, v)", Bytes{st.optimizer.gpu}, {a1});
@@ -869,7 +864,7 @@ class DataParallelBuilder {
     const TaskId b_first = backward_pass(mbs, reduces);
     out.spans.push_back({phase::kForward, fwd.first, fwd.second, false});
     out.spans.push_back({phase::kBackward, b_first, last_backward[0], false});
-    if (bf16_optimizer) accumulate_fp32_gradients(mbs);
+    if (grads.bf16_optimizer) accumulate_fp32_gradients(mbs);
     if (!reduces) return;
     reduce_micro_batch(mb, last_mb);
     if (!last_mb) {
@@ -991,12 +986,6 @@ class DataParallelBuilder {
     reduce_host.push_back(std::move(host));
   }
 
-  // The gradients' size in the communicator's bf16 elements: BF16_Optimizer all-reduces its fp32
-  // gradient buffer, and at stages 2-3 gradient_reduce_dtype fp32 reduce-scatters fp32 gradients.
-  [[nodiscard]] std::int64_t reduced_elements(std::int64_t n) const {
-    const bool fp32 = bf16_optimizer || (stage >= 2 && spec.fp32_gradient_reduce);
-    return fp32 ? n * kFp32Bytes / kBf16Bytes : n;
-  }
   // Gradient reduction of one micro-batch's backward: buckets of consecutive gradient items until
   // a bucket holds at least reduce_bucket_elements, reduced one after another on the rank's reduce
   // stream. Stages 0-1 reduce only at the accumulation boundary (the last micro-batch); stages 2-3
@@ -1007,7 +996,7 @@ class DataParallelBuilder {
       std::vector<std::vector<TaskId>> deps(sims);
       for (int r = 0; r < sims; ++r) {
         // BF16_Optimizer reduces after its accumulation, whatever overlap_comm says.
-        deps[r] = {spec.overlap_comm && !bf16_optimizer ? ready_on_rank[r] : last_backward[r]};
+        deps[r] = {spec.overlap_comm && !grads.bf16_optimizer ? ready_on_rank[r] : last_backward[r]};
         if (!reduce_stream.empty()) deps[r].push_back(reduce_stream[r]);
       }
       const std::string bucket = fmt::format(FMT_COMPILE("mb{}.bucket{}"), mb, b);
@@ -1025,21 +1014,22 @@ class DataParallelBuilder {
       if (buckets[b].expert_elements > 0) {
         // Expert parallelism: the bucket's expert gradients over the experts' data-parallel group,
         // then the rest over all ranks.
-        deps = per_rank(
-            comm.add(reduction, bucket + ".experts", reduced_elements(buckets[b].expert_elements), expert_plan, deps));
+        deps = per_rank(comm.add(reduction, bucket + ".experts", grads.reduced_elements(buckets[b].expert_elements),
+                                 expert_plan, deps));
       }
       if (stage < 3) {
-        reduce_stream = comm.add(reduction, bucket, reduced_elements(buckets[b].elements), replica_plan, deps);
+        reduce_stream = comm.add(reduction, bucket, grads.reduced_elements(buckets[b].elements), replica_plan, deps);
       } else {
         // A quantized reduction (qgZ) sends its own format whatever the gradients' dtype.
-        const std::int64_t elements =
-            part.gradient_reduce.quantization.quantized() ? buckets[b].elements : reduced_elements(buckets[b].elements);
+        const std::int64_t elements = part.gradient_reduce.quantization.quantized()
+                                          ? buckets[b].elements
+                                          : grads.reduced_elements(buckets[b].elements);
         reduce_stream = comm.add(reduction, bucket, elements, part.gradient_reduce, deps);
         if (boundary && shard < replicas) {
           // The shard groups are replicas: all-reduce the reduced partition across them (MiCS).
-          reduce_stream =
-              comm.add(CollectiveKind::kAllReduce, bucket + ".replicas",
-                       reduced_elements(partition(buckets[b].elements)), part.replica_reduce, per_rank(reduce_stream));
+          reduce_stream = comm.add(CollectiveKind::kAllReduce, bucket + ".replicas",
+                                   grads.reduced_elements(partition(buckets[b].elements)), part.replica_reduce,
+                                   per_rank(reduce_stream));
         }
       }
       if (!offload) continue;
@@ -1130,7 +1120,7 @@ class DataParallelBuilder {
       const TaskId ready = g.add(fmt::format(FMT_COMPILE("r{}.gradients_synchronized"), r), phase::kCommunication,
                                  BarrierTask{}, std::move(deps));
       TaskId first_step;
-      if (bf16_optimizer) {
+      if (grads.bf16_optimizer) {
         // BF16_Optimizer's step: the gradient norm over its fp32 buffer, Adam without a cast, the
         // zeroing of the buffer (precision.hpp), as two tasks.
         first_step =
@@ -1226,7 +1216,7 @@ class DataParallelBuilder {
   // each rank's end.
   std::vector<TaskId> parameter_allgather(std::vector<TaskId> adam) {
     std::vector<TaskId> end = adam;
-    if ((optimizer_stage == 1 || stage == 2) && replicas > 1) {
+    if ((grads.optimizer_stage == 1 || stage == 2) && replicas > 1) {
       // Every rank updated its partition: all-gather the new bf16 parameters.
       const std::int64_t experts_on_rank = experts_per_layer_on_rank * m.layers;
       if (experts_on_rank > 0) {
@@ -1252,7 +1242,7 @@ class DataParallelBuilder {
     const auto cost_notes = in.costs.approximations();
     out.approximations.insert(out.approximations.begin(), cost_notes.begin(), cost_notes.end());
     out.approximations.push_back(non_gemm_kernels_approximation(train));
-    if (bf16_optimizer) out.approximations.push_back(bf16_optimizer_approximation());
+    if (grads.bf16_optimizer) out.approximations.push_back(bf16_optimizer_approximation());
     out.approximations.push_back(
         "collectives: bidirectional rings (all-to-all for qgZ) over each stage of the plan, in rank order; reduction "
         "arithmetic not modelled");

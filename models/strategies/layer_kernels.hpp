@@ -3,6 +3,7 @@
 // rank, and the byte sizes of the training states: shared by the data-parallel and Megatron
 // strategies. The cost model behind each time is stated in layer_kernels.cpp.
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "models/placement/state_placement.hpp"
@@ -63,6 +64,43 @@ struct KernelTimes {
 }
 /// Megatron's fp32 main_grad buffers, at ZeRO-0 and with its distributed optimizer alike.
 inline constexpr GradientBuffers kMegatronGradientBuffers = GradientBuffers::kFp32;
+
+/// How a framework's data-parallel optimizer treats the gradients, as both strategies and the
+/// search need it: the dtype they are reduced in, the wrapper, whose optimizer states are
+/// partitioned, and the buffers they live in.
+struct GradientHandling {
+  bool fp32_gradients = false;  // reduced (and, at stages 0-1, accumulated) in fp32
+  bool bf16_optimizer = false;  // DeepSpeed's BF16_Optimizer
+  int optimizer_stage = 0;      // the ZeRO stage whose partitioning of the optimizer states applies
+  GradientBuffers buffers = GradientBuffers::kWorking;  // at stages 0-1 without offload
+  /// Reduced to the owners of their partition (a reduce-scatter) where the optimizer states are
+  /// partitioned; BF16_Optimizer all-reduces (engine.py allreduce_gradients), as does a replicated
+  /// optimizer.
+  [[nodiscard]] constexpr bool reduce_to_owners() const { return optimizer_stage >= 1 && !bf16_optimizer; }
+  /// n gradients in the communicator's unit, bf16 elements.
+  [[nodiscard]] constexpr std::int64_t reduced_elements(std::int64_t n) const {
+    return fp32_gradients ? n * kFp32Bytes / kBf16Bytes : n;
+  }
+  /// The name of the gradients' setup allocation at stages 0-1 without offload.
+  [[nodiscard]] const char* gradient_tenant() const;
+};
+/// DeepSpeed's, by stage and gradient accumulation dtype (nullopt: its default), and at stages 2-3
+/// the dtype of the reduce-scatter (communication_data_type, FSDP's reduce_dtype).
+[[nodiscard]] constexpr GradientHandling deepspeed_gradient_handling(int zero_stage,
+                                                                     std::optional<bool> fp32_grad_accum,
+                                                                     bool fp32_gradient_reduce) {
+  const bool fp32_accum = fp32_grad_accum.value_or(deepspeed_default_fp32_grad_accum(zero_stage));
+  const bool bf16 = deepspeed_bf16_optimizer(zero_stage, fp32_accum);
+  return {bf16 || (zero_stage >= 2 && fp32_gradient_reduce), bf16, deepspeed_optimizer_stage(zero_stage, fp32_accum),
+          deepspeed_gradient_buffers(zero_stage, fp32_accum)};
+}
+/// Megatron-LM's: main_grad in fp32 unless set to 16 bits (fp16 training's default,
+/// --grad-reduce-in-bf16), the optimizer partitioned at zero_stage 1 (its distributed optimizer).
+[[nodiscard]] constexpr GradientHandling megatron_gradient_handling(int zero_stage,
+                                                                    std::optional<bool> fp32_grad_accum) {
+  const bool fp32 = fp32_grad_accum.value_or(true);
+  return {fp32, false, zero_stage, fp32 ? kMegatronGradientBuffers : GradientBuffers::kWorking};
+}
 
 /// Bytes one rank of a tensor-parallel group of `tp` keeps per layer for backward: with sequence
 /// parallelism everything is split by tp; without it, Korthikanti et al. section 4.2: of the

@@ -23,7 +23,7 @@
 //   (warm-up (pp - s - 1) x 2 + (v - 1) x pp, micro-batches in groups of pp through the chunks).
 //   An operation starts when the previous one on the rank ended and its input arrived.
 // - After the last backward (Megatron's optimizer; `optimizer: deepspeed` takes DeepSpeed's, see
-//   MegatronBuilder::deepspeed): all-reduce of the rank's fp32 gradients (main_grad) over its DP
+//   MegatronBuilder::grads): all-reduce of the rank's fp32 gradients (main_grad) over its DP
 //   group (ZeRO-0) or a reduce-scatter, Adam on 1/dp of them, and an all-gather of the updated parameters (ZeRO-1,
 //   Megatron's distributed optimizer). Adam on the GPU.
 // - Memory: bf16 parameters and fp32 gradients (main_grad: Megatron accumulates and all-reduces
@@ -199,7 +199,7 @@ class MegatronBuilder {
     run_schedules(ready);
     point_to_point();
     std::vector<TaskId> end = optimizer_step(reduce_gradients());
-    if (optimizer_stage == 1 && dp > 1) end = parameter_allgather(end);
+    if (grads.optimizer_stage == 1 && dp > 1) end = parameter_allgather(end);
     (void)g.add("iteration.end", "end", BarrierTask{}, end);
     finish();
     return std::move(out);
@@ -230,14 +230,9 @@ class MegatronBuilder {
   // bf16 gradients, fp32 all-reduce, partitioned optimizer, parameter all-gather), else at stage 1
   // its ZeRO optimizer (bf16 gradients reduced to their owners, then the all-gather), at stage 0
   // bf16 gradients all-reduced and the optimizer replicated.
-  const bool deepspeed = spec.optimizer == MegatronSpec::Optimizer::kDeepSpeed;
-  const bool fp32_grad_accum =
-      spec.fp32_grad_accum.value_or(!deepspeed || deepspeed_default_fp32_grad_accum(spec.zero_stage));
-  const bool bf16_optimizer = deepspeed && deepspeed_bf16_optimizer(spec.zero_stage, fp32_grad_accum);
-  const int optimizer_stage = deepspeed ? deepspeed_optimizer_stage(spec.zero_stage, fp32_grad_accum) : spec.zero_stage;
-  const GradientBuffers gradient_buffers = deepspeed ? deepspeed_gradient_buffers(spec.zero_stage, fp32_grad_accum)
-                                           : fp32_grad_accum ? kMegatronGradientBuffers
-                                                             : GradientBuffers::kWorking;
+  const GradientHandling grads = spec.optimizer == MegatronSpec::Optimizer::kDeepSpeed
+                                     ? deepspeed_gradient_handling(spec.zero_stage, spec.fp32_grad_accum, false)
+                                     : megatron_gradient_handling(spec.zero_stage, spec.fp32_grad_accum);
 
   // Work and states of one rank.
   const ParameterCounts params = count_parameters(m);
@@ -282,7 +277,7 @@ class MegatronBuilder {
   // where the optimizer is partitioned (Megatron's distributed optimizer, DeepSpeed's ZeRO-1 and
   // BF16_Optimizer).
   [[nodiscard]] std::int64_t optimizer_share(std::int64_t n) const {
-    return updated_parameters(optimizer_stage, n, n, dp);
+    return updated_parameters(grads.optimizer_stage, n, n, dp);
   }
   // The model states of simulated rank s (models/placement): its parameters and gradients whole,
   // its optimizer share, all on the GPU.
@@ -290,9 +285,9 @@ class MegatronBuilder {
     StateCounts c;
     c.held = rank_state[s].params;
     c.sharded = rank_state[s].params;
-    c.zero_stage = optimizer_stage;
+    c.zero_stage = grads.optimizer_stage;
     c.shard_ranks = dp;
-    c.gradient_buffers = gradient_buffers;
+    c.gradient_buffers = grads.buffers;
     return place_model_states(c, kBf16MixedPrecision);
   }
   // The rank of TP rank t of `stage` in `replica`.
@@ -363,11 +358,7 @@ class MegatronBuilder {
     for (int s = 0; s < sims; ++s) {
       const StatePlacement st = states_of(s);
       const TaskId a = alloc(s, "alloc.parameters", "parameters (bf16)", Bytes{st.parameters.gpu}, {});
-      const TaskId b = alloc(s, "alloc.gradients",
-                             gradient_buffers == GradientBuffers::kFp32             ? "gradients (fp32 main_grad)"
-                             : gradient_buffers == GradientBuffers::kFp32AndWorking ? "gradients (fp32 buffer and bf16)"
-                                                                                    : "gradients (bf16)",
-                             Bytes{st.gradients.gpu}, {a});
+      const TaskId b = alloc(s, "alloc.gradients", grads.gradient_tenant(), Bytes{st.gradients.gpu}, {a});
       ready[s] = alloc(s, "alloc.optimizer", "optimizer states (fp32 master, m, v)", Bytes{st.optimizer.gpu}, {b});
     }
     return ready;
@@ -557,7 +548,7 @@ class MegatronBuilder {
 
   // Data parallelism: the rank's gradients over its DP group (ranks tp x pp apart).
   std::vector<TaskId> reduce_gradients() {
-    if (bf16_optimizer) accumulate_fp32_gradients();
+    if (grads.bf16_optimizer) accumulate_fp32_gradients();
     std::vector<std::vector<TaskId>> after_backward(sims);
     for (int s = 0; s < sims; ++s) after_backward[s] = {last_op[s]};
     std::vector<TaskId> reduced(sims);
@@ -568,13 +559,11 @@ class MegatronBuilder {
         std::vector<bool> taking_part(sims, false);
         for (const int s : members) taking_part[s] = true;
         // The gradients in the dtype they accumulate in (fp32: Megatron's main_grad, BF16_Optimizer's
-        // buffer), counted in the communicator's bf16 elements. Reduced to their owners where the
-        // optimizer is partitioned (BF16_Optimizer excepted: it all-reduces), else all-reduced.
-        const std::int64_t reduced_elements = fp32_grad_accum ? n * kFp32Bytes / kBf16Bytes : n;
-        const bool to_owners = optimizer_stage == 1 && !bf16_optimizer;
-        const auto done = dp_comm.add(to_owners ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce,
-                                      fmt::format(FMT_COMPILE("dp.gradients.{}"), n), reduced_elements, dp_plan,
-                                      after_backward, taking_part);
+        // buffer), reduced to their owners where the optimizer is partitioned (GradientHandling).
+        const auto done =
+            dp_comm.add(grads.reduce_to_owners() ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce,
+                        fmt::format(FMT_COMPILE("dp.gradients.{}"), n), grads.reduced_elements(n), dp_plan,
+                        after_backward, taking_part);
         for (const int s : members) reduced[s] = done[s];
       }
     } else {
@@ -589,7 +578,7 @@ class MegatronBuilder {
     for (int s = 0; s < sims; ++s) {
       const RankState& rs = rank_state[s];
       const std::int64_t updated = optimizer_share(rs.params);
-      if (bf16_optimizer) {
+      if (grads.bf16_optimizer) {
         // BF16_Optimizer's step: the gradient norm and the zeroing of its fp32 buffer, and Adam
         // without the cast (precision.hpp).
         const Bytes passes{rs.params * kBf16OptimizerStepPassBytesPerParam};
@@ -644,7 +633,7 @@ class MegatronBuilder {
     const auto cost_notes = in.costs.approximations();
     out.approximations.insert(out.approximations.begin(), cost_notes.begin(), cost_notes.end());
     out.approximations.push_back(non_gemm_kernels_approximation(train));
-    if (bf16_optimizer) out.approximations.push_back(bf16_optimizer_approximation());
+    if (grads.bf16_optimizer) out.approximations.push_back(bf16_optimizer_approximation());
     if (tp > 1) {
       out.approximations.push_back(
           "tensor parallelism: each layer's compute split in equal halves around its all-reduces; sequence "

@@ -217,6 +217,11 @@ TEST(ZeroStages, Fp32GradientReductionDoublesTheReduceScatter) {
   };
   EXPECT_NEAR(link_bytes(run(2), "gpu-gpu"), 6 * P, 1.0);
   EXPECT_NEAR(link_bytes(run(3), "gpu-gpu"), 8 * P, 1.0);
+  // With optimizer offload it is an error (tests/config_errors/gradient-reduce-offload.yaml), but
+  // offload_optimizer {device: none} is no offload.
+  const std::string with_offload = std::string(OFFSIM_SOURCE_DIR) + "/tests/config_errors/gradient-reduce-offload.yaml";
+  EXPECT_THROW((void)load_experiment(with_offload, {}), sim::config::ConfigError);
+  EXPECT_NO_THROW((void)load_experiment(with_offload, {"strategy.offload_optimizer.device=none"}));
 }
 
 TEST(ZeroStages, PeakMemoryShrinksWithTheStage) {

@@ -78,6 +78,32 @@ TEST(Placement, GradientBuffersOfTheFrameworksAtStagesZeroAndOne) {
   EXPECT_EQ(kMegatronGradientBuffers, GradientBuffers::kFp32);
 }
 
+// How each framework's optimizer treats the gradients (GradientHandling): reduction dtype (in the
+// communicator's bf16 elements: fp32 counts twice), reduce-scatter to owners or all-reduce, the
+// stage whose partitioning of the optimizer states applies, the buffers.
+TEST(Placement, GradientHandlingOfTheFrameworks) {
+  const GradientHandling bf16_optimizer = deepspeed_gradient_handling(0, std::nullopt, false);
+  EXPECT_TRUE(bf16_optimizer.bf16_optimizer);
+  EXPECT_EQ(bf16_optimizer.reduced_elements(1000), 2000);
+  EXPECT_FALSE(bf16_optimizer.reduce_to_owners());  // engine.py allreduce_gradients
+  EXPECT_EQ(bf16_optimizer.optimizer_stage, 1);
+  const GradientHandling zero1 = deepspeed_gradient_handling(1, std::nullopt, false);
+  EXPECT_EQ(zero1.reduced_elements(1000), 1000);
+  EXPECT_TRUE(zero1.reduce_to_owners());
+  EXPECT_EQ(zero1.buffers, GradientBuffers::kWorking);
+  const GradientHandling replicated = deepspeed_gradient_handling(0, false, false);
+  EXPECT_FALSE(replicated.reduce_to_owners());
+  EXPECT_EQ(replicated.optimizer_stage, 0);
+  EXPECT_EQ(deepspeed_gradient_handling(3, std::nullopt, true).reduced_elements(1000), 2000);
+  EXPECT_EQ(deepspeed_gradient_handling(3, std::nullopt, false).reduced_elements(1000), 1000);
+  const GradientHandling megatron = megatron_gradient_handling(1, std::nullopt);
+  EXPECT_EQ(megatron.reduced_elements(1000), 2000);
+  EXPECT_TRUE(megatron.reduce_to_owners());
+  EXPECT_EQ(megatron.buffers, GradientBuffers::kFp32);
+  EXPECT_EQ(megatron_gradient_handling(0, false).buffers, GradientBuffers::kWorking);
+  EXPECT_STREQ(megatron.gradient_tenant(), "gradients (fp32 main_grad)");
+}
+
 // ZeRO-1 (and Megatron's distributed optimizer over dp = g): 2P + 2P + 12P / g.
 TEST(Placement, ZeroStage1PartitionsTheOptimizerStates) {
   const StatePlacement s = place_model_states(zero(1), kMixed);
