@@ -4,7 +4,9 @@
 // A case file (configs/regression/*.yaml) names an experiment, its `set:` overrides, a relative
 // `tolerance`, and, last, the `recorded:` figures of a past run. check re-runs every case and
 // names each figure that moved by more than the tolerance; --update rewrites the `recorded:`
-// block (everything above it, comments included, is kept) atomically.
+// block (everything above it, comments included, is kept) atomically, in the cases where a figure
+// moved beyond the tolerance or was not recorded: a case within its tolerance keeps its file
+// byte for byte, so a re-record shows only what changed.
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -24,11 +26,14 @@ struct RegressionFigure {
 struct RegressionReport {
   std::vector<RegressionFigure> figures;
   std::vector<std::string> updated;  // files rewritten by --update
+  std::size_t cases = 0;             // case files run
+  bool update = false;               // the report of an --update run
   [[nodiscard]] bool passed() const;
 };
 
-/// Runs every case under `dir` (sorted by path). With `update`, rewrites each case's recorded
-/// figures instead of failing. Throws sim::config::ConfigError for bad case files.
+/// Runs every case under `dir` (sorted by path). With `update`, rewrites the recorded figures of
+/// each case that drifted instead of failing (its `figures` are those found before the rewrite).
+/// Throws sim::config::ConfigError for bad case files.
 [[nodiscard]] RegressionReport check_regressions(const std::filesystem::path& dir, bool update);
 [[nodiscard]] std::string regression_text(const RegressionReport& report);
 

@@ -135,7 +135,9 @@ int main(int argc, char** argv) {
       "check", "re-run every regression case and name each predicted figure that moved; exit 1 if any did");
   auto* check_dir_opt = check_cmd->add_option(
       "dir", check_dir, "folder of regression cases (default configs/regression, found from here or a parent folder)");
-  check_cmd->add_flag("--update", check_update, "re-record the predictions instead of checking them");
+  check_cmd->add_flag(
+      "--update", check_update,
+      "re-record the cases whose predictions moved beyond their tolerance (the others stay as they are)");
 
   auto* list_cmd = app.add_subcommand("list", "list the strategies offsim knows");
 

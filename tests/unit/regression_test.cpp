@@ -1,7 +1,8 @@
 // `offsim check`: a moved figure is named, a missing one too, and --update re-records below the
-// kept head of the file (models/regression.hpp).
+// kept head of the file, only in the cases that moved (models/regression.hpp).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -42,6 +43,49 @@ TEST(Regression, NamesDriftedFiguresAndReRecords) {
 
   const RegressionReport again = check_regressions(dir, false);
   EXPECT_TRUE(again.passed()) << regression_text(again);
+}
+
+TEST(Regression, UpdateLeavesCasesWithinTheirToleranceAsTheyAre) {
+  const fs::path dir = fs::temp_directory_path() / "offsim-regression-update-test";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string head =
+      fmt::format("name: tiny\nexperiment: {}/tests/data/tiny-dp2.yaml\ntolerance: 0.01\n", OFFSIM_SOURCE_DIR);
+  // Record both cases, then nudge one figure of `kept` by 0.5% (inside its 1%) and one of `moved`
+  // by 5% (outside it), each written with fewer digits than a re-record would print.
+  std::ofstream(dir / "kept.yaml") << head;
+  std::ofstream(dir / "moved.yaml") << head;
+  ASSERT_EQ(check_regressions(dir, true).updated.size(), 2u);
+  const auto text_of = [](const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  const RegressionReport recorded = check_regressions(dir, false);
+  ASSERT_TRUE(recorded.passed());
+  const double t = std::find_if(recorded.figures.begin(), recorded.figures.end(), [](const auto& f) {
+                     return f.figure == "iteration_time_s";
+                   })->predicted;
+  const auto nudge = [&](const fs::path& p, double factor) {
+    std::string text = text_of(p);
+    const auto at = text.find("  iteration_time_s: ");
+    const auto end = text.find('\n', at);
+    text.replace(at, end - at, fmt::format("  iteration_time_s: {:.6g}", t * factor));
+    std::ofstream(p, std::ios::binary) << text;
+    return text;
+  };
+  const std::string kept = nudge(dir / "kept.yaml", 1.005);
+  nudge(dir / "moved.yaml", 1.05);
+
+  const RegressionReport update = check_regressions(dir, true);
+  EXPECT_TRUE(update.passed());
+  ASSERT_EQ(update.updated.size(), 1u);
+  EXPECT_EQ(fs::path(update.updated[0]).filename(), "moved.yaml");
+  EXPECT_EQ(text_of(dir / "kept.yaml"), kept);
+  EXPECT_EQ(regression_text(update).rfind("recorded new figures in 1 of 2 case files", 0), 0u)
+      << regression_text(update);
+  EXPECT_TRUE(check_regressions(dir, false).passed());
+  EXPECT_EQ(regression_text(check_regressions(dir, true)),
+            "2 cases, every prediction within its tolerance: no case file rewritten\n");
 }
 
 }  // namespace
