@@ -256,5 +256,19 @@ TEST(ShippedCalibration, H100TablesAreWhatCalibrateWritesFromTheMeasurements) {
   expect_reproducible("configs/calibration/h100-sxm.copies.yaml", copies);
 }
 
+TEST(ShippedCalibration, XeonHostTableIsWhatCalibrateWritesFromTheH100MachinesHost) {
+  // configs/calibration/xeon-platinum-host.yaml: CPU Adam and casts by thread count and the copies
+  // of 64 MiB and more, pinned and pageable, measured on the lent H100 machine's Xeon.
+  CalibrateOptions o;
+  o.files = {"bench/data/h100-sxm-host-cpu-adam.csv", "bench/data/h100-sxm-transfer.csv"};
+  o.device_kind = "xeon-platinum";
+  o.filters = {"bytes=67108864|268435456|1073741824|2800000000|600000000"};
+  o.command_line =
+      "offsim calibrate bench/data/h100-sxm-host-cpu-adam.csv bench/data/h100-sxm-transfer.csv --device "
+      "xeon-platinum --filter 'bytes=67108864|268435456|1073741824|2800000000|600000000' --out "
+      "configs/calibration/xeon-platinum-host.yaml";
+  expect_reproducible("configs/calibration/xeon-platinum-host.yaml", o);
+}
+
 }  // namespace
 }  // namespace offsim::models
