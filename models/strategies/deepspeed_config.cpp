@@ -343,7 +343,7 @@ void DsConfigReader::read_zero_plus_plus(MapReader& z, const Node& zero, const Z
 }
 
 // The gradient accumulation dtype picks DeepSpeed's optimizer wrapper at stages 0-1
-// (layer_kernels.hpp, deepspeed_bf16_optimizer). Left out: DeepSpeed's default, fp32 for bf16
+// (layer_kernels.hpp, deepspeed_gradient_handling). Left out: DeepSpeed's default, fp32 for bf16
 // without ZeRO and the model's dtype otherwise (engine.py get_data_types), so fp16 training
 // accumulates in 16 bits (FP16_Optimizer without ZeRO).
 void DsConfigReader::read_data_types(MapReader& r) {

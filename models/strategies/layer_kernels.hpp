@@ -34,36 +34,9 @@ struct KernelTimes {
 /// keeps whole are a few parameters per layer, counted split too). tp = 1: `all` unchanged.
 [[nodiscard]] ParameterCounts tensor_parallel_share(const ParameterCounts& all, std::int64_t tp);
 
-/// DeepSpeed's optimizer wrapper at ZeRO stages 0-1 in bf16 training (runtime/engine.py,
-/// _do_optimizer_sanity_check): with fp32 gradient accumulation its BF16_Optimizer, which keeps an
-/// fp32 buffer of every gradient besides the bf16 ones, all-reduces the fp32 gradients, partitions
-/// the fp32 master, m and v over the data-parallel group as ZeRO-1 does, and all-gathers the
-/// updated bf16 parameters (bf16_optimizer.py); with 16-bit accumulation the ZeRO-1 optimizer at
-/// stage 1, and at stage 0 16-bit gradients with the optimizer replicated (FP16_Optimizer, or
-/// PyTorch's DDP).
-[[nodiscard]] constexpr bool deepspeed_bf16_optimizer(int zero_stage, bool fp32_grad_accum) {
-  return zero_stage <= 1 && fp32_grad_accum;
-}
-/// What the report says of BF16_Optimizer (deepspeed_bf16_optimizer): what it does, and which of
-/// its passes over the fp32 gradient buffer are not timed.
+/// What the report says of DeepSpeed's BF16_Optimizer (deepspeed_gradient_handling): what it does,
+/// and which of its passes over the fp32 gradient buffer are not timed.
 [[nodiscard]] std::string bf16_optimizer_approximation();
-/// DeepSpeed's default gradient accumulation dtype for bf16 (engine.py get_data_types): fp32
-/// without ZeRO, the model's (bf16) under ZeRO.
-[[nodiscard]] constexpr bool deepspeed_default_fp32_grad_accum(int zero_stage) {
-  return zero_stage == 0;
-}
-/// The gradient buffers a rank keeps at stages 0-1 (placement/state_placement.hpp) under DeepSpeed.
-[[nodiscard]] constexpr GradientBuffers deepspeed_gradient_buffers(int zero_stage, bool fp32_grad_accum) {
-  return deepspeed_bf16_optimizer(zero_stage, fp32_grad_accum) ? GradientBuffers::kFp32AndWorking
-                                                               : GradientBuffers::kWorking;
-}
-/// The ZeRO stage whose partitioning of the optimizer states applies: BF16_Optimizer partitions
-/// them as stage 1 does.
-[[nodiscard]] constexpr int deepspeed_optimizer_stage(int zero_stage, bool fp32_grad_accum) {
-  return deepspeed_bf16_optimizer(zero_stage, fp32_grad_accum) ? 1 : zero_stage;
-}
-/// Megatron's fp32 main_grad buffers, at ZeRO-0 and with its distributed optimizer alike.
-inline constexpr GradientBuffers kMegatronGradientBuffers = GradientBuffers::kFp32;
 
 /// How a framework's data-parallel optimizer treats the gradients, as both strategies and the
 /// search need it: the dtype they are reduced in, the wrapper, whose optimizer states are
@@ -84,22 +57,30 @@ struct GradientHandling {
   /// The name of the gradients' setup allocation at stages 0-1 without offload.
   [[nodiscard]] const char* gradient_tenant() const;
 };
-/// DeepSpeed's, by stage and gradient accumulation dtype (nullopt: its default), and at stages 2-3
-/// the dtype of the reduce-scatter (communication_data_type, FSDP's reduce_dtype).
+/// DeepSpeed's, by stage and gradient accumulation dtype (nullopt: its default, engine.py
+/// get_data_types: fp32 for bf16 without ZeRO, the model's bf16 under ZeRO), and at stages 2-3 the
+/// dtype of the reduce-scatter (communication_data_type, FSDP's reduce_dtype). At stages 0-1 the
+/// optimizer wrapper follows the accumulation dtype (engine.py _do_optimizer_sanity_check): fp32 is
+/// BF16_Optimizer, which keeps an fp32 buffer of every gradient besides the bf16 ones, all-reduces
+/// the fp32 gradients, partitions the fp32 master, m and v over the data-parallel group as ZeRO-1
+/// does and all-gathers the updated bf16 parameters (bf16_optimizer.py); 16 bits is the ZeRO-1
+/// optimizer at stage 1 and, at stage 0, 16-bit gradients with the optimizer replicated
+/// (FP16_Optimizer, or PyTorch's DDP).
 [[nodiscard]] constexpr GradientHandling deepspeed_gradient_handling(int zero_stage,
                                                                      std::optional<bool> fp32_grad_accum,
                                                                      bool fp32_gradient_reduce) {
-  const bool fp32_accum = fp32_grad_accum.value_or(deepspeed_default_fp32_grad_accum(zero_stage));
-  const bool bf16 = deepspeed_bf16_optimizer(zero_stage, fp32_accum);
-  return {bf16 || (zero_stage >= 2 && fp32_gradient_reduce), bf16, deepspeed_optimizer_stage(zero_stage, fp32_accum),
-          deepspeed_gradient_buffers(zero_stage, fp32_accum)};
+  const bool fp32_accum = fp32_grad_accum.value_or(zero_stage == 0);
+  const bool bf16 = zero_stage <= 1 && fp32_accum;
+  return {bf16 || (zero_stage >= 2 && fp32_gradient_reduce), bf16, bf16 ? 1 : zero_stage,
+          bf16 ? GradientBuffers::kFp32AndWorking : GradientBuffers::kWorking};
 }
-/// Megatron-LM's: main_grad in fp32 unless set to 16 bits (fp16 training's default,
-/// --grad-reduce-in-bf16), the optimizer partitioned at zero_stage 1 (its distributed optimizer).
+/// Megatron-LM's: main_grad in fp32 (at ZeRO-0 and with its distributed optimizer alike) unless set
+/// to 16 bits (fp16 training's default, --grad-reduce-in-bf16), the optimizer partitioned at
+/// zero_stage 1 (its distributed optimizer).
 [[nodiscard]] constexpr GradientHandling megatron_gradient_handling(int zero_stage,
                                                                     std::optional<bool> fp32_grad_accum) {
   const bool fp32 = fp32_grad_accum.value_or(true);
-  return {fp32, false, zero_stage, fp32 ? kMegatronGradientBuffers : GradientBuffers::kWorking};
+  return {fp32, false, zero_stage, fp32 ? GradientBuffers::kFp32 : GradientBuffers::kWorking};
 }
 
 /// Bytes one rank of a tensor-parallel group of `tp` keeps per layer for backward: with sequence

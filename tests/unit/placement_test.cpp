@@ -4,6 +4,8 @@
 // v). P is a multiple of g so that every share P / g is exact, except in the rounding test.
 #include <gtest/gtest.h>
 
+#include <optional>
+
 #include "models/placement/state_placement.hpp"
 #include "models/strategies/layer_kernels.hpp"
 
@@ -68,14 +70,17 @@ TEST(Placement, GradientBuffersOfTheFrameworksAtStagesZeroAndOne) {
   c.offloaded_elements = P / G;
   EXPECT_EQ(place_model_states(c, kMixed).gradients.gpu, 0);
   // The frameworks' choices.
-  EXPECT_EQ(deepspeed_gradient_buffers(0, deepspeed_default_fp32_grad_accum(0)), GradientBuffers::kFp32AndWorking);
-  EXPECT_EQ(deepspeed_gradient_buffers(1, deepspeed_default_fp32_grad_accum(1)), GradientBuffers::kWorking);
-  EXPECT_EQ(deepspeed_gradient_buffers(1, true), GradientBuffers::kFp32AndWorking);
-  EXPECT_EQ(deepspeed_gradient_buffers(0, false), GradientBuffers::kWorking);
-  EXPECT_EQ(deepspeed_optimizer_stage(0, true), 1);  // BF16_Optimizer partitions as ZeRO-1
-  EXPECT_EQ(deepspeed_optimizer_stage(0, false), 0);
-  EXPECT_EQ(deepspeed_optimizer_stage(2, true), 2);
-  EXPECT_EQ(kMegatronGradientBuffers, GradientBuffers::kFp32);
+  const auto deepspeed = [](int stage, std::optional<bool> fp32_accum) {
+    return deepspeed_gradient_handling(stage, fp32_accum, false);
+  };
+  EXPECT_EQ(deepspeed(0, std::nullopt).buffers, GradientBuffers::kFp32AndWorking);  // default: fp32 at stage 0
+  EXPECT_EQ(deepspeed(1, std::nullopt).buffers, GradientBuffers::kWorking);         // and bf16 under ZeRO
+  EXPECT_EQ(deepspeed(1, true).buffers, GradientBuffers::kFp32AndWorking);
+  EXPECT_EQ(deepspeed(0, false).buffers, GradientBuffers::kWorking);
+  EXPECT_EQ(deepspeed(0, true).optimizer_stage, 1);  // BF16_Optimizer partitions as ZeRO-1
+  EXPECT_EQ(deepspeed(0, false).optimizer_stage, 0);
+  EXPECT_EQ(deepspeed(2, true).optimizer_stage, 2);
+  EXPECT_EQ(megatron_gradient_handling(0, std::nullopt).buffers, GradientBuffers::kFp32);
 }
 
 // How each framework's optimizer treats the gradients (GradientHandling): reduction dtype (in the
