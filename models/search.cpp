@@ -10,6 +10,7 @@
 #include "models/placement/state_placement.hpp"
 #include "models/strategies/deepspeed_config.hpp"
 #include "models/strategies/layer_kernels.hpp"
+#include "models/strategies/phases/zero_policy.hpp"
 #include "sim/report/csv.hpp"
 #include "sim/report/text_table.hpp"
 
@@ -90,13 +91,13 @@ std::int64_t state_bytes(const SearchCandidate& c, std::int64_t params_on_rank) 
   counts.held = params_on_rank;
   counts.sharded = params_on_rank;
   // The candidates take their framework's default gradient handling.
-  const GradientHandling grads = c.kind == "megatron" ? megatron_gradient_handling(c.zero_stage, std::nullopt)
-                                                      : deepspeed_gradient_handling(c.zero_stage, std::nullopt, false);
-  counts.zero_stage = grads.optimizer_stage;
+  const ZeroPolicy policy = c.kind == "megatron" ? ZeroPolicy::megatron(c.zero_stage, std::nullopt)
+                                                 : ZeroPolicy::deepspeed(c.zero_stage, std::nullopt, false);
+  counts.partitioned = policy.partitioned();
   counts.shard_ranks = c.dp;
-  counts.gradient_buffers = grads.buffers;
+  counts.gradient_buffers = policy.gradient_buffers();
   counts.optimizer_offload = c.offload;
-  counts.offloaded_elements = updated_parameters(counts.zero_stage, params_on_rank, params_on_rank, c.dp);
+  counts.offloaded_elements = policy.updated_parameters(params_on_rank, params_on_rank, c.dp);
   return place_model_states(counts, kBf16MixedPrecision).gpu_model_states();
 }
 
@@ -109,7 +110,8 @@ std::string strategy_override(const SearchCandidate& c, const BaseFacts& f) {
     s = fmt::format(
         "{{kind: data_parallel, zero_stage: {}, dp: {}, tp: {}, reduce_bucket_elements: {}, overlap_comm: {}, "
         "param_persistence_threshold: {}",
-        c.zero_stage, c.dp, c.tp, kReduceBucketElements, c.zero_stage == 3 ? "true" : "false",
+        c.zero_stage, c.dp, c.tp, kReduceBucketElements,
+        ZeroPolicy::deepspeed(c.zero_stage, std::nullopt, false).deepspeed_default_overlap_comm() ? "true" : "false",
         DataParallelSpec::kDeepSpeedPersistenceThreshold);
     if (c.ep > 1) s += fmt::format(", ep: {}", c.ep);
     if (c.offload) {

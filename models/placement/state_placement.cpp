@@ -39,32 +39,34 @@ std::int64_t unsharded_gradient_bytes(GradientBuffers buffers, const StatePrecis
 
 }  // namespace
 
-std::int64_t updated_parameters(int zero_stage, std::int64_t held, std::int64_t sharded, int shard_ranks) {
-  return zero_stage == 0 ? held : share(sharded, shard_ranks);
+std::int64_t updated_parameters(const ZeroPartitioning& partitioned, std::int64_t held, std::int64_t sharded,
+                                int shard_ranks) {
+  return partitioned.optimizer ? share(sharded, shard_ranks) : held;
 }
 
 StatePlacement place_model_states(const StateCounts& c, const StatePrecision& bytes) {
   StatePlacement out;
-  const int stage = c.zero_stage;
-  out.parameter_elements = stage == 3 ? share(c.sharded - c.persistent, c.shard_ranks) + c.persistent : c.held;
-  out.updated_elements = updated_parameters(stage, c.held, c.sharded, c.shard_ranks);
+  const ZeroPartitioning& partitioned = c.partitioned;
+  out.parameter_elements =
+      partitioned.parameters ? share(c.sharded - c.persistent, c.shard_ranks) + c.persistent : c.held;
+  out.updated_elements = updated_parameters(partitioned, c.held, c.sharded, c.shard_ranks);
   (c.parameter_offload ? out.parameters.host : out.parameters.gpu) = out.parameter_elements * bytes.working;
 
   // Optimizer offload: the GPU keeps the states of its own subgroups (fp32 master, m, v and fp32
   // gradients); the host (or the NVMe) keeps the rest.
   const std::int64_t offloaded = c.optimizer_offload ? c.offloaded_elements : 0;
   const std::int64_t gpu_updated = out.updated_elements - offloaded;
-  out.gradients.gpu = c.optimizer_offload ? gpu_updated * bytes.fp32
-                      : stage >= 2        ? share(c.sharded, c.shard_ranks) * bytes.working
-                                          : c.held * unsharded_gradient_bytes(c.gradient_buffers, bytes);
+  out.gradients.gpu = c.optimizer_offload     ? gpu_updated * bytes.fp32
+                      : partitioned.gradients ? share(c.sharded, c.shard_ranks) * bytes.working
+                                              : c.held * unsharded_gradient_bytes(c.gradient_buffers, bytes);
   out.optimizer.gpu = gpu_updated * bytes.optimizer;
   if (c.optimizer_offload) {
     (c.nvme ? out.optimizer.nvme : out.optimizer.host) = offloaded * bytes.optimizer;
     (c.nvme ? out.gradients.nvme : out.gradients.host) = offloaded * bytes.fp32;
     if (c.nvme) out.swap_buffers.host = c.swap_buffer_elements * bytes.fp32;
-    if (stage == 3) out.gradient_buffer.host = out.updated_elements * bytes.working;
+    if (partitioned.parameters) out.gradient_buffer.host = out.updated_elements * bytes.working;
   }
-  if (stage >= 2) out.reduce_bucket.gpu = std::min(c.reduce_bucket_elements, c.held) * bytes.working;
+  if (partitioned.gradients) out.reduce_bucket.gpu = std::min(c.reduce_bucket_elements, c.held) * bytes.working;
   out.secondary.gpu = c.secondary_elements * bytes.working;
   return out;
 }

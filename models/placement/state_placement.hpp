@@ -40,6 +40,15 @@ enum class GradientBuffers {
   kFp32AndWorking,
 };
 
+// Which states ZeRO partitions over the shard group (strategies/phases/zero_policy.hpp works it
+// out from the stage and the framework): stage 1 the optimizer states, stage 2 the gradients too,
+// stage 3 the parameters too.
+struct ZeroPartitioning {
+  bool optimizer = false;
+  bool gradients = false;
+  bool parameters = false;
+};
+
 // What one rank holds and how ZeRO shards it.
 struct StateCounts {
   // The parameters the rank holds whole before sharding (P: all of its tensor-parallel share, or
@@ -47,7 +56,7 @@ struct StateCounts {
   std::int64_t held = 0;
   // The parameters ZeRO shards over `shard_ranks` (P_model); a rank's share is their ceil 1/shard.
   std::int64_t sharded = 0;
-  int zero_stage = 0;
+  ZeroPartitioning partitioned;
   int shard_ranks = 1;
   // Stages 0-1 without optimizer offload: the gradient buffers (see GradientBuffers).
   GradientBuffers gradient_buffers = GradientBuffers::kWorking;
@@ -95,9 +104,10 @@ struct StatePlacement {
   }
 };
 
-// The parameters whose optimizer states a rank holds and updates: all it holds at stage 0, its
-// 1/shard_ranks share of the sharded ones at stages 1-3.
-[[nodiscard]] std::int64_t updated_parameters(int zero_stage, std::int64_t held, std::int64_t sharded, int shard_ranks);
+// The parameters whose optimizer states a rank holds and updates: all it holds when the optimizer
+// is replicated, its 1/shard_ranks share of the sharded ones when it is partitioned.
+[[nodiscard]] std::int64_t updated_parameters(const ZeroPartitioning& partitioned, std::int64_t held,
+                                              std::int64_t sharded, int shard_ranks);
 
 // The bytes of each of one rank's states in each tier.
 [[nodiscard]] StatePlacement place_model_states(const StateCounts& counts, const StatePrecision& precision);

@@ -39,6 +39,9 @@
 #include "models/collectives/communicator.hpp"
 #include "models/placement/state_placement.hpp"
 #include "models/strategies/layer_kernels.hpp"
+#include "models/strategies/phases/rank_timeline.hpp"
+#include "models/strategies/phases/steps.hpp"
+#include "models/strategies/phases/zero_policy.hpp"
 #include "models/strategies/strategy.hpp"
 #include "models/transformer/phases.hpp"
 
@@ -98,9 +101,7 @@ Module make_module(std::string name, const std::vector<std::int64_t>& parts, std
 int checked_ranks(const IterationInputs& in, const DataParallelSpec& spec) {
   const auto& m = in.model;
   const int ranks = static_cast<int>(spec.devices.size());
-  const int stage = spec.zero_stage;
   if (ranks < 1) throw std::invalid_argument("data_parallel needs at least one device");
-  if (stage < 0 || stage > 3) throw std::invalid_argument("data_parallel: zero_stage must be 0 to 3");
   const int tp = spec.tp;
   if (tp < 1 || ranks % tp != 0) {
     throw std::invalid_argument(fmt::format("data_parallel: tp ({}) must divide the {} ranks", tp, ranks));
@@ -124,11 +125,8 @@ int checked_ranks(const IterationInputs& in, const DataParallelSpec& spec) {
   return ranks;
 }
 
-// Where a simulated rank runs: its GPU's unit and pool, and with offload its host (and NVMe).
+// Where a simulated rank's offload goes (its GPU is its slot of the RankTimeline): its host (and NVMe).
 struct Rank {
-  std::uint32_t unit = 0;
-  std::uint32_t pool = 0;
-  std::string prefix;
   std::size_t host = 0;  // the nearest CPU (offload)
   std::uint32_t host_pool = 0;
   sim::ConstraintId host_memory;                // its DDR, crossed by host copies and CPU work
@@ -185,11 +183,11 @@ class DataParallelBuilder {
         spec(strategy),
         out(),
         g(out.graph),
+        timeline(out.graph),
         m(inputs.model),
         train(inputs.training),
         ranks(checked_ranks(inputs, strategy)),
-        stage(strategy.zero_stage),
-        grads(deepspeed_gradient_handling(stage, strategy.fp32_grad_accum, strategy.fp32_gradient_reduce)),
+        policy(ZeroPolicy::deepspeed(strategy.zero_stage, strategy.fp32_grad_accum, strategy.fp32_gradient_reduce)),
         tp(strategy.tp),
         replicas(ranks / tp),
         ep(strategy.ep),
@@ -203,7 +201,7 @@ class DataParallelBuilder {
         expert_plan{{Band{"expert-dp", ep, ranks}}, StageAlgorithm::kRing, {}},
         dispatch_plan{{Band{"ep", 1, ep}}, StageAlgorithm::kAllToAll, {}},
         part(strategy.partitioning.value_or(Partitioning{replicas, replica_plan, 0, {}, replica_plan, {}})),
-        shard(stage == 3 ? part.shard_ranks : replicas),
+        shard(policy.gathers_parameters_before_use() ? part.shard_ranks : replicas),
         offload(strategy.offload.has_value()),
         off(strategy.offload.value_or(OptimizerOffload{})),
         backward_tasks(sims),
@@ -239,7 +237,7 @@ class DataParallelBuilder {
     if (secondary_elements > 0) {
       const Bytes secondary{states().secondary.gpu};
       for (int r = 0; r < sims; ++r) {
-        end[r] = release(r, "free.secondary", phase::kOptimizer, kSecondary, secondary, {end[r]});
+        end[r] = timeline.release(r, "free.secondary", phase::kOptimizer, kSecondary, secondary, {end[r]});
       }
     }
     (void)g.add("iteration.end", "end", BarrierTask{}, end);
@@ -252,14 +250,15 @@ class DataParallelBuilder {
   const DataParallelSpec& spec;
   BuiltIteration out;
   sim::TaskGraph& g;
+  RankTimeline timeline;  // the simulated ranks' GPUs (place_ranks)
   const ModelSpec& m;
   const TrainingSpec& train;
   const int ranks;
-  const int stage;
-  // DeepSpeed's handling of the gradients (layer_kernels.hpp): at stages 0-1 with fp32 gradient
-  // accumulation its BF16_Optimizer, whose optimizer states are partitioned as at stage 1 and whose
-  // all-reduce moves the fp32 gradients; at stages 2-3 the reduce-scatter's dtype.
-  const GradientHandling grads;
+  // What the stage partitions and how DeepSpeed's engine treats the gradients (zero_policy.hpp): at
+  // stages 0-1 with fp32 gradient accumulation its BF16_Optimizer, whose optimizer states are
+  // partitioned as at stage 1 and whose all-reduce moves the fp32 gradients; at stages 2-3 the
+  // reduce-scatter's dtype.
+  const ZeroPolicy policy;
   const int tp;
   const int replicas;
   // Expert parallelism (DeepSpeed-MoE): the experts of every MoE layer spread over ep consecutive
@@ -340,8 +339,7 @@ class DataParallelBuilder {
   // stages 1-3, reduced to their owner (DeepSpeed's ZeRO optimizer, stage_1_and_2.py average_tensor:
   // one reduce per owner's slice of a bucket, costed as a reduce-scatter); a replicated optimizer,
   // and BF16_Optimizer (engine.py allreduce_gradients, buffered_allreduce_fallback), all-reduce.
-  const CollectiveKind reduction =
-      grads.reduce_to_owners() ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce;
+  const CollectiveKind reduction = policy.gradient_reduction();
   std::vector<std::vector<TaskId>> gradient_swaps;  // ZeRO-Infinity gradient writes
   std::vector<TaskId> reduce_stream;                // empty until the first bucket
   std::vector<TaskId> last_backward;
@@ -358,15 +356,17 @@ class DataParallelBuilder {
       params.total = params.layers + params.embedding + params.position + params.final_norm + params.output_head;
     }
     P = params.total;
-    updated_on_rank = updated_parameters(grads.optimizer_stage, P, P_model, shard);
+    updated_on_rank = policy.updated_parameters(P, P_model, shard);
   }
   [[nodiscard]] std::int64_t partition(std::int64_t n) const { return (n + shard - 1) / shard; }
 
   // Optimizer offload's subgroups and the CPU's share of them.
   void split_offload_subgroups() {
     if (offload) {
-      // ZeRO-2 runs CPU Adam over the whole partition at once (one parameter group here).
-      const std::int64_t group_size = stage == 2 ? updated_on_rank : off.sub_group_size;
+      // ZeRO-2 (stage_1_and_2.py) runs CPU Adam over the whole partition at once (one parameter group
+      // here); stage 3 in subgroups.
+      const std::int64_t group_size =
+          policy.engine() == OptimizerEngine::kZeroStage1And2 ? updated_on_rank : off.sub_group_size;
       for (std::int64_t left = updated_on_rank; left > 0; left -= group_size) {
         subgroups.push_back(std::min(left, group_size));
       }
@@ -435,9 +435,8 @@ class DataParallelBuilder {
     for (int r = 0; r < sims; ++r) {
       Rank info;
       const std::size_t device = out.devices[layout.simulated[r]];
-      info.unit = *out.machine.unit_of_device[device];
-      info.pool = *out.machine.pool_of_device[device];
-      info.prefix = fmt::format(FMT_COMPILE("r{}"), layout.simulated[r]);
+      (void)timeline.add_rank(layout.simulated[r], *out.machine.unit_of_device[device],
+                              *out.machine.pool_of_device[device]);
       if (offload) {
         const auto host = nearest_cpu(in.topology, device);
         if (!host) {
@@ -494,8 +493,8 @@ class DataParallelBuilder {
                       std::optional<sim::Bandwidth> bound, std::vector<TaskId> deps) {
     std::vector<sim::ConstraintId> route{rank_info[r].host_memory};
     if (rank_info[r].host_cores) route.push_back(*rank_info[r].host_cores);
-    return g.add(fmt::format(FMT_COMPILE("{}.{}"), rank_info[r].prefix, name), phase,
-                 TransferTask{std::move(route), bytes, TimePs{0}, bound, {}}, std::move(deps));
+    return g.add(timeline.task_name(r, name), phase, TransferTask{std::move(route), bytes, TimePs{0}, bound, {}},
+                 std::move(deps));
   }
   // Framework work on the rank's host thread (launching collectives, Python bookkeeping): a delay
   // that holds no link or unit. One thread per rank, so each piece also waits for the rank's
@@ -503,7 +502,7 @@ class DataParallelBuilder {
   TaskId host_work(int r, const std::string& name, TimePs duration, std::vector<TaskId> deps) {
     if (host_thread.empty()) host_thread.resize(static_cast<std::size_t>(sims));
     if (host_thread[r]) deps.push_back(*host_thread[r]);
-    const TaskId t = g.add(fmt::format(FMT_COMPILE("{}.{}"), rank_info[r].prefix, name), phase::kCommunication,
+    const TaskId t = g.add(timeline.task_name(r, name), phase::kCommunication,
                            TransferTask{{}, Bytes{0}, duration, std::nullopt, {}}, std::move(deps));
     host_thread[r] = t;
     return t;
@@ -539,7 +538,7 @@ class DataParallelBuilder {
     const std::size_t gpu = out.devices[layout.simulated[r]];
     const std::size_t cpu = rank_info[r].host;
     const CopyFit* fit = copy_fit(to_host, pinned);
-    return g.add(fmt::format(FMT_COMPILE("{}.{}"), rank_info[r].prefix, name), phase,
+    return g.add(timeline.task_name(r, name), phase,
                  TransferTask{to_host ? out.machine.transfer_route(in.topology, gpu, cpu)
                                       : out.machine.transfer_route(in.topology, cpu, gpu),
                               bytes,
@@ -552,7 +551,7 @@ class DataParallelBuilder {
   TaskId swap(int r, const std::string& name, bool to_nvme, Bytes bytes, std::vector<TaskId> deps) {
     const std::size_t cpu = rank_info[r].host;
     const std::size_t nvme = rank_info[r].nvme;
-    return g.add(fmt::format(FMT_COMPILE("{}.{}"), rank_info[r].prefix, name), phase::kOptimizer,
+    return g.add(timeline.task_name(r, name), phase::kOptimizer,
                  TransferTask{to_nvme ? out.machine.transfer_route(in.topology, cpu, nvme)
                                       : out.machine.transfer_route(in.topology, nvme, cpu),
                               bytes,
@@ -599,27 +598,6 @@ class DataParallelBuilder {
     }
     out.approximations.push_back("Twin-Flow: each gradient bucket is offloaded in the CPU share of the partition");
   }
-  TaskId compute(int r, const std::string& name, const char* phase, TimePs duration, sim::Flops flops,
-                 const char* kernel, std::vector<TaskId> deps) {
-    return g.add(fmt::format(FMT_COMPILE("{}.{}"), rank_info[r].prefix, name), phase,
-                 ComputeTask{rank_info[r].unit, duration, flops, Bytes{0}, kernel}, std::move(deps));
-  }
-  TaskId alloc(int r, const std::string& name, const char* phase, const char* tenant, Bytes bytes,
-               std::vector<TaskId> deps) {
-    return g.add(fmt::format(FMT_COMPILE("{}.{}"), rank_info[r].prefix, name), phase,
-                 AllocTask{rank_info[r].pool, tenant, bytes}, std::move(deps));
-  }
-  TaskId release(int r, const std::string& name, const char* phase, const char* tenant, Bytes bytes,
-                 std::vector<TaskId> deps) {
-    return g.add(fmt::format(FMT_COMPILE("{}.{}"), rank_info[r].prefix, name), phase,
-                 sim::FreeTask{rank_info[r].pool, tenant, bytes}, std::move(deps));
-  }
-  [[nodiscard]] std::vector<std::vector<TaskId>> per_rank(const std::vector<TaskId>& tasks) const {
-    std::vector<std::vector<TaskId>> deps(sims);
-    for (int r = 0; r < sims; ++r) deps[r] = {tasks[r]};
-    return deps;
-  }
-
   // Each rank's model states per memory tier (models/placement): at stage 3 each rank keeps its
   // partition of the gathered parameters and every persistent one whole (DeepSpeed's
   // param_persistence_threshold); with offload, the host (or the NVMe) keeps the states of the CPU
@@ -628,9 +606,9 @@ class DataParallelBuilder {
     StateCounts c;
     c.held = P;
     c.sharded = P_model;
-    c.zero_stage = grads.optimizer_stage;
+    c.partitioned = policy.partitioned();
     c.shard_ranks = shard;
-    c.gradient_buffers = grads.buffers;
+    c.gradient_buffers = policy.gradient_buffers();
     c.persistent = persistent;
     c.reduce_bucket_elements = spec.reduce_bucket_elements;
     c.optimizer_offload = offload;
@@ -648,31 +626,18 @@ class DataParallelBuilder {
   void place_states() {
     const StatePlacement st = states();
     for (int r = 0; r < sims; ++r) {
-      const TaskId a0 =
-          spec.offload_param
-              ? g.add(
-                    fmt::format(FMT_COMPILE("{}.alloc.parameters"), rank_info[r].prefix), "setup",
-                    AllocTask{rank_info[r].host_pool, "parameter partition on host (bf16)", Bytes{st.parameters.host}},
-                    {})
-              : alloc(r, "alloc.parameters", "setup", stage == 3 ? "parameter partition (bf16)" : "parameters (bf16)",
-                      Bytes{st.parameters.gpu}, {});
       // With offload, the GPU keeps the states of its GPU-resident subgroups (fp32 master, m, v and
       // fp32 gradients); the host keeps the rest and a bf16 buffer for the whole gradient partition.
-      const TaskId a1 = alloc(r, "alloc.gradients", "setup",
-                              offload      ? "fp32 gradients of GPU subgroups"
-                              : stage >= 2 ? "gradient partition (bf16)"
-                                           : grads.gradient_tenant(),
-                              Bytes{st.gradients.gpu}, {a0});
-      TaskId last =
-          alloc(r, "alloc.optimizer", "setup", "optimizer states (fp32 master, m, v)", Bytes{st.optimizer.gpu}, {a1});
+      TaskId last = allocate_model_states(
+          timeline, r, st, policy, offload,
+          spec.offload_param ? std::optional(ParameterHostPool{rank_info[r].host_pool}) : std::nullopt);
       if (offload) {
         const auto host_alloc = [&](const char* name, const char* tenant, Bytes bytes, TaskId after) {
-          return g.add(fmt::format(FMT_COMPILE("{}.{}"), rank_info[r].prefix, name), "setup",
-                       AllocTask{rank_info[r].host_pool, tenant, bytes}, {after});
+          return g.add(timeline.task_name(r, name), "setup", AllocTask{rank_info[r].host_pool, tenant, bytes}, {after});
         };
         if (off.nvme) {
           // States and fp32 gradients on the NVMe; the host keeps the pinned swap buffers.
-          last = g.add(fmt::format(FMT_COMPILE("{}.alloc.nvme_states"), rank_info[r].prefix), "setup",
+          last = g.add(timeline.task_name(r, "alloc.nvme_states"), "setup",
                        AllocTask{rank_info[r].nvme_pool, "optimizer states and fp32 gradients on NVMe",
                                  Bytes{st.optimizer.nvme + st.gradients.nvme}},
                        {last});
@@ -682,14 +647,14 @@ class DataParallelBuilder {
                             Bytes{st.optimizer.host}, last);
           last = host_alloc("alloc.host_gradients", "fp32 gradients on host", Bytes{st.gradients.host}, last);
         }
-        if (stage == 3) {
+        if (policy.engine() == OptimizerEngine::kZeroStage3) {
           last = host_alloc("alloc.host_gradient_buffer", "bf16 gradient buffer on host",
                             Bytes{st.gradient_buffer.host}, last);
         }
       }
-      if (stage >= 2) {
-        last = alloc(r, "alloc.reduce_bucket", "setup", "gradient reduce bucket (bf16)", Bytes{st.reduce_bucket.gpu},
-                     {last});
+      if (policy.reduces_every_micro_batch()) {
+        last = timeline.alloc(r, "alloc.reduce_bucket", "setup", "gradient reduce bucket (bf16)",
+                              Bytes{st.reduce_bucket.gpu}, {last});
       }
       prev[r] = last;
     }
@@ -706,8 +671,8 @@ class DataParallelBuilder {
       // Blocking fetch: the gather starts once the rank's queued work (the previous module) is done.
       if (spec.zero3_fetch == DataParallelSpec::Fetch::kBlocking) d.push_back(prev[r]);
       d.insert(d.end(), freed_two_ago[r].begin(), freed_two_ago[r].end());
-      allocated[r] = alloc(r, fmt::format(FMT_COMPILE("{}.alloc.{}"), when, mod.name), phase::kCommunication, kGathered,
-                           Bytes{mod.gathered() * kBf16Bytes}, std::move(d));
+      allocated[r] = timeline.alloc(r, fmt::format(FMT_COMPILE("{}.alloc.{}"), when, mod.name), phase::kCommunication,
+                                    kGathered, Bytes{mod.gathered() * kBf16Bytes}, std::move(d));
       deps[r] = {allocated[r]};
     }
     // Backward gathers come from the secondary partition inside its group when there is one (hpZ).
@@ -734,14 +699,14 @@ class DataParallelBuilder {
                                    : from_secondary ? part.secondary_gather
                                                     : part.parameter_gather;
       done = comm.add(CollectiveKind::kAllGather, fmt::format(FMT_COMPILE("gather.{}.{}.{}"), when, mod.name, i),
-                      mod.gathers[i], plan, per_rank(done));
+                      mod.gathers[i], plan, timeline.per_rank(done));
     }
     gather_stream = done;
     return done;
   }
   void release_module(int r, const Module& mod, const std::string& when, TaskId after) {
-    const TaskId f = release(r, fmt::format(FMT_COMPILE("{}.free.{}"), when, mod.name), phase::kCommunication,
-                             kGathered, Bytes{mod.gathered() * kBf16Bytes}, {after});
+    const TaskId f = timeline.release(r, fmt::format(FMT_COMPILE("{}.free.{}"), when, mod.name), phase::kCommunication,
+                                      kGathered, Bytes{mod.gathered() * kBf16Bytes}, {after});
     freed_two_ago[r] = freed_one_ago[r];
     freed_one_ago[r] = {f};
   }
@@ -751,25 +716,26 @@ class DataParallelBuilder {
   template <typename Body>
   void run_module_on_all(const Module& mod, const std::string& when, Body&& body) {
     std::vector<TaskId> gathered;
-    if (stage == 3) gathered = gather_module(mod, when);
-    const bool keep_secondary = stage == 3 && part.secondary_ranks > 0 && when == "mb0.fwd";
+    const bool gathers = policy.gathers_parameters_before_use();
+    if (gathers) gathered = gather_module(mod, when);
+    const bool keep_secondary = gathers && part.secondary_ranks > 0 && when == "mb0.fwd";
     const std::int64_t secondary_shard =
         (mod.gathered() + part.secondary_ranks - 1) / std::max(1, part.secondary_ranks);
     if (keep_secondary) secondary_elements += secondary_shard;
     std::vector<std::vector<TaskId>> deps(sims);
     for (int r = 0; r < sims; ++r) {
       deps[r] = {prev[r]};
-      if (stage == 3) deps[r].push_back(gathered[r]);
+      if (gathers) deps[r].push_back(gathered[r]);
       if (keep_secondary) {
-        secondary_kept[r].push_back(alloc(r, fmt::format(FMT_COMPILE("alloc.secondary.{}"), mod.name),
-                                          phase::kCommunication, kSecondary, Bytes{secondary_shard * kBf16Bytes},
-                                          {gathered[r]}));
+        secondary_kept[r].push_back(timeline.alloc(r, fmt::format(FMT_COMPILE("alloc.secondary.{}"), mod.name),
+                                                   phase::kCommunication, kSecondary,
+                                                   Bytes{secondary_shard * kBf16Bytes}, {gathered[r]}));
         deps[r].push_back(secondary_kept[r].back());
       }
     }
     prev = body(std::move(deps));
     for (int r = 0; r < sims; ++r) {
-      if (stage == 3) release_module(r, mod, when, prev[r]);
+      if (gathers) release_module(r, mod, when, prev[r]);
     }
   }
   // The same with `body(r, deps)` building one rank's work at a time.
@@ -807,14 +773,15 @@ class DataParallelBuilder {
     for (std::size_t i = 0; i < steps.size(); ++i) {
       if (!steps[i]) {
         t.end = comm.add(CollectiveKind::kReduceScatter, fmt::format(FMT_COMPILE("all_to_all.{}.{}"), name, i),
-                         dispatch_elements, dispatch_plan, started ? per_rank(t.end) : deps);
-        if (!started) deps = per_rank(t.end);
+                         dispatch_elements, dispatch_plan, started ? timeline.per_rank(t.end) : deps);
+        if (!started) deps = timeline.per_rank(t.end);
         continue;
       }
       for (int r = 0; r < sims; ++r) {
         const double share = total.ps > 0 ? static_cast<double>(steps[i]->ps) / static_cast<double>(total.ps) : 0.0;
-        t.last_compute[r] = compute(r, fmt::format(FMT_COMPILE("{}.{}"), name, i), phase, *steps[i], flops * share,
-                                    "layer", started ? std::vector<TaskId>{t.end[r]} : std::move(deps[r]));
+        t.last_compute[r] =
+            timeline.compute(r, fmt::format(FMT_COMPILE("{}.{}"), name, i), phase, *steps[i], flops * share, "layer",
+                             started ? std::vector<TaskId>{t.end[r]} : std::move(deps[r]));
         if (!started) t.first[r] = t.last_compute[r];
         t.end[r] = t.last_compute[r];
       }
@@ -834,20 +801,20 @@ class DataParallelBuilder {
     if (tp == 1) {
       for (int r = 0; r < sims; ++r) {
         t.first[r] = t.last_compute[r] = t.end[r] =
-            compute(r, name, phase, duration, flops, "layer", std::move(deps[r]));
+            timeline.compute(r, name, phase, duration, flops, "layer", std::move(deps[r]));
       }
       return t;
     }
     const TimePs piece{duration.ps / reductions};
     for (int part_index = 0; part_index < reductions; ++part_index) {
       for (int r = 0; r < sims; ++r) {
-        t.last_compute[r] =
-            compute(r, fmt::format(FMT_COMPILE("{}.{}"), name, part_index), phase, piece, flops * (1.0 / reductions),
-                    "layer", part_index == 0 ? std::move(deps[r]) : std::vector<TaskId>{t.end[r]});
+        t.last_compute[r] = timeline.compute(r, fmt::format(FMT_COMPILE("{}.{}"), name, part_index), phase, piece,
+                                             flops * (1.0 / reductions), "layer",
+                                             part_index == 0 ? std::move(deps[r]) : std::vector<TaskId>{t.end[r]});
         if (part_index == 0) t.first[r] = t.last_compute[r];
       }
       t.end = comm.add(CollectiveKind::kAllReduce, fmt::format(FMT_COMPILE("tp.{}.{}"), name, part_index),
-                       activation_elements, tp_plan, per_rank(t.last_compute));
+                       activation_elements, tp_plan, timeline.per_rank(t.last_compute));
     }
     return t;
   }
@@ -856,7 +823,7 @@ class DataParallelBuilder {
   void micro_batch(std::int64_t mb) {
     const std::string mbs = fmt::format(FMT_COMPILE("mb{}"), mb);
     const bool last_mb = mb == train.grad_accum - 1;
-    const bool reduces = stage >= 2 || last_mb;  // this micro-batch's gradients are reduced
+    const bool reduces = policy.reduces_every_micro_batch() || last_mb;  // this micro-batch's gradients are reduced
     for (auto& it : items) it.ready_on_rank.clear();
     for (auto& tasks : backward_tasks) tasks.clear();
     reduce_host.clear();
@@ -864,15 +831,14 @@ class DataParallelBuilder {
     const TaskId b_first = backward_pass(mbs, reduces);
     out.spans.push_back({phase::kForward, fwd.first, fwd.second, false});
     out.spans.push_back({phase::kBackward, b_first, last_backward[0], false});
-    if (grads.bf16_optimizer) accumulate_fp32_gradients(mbs);
+    if (policy.bf16_optimizer()) accumulate_fp32_gradients(mbs);
     if (!reduces) return;
     reduce_micro_batch(mb, last_mb);
     if (!last_mb) {
       // DeepSpeed's end-of-backward epilogue flushes the last bucket and waits for the reduce
       // stream: the next micro-batch's forward starts after this one's gradients are reduced.
       for (int r = 0; r < sims; ++r) {
-        prev[r] = g.add(fmt::format(FMT_COMPILE("r{}.{}.gradients_reduced"), r, mbs), phase::kCommunication,
-                        BarrierTask{}, {prev[r], reduce_stream[r]});
+        prev[r] = timeline.barrier(r, mbs + ".gradients_reduced", phase::kCommunication, {prev[r], reduce_stream[r]});
       }
       out.spans.push_back({phase::kExposedCommunication, last_backward[0], prev[0], true});
     }
@@ -881,11 +847,10 @@ class DataParallelBuilder {
   // done, on the compute stream (precision.hpp); its gradient all-reduce starts after that
   // (engine.py backward: the optimizer's backward, then allreduce_gradients).
   void accumulate_fp32_gradients(const std::string& mbs) {
-    const TimePs duration = in.costs.memory_bound_time(Bytes{P * kBf16OptimizerAccumulationBytesPerParam});
     const TaskId backward_end = last_backward[0];
     for (int r = 0; r < sims; ++r) {
-      last_backward[r] = prev[r] =
-          compute(r, mbs + ".accumulate_fp32_gradients", phase::kOptimizer, duration, {}, "memory", {last_backward[r]});
+      last_backward[r] = prev[r] = models::accumulate_fp32_gradients(timeline, r, mbs + ".accumulate_fp32_gradients",
+                                                                     in.costs, P, 1, last_backward[r]);
     }
     out.spans.push_back({phase::kOptimizer, backward_end, last_backward[0], true});
   }
@@ -894,15 +859,15 @@ class DataParallelBuilder {
   std::pair<TaskId, TaskId> forward_pass(const std::string& mbs) {
     std::vector<TaskId> f_first(sims), f_last(sims);
     run_module(modules.front(), mbs + ".fwd", [&](int r, std::vector<TaskId> deps) {
-      return f_first[r] =
-                 compute(r, mbs + ".fwd.embedding", phase::kForward, k.embed_fwd, {}, "memory", std::move(deps));
+      return f_first[r] = timeline.compute(r, mbs + ".fwd.embedding", phase::kForward, k.embed_fwd, {}, "memory",
+                                           std::move(deps));
     });
     for (std::int64_t l = 0; l < m.layers; ++l) {
       run_module_on_all(modules[static_cast<std::size_t>(l + 1)], mbs + ".fwd",
                         [&](std::vector<std::vector<TaskId>> deps) {
                           for (int r = 0; r < sims; ++r) {
-                            deps[r].push_back(alloc(r, fmt::format(FMT_COMPILE("{}.alloc.act{}"), mbs, l),
-                                                    phase::kForward, "activations", stored, {prev[r]}));
+                            deps[r].push_back(timeline.alloc(r, fmt::format(FMT_COMPILE("{}.alloc.act{}"), mbs, l),
+                                                             phase::kForward, "activations", stored, {prev[r]}));
                           }
                           return layer_compute(fmt::format(FMT_COMPILE("{}.fwd.layer{}"), mbs, l), phase::kForward,
                                                true, (w.gemm + w.attention) * (1.0 / tp), std::move(deps))
@@ -910,10 +875,11 @@ class DataParallelBuilder {
                         });
     }
     run_module(modules.back(), mbs + ".fwd", [&](int r, std::vector<TaskId> deps) {
-      deps.push_back(alloc(r, mbs + ".alloc.logits", phase::kForward, "activations", logits, {prev[r]}));
-      deps.push_back(alloc(r, mbs + ".alloc.loss", phase::kForward, "activations", loss_workspace, {prev[r]}));
-      f_last[r] = compute(r, mbs + ".fwd.head", phase::kForward, k.head_fwd, head_flops, "gemm", std::move(deps));
-      return release(r, mbs + ".free.loss", phase::kForward, "activations", loss_workspace, {f_last[r]});
+      deps.push_back(timeline.alloc(r, mbs + ".alloc.logits", phase::kForward, "activations", logits, {prev[r]}));
+      deps.push_back(timeline.alloc(r, mbs + ".alloc.loss", phase::kForward, "activations", loss_workspace, {prev[r]}));
+      f_last[r] =
+          timeline.compute(r, mbs + ".fwd.head", phase::kForward, k.head_fwd, head_flops, "gemm", std::move(deps));
+      return timeline.release(r, mbs + ".free.loss", phase::kForward, "activations", loss_workspace, {f_last[r]});
     });
     return {f_first[0], f_last[0]};
   }
@@ -924,15 +890,16 @@ class DataParallelBuilder {
     // Backward: head, layers in reverse, embedding.
     std::size_t item = 0;
     run_module(modules.back(), mbs + ".bwd", [&](int r, std::vector<TaskId> deps) {
-      deps.push_back(alloc(r, mbs + ".alloc.loss_grad", phase::kBackward, "activations", loss_workspace, {prev[r]}));
-      b_first[r] =
-          compute(r, mbs + ".bwd.head", phase::kBackward, k.head_bwd, head_flops * 2.0, "gemm", std::move(deps));
-      release(r, mbs + ".free.loss_grad", phase::kBackward, "activations", loss_workspace, {b_first[r]});
+      deps.push_back(
+          timeline.alloc(r, mbs + ".alloc.loss_grad", phase::kBackward, "activations", loss_workspace, {prev[r]}));
+      b_first[r] = timeline.compute(r, mbs + ".bwd.head", phase::kBackward, k.head_bwd, head_flops * 2.0, "gemm",
+                                    std::move(deps));
+      timeline.release(r, mbs + ".free.loss_grad", phase::kBackward, "activations", loss_workspace, {b_first[r]});
       if (reduces) {
         items[item].ready_on_rank.push_back(b_first[r]);
         backward_tasks[r].push_back(b_first[r]);
       }
-      return release(r, mbs + ".free.logits", phase::kBackward, "activations", logits, {b_first[r]});
+      return timeline.release(r, mbs + ".free.logits", phase::kBackward, "activations", logits, {b_first[r]});
     });
     if (reduces) launch_reduce_host(item, mbs);
     ++item;
@@ -950,8 +917,8 @@ class DataParallelBuilder {
                               items[item].ready_on_rank.push_back(b.last_compute[r]);
                               backward_tasks[r].push_back(b.first[r]);
                             }
-                            done[r] = release(r, fmt::format(FMT_COMPILE("{}.free.act{}"), mbs, l), phase::kBackward,
-                                              "activations", stored, {b.end[r]});
+                            done[r] = timeline.release(r, fmt::format(FMT_COMPILE("{}.free.act{}"), mbs, l),
+                                                       phase::kBackward, "activations", stored, {b.end[r]});
                           }
                           return done;
                         });
@@ -959,7 +926,8 @@ class DataParallelBuilder {
       ++item;
     }
     run_module(modules.front(), mbs + ".bwd", [&](int r, std::vector<TaskId> deps) {
-      const TaskId b = compute(r, mbs + ".bwd.embedding", phase::kBackward, k.embed_bwd, {}, "memory", std::move(deps));
+      const TaskId b =
+          timeline.compute(r, mbs + ".bwd.embedding", phase::kBackward, k.embed_bwd, {}, "memory", std::move(deps));
       if (reduces) {
         items[item].ready_on_rank.push_back(b);
         backward_tasks[r].push_back(b);
@@ -974,7 +942,7 @@ class DataParallelBuilder {
   // thread launches the bucket's per-tensor reduce-scatters (from the backward hooks, before the
   // next module's fetch: built here, in program order, so the host thread's work stays in order).
   void launch_reduce_host(std::size_t item, const std::string& mbs) {
-    if (stage != 3 || !spec.zero3_host) return;
+    if (policy.engine() != OptimizerEngine::kZeroStage3 || !spec.zero3_host) return;
     const std::size_t b = reduce_host.size();  // the next bucket to close
     if (b >= buckets.size() || buckets[b].last_item != item) return;
     const TimePs launch{spec.zero3_host->reduce_scatter.at(part.shard_ranks).ps * buckets[b].tensors};
@@ -996,7 +964,7 @@ class DataParallelBuilder {
       std::vector<std::vector<TaskId>> deps(sims);
       for (int r = 0; r < sims; ++r) {
         // BF16_Optimizer reduces after its accumulation, whatever overlap_comm says.
-        deps[r] = {spec.overlap_comm && !grads.bf16_optimizer ? ready_on_rank[r] : last_backward[r]};
+        deps[r] = {spec.overlap_comm && !policy.bf16_optimizer() ? ready_on_rank[r] : last_backward[r]};
         if (!reduce_stream.empty()) deps[r].push_back(reduce_stream[r]);
       }
       const std::string bucket = fmt::format(FMT_COMPILE("mb{}.bucket{}"), mb, b);
@@ -1014,22 +982,22 @@ class DataParallelBuilder {
       if (buckets[b].expert_elements > 0) {
         // Expert parallelism: the bucket's expert gradients over the experts' data-parallel group,
         // then the rest over all ranks.
-        deps = per_rank(comm.add(reduction, bucket + ".experts", grads.reduced_elements(buckets[b].expert_elements),
-                                 expert_plan, deps));
+        deps = timeline.per_rank(comm.add(reduction, bucket + ".experts",
+                                          policy.reduced_elements(buckets[b].expert_elements), expert_plan, deps));
       }
-      if (stage < 3) {
-        reduce_stream = comm.add(reduction, bucket, grads.reduced_elements(buckets[b].elements), replica_plan, deps);
+      if (!policy.gathers_parameters_before_use()) {
+        reduce_stream = comm.add(reduction, bucket, policy.reduced_elements(buckets[b].elements), replica_plan, deps);
       } else {
         // A quantized reduction (qgZ) sends its own format whatever the gradients' dtype.
         const std::int64_t elements = part.gradient_reduce.quantization.quantized()
                                           ? buckets[b].elements
-                                          : grads.reduced_elements(buckets[b].elements);
+                                          : policy.reduced_elements(buckets[b].elements);
         reduce_stream = comm.add(reduction, bucket, elements, part.gradient_reduce, deps);
         if (boundary && shard < replicas) {
           // The shard groups are replicas: all-reduce the reduced partition across them (MiCS).
           reduce_stream = comm.add(CollectiveKind::kAllReduce, bucket + ".replicas",
-                                   grads.reduced_elements(partition(buckets[b].elements)), part.replica_reduce,
-                                   per_rank(reduce_stream));
+                                   policy.reduced_elements(partition(buckets[b].elements)), part.replica_reduce,
+                                   timeline.per_rank(reduce_stream));
         }
       }
       if (!offload) continue;
@@ -1048,7 +1016,7 @@ class DataParallelBuilder {
     const std::int64_t e =
         static_cast<std::int64_t>(std::llround(cpu_fraction * static_cast<double>(partition(elements))));
     if (e == 0) return;
-    if (stage == 2) {
+    if (policy.engine() == OptimizerEngine::kZeroStage1And2) {
       // ZeRO-2 offload (stage_1_and_2.py, deepspeed-offload.md section 2): on the compute stream,
       // up-cast the reduced partition on the GPU and copy it to the host fp32 gradient (4 B per
       // element, non-blocking). From the second micro-step on, the host gradient accumulates
@@ -1061,8 +1029,8 @@ class DataParallelBuilder {
               copy(r, name + ".h2d_accumulate", phase::kBackward, false, Bytes{e * kFp32Bytes}, after, off.pin_memory)};
         }
         const TaskId cast =
-            compute(r, name + ".gpu_upcast", phase::kBackward,
-                    in.costs.memory_bound_time(Bytes{e * (kBf16Bytes + 2 * kFp32Bytes)}), {}, "memory", after);
+            timeline.compute(r, name + ".gpu_upcast", phase::kBackward,
+                             in.costs.memory_bound_time(Bytes{e * (kBf16Bytes + 2 * kFp32Bytes)}), {}, "memory", after);
         reduce_stream[r] =
             copy(r, name + ".d2h_fp32", phase::kBackward, true, Bytes{e * kFp32Bytes}, {cast}, off.pin_memory);
         const std::size_t next = last_item + 1;
@@ -1095,8 +1063,9 @@ class DataParallelBuilder {
                                 cpu_upcast_bound, {d2h_blocking});
         reduce_stream[r] = blocking;
       } else {
-        blocking = compute(r, name + ".gpu_upcast", phase::kBackward,
-                           in.costs.memory_bound_time(Bytes{e * (kBf16Bytes + kFp32Bytes)}), {}, "memory", {last});
+        blocking =
+            timeline.compute(r, name + ".gpu_upcast", phase::kBackward,
+                             in.costs.memory_bound_time(Bytes{e * (kBf16Bytes + kFp32Bytes)}), {}, "memory", {last});
         reduce_stream[r] =
             copy(r, name + ".d2h_fp32", phase::kBackward, true, Bytes{e * kFp32Bytes}, {blocking}, off.pin_memory);
       }
@@ -1116,27 +1085,15 @@ class DataParallelBuilder {
   std::vector<TaskId> optimizer_step() {
     std::vector<TaskId> adam(sims);
     for (int r = 0; r < sims; ++r) {
-      std::vector<TaskId> deps{last_backward[r], reduce_stream[r]};
-      const TaskId ready = g.add(fmt::format(FMT_COMPILE("r{}.gradients_synchronized"), r), phase::kCommunication,
-                                 BarrierTask{}, std::move(deps));
+      const TaskId ready =
+          timeline.barrier(r, "gradients_synchronized", phase::kCommunication, {last_backward[r], reduce_stream[r]});
       TaskId first_step;
-      if (grads.bf16_optimizer) {
-        // BF16_Optimizer's step: the gradient norm over its fp32 buffer, Adam without a cast, the
-        // zeroing of the buffer (precision.hpp), as two tasks.
-        first_step =
-            compute(r, "bf16_optimizer.gradient_passes", phase::kOptimizer,
-                    in.costs.memory_bound_time(Bytes{P * kBf16OptimizerStepPassBytesPerParam}), {}, "memory", {ready});
-        const Bytes adam_bytes{updated_on_rank * kBf16OptimizerAdamTrafficBytesPerParam};
-        adam[r] = g.add(fmt::format(FMT_COMPILE("r{}.adam"), r), phase::kOptimizer,
-                        ComputeTask{rank_info[r].unit, in.costs.memory_bound_time(adam_bytes), {}, adam_bytes, "adam"},
-                        {first_step});
-      } else if (!offload) {
-        first_step = adam[r] = g.add(
-            fmt::format(FMT_COMPILE("r{}.adam"), r), phase::kOptimizer,
-            ComputeTask{rank_info[r].unit, k.adam, {}, Bytes{updated_on_rank * kAdamTrafficBytesPerParam}, "adam"},
-            {ready});
-      } else {
+      if (offload) {
         adam[r] = offloaded_step(r, ready, first_step);
+      } else {
+        const StepTasks step = gpu_optimizer_step(timeline, r, policy, in.costs, P, updated_on_rank, k.adam, ready);
+        first_step = step.first;
+        adam[r] = step.last;
       }
       if (r == 0) {
         out.spans.push_back({phase::kExposedCommunication, last_backward[0], ready, true});
@@ -1155,7 +1112,8 @@ class DataParallelBuilder {
     // down-casts into a fresh pageable temporary on the CPU and copies that, so the H2D is pageable
     // whatever pin_memory says (stage 3, and stage 2 before 0.14.1). ZeRO-2 from 0.14.1 (PR #5301)
     // copies from the pinned fp32 partition.
-    const bool copy_back_pinned = stage == 2 && off.runtime != Runtime::kDeepSpeed013 && off.pin_memory;
+    const bool copy_back_pinned =
+        policy.engine() == OptimizerEngine::kZeroStage1And2 && off.runtime != Runtime::kDeepSpeed013 && off.pin_memory;
     // ZeRO-Infinity: each subgroup's fp32 p, m, v and gradient are read from the NVMe before CPU
     // Adam (the next one prefetched with pipeline_read) and p, m, v written back after it (the
     // next subgroup waits for the write unless pipeline_write).
@@ -1164,8 +1122,7 @@ class DataParallelBuilder {
     if (off.nvme) {
       std::vector<TaskId> swapped{ready};
       swapped.insert(swapped.end(), gradient_swaps[r].begin(), gradient_swaps[r].end());
-      last = g.add(fmt::format(FMT_COMPILE("{}.gradients_on_nvme"), rank_info[r].prefix), phase::kOptimizer,
-                   BarrierTask{}, swapped);
+      last = g.add(timeline.task_name(r, "gradients_on_nvme"), phase::kOptimizer, BarrierTask{}, swapped);
       if (r == 0) out.spans.push_back({phase::kNvmeGradientFlush, ready, last, true});
     }
     for (std::size_t j = 0; j < subgroups.size(); ++j) {
@@ -1193,21 +1150,20 @@ class DataParallelBuilder {
           if (!off.pipeline_write) copy_deps.push_back(nvme_writes.back());
         }
         // With parameter offload the down-cast writes the host partition: nothing goes back.
-        last = spec.offload_param ? g.add(fmt::format(FMT_COMPILE("{}.{}.params_on_host"), rank_info[r].prefix, name),
-                                          phase::kOptimizer, BarrierTask{}, copy_deps)
-                                  : copy(r, name + ".h2d_params", phase::kOptimizer, false, Bytes{n * kBf16Bytes},
-                                         copy_deps, copy_back_pinned);
+        last = spec.offload_param
+                   ? g.add(timeline.task_name(r, name + ".params_on_host"), phase::kOptimizer, BarrierTask{}, copy_deps)
+                   : copy(r, name + ".h2d_params", phase::kOptimizer, false, Bytes{n * kBf16Bytes}, copy_deps,
+                          copy_back_pinned);
         if (j == 0) first_step = step;
       } else {
-        last = compute(r, name + ".gpu_adam", phase::kOptimizer,
-                       in.costs.memory_bound_time(Bytes{n * kAdamTrafficBytesPerParam}), {}, "adam", {last});
+        last = timeline.compute(r, name + ".gpu_adam", phase::kOptimizer,
+                                in.costs.memory_bound_time(Bytes{n * kAdamTrafficBytesPerParam}), {}, "adam", {last});
         if (j == 0) first_step = last;
       }
     }
     if (!nvme_writes.empty()) {
       nvme_writes.push_back(last);
-      last = g.add(fmt::format(FMT_COMPILE("{}.states_on_nvme"), rank_info[r].prefix), phase::kOptimizer, BarrierTask{},
-                   nvme_writes);
+      last = g.add(timeline.task_name(r, "states_on_nvme"), phase::kOptimizer, BarrierTask{}, nvme_writes);
     }
     return last;
   }
@@ -1216,15 +1172,15 @@ class DataParallelBuilder {
   // each rank's end.
   std::vector<TaskId> parameter_allgather(std::vector<TaskId> adam) {
     std::vector<TaskId> end = adam;
-    if ((grads.optimizer_stage == 1 || stage == 2) && replicas > 1) {
+    if (policy.gathers_updated_parameters() && replicas > 1) {
       // Every rank updated its partition: all-gather the new bf16 parameters.
       const std::int64_t experts_on_rank = experts_per_layer_on_rank * m.layers;
       if (experts_on_rank > 0) {
         adam = comm.add(CollectiveKind::kAllGather, "updated_parameters.experts", experts_on_rank, expert_plan,
-                        per_rank(adam));
+                        timeline.per_rank(adam));
       }
-      end =
-          comm.add(CollectiveKind::kAllGather, "updated_parameters", P - experts_on_rank, replica_plan, per_rank(adam));
+      end = comm.add(CollectiveKind::kAllGather, "updated_parameters", P - experts_on_rank, replica_plan,
+                     timeline.per_rank(adam));
       out.spans.push_back({phase::kParameterAllgather, adam[0], end[0], true});
     }
     return end;
@@ -1232,28 +1188,23 @@ class DataParallelBuilder {
 
   // The iteration's figures and approximations.
   void finish() {
-    const double sequences = static_cast<double>(train.micro_batch * train.grad_accum);
-    out.tokens_per_iteration = sequences * static_cast<double>(m.seq) * replicas;
+    set_work_figures(out, in, static_cast<double>(train.micro_batch * train.grad_accum), replicas, tp);
     // Model states on one GPU: parameters, gradients, optimizer states (the setup allocations) and
     // the hpZ secondary partition.
     out.model_states_per_device = Bytes{states().gpu_model_states()};
-    out.model_flops_per_device = model_flops_per_sequence(m) * (sequences / tp);
-    out.hardware_flops_per_device = hardware_flops_per_sequence(m, train.recompute) * (sequences / tp);
-    const auto cost_notes = in.costs.approximations();
-    out.approximations.insert(out.approximations.begin(), cost_notes.begin(), cost_notes.end());
-    out.approximations.push_back(non_gemm_kernels_approximation(train));
-    if (grads.bf16_optimizer) out.approximations.push_back(bf16_optimizer_approximation());
+    add_common_approximations(out, in, policy);
     out.approximations.push_back(
         "collectives: bidirectional rings (all-to-all for qgZ) over each stage of the plan, in rank order; reduction "
         "arithmetic not modelled");
-    if (stage == 3 && spec.zero3_fetch == DataParallelSpec::Fetch::kPrefetch)
+    const bool stage3 = policy.engine() == OptimizerEngine::kZeroStage3;
+    if (stage3 && spec.zero3_fetch == DataParallelSpec::Fetch::kPrefetch)
       out.approximations.push_back("ZeRO-3 prefetch: one module ahead, at most two modules gathered");
-    if (stage == 3 && spec.zero3_fetch == DataParallelSpec::Fetch::kBlocking) {
+    if (stage3 && spec.zero3_fetch == DataParallelSpec::Fetch::kBlocking) {
       out.approximations.push_back(
           "ZeRO-3 blocking fetch (DeepSpeed of 2021): every gather waits for the previous module and the module for "
           "it, no overlap");
     }
-    if (stage == 3 && spec.zero3_host) {
+    if (stage3 && spec.zero3_host) {
       const auto& h = *spec.zero3_host;
       const auto group = static_cast<std::int64_t>(part.shard_ranks);
       out.approximations.push_back(fmt::format(
@@ -1263,7 +1214,7 @@ class DataParallelBuilder {
           h.name, sim::format_time(h.all_gather.fixed), sim::format_time(h.all_gather.per_rank),
           sim::format_time(h.reduce_scatter.fixed), sim::format_time(h.reduce_scatter.per_rank),
           sim::format_time(h.all_gather.at(group)), sim::format_time(h.reduce_scatter.at(group)), group));
-    } else if (stage == 3) {
+    } else if (stage3) {
       out.approximations.push_back(
           "ZeRO-3: no host cost per collective launch (strategy.zero3_host): the framework's hooks and launches are "
           "assumed to keep ahead of the GPU");

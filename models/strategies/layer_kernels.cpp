@@ -100,18 +100,6 @@ KernelTimes kernel_times(const IterationInputs& in, std::int64_t params_on_rank,
   return k;
 }
 
-const char* GradientHandling::gradient_tenant() const {
-  switch (buffers) {
-    case GradientBuffers::kFp32:
-      return "gradients (fp32 main_grad)";
-    case GradientBuffers::kFp32AndWorking:
-      return "gradients (fp32 buffer and bf16)";
-    case GradientBuffers::kWorking:
-      break;
-  }
-  return "gradients (bf16)";
-}
-
 std::string bf16_optimizer_approximation() {
   return "optimizer: DeepSpeed's BF16_Optimizer (fp32 gradient accumulation at ZeRO stage 0-1): fp32 gradient "
          "all-reduce after the backward whatever overlap_comm says (engine.py: allreduce_gradients after the "

@@ -23,7 +23,7 @@
 //   (warm-up (pp - s - 1) x 2 + (v - 1) x pp, micro-batches in groups of pp through the chunks).
 //   An operation starts when the previous one on the rank ended and its input arrived.
 // - After the last backward (Megatron's optimizer; `optimizer: deepspeed` takes DeepSpeed's, see
-//   MegatronBuilder::grads): all-reduce of the rank's fp32 gradients (main_grad) over its DP
+//   MegatronBuilder::policy): all-reduce of the rank's fp32 gradients (main_grad) over its DP
 //   group (ZeRO-0) or a reduce-scatter, Adam on 1/dp of them, and an all-gather of the updated parameters (ZeRO-1,
 //   Megatron's distributed optimizer). Adam on the GPU.
 // - Memory: bf16 parameters and fp32 gradients (main_grad: Megatron accumulates and all-reduces
@@ -42,6 +42,9 @@
 #include "models/collectives/communicator.hpp"
 #include "models/placement/state_placement.hpp"
 #include "models/strategies/layer_kernels.hpp"
+#include "models/strategies/phases/rank_timeline.hpp"
+#include "models/strategies/phases/steps.hpp"
+#include "models/strategies/phases/zero_policy.hpp"
 #include "models/strategies/strategy.hpp"
 #include "models/transformer/phases.hpp"
 
@@ -146,13 +149,11 @@ int checked_ranks(const IterationInputs& in, const MegatronSpec& spec) {
   return ranks;
 }
 
-// A simulated rank: its place in the grid, its GPU's unit and pool, its parameters and kernels.
+// A simulated rank: its place in the grid, its parameters and kernels (its GPU: its RankTimeline slot).
 struct RankState {
   int rank = 0;
   int t = 0;
   int stage = 0;
-  std::uint32_t unit = 0;
-  std::uint32_t pool = 0;
   std::size_t device = 0;
   std::int64_t params = 0;
   KernelTimes k;
@@ -170,6 +171,7 @@ class MegatronBuilder {
         spec(strategy),
         out(),
         g(out.graph),
+        timeline(out.graph),
         m(inputs.model),
         train(inputs.training),
         tp(strategy.tp),
@@ -199,7 +201,7 @@ class MegatronBuilder {
     run_schedules(ready);
     point_to_point();
     std::vector<TaskId> end = optimizer_step(reduce_gradients());
-    if (grads.optimizer_stage == 1 && dp > 1) end = parameter_allgather(end);
+    if (policy.gathers_updated_parameters() && dp > 1) end = parameter_allgather(end);
     (void)g.add("iteration.end", "end", BarrierTask{}, end);
     finish();
     return std::move(out);
@@ -210,6 +212,7 @@ class MegatronBuilder {
   const MegatronSpec& spec;
   BuiltIteration out;
   sim::TaskGraph& g;
+  RankTimeline timeline;  // the simulated ranks' GPUs (place_ranks), in rank_state's order
   const ModelSpec& m;
   const TrainingSpec& train;
   const int tp;
@@ -230,9 +233,9 @@ class MegatronBuilder {
   // bf16 gradients, fp32 all-reduce, partitioned optimizer, parameter all-gather), else at stage 1
   // its ZeRO optimizer (bf16 gradients reduced to their owners, then the all-gather), at stage 0
   // bf16 gradients all-reduced and the optimizer replicated.
-  const GradientHandling grads = spec.optimizer == MegatronSpec::Optimizer::kDeepSpeed
-                                     ? deepspeed_gradient_handling(spec.zero_stage, spec.fp32_grad_accum, false)
-                                     : megatron_gradient_handling(spec.zero_stage, spec.fp32_grad_accum);
+  const ZeroPolicy policy = spec.optimizer == MegatronSpec::Optimizer::kDeepSpeed
+                                ? ZeroPolicy::deepspeed(spec.zero_stage, spec.fp32_grad_accum, false)
+                                : ZeroPolicy::megatron(spec.zero_stage, spec.fp32_grad_accum);
 
   // Work and states of one rank.
   const ParameterCounts params = count_parameters(m);
@@ -276,18 +279,16 @@ class MegatronBuilder {
   // Of a rank's n parameters, those whose optimizer states it holds and updates: 1/dp of them
   // where the optimizer is partitioned (Megatron's distributed optimizer, DeepSpeed's ZeRO-1 and
   // BF16_Optimizer).
-  [[nodiscard]] std::int64_t optimizer_share(std::int64_t n) const {
-    return updated_parameters(grads.optimizer_stage, n, n, dp);
-  }
+  [[nodiscard]] std::int64_t optimizer_share(std::int64_t n) const { return policy.updated_parameters(n, n, dp); }
   // The model states of simulated rank s (models/placement): its parameters and gradients whole,
   // its optimizer share, all on the GPU.
   [[nodiscard]] StatePlacement states_of(int s) const {
     StateCounts c;
     c.held = rank_state[s].params;
     c.sharded = rank_state[s].params;
-    c.zero_stage = grads.optimizer_stage;
+    c.partitioned = policy.partitioned();
     c.shard_ranks = dp;
-    c.gradient_buffers = grads.buffers;
+    c.gradient_buffers = policy.gradient_buffers();
     return place_model_states(c, kBf16MixedPrecision);
   }
   // The rank of TP rank t of `stage` in `replica`.
@@ -301,8 +302,7 @@ class MegatronBuilder {
       rs.t = rs.rank % tp;
       rs.stage = (rs.rank / tp) % pp;
       rs.device = out.devices[rs.rank];
-      rs.unit = *out.machine.unit_of_device[rs.device];
-      rs.pool = *out.machine.pool_of_device[rs.device];
+      (void)timeline.add_rank(rs.rank, *out.machine.unit_of_device[rs.device], *out.machine.pool_of_device[rs.device]);
       rs.params = params_of_stage(rs.stage);
       rs.k = kernel_times(in, optimizer_share(rs.params), tp, spec.sequence_parallel);
       sim_of_rank[rs.rank] = s;
@@ -325,17 +325,16 @@ class MegatronBuilder {
     }
   }
 
-  // A task of simulated rank s, named r<rank>.<name>: compute on its GPU, or (de)allocation in its memory.
+  // A task of simulated rank s (RankTimeline): compute on its GPU, or an allocation in its memory
+  // (phase "setup"), or with `release` a free (phase "memory").
   TaskId compute(int s, const std::string& name, const char* phase, TimePs d, sim::Flops flops, const char* kernel,
                  std::vector<TaskId> deps) {
-    return g.add(fmt::format(FMT_COMPILE("r{}.{}"), rank_state[s].rank, name), phase,
-                 ComputeTask{rank_state[s].unit, d, flops, Bytes{0}, kernel}, std::move(deps));
+    return timeline.compute(s, name, phase, d, flops, kernel, std::move(deps));
   }
   TaskId alloc(int s, const std::string& name, const char* tenant, Bytes bytes, std::vector<TaskId> deps,
                bool release = false) {
-    const std::string full = fmt::format(FMT_COMPILE("r{}.{}"), rank_state[s].rank, name);
-    if (release) return g.add(full, "memory", sim::FreeTask{rank_state[s].pool, tenant, bytes}, std::move(deps));
-    return g.add(full, "setup", AllocTask{rank_state[s].pool, tenant, bytes}, std::move(deps));
+    if (release) return timeline.release(s, name, "memory", tenant, bytes, std::move(deps));
+    return timeline.alloc(s, name, "setup", tenant, bytes, std::move(deps));
   }
 
   // About how many tasks build() adds: per simulated rank and micro-batch of each chunk, a forward
@@ -356,10 +355,7 @@ class MegatronBuilder {
   std::vector<TaskId> place_states() {
     std::vector<TaskId> ready(sims);
     for (int s = 0; s < sims; ++s) {
-      const StatePlacement st = states_of(s);
-      const TaskId a = alloc(s, "alloc.parameters", "parameters (bf16)", Bytes{st.parameters.gpu}, {});
-      const TaskId b = alloc(s, "alloc.gradients", grads.gradient_tenant(), Bytes{st.gradients.gpu}, {a});
-      ready[s] = alloc(s, "alloc.optimizer", "optimizer states (fp32 master, m, v)", Bytes{st.optimizer.gpu}, {b});
+      ready[s] = allocate_model_states(timeline, s, states_of(s), policy, /*optimizer_offload=*/false);
     }
     return ready;
   }
@@ -538,17 +534,16 @@ class MegatronBuilder {
   void accumulate_fp32_gradients() {
     for (int s = 0; s < sims; ++s) {
       const RankState& rs = rank_state[s];
-      const Bytes bytes{rs.params * kBf16OptimizerAccumulationBytesPerParam * micro_batches};
       const TaskId before = last_op[s];
-      last_op[s] = g.add(fmt::format(FMT_COMPILE("r{}.accumulate_fp32_gradients"), rs.rank), phase::kOptimizer,
-                         ComputeTask{rs.unit, in.costs.memory_bound_time(bytes), {}, bytes, "memory"}, {last_op[s]});
+      last_op[s] = models::accumulate_fp32_gradients(timeline, s, "accumulate_fp32_gradients", in.costs, rs.params,
+                                                     micro_batches, last_op[s]);
       if (rs.rank == 0) out.spans.push_back({phase::kOptimizer, before, last_op[s], true});
     }
   }
 
   // Data parallelism: the rank's gradients over its DP group (ranks tp x pp apart).
   std::vector<TaskId> reduce_gradients() {
-    if (grads.bf16_optimizer) accumulate_fp32_gradients();
+    if (policy.bf16_optimizer()) accumulate_fp32_gradients();
     std::vector<std::vector<TaskId>> after_backward(sims);
     for (int s = 0; s < sims; ++s) after_backward[s] = {last_op[s]};
     std::vector<TaskId> reduced(sims);
@@ -559,11 +554,9 @@ class MegatronBuilder {
         std::vector<bool> taking_part(sims, false);
         for (const int s : members) taking_part[s] = true;
         // The gradients in the dtype they accumulate in (fp32: Megatron's main_grad, BF16_Optimizer's
-        // buffer), reduced to their owners where the optimizer is partitioned (GradientHandling).
-        const auto done =
-            dp_comm.add(grads.reduce_to_owners() ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce,
-                        fmt::format(FMT_COMPILE("dp.gradients.{}"), n), grads.reduced_elements(n), dp_plan,
-                        after_backward, taking_part);
+        // buffer), reduced to their owners where the optimizer is partitioned (ZeroPolicy).
+        const auto done = dp_comm.add(policy.gradient_reduction(), fmt::format(FMT_COMPILE("dp.gradients.{}"), n),
+                                      policy.reduced_elements(n), dp_plan, after_backward, taking_part);
         for (const int s : members) reduced[s] = done[s];
       }
     } else {
@@ -577,22 +570,9 @@ class MegatronBuilder {
     std::vector<TaskId> end(sims);
     for (int s = 0; s < sims; ++s) {
       const RankState& rs = rank_state[s];
-      const std::int64_t updated = optimizer_share(rs.params);
-      if (grads.bf16_optimizer) {
-        // BF16_Optimizer's step: the gradient norm and the zeroing of its fp32 buffer, and Adam
-        // without the cast (precision.hpp).
-        const Bytes passes{rs.params * kBf16OptimizerStepPassBytesPerParam};
-        const Bytes adam{updated * kBf16OptimizerAdamTrafficBytesPerParam};
-        const TaskId first =
-            g.add(fmt::format(FMT_COMPILE("r{}.bf16_optimizer.gradient_passes"), rs.rank), phase::kOptimizer,
-                  ComputeTask{rs.unit, in.costs.memory_bound_time(passes), {}, passes, "memory"}, {reduced[s]});
-        end[s] = g.add(fmt::format(FMT_COMPILE("r{}.adam"), rs.rank), phase::kOptimizer,
-                       ComputeTask{rs.unit, in.costs.memory_bound_time(adam), {}, adam, "adam"}, {first});
-      } else {
-        end[s] = g.add(fmt::format(FMT_COMPILE("r{}.adam"), rs.rank), phase::kOptimizer,
-                       ComputeTask{rs.unit, rs.k.adam, {}, Bytes{updated * kAdamTrafficBytesPerParam}, "adam"},
-                       {reduced[s]});
-      }
+      end[s] = gpu_optimizer_step(timeline, s, policy, in.costs, rs.params, optimizer_share(rs.params), rs.k.adam,
+                                  reduced[s])
+                   .last;
       if (rs.rank == 0) {
         out.spans.push_back({phase::kGradientReduction, last_op[s], reduced[s], true});
         out.spans.push_back({phase::kOptimizer, reduced[s], end[s], true});
@@ -621,19 +601,13 @@ class MegatronBuilder {
 
   // The iteration's figures and approximations.
   void finish() {
-    const double sequences = static_cast<double>(train.micro_batch * train.grad_accum);
     // Per device: the replica's work split over its tp x pp devices.
-    out.model_flops_per_device = model_flops_per_sequence(m) * (sequences / (tp * pp));
-    out.hardware_flops_per_device = hardware_flops_per_sequence(m, train.recompute) * (sequences / (tp * pp));
-    out.tokens_per_iteration = sequences * static_cast<double>(m.seq) * dp;
+    set_work_figures(out, in, static_cast<double>(train.micro_batch * train.grad_accum), dp, tp * pp);
     // The model states of the first simulated rank (pipeline stage 0). The last stage holds more
     // when the embeddings are untied (the output head and final norm against the embedding); the
     // largest over the ranks would change the shipped llama2-70b figure, so it is left as is.
     out.model_states_per_device = Bytes{states_of(0).gpu_model_states()};
-    const auto cost_notes = in.costs.approximations();
-    out.approximations.insert(out.approximations.begin(), cost_notes.begin(), cost_notes.end());
-    out.approximations.push_back(non_gemm_kernels_approximation(train));
-    if (grads.bf16_optimizer) out.approximations.push_back(bf16_optimizer_approximation());
+    add_common_approximations(out, in, policy);
     if (tp > 1) {
       out.approximations.push_back(
           "tensor parallelism: each layer's compute split in equal halves around its all-reduces; sequence "

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include "models/collectives/communicator.hpp"
+#include "models/strategies/layer_kernels.hpp"
+#include "models/strategies/phases/zero_policy.hpp"
 #include "models/transformer/phases.hpp"
 
 namespace offsim::models {
@@ -55,6 +57,13 @@ RankLayout lay_out_ranks(BuiltIteration& out, const topo::Topology& topology, co
   }
   out.machine = make_machine_resources(topology, simulated_nodes);
   return layout;
+}
+
+void add_common_approximations(BuiltIteration& out, const IterationInputs& in, const ZeroPolicy& policy) {
+  const auto cost_notes = in.costs.approximations();
+  out.approximations.insert(out.approximations.begin(), cost_notes.begin(), cost_notes.end());
+  out.approximations.push_back(non_gemm_kernels_approximation(in.training));
+  if (policy.bf16_optimizer()) out.approximations.push_back(bf16_optimizer_approximation());
 }
 
 BuiltIteration build_collective(const IterationInputs& in, const CollectiveSpec& spec) {

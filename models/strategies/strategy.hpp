@@ -11,6 +11,7 @@
 #include "models/collectives/plan.hpp"
 #include "models/cost/cost_model.hpp"
 #include "models/platform/machine_resources.hpp"
+#include "models/strategies/phases/iteration.hpp"
 #include "models/transformer/transformer.hpp"
 #include "sim/exec/task_graph.hpp"
 #include "topologies/topology.hpp"
@@ -18,20 +19,7 @@
 namespace offsim::models {
 
 struct RankLayout;  // models/platform/rank_layout.hpp
-
-struct TrainingSpec {
-  std::int64_t micro_batch = 1;
-  std::int64_t grad_accum = 1;
-  Recompute recompute = Recompute::kNone;
-  bool flash_attention = false;
-  // Megatron's fused scale-mask-softmax in place of PyTorch's separate kernels (without flash
-  // attention only; `fused_softmax:` in the experiment).
-  bool fused_softmax = false;
-  [[nodiscard]] AttentionKernels attention_kernels() const {
-    if (flash_attention) return AttentionKernels::kFlash;
-    return fused_softmax ? AttentionKernels::kFusedSoftmax : AttentionKernels::kUnfused;
-  }
-};
+class ZeroPolicy;   // models/strategies/phases/zero_policy.hpp
 
 /// Data parallelism with ZeRO stage 0-3 (models/strategies/data_parallel.cpp states the model):
 /// every rank runs forward and backward on its micro-batches; gradients are reduced in buckets
@@ -178,28 +166,6 @@ struct MegatronSpec {
 
 using StrategySpec = std::variant<DataParallelSpec, CollectiveSpec, MegatronSpec>;
 
-/// A time interval of the representative rank reported as `phase`: from the start of `first`
-/// (or its end, when from_end) to the end of `last`. Spans of one phase add up.
-struct PhaseSpan {
-  std::string phase;
-  sim::TaskId first;
-  sim::TaskId last;
-  bool from_end = false;
-};
-
-struct BuiltIteration {
-  MachineResources machine;
-  sim::TaskGraph graph;
-  std::vector<PhaseSpan> spans;       // rank 0, in time order
-  std::vector<std::size_t> devices;   // device index of each rank
-  int simulated_ranks = 0;            // ranks simulated (fewer than devices under rank symmetry)
-  double tokens_per_iteration = 0.0;  // of the whole job
-  sim::Bytes model_states_per_device{0};
-  sim::Flops model_flops_per_device{};
-  sim::Flops hardware_flops_per_device{};
-  std::vector<std::string> approximations;
-};
-
 /// Resolves the ranks' device names (each must be a GPU of the machine; std::invalid_argument
 /// naming `strategy` otherwise) into `out.devices`, lays them out (make_rank_layout), records
 /// the layout's note and the simulated rank count in `out`, and makes `out.machine`: the engine
@@ -208,22 +174,6 @@ struct BuiltIteration {
                                        const std::vector<std::string>& names, const char* strategy, bool all_ranks,
                                        int block_ranks = 0);
 
-struct IterationInputs {
-  const ModelSpec& model;
-  const TrainingSpec& training;
-  const topo::Topology& topology;
-  const CostModel& costs;
-  const MeasuredCosts& collectives;
-  const MeasuredCosts& host;    // host-side costs (cpu_adam); may be empty
-  bool link_statistics = true;  // whether the run reports link activity (RunExperimentOptions::link_statistics)
-
-  /// The strategy's collective options, with this run's link_statistics.
-  [[nodiscard]] CollectiveOptions collective_options(CollectiveOptions options) const {
-    options.link_statistics = link_statistics;
-    return options;
-  }
-};
-
 /// The CPU of `gpu`'s node fewest hops from it (the first declared among equals): the host of its
 /// offload. Nullopt when the node has no CPU.
 [[nodiscard]] std::optional<std::size_t> nearest_cpu(const topo::Topology& t, std::size_t gpu);
@@ -231,6 +181,10 @@ struct IterationInputs {
 /// Builds the task graph of one iteration. Throws std::invalid_argument for a strategy the
 /// machine cannot host (e.g. more ranks than GPUs); the parser reports those first with locations.
 [[nodiscard]] BuiltIteration build_iteration(const IterationInputs& in, const StrategySpec& strategy);
+
+/// The report notes every strategy shares: the cost model's, the kernels the layers leave out
+/// (layer_kernels.hpp), and BF16_Optimizer's where it runs. The cost model's go first.
+void add_common_approximations(BuiltIteration& out, const IterationInputs& in, const ZeroPolicy& policy);
 
 [[nodiscard]] BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallelSpec& spec);
 [[nodiscard]] BuiltIteration build_collective(const IterationInputs& in, const CollectiveSpec& spec);

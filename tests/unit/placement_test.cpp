@@ -7,7 +7,7 @@
 #include <optional>
 
 #include "models/placement/state_placement.hpp"
-#include "models/strategies/layer_kernels.hpp"
+#include "models/strategies/phases/zero_policy.hpp"
 
 namespace offsim::models {
 namespace {
@@ -20,7 +20,7 @@ StateCounts zero(int stage, int shard_ranks = G) {
   StateCounts c;
   c.held = P;
   c.sharded = P;
-  c.zero_stage = stage;
+  c.partitioned = ZeroPolicy::partitioning_of_stage(stage);
   c.shard_ranks = shard_ranks;
   return c;
 }
@@ -71,42 +71,62 @@ TEST(Placement, GradientBuffersOfTheFrameworksAtStagesZeroAndOne) {
   EXPECT_EQ(place_model_states(c, kMixed).gradients.gpu, 0);
   // The frameworks' choices.
   const auto deepspeed = [](int stage, std::optional<bool> fp32_accum) {
-    return deepspeed_gradient_handling(stage, fp32_accum, false);
+    return ZeroPolicy::deepspeed(stage, fp32_accum, false);
   };
-  EXPECT_EQ(deepspeed(0, std::nullopt).buffers, GradientBuffers::kFp32AndWorking);  // default: fp32 at stage 0
-  EXPECT_EQ(deepspeed(1, std::nullopt).buffers, GradientBuffers::kWorking);         // and bf16 under ZeRO
-  EXPECT_EQ(deepspeed(1, true).buffers, GradientBuffers::kFp32AndWorking);
-  EXPECT_EQ(deepspeed(0, false).buffers, GradientBuffers::kWorking);
-  EXPECT_EQ(deepspeed(0, true).optimizer_stage, 1);  // BF16_Optimizer partitions as ZeRO-1
-  EXPECT_EQ(deepspeed(0, false).optimizer_stage, 0);
-  EXPECT_EQ(deepspeed(2, true).optimizer_stage, 2);
-  EXPECT_EQ(megatron_gradient_handling(0, std::nullopt).buffers, GradientBuffers::kFp32);
+  EXPECT_EQ(deepspeed(0, std::nullopt).gradient_buffers(), GradientBuffers::kFp32AndWorking);  // default: fp32 at 0
+  EXPECT_EQ(deepspeed(1, std::nullopt).gradient_buffers(), GradientBuffers::kWorking);         // and bf16 under ZeRO
+  EXPECT_EQ(deepspeed(1, true).gradient_buffers(), GradientBuffers::kFp32AndWorking);
+  EXPECT_EQ(deepspeed(0, false).gradient_buffers(), GradientBuffers::kWorking);
+  EXPECT_TRUE(deepspeed(0, true).partitioned().optimizer);  // BF16_Optimizer partitions as ZeRO-1
+  EXPECT_FALSE(deepspeed(0, true).partitioned().gradients);
+  EXPECT_FALSE(deepspeed(0, false).partitioned().optimizer);
+  EXPECT_TRUE(deepspeed(2, true).partitioned().gradients);
+  EXPECT_FALSE(deepspeed(2, true).partitioned().parameters);
+  EXPECT_EQ(ZeroPolicy::megatron(0, std::nullopt).gradient_buffers(), GradientBuffers::kFp32);
 }
 
-// How each framework's optimizer treats the gradients (GradientHandling): reduction dtype (in the
-// communicator's bf16 elements: fp32 counts twice), reduce-scatter to owners or all-reduce, the
-// stage whose partitioning of the optimizer states applies, the buffers.
+// How each framework's optimizer treats the gradients (ZeroPolicy): reduction dtype (in the
+// communicator's bf16 elements: fp32 counts twice), reduce-scatter to owners or all-reduce, what is
+// partitioned, the buffers, the engine.
 TEST(Placement, GradientHandlingOfTheFrameworks) {
-  const GradientHandling bf16_optimizer = deepspeed_gradient_handling(0, std::nullopt, false);
-  EXPECT_TRUE(bf16_optimizer.bf16_optimizer);
+  const ZeroPolicy bf16_optimizer = ZeroPolicy::deepspeed(0, std::nullopt, false);
+  EXPECT_TRUE(bf16_optimizer.bf16_optimizer());
   EXPECT_EQ(bf16_optimizer.reduced_elements(1000), 2000);
   EXPECT_FALSE(bf16_optimizer.reduce_to_owners());  // engine.py allreduce_gradients
-  EXPECT_EQ(bf16_optimizer.optimizer_stage, 1);
-  const GradientHandling zero1 = deepspeed_gradient_handling(1, std::nullopt, false);
+  EXPECT_EQ(bf16_optimizer.gradient_reduction(), CollectiveKind::kAllReduce);
+  EXPECT_TRUE(bf16_optimizer.gathers_updated_parameters());
+  EXPECT_FALSE(bf16_optimizer.reduces_every_micro_batch());
+  const ZeroPolicy zero1 = ZeroPolicy::deepspeed(1, std::nullopt, false);
+  EXPECT_EQ(zero1.engine(), OptimizerEngine::kZeroStage1And2);
   EXPECT_EQ(zero1.reduced_elements(1000), 1000);
   EXPECT_TRUE(zero1.reduce_to_owners());
-  EXPECT_EQ(zero1.buffers, GradientBuffers::kWorking);
-  const GradientHandling replicated = deepspeed_gradient_handling(0, false, false);
+  EXPECT_EQ(zero1.gradient_reduction(), CollectiveKind::kReduceScatter);
+  EXPECT_EQ(zero1.gradient_buffers(), GradientBuffers::kWorking);
+  const ZeroPolicy replicated = ZeroPolicy::deepspeed(0, false, false);
+  EXPECT_EQ(replicated.engine(), OptimizerEngine::kReplicated);
   EXPECT_FALSE(replicated.reduce_to_owners());
-  EXPECT_EQ(replicated.optimizer_stage, 0);
-  EXPECT_EQ(deepspeed_gradient_handling(3, std::nullopt, true).reduced_elements(1000), 2000);
-  EXPECT_EQ(deepspeed_gradient_handling(3, std::nullopt, false).reduced_elements(1000), 1000);
-  const GradientHandling megatron = megatron_gradient_handling(1, std::nullopt);
+  EXPECT_FALSE(replicated.gathers_updated_parameters());
+  EXPECT_EQ(replicated.updated_parameters(6, 10, 4), 6);
+  const ZeroPolicy zero2 = ZeroPolicy::deepspeed(2, std::nullopt, false);
+  EXPECT_TRUE(zero2.reduces_every_micro_batch());
+  EXPECT_TRUE(zero2.gathers_updated_parameters());
+  EXPECT_FALSE(zero2.gathers_parameters_before_use());
+  EXPECT_FALSE(zero2.deepspeed_default_overlap_comm());
+  const ZeroPolicy zero3 = ZeroPolicy::deepspeed(3, std::nullopt, true);
+  EXPECT_EQ(zero3.engine(), OptimizerEngine::kZeroStage3);
+  EXPECT_EQ(zero3.reduced_elements(1000), 2000);
+  EXPECT_TRUE(zero3.gathers_parameters_before_use());
+  EXPECT_FALSE(zero3.gathers_updated_parameters());
+  EXPECT_TRUE(zero3.deepspeed_default_overlap_comm());
+  EXPECT_EQ(ZeroPolicy::deepspeed(3, std::nullopt, false).reduced_elements(1000), 1000);
+  EXPECT_THROW((void)ZeroPolicy::deepspeed(4, std::nullopt, false), std::invalid_argument);
+  const ZeroPolicy megatron = ZeroPolicy::megatron(1, std::nullopt);
   EXPECT_EQ(megatron.reduced_elements(1000), 2000);
   EXPECT_TRUE(megatron.reduce_to_owners());
-  EXPECT_EQ(megatron.buffers, GradientBuffers::kFp32);
-  EXPECT_EQ(megatron_gradient_handling(0, false).buffers, GradientBuffers::kWorking);
+  EXPECT_EQ(megatron.gradient_buffers(), GradientBuffers::kFp32);
+  EXPECT_EQ(ZeroPolicy::megatron(0, false).gradient_buffers(), GradientBuffers::kWorking);
   EXPECT_STREQ(megatron.gradient_tenant(), "gradients (fp32 main_grad)");
+  EXPECT_THROW((void)ZeroPolicy::megatron(2, std::nullopt), std::invalid_argument);
 }
 
 // ZeRO-1 (and Megatron's distributed optimizer over dp = g): 2P + 2P + 12P / g.
@@ -160,7 +180,7 @@ TEST(Placement, CpuOptimizerOffloadMovesStatesAndFp32GradientsToTheHost) {
   EXPECT_EQ(s.gradient_buffer.host, 2 * P / G);
   EXPECT_EQ(s.optimizer.nvme + s.gradients.nvme + s.swap_buffers.host, 0);
   // ZeRO-2 keeps no bf16 host buffer, and its parameters whole on the GPU: 2P there, nothing else.
-  c.zero_stage = 2;
+  c.partitioned = ZeroPolicy::partitioning_of_stage(2);
   const StatePlacement two = place_model_states(c, kMixed);
   EXPECT_EQ(two.gradient_buffer.host, 0);
   EXPECT_EQ(two.gpu_model_states(), 2 * P);
@@ -218,14 +238,14 @@ TEST(Placement, SharesRoundUpAndFollowTheShardedCount) {
   c.held = 6;
   c.sharded = 10;
   c.shard_ranks = 4;
-  c.zero_stage = 3;
+  c.partitioned = ZeroPolicy::partitioning_of_stage(3);
   EXPECT_EQ(place_model_states(c, kMixed).gpu_model_states(), 48);
-  c.zero_stage = 1;
+  c.partitioned = ZeroPolicy::partitioning_of_stage(1);
   EXPECT_EQ(place_model_states(c, kMixed).gradients.gpu, 12);
   EXPECT_EQ(place_model_states(c, kMixed).updated_elements, 3);
-  c.zero_stage = 2;
+  c.partitioned = ZeroPolicy::partitioning_of_stage(2);
   EXPECT_EQ(place_model_states(c, kMixed).gradients.gpu, 6);
-  EXPECT_EQ(updated_parameters(0, 6, 10, 4), 6);
+  EXPECT_EQ(updated_parameters(ZeroPolicy::partitioning_of_stage(0), 6, 10, 4), 6);
 }
 
 }  // namespace

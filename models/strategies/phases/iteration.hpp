@@ -1,0 +1,70 @@
+#pragma once
+// The vocabulary every strategy and every shared phase speaks: the training options, what a
+// builder is given (IterationInputs) and what it returns (BuiltIteration). Below the strategies
+// (models/strategies/ includes this folder, never the other way round).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "models/collectives/plan.hpp"
+#include "models/cost/cost_model.hpp"
+#include "models/platform/machine_resources.hpp"
+#include "models/transformer/transformer.hpp"
+#include "sim/exec/task_graph.hpp"
+#include "topologies/topology.hpp"
+
+namespace offsim::models {
+
+struct TrainingSpec {
+  std::int64_t micro_batch = 1;
+  std::int64_t grad_accum = 1;
+  Recompute recompute = Recompute::kNone;
+  bool flash_attention = false;
+  // Megatron's fused scale-mask-softmax in place of PyTorch's separate kernels (without flash
+  // attention only; `fused_softmax:` in the experiment).
+  bool fused_softmax = false;
+  [[nodiscard]] AttentionKernels attention_kernels() const {
+    if (flash_attention) return AttentionKernels::kFlash;
+    return fused_softmax ? AttentionKernels::kFusedSoftmax : AttentionKernels::kUnfused;
+  }
+};
+
+/// A time interval of the representative rank reported as `phase`: from the start of `first`
+/// (or its end, when from_end) to the end of `last`. Spans of one phase add up.
+struct PhaseSpan {
+  std::string phase;
+  sim::TaskId first;
+  sim::TaskId last;
+  bool from_end = false;
+};
+
+struct BuiltIteration {
+  MachineResources machine;
+  sim::TaskGraph graph;
+  std::vector<PhaseSpan> spans;       // rank 0, in time order
+  std::vector<std::size_t> devices;   // device index of each rank
+  int simulated_ranks = 0;            // ranks simulated (fewer than devices under rank symmetry)
+  double tokens_per_iteration = 0.0;  // of the whole job
+  sim::Bytes model_states_per_device{0};
+  sim::Flops model_flops_per_device{};
+  sim::Flops hardware_flops_per_device{};
+  std::vector<std::string> approximations;
+};
+
+struct IterationInputs {
+  const ModelSpec& model;
+  const TrainingSpec& training;
+  const topo::Topology& topology;
+  const CostModel& costs;
+  const MeasuredCosts& collectives;
+  const MeasuredCosts& host;    // host-side costs (cpu_adam); may be empty
+  bool link_statistics = true;  // whether the run reports link activity (RunExperimentOptions::link_statistics)
+
+  /// The strategy's collective options, with this run's link_statistics.
+  [[nodiscard]] CollectiveOptions collective_options(CollectiveOptions options) const {
+    options.link_statistics = link_statistics;
+    return options;
+  }
+};
+
+}  // namespace offsim::models

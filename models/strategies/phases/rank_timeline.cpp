@@ -1,0 +1,44 @@
+#include "models/strategies/phases/rank_timeline.hpp"
+
+#include <fmt/compile.h>
+#include <fmt/format.h>
+
+namespace offsim::models {
+
+int RankTimeline::add_rank(int rank, std::uint32_t unit, std::uint32_t pool) {
+  slots_.push_back({rank, unit, pool, fmt::format(FMT_COMPILE("r{}"), rank)});
+  return size() - 1;
+}
+
+std::string RankTimeline::task_name(int r, std::string_view name) const {
+  return fmt::format(FMT_COMPILE("{}.{}"), slot(r).prefix, name);
+}
+
+sim::TaskId RankTimeline::compute(int r, std::string_view name, const char* phase, sim::TimePs duration,
+                                  sim::Flops flops, const char* kernel, std::vector<sim::TaskId> deps,
+                                  sim::Bytes bytes) {
+  return graph_.add(task_name(r, name), phase, sim::ComputeTask{slot(r).unit, duration, flops, bytes, kernel},
+                    std::move(deps));
+}
+
+sim::TaskId RankTimeline::alloc(int r, std::string_view name, const char* phase, const char* tenant, sim::Bytes bytes,
+                                std::vector<sim::TaskId> deps) {
+  return graph_.add(task_name(r, name), phase, sim::AllocTask{slot(r).pool, tenant, bytes}, std::move(deps));
+}
+
+sim::TaskId RankTimeline::release(int r, std::string_view name, const char* phase, const char* tenant, sim::Bytes bytes,
+                                  std::vector<sim::TaskId> deps) {
+  return graph_.add(task_name(r, name), phase, sim::FreeTask{slot(r).pool, tenant, bytes}, std::move(deps));
+}
+
+sim::TaskId RankTimeline::barrier(int r, std::string_view name, const char* phase, std::vector<sim::TaskId> deps) {
+  return graph_.add(task_name(r, name), phase, sim::BarrierTask{}, std::move(deps));
+}
+
+std::vector<std::vector<sim::TaskId>> RankTimeline::per_rank(const std::vector<sim::TaskId>& tasks) const {
+  std::vector<std::vector<sim::TaskId>> deps(tasks.size());
+  for (std::size_t r = 0; r < tasks.size(); ++r) deps[r] = {tasks[r]};
+  return deps;
+}
+
+}  // namespace offsim::models

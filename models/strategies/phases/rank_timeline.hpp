@@ -1,0 +1,63 @@
+#pragma once
+// The simulated ranks of one iteration's task graph, and the tasks every strategy adds to them:
+// compute on a rank's GPU, allocations and frees in its memory. A rank's tasks are named
+// `r<rank>.<name>` (its prefix), so that a graph reads the same whatever schedule built it.
+// The steps every schedule shares (phases/steps.hpp) take this context; a builder keeps only its
+// schedule and what is its own.
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sim/core/units.hpp"
+#include "sim/exec/task_graph.hpp"
+
+namespace offsim::models {
+
+/// Where one simulated rank runs.
+struct RankSlot {
+  int rank = 0;            // its number in the job
+  std::uint32_t unit = 0;  // its GPU's compute unit
+  std::uint32_t pool = 0;  // its GPU's memory
+  std::string prefix;      // "r<rank>"
+};
+
+class RankTimeline {
+ public:
+  explicit RankTimeline(sim::TaskGraph& graph) : graph_(graph) {}
+
+  /// Adds a simulated rank (in the order of the simulated ranks); returns its index.
+  int add_rank(int rank, std::uint32_t unit, std::uint32_t pool);
+
+  [[nodiscard]] int size() const { return static_cast<int>(slots_.size()); }
+  [[nodiscard]] const RankSlot& slot(int r) const { return slots_[static_cast<std::size_t>(r)]; }
+  [[nodiscard]] sim::TaskGraph& graph() { return graph_; }
+  /// `prefix.name` of simulated rank r.
+  [[nodiscard]] std::string task_name(int r, std::string_view name) const;
+
+  /// A kernel on rank r's GPU: `duration` as the cost model decided; flops and the bytes it moves
+  /// for the reports.
+  sim::TaskId compute(int r, std::string_view name, const char* phase, sim::TimePs duration, sim::Flops flops,
+                      const char* kernel, std::vector<sim::TaskId> deps, sim::Bytes bytes = sim::Bytes{0});
+  /// A memory-bound kernel on rank r's GPU that moves `bytes` in `duration`.
+  sim::TaskId memory_pass(int r, std::string_view name, const char* phase, sim::TimePs duration, sim::Bytes bytes,
+                          const char* kernel, std::vector<sim::TaskId> deps) {
+    return compute(r, name, phase, duration, {}, kernel, std::move(deps), bytes);
+  }
+  /// `bytes` of `tenant` reserved (alloc) or released (release) in rank r's GPU memory.
+  sim::TaskId alloc(int r, std::string_view name, const char* phase, const char* tenant, sim::Bytes bytes,
+                    std::vector<sim::TaskId> deps);
+  sim::TaskId release(int r, std::string_view name, const char* phase, const char* tenant, sim::Bytes bytes,
+                      std::vector<sim::TaskId> deps);
+  /// A barrier of rank r after `deps`.
+  sim::TaskId barrier(int r, std::string_view name, const char* phase, std::vector<sim::TaskId> deps);
+
+  /// Each rank's task as its only dependency (the form collectives take).
+  [[nodiscard]] std::vector<std::vector<sim::TaskId>> per_rank(const std::vector<sim::TaskId>& tasks) const;
+
+ private:
+  sim::TaskGraph& graph_;
+  std::vector<RankSlot> slots_;
+};
+
+}  // namespace offsim::models

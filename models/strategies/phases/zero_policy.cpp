@@ -1,0 +1,59 @@
+#include "models/strategies/phases/zero_policy.hpp"
+
+#include <fmt/format.h>
+
+#include <stdexcept>
+
+namespace offsim::models {
+
+ZeroPartitioning ZeroPolicy::partitioning_of_stage(int stage) {
+  if (stage < 0 || stage > 3) throw std::invalid_argument(fmt::format("zero_stage must be 0 to 3, got {}", stage));
+  return {stage >= 1, stage >= 2, stage >= 3};
+}
+
+ZeroPolicy ZeroPolicy::deepspeed(int stage, std::optional<bool> fp32_grad_accum, bool fp32_gradient_reduce) {
+  ZeroPolicy p;
+  p.stage_ = stage;
+  p.partitioned_ = partitioning_of_stage(stage);
+  const bool fp32_accum = fp32_grad_accum.value_or(!p.partitioned_.optimizer);
+  if (!p.partitioned_.gradients && fp32_accum) {
+    // BF16_Optimizer: the optimizer partitioned as at stage 1, whatever stage 0-1 was named.
+    p.engine_ = OptimizerEngine::kBf16Optimizer;
+    p.partitioned_.optimizer = true;
+    p.fp32_gradients_ = true;
+    p.buffers_ = GradientBuffers::kFp32AndWorking;
+    return p;
+  }
+  p.engine_ = p.partitioned_.parameters  ? OptimizerEngine::kZeroStage3
+              : p.partitioned_.optimizer ? OptimizerEngine::kZeroStage1And2
+                                         : OptimizerEngine::kReplicated;
+  p.fp32_gradients_ = p.partitioned_.gradients && fp32_gradient_reduce;
+  return p;
+}
+
+ZeroPolicy ZeroPolicy::megatron(int stage, std::optional<bool> fp32_grad_accum) {
+  if (stage < 0 || stage > 1) {
+    throw std::invalid_argument(fmt::format("megatron: zero_stage must be 0 or 1, got {}", stage));
+  }
+  ZeroPolicy p;
+  p.stage_ = stage;
+  p.partitioned_ = partitioning_of_stage(stage);
+  p.engine_ = OptimizerEngine::kMegatron;
+  p.fp32_gradients_ = fp32_grad_accum.value_or(true);
+  p.buffers_ = p.fp32_gradients_ ? GradientBuffers::kFp32 : GradientBuffers::kWorking;
+  return p;
+}
+
+const char* ZeroPolicy::gradient_tenant() const {
+  switch (buffers_) {
+    case GradientBuffers::kFp32:
+      return "gradients (fp32 main_grad)";
+    case GradientBuffers::kFp32AndWorking:
+      return "gradients (fp32 buffer and bf16)";
+    case GradientBuffers::kWorking:
+      break;
+  }
+  return "gradients (bf16)";
+}
+
+}  // namespace offsim::models
