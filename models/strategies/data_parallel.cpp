@@ -125,16 +125,6 @@ int checked_ranks(const IterationInputs& in, const DataParallelSpec& spec) {
   return ranks;
 }
 
-// Where a simulated rank's offload goes (its GPU is its slot of the RankTimeline): its host (and NVMe).
-struct Rank {
-  std::size_t host = 0;  // the nearest CPU (offload)
-  std::uint32_t host_pool = 0;
-  sim::ConstraintId host_memory;                // its DDR, crossed by host copies and CPU work
-  std::optional<sim::ConstraintId> host_cores;  // its cores' streaming throughput, crossed by CPU work
-  std::size_t nvme = 0;                         // ZeRO-Infinity: the node's NVMe device
-  std::uint32_t nvme_pool = 0;
-};
-
 // A layer's tasks per rank (layer_compute).
 struct LayerTasks {
   std::vector<TaskId> first, last_compute, end;
@@ -203,16 +193,13 @@ class DataParallelBuilder {
         part(strategy.partitioning.value_or(Partitioning{replicas, replica_plan, 0, {}, replica_plan, {}})),
         shard(policy.gathers_parameters_before_use() ? part.shard_ranks : replicas),
         offload(strategy.offload.has_value()),
-        off(strategy.offload.value_or(OptimizerOffload{})),
         backward_tasks(sims),
         prev(sims),
         freed_two_ago(sims),
         freed_one_ago(sims),
         secondary_kept(sims),
-        gradient_swaps(sims),
         last_backward(sims) {
     count_rank_parameters();
-    split_offload_subgroups();
     k = kernel_times(in, updated_on_rank, tp, spec.sequence_parallel, ep);
     stored = stored_activations_on_tp_rank(m, train, tp, spec.sequence_parallel);
     const std::int64_t vocab_on_rank = (m.vocab + tp - 1) / tp;
@@ -224,8 +211,6 @@ class DataParallelBuilder {
     define_modules();
     list_gradient_items();
     place_ranks();
-    check_copy_fits();
-    measure_host_rates();
   }
 
   // The iteration's tasks, phase by phase.
@@ -288,14 +273,9 @@ class DataParallelBuilder {
   std::int64_t experts_per_layer_on_rank = 0;  // expert parallelism: the rank's experts' weights
   std::int64_t P = 0;
   std::int64_t updated_on_rank = 0;
-  // Optimizer offload: the rank's partition is updated in subgroups of sub_group_size elements;
-  // the first int(ratio x n) subgroups on the host CPU, the rest on the GPU (Twin-Flow).
+  // Optimizer offload to the host (phases/host_offload.hpp), made by place_ranks.
   const bool offload;
-  const OptimizerOffload off;
-  std::vector<std::int64_t> subgroups;
-  std::size_t cpu_subgroups = 0;
-  std::int64_t cpu_params = 0;
-  double cpu_fraction = 0.0;
+  std::optional<HostOffload> host;
   KernelTimes k;
   Bytes stored;
   Bytes logits;
@@ -321,9 +301,6 @@ class DataParallelBuilder {
     std::int64_t elements = 0, expert_elements = 0, tensors = 0;
   };
   std::vector<Bucket> buckets;
-  std::vector<Rank> rank_info;
-  // CPU work's measured rates (measure_host_rates).
-  std::optional<sim::Bandwidth> cpu_adam_bound, cpu_upcast_bound, cpu_downcast_bound;
   // prev: each rank's last task so far.
   std::vector<TaskId> prev;
   // Stage 3 gather stream and the modules freed one and two modules ago (gather_module).
@@ -340,8 +317,7 @@ class DataParallelBuilder {
   // one reduce per owner's slice of a bucket, costed as a reduce-scatter); a replicated optimizer,
   // and BF16_Optimizer (engine.py allreduce_gradients, buffered_allreduce_fallback), all-reduce.
   const CollectiveKind reduction = policy.gradient_reduction();
-  std::vector<std::vector<TaskId>> gradient_swaps;  // ZeRO-Infinity gradient writes
-  std::vector<TaskId> reduce_stream;                // empty until the first bucket
+  std::vector<TaskId> reduce_stream;  // empty until the first bucket
   std::vector<TaskId> last_backward;
   const sim::Flops head_flops = head_forward_flops(m, train.micro_batch) * (1.0 / tp);
 
@@ -359,22 +335,6 @@ class DataParallelBuilder {
     updated_on_rank = policy.updated_parameters(P, P_model, shard);
   }
   [[nodiscard]] std::int64_t partition(std::int64_t n) const { return (n + shard - 1) / shard; }
-
-  // Optimizer offload's subgroups and the CPU's share of them.
-  void split_offload_subgroups() {
-    if (offload) {
-      // ZeRO-2 (stage_1_and_2.py) runs CPU Adam over the whole partition at once (one parameter group
-      // here); stage 3 in subgroups.
-      const std::int64_t group_size =
-          policy.engine() == OptimizerEngine::kZeroStage1And2 ? updated_on_rank : off.sub_group_size;
-      for (std::int64_t left = updated_on_rank; left > 0; left -= group_size) {
-        subgroups.push_back(std::min(left, group_size));
-      }
-      cpu_subgroups = static_cast<std::size_t>(off.ratio * static_cast<double>(subgroups.size()));
-      for (std::size_t j = 0; j < cpu_subgroups; ++j) cpu_params += subgroups[j];
-    }
-    cpu_fraction = offload ? static_cast<double>(cpu_params) / static_cast<double>(updated_on_rank) : 0.0;
-  }
 
   void define_modules() {
     // Modules in forward order; the head multiplies by the embedding when they are tied.
@@ -427,75 +387,20 @@ class DataParallelBuilder {
     }
   }
 
-  // rank_info: each simulated rank's GPU and, with offload, its host and NVMe.
+  // Each simulated rank's GPU and, with offload, its host and NVMe.
   void place_ranks() {
-    // Host cores are one resource per CPU, shared by the ranks offloading to it (calibration.host
-    // cpu_work: the streaming throughput its cores sustain for CPU Adam and casts).
-    std::map<std::size_t, sim::ConstraintId> cores_of_host;
+    std::vector<std::size_t> gpus;
     for (int r = 0; r < sims; ++r) {
-      Rank info;
       const std::size_t device = out.devices[layout.simulated[r]];
       (void)timeline.add_rank(layout.simulated[r], *out.machine.unit_of_device[device],
                               *out.machine.pool_of_device[device]);
-      if (offload) {
-        const auto host = nearest_cpu(in.topology, device);
-        if (!host) {
-          throw std::invalid_argument(
-              fmt::format("'{}' has no CPU in its node to offload to", in.topology.device(device).name));
-        }
-        info.host = *host;
-        const auto& mem = out.machine.memory_constraint_of_device[info.host];
-        if (!mem || !out.machine.pool_of_device[info.host]) {
-          throw std::invalid_argument(
-              fmt::format("optimizer offload needs the memory of '{}' with a bandwidth shared by transfers",
-                          in.topology.device(info.host).name));
-        }
-        info.host_memory = *mem;
-        if (in.host.cpu_work_bandwidth) {
-          auto it = cores_of_host.find(info.host);
-          if (it == cores_of_host.end()) {
-            // Named after the host's cores unit, which it stands for: trace.json draws the host work
-            // that streams through it on that unit's track.
-            const std::string cores = out.machine.platform.units.at(*out.machine.unit_of_device.at(info.host)).name;
-            it = cores_of_host
-                     .emplace(info.host, out.machine.platform.add_constraint(
-                                             {cores, *in.host.cpu_work_bandwidth, "cpu-work", "", "", ""}))
-                     .first;
-          }
-          info.host_cores = it->second;
-        }
-        info.host_pool = *out.machine.pool_of_device[info.host];
-        if (off.nvme) {
-          std::optional<std::size_t> nvme;
-          for (const auto d : in.topology.devices_of(topo::DeviceKind::kNvme)) {
-            if (in.topology.device(d).node == in.topology.device(device).node && out.machine.pool_of_device[d]) {
-              nvme = d;
-              break;
-            }
-          }
-          if (!nvme) {
-            throw std::invalid_argument(fmt::format("NVMe offload: the node of '{}' has no NVMe device with a capacity",
-                                                    in.topology.device(device).name));
-          }
-          info.nvme = *nvme;
-          info.nvme_pool = *out.machine.pool_of_device[*nvme];
-        }
-      }
-      rank_info.push_back(std::move(info));
+      gpus.push_back(device);
+    }
+    if (offload) {
+      host.emplace(timeline, out, in, std::move(gpus), *spec.offload, policy, spec.offload_param, updated_on_rank);
     }
   }
 
-  // Per-rank task builders.
-  // Host-side work (CPU Adam, casts) is traffic through the host's DDR and, when the host table
-  // measures it, through the cores' streaming throughput that every rank on the host shares; each
-  // rank's work is also capped at a measured per-thread-count rate when the table has one.
-  TaskId host_traffic(int r, const std::string& name, const char* phase, Bytes bytes,
-                      std::optional<sim::Bandwidth> bound, std::vector<TaskId> deps) {
-    std::vector<sim::ConstraintId> route{rank_info[r].host_memory};
-    if (rank_info[r].host_cores) route.push_back(*rank_info[r].host_cores);
-    return g.add(timeline.task_name(r, name), phase, TransferTask{std::move(route), bytes, TimePs{0}, bound, {}},
-                 std::move(deps));
-  }
   // Framework work on the rank's host thread (launching collectives, Python bookkeeping): a delay
   // that holds no link or unit. One thread per rank, so each piece also waits for the rank's
   // previous one: callers must add them in the thread's program order.
@@ -506,97 +411,6 @@ class DataParallelBuilder {
                            TransferTask{{}, Bytes{0}, duration, std::nullopt, {}}, std::move(deps));
     host_thread[r] = t;
     return t;
-  }
-  // Host copies of pinned or pageable buffers (offload_optimizer.pin_memory) follow the copy fits
-  // measured for the host (calibration.host copies: latency and bandwidth); without a fit only the
-  // links limit them, and the report says pinned and pageable are not told apart.
-  [[nodiscard]] const CopyFit* copy_fit(bool to_host, bool pinned) const {
-    const std::string key = fmt::format(FMT_COMPILE("{}_{}"), to_host ? "d2h" : "h2d", pinned ? "pinned" : "pageable");
-    const auto it = in.host.copies.find(key);
-    return it == in.host.copies.end() ? nullptr : &it->second;
-  }
-  // Notes the host copies that have no measured fit.
-  void check_copy_fits() {
-    if (!offload) return;
-    // Pageable copies happen whatever pin_memory says (dtype-changing copies, below).
-    std::vector<std::string> missing;
-    for (const bool pinned : {true, false}) {
-      if (pinned && !off.pin_memory) continue;
-      for (const bool to_host : {true, false}) {
-        if (!copy_fit(to_host, pinned))
-          missing.push_back(fmt::format(FMT_COMPILE("{}_{}"), to_host ? "d2h" : "h2d", pinned ? "pinned" : "pageable"));
-      }
-    }
-    if (!missing.empty()) {
-      out.approximations.push_back(fmt::format(
-          "host copies: no measured copy fit for {} in calibration.host, so only the links limit those copies",
-          fmt::join(missing, ", ")));
-    }
-  }
-  TaskId copy(int r, const std::string& name, const char* phase, bool to_host, Bytes bytes, std::vector<TaskId> deps,
-              bool pinned) {
-    const std::size_t gpu = out.devices[layout.simulated[r]];
-    const std::size_t cpu = rank_info[r].host;
-    const CopyFit* fit = copy_fit(to_host, pinned);
-    return g.add(timeline.task_name(r, name), phase,
-                 TransferTask{to_host ? out.machine.transfer_route(in.topology, gpu, cpu)
-                                      : out.machine.transfer_route(in.topology, cpu, gpu),
-                              bytes,
-                              fit ? fit->latency : TimePs{0},
-                              fit ? std::optional<sim::Bandwidth>(fit->bandwidth) : std::nullopt,
-                              {}},
-                 std::move(deps));
-  }
-  // ZeRO-Infinity swaps: NVMe to host memory (read) or back (write), through the NVMe links and DDR.
-  TaskId swap(int r, const std::string& name, bool to_nvme, Bytes bytes, std::vector<TaskId> deps) {
-    const std::size_t cpu = rank_info[r].host;
-    const std::size_t nvme = rank_info[r].nvme;
-    return g.add(timeline.task_name(r, name), phase::kOptimizer,
-                 TransferTask{to_nvme ? out.machine.transfer_route(in.topology, cpu, nvme)
-                                      : out.machine.transfer_route(in.topology, nvme, cpu),
-                              bytes,
-                              TimePs{0},
-                              {},
-                              {}},
-                 std::move(deps));
-  }
-  // Host work is capped at the rate measured for the threads each rank has (cores / ranks on the
-  // host, nearest measured count), when the host table has one; otherwise DDR is its only limit.
-  void measure_host_rates() {
-    if (!offload) return;
-    const auto ranks_per_host =
-        std::count_if(rank_info.begin(), rank_info.end(), [&](const Rank& x) { return x.host == rank_info[0].host; });
-    const int threads = std::max(1, in.topology.device(rank_info[0].host).cores / static_cast<int>(ranks_per_host));
-    const std::string& host_kind = in.topology.device(rank_info[0].host).device_kind;
-    const auto measured = [&](const std::vector<CpuRateFit>& fits, const char* what,
-                              std::int64_t bytes_per_element) -> std::optional<sim::Bandwidth> {
-      const CpuRateFit* best = nearest(
-          fits, [](const CpuRateFit& f) { return f.threads; }, threads);
-      if (!best) {
-        if (!in.host.cpu_work_bandwidth) {
-          out.approximations.push_back(fmt::format(
-              "{} on {}: no measured rate (calibration.host); bounded only by host memory bandwidth (roofline)", what,
-              host_kind));
-        }
-        return std::nullopt;
-      }
-      if (best->threads != threads) {
-        out.approximations.push_back(
-            fmt::format("{} with {} threads per rank uses the rate measured with {}", what, threads, best->threads));
-      }
-      return sim::Bandwidth{best->params_per_s * static_cast<double>(bytes_per_element)};
-    };
-    cpu_adam_bound = measured(in.host.cpu_adam, "CPU Adam", kHostAdamTrafficBytesPerParam);
-    cpu_upcast_bound = measured(in.host.cpu_upcast, "CPU up-cast (bf16 to fp32)", kBf16Bytes + kFp32Bytes);
-    cpu_downcast_bound = measured(in.host.cpu_downcast, "CPU down-cast (fp32 to bf16)", kBf16Bytes + kFp32Bytes);
-    if (in.host.cpu_work_bandwidth) {
-      out.approximations.push_back(fmt::format(
-          "CPU Adam and casts on {} share its cores' streaming throughput ({}, calibration.host cpu_work), each "
-          "costed by its DDR traffic: Adam {} B, a cast {} B per element",
-          host_kind, sim::format_bandwidth(*in.host.cpu_work_bandwidth), kHostAdamTrafficBytesPerParam,
-          kBf16Bytes + kFp32Bytes));
-    }
-    out.approximations.push_back("Twin-Flow: each gradient bucket is offloaded in the CPU share of the partition");
   }
   // Each rank's model states per memory tier (models/placement): at stage 3 each rank keeps its
   // partition of the gathered parameters and every persistent one whole (DeepSpeed's
@@ -611,12 +425,7 @@ class DataParallelBuilder {
     c.gradient_buffers = policy.gradient_buffers();
     c.persistent = persistent;
     c.reduce_bucket_elements = spec.reduce_bucket_elements;
-    c.optimizer_offload = offload;
-    c.offloaded_elements = cpu_params;
-    c.nvme = off.nvme;
-    if (off.nvme && !subgroups.empty()) {
-      c.swap_buffer_elements = off.buffer_count * *std::max_element(subgroups.begin(), subgroups.end());
-    }
+    if (host) host->describe(c);
     c.parameter_offload = spec.offload_param;
     c.secondary_elements = secondary_elements;
     return place_model_states(c, kBf16MixedPrecision);
@@ -630,28 +439,8 @@ class DataParallelBuilder {
       // fp32 gradients); the host keeps the rest and a bf16 buffer for the whole gradient partition.
       TaskId last = allocate_model_states(
           timeline, r, st, policy, offload,
-          spec.offload_param ? std::optional(ParameterHostPool{rank_info[r].host_pool}) : std::nullopt);
-      if (offload) {
-        const auto host_alloc = [&](const char* name, const char* tenant, Bytes bytes, TaskId after) {
-          return g.add(timeline.task_name(r, name), "setup", AllocTask{rank_info[r].host_pool, tenant, bytes}, {after});
-        };
-        if (off.nvme) {
-          // States and fp32 gradients on the NVMe; the host keeps the pinned swap buffers.
-          last = g.add(timeline.task_name(r, "alloc.nvme_states"), "setup",
-                       AllocTask{rank_info[r].nvme_pool, "optimizer states and fp32 gradients on NVMe",
-                                 Bytes{st.optimizer.nvme + st.gradients.nvme}},
-                       {last});
-          last = host_alloc("alloc.swap_buffers", "pinned NVMe swap buffers", Bytes{st.swap_buffers.host}, last);
-        } else {
-          last = host_alloc("alloc.host_optimizer", "optimizer states on host (fp32 master, m, v)",
-                            Bytes{st.optimizer.host}, last);
-          last = host_alloc("alloc.host_gradients", "fp32 gradients on host", Bytes{st.gradients.host}, last);
-        }
-        if (policy.engine() == OptimizerEngine::kZeroStage3) {
-          last = host_alloc("alloc.host_gradient_buffer", "bf16 gradient buffer on host",
-                            Bytes{st.gradient_buffer.host}, last);
-        }
-      }
+          spec.offload_param ? std::optional(ParameterHostPool{host->host_pool(r)}) : std::nullopt);
+      if (host) last = host->allocate_host_states(r, st, last);
       if (policy.reduces_every_micro_batch()) {
         last = timeline.alloc(r, "alloc.reduce_bucket", "setup", "gradient reduce bucket (bf16)",
                               Bytes{st.reduce_bucket.gpu}, {last});
@@ -691,7 +480,8 @@ class DataParallelBuilder {
       if (spec.offload_param) {
         // ZeRO-Infinity: the rank's shard comes from host memory first.
         for (int r = 0; r < sims; ++r) {
-          done[r] = copy(r, fmt::format(FMT_COMPILE("{}.fetch.{}.{}"), when, mod.name, i), phase::kCommunication, false,
+          done[r] =
+              host->copy(r, fmt::format(FMT_COMPILE("{}.fetch.{}.{}"), when, mod.name, i), phase::kCommunication, false,
                          Bytes{(mod.gathers[i] + group - 1) / group * kBf16Bytes}, {done[r]}, spec.param_pin_memory);
         }
       }
@@ -1000,87 +790,12 @@ class DataParallelBuilder {
                                    timeline.per_rank(reduce_stream));
         }
       }
-      if (!offload) continue;
-      offload_bucket(mb, boundary, bucket, buckets[b].elements, buckets[b].last_item);
-    }
-  }
-  // Offload of one reduced bucket of `elements` (its last gradient item `last_item`) to the host.
-  void offload_bucket(std::int64_t mb, bool boundary, const std::string& bucket, std::int64_t elements,
-                      std::size_t last_item) {
-    // The reduced partition goes to the host (deepspeed-offload.md section 2). First micro-step:
-    // a non-blocking D2H into the bf16 host buffer and its H2D "ping-pong" back. Later
-    // micro-steps: the host buffer comes back to the GPU (H2D), the new partition is added, and
-    // the sum goes back (D2H). At the boundary, 0.13 copies it once more with a blocking D2H and
-    // up-casts it on the CPU (the autograd thread waits: the next backward kernel cannot start);
-    // 0.16.3+ up-casts on the GPU and copies the fp32 result asynchronously.
-    const std::int64_t e =
-        static_cast<std::int64_t>(std::llround(cpu_fraction * static_cast<double>(partition(elements))));
-    if (e == 0) return;
-    if (policy.engine() == OptimizerEngine::kZeroStage1And2) {
-      // ZeRO-2 offload (stage_1_and_2.py, deepspeed-offload.md section 2): on the compute stream,
-      // up-cast the reduced partition on the GPU and copy it to the host fp32 gradient (4 B per
-      // element, non-blocking). From the second micro-step on, the host gradient accumulates
-      // through the GPU: H2D of the host fp32 gradient, add, D2H back.
-      for (int r = 0; r < sims; ++r) {
-        const std::string name = bucket + ".offload";
-        std::vector<TaskId> after{reduce_stream[r]};
-        if (mb > 0) {
-          after = {
-              copy(r, name + ".h2d_accumulate", phase::kBackward, false, Bytes{e * kFp32Bytes}, after, off.pin_memory)};
-        }
-        const TaskId cast =
-            timeline.compute(r, name + ".gpu_upcast", phase::kBackward,
-                             in.costs.memory_bound_time(Bytes{e * (kBf16Bytes + 2 * kFp32Bytes)}), {}, "memory", after);
-        reduce_stream[r] =
-            copy(r, name + ".d2h_fp32", phase::kBackward, true, Bytes{e * kFp32Bytes}, {cast}, off.pin_memory);
-        const std::size_t next = last_item + 1;
-        if (spec.overlap_comm && next < backward_tasks[r].size()) g.add_dependency(backward_tasks[r][next], cast);
-      }
-      return;
-    }
-    for (int r = 0; r < sims; ++r) {
-      const std::string name = bucket + ".offload";
-      TaskId last;
-      if (mb == 0) {
-        const TaskId d2h =
-            copy(r, name + ".d2h", phase::kBackward, true, Bytes{e * kBf16Bytes}, {reduce_stream[r]}, off.pin_memory);
-        last = copy(r, name + ".h2d", phase::kBackward, false, Bytes{e * kBf16Bytes}, {d2h}, off.pin_memory);
-      } else {
-        const TaskId h2d = copy(r, name + ".h2d_accumulate", phase::kBackward, false, Bytes{e * kBf16Bytes},
-                                {reduce_stream[r]}, off.pin_memory);
-        last = copy(r, name + ".d2h_accumulate", phase::kBackward, true, Bytes{e * kBf16Bytes}, {h2d}, off.pin_memory);
-      }
-      reduce_stream[r] = last;
-      if (!boundary) continue;
-      TaskId blocking;
-      if (off.runtime == Runtime::kDeepSpeed013) {
-        // `fp32_grad_tensor.copy_(grad_buffer)` changes dtype across devices: PyTorch copies into a
-        // fresh pageable bf16 temporary and up-casts on the CPU, so this copy is pageable whatever
-        // pin_memory says (deepspeed-offload.md section 2, step d).
-        const TaskId d2h_blocking =
-            copy(r, name + ".d2h_blocking", phase::kBackward, true, Bytes{e * kBf16Bytes}, {last}, /*pinned=*/false);
-        blocking = host_traffic(r, name + ".cpu_upcast", phase::kBackward, Bytes{e * (kBf16Bytes + kFp32Bytes)},
-                                cpu_upcast_bound, {d2h_blocking});
-        reduce_stream[r] = blocking;
-      } else {
-        blocking =
-            timeline.compute(r, name + ".gpu_upcast", phase::kBackward,
-                             in.costs.memory_bound_time(Bytes{e * (kBf16Bytes + kFp32Bytes)}), {}, "memory", {last});
-        reduce_stream[r] =
-            copy(r, name + ".d2h_fp32", phase::kBackward, true, Bytes{e * kFp32Bytes}, {blocking}, off.pin_memory);
-      }
-      // The next backward kernel waits for the blocking step; without overlap_comm the buckets
-      // are reduced after the whole backward, so no backward kernel comes after them.
-      const std::size_t next = last_item + 1;
-      if (spec.overlap_comm && next < backward_tasks[r].size()) g.add_dependency(backward_tasks[r][next], blocking);
-      if (off.nvme) {
-        // ZeRO-Infinity: the fp32 gradient goes on to the NVMe (AsyncTensorSwapper).
-        gradient_swaps[r].push_back(
-            swap(r, name + ".swap_out_gradient", true, Bytes{e * kFp32Bytes}, {reduce_stream[r]}));
+      if (host) {
+        host->offload_bucket(mb, boundary, bucket, partition(buckets[b].elements), buckets[b].last_item + 1,
+                             reduce_stream, backward_tasks, spec.overlap_comm);
       }
     }
   }
-
   // The optimizer step on every rank, once its gradients are reduced; returns each rank's last task.
   std::vector<TaskId> optimizer_step() {
     std::vector<TaskId> adam(sims);
@@ -1089,7 +804,7 @@ class DataParallelBuilder {
           timeline.barrier(r, "gradients_synchronized", phase::kCommunication, {last_backward[r], reduce_stream[r]});
       TaskId first_step;
       if (offload) {
-        adam[r] = offloaded_step(r, ready, first_step);
+        adam[r] = host->step(r, ready, first_step);
       } else {
         const StepTasks step = gpu_optimizer_step(timeline, r, policy, in.costs, P, updated_on_rank, k.adam, ready);
         first_step = step.first;
@@ -1102,72 +817,6 @@ class DataParallelBuilder {
     }
     return adam;
   }
-  // Adam with optimizer offload on rank r from `ready`: returns its last task and sets `first_step`.
-  TaskId offloaded_step(int r, TaskId ready, TaskId& first_step) {
-    // DeepSpeed 0.13 and later, stage 3: subgroups strictly one after another. A host subgroup
-    // runs CPU Adam, then the blocking copy-back: down-cast on the CPU and H2D of the bf16
-    // parameters. A GPU subgroup runs Adam on the GPU. No overlap between subgroups.
-    TaskId last = ready;
-    // The copy-back `bf16_partition.copy_(fp32_partition)` changes dtype across devices: PyTorch
-    // down-casts into a fresh pageable temporary on the CPU and copies that, so the H2D is pageable
-    // whatever pin_memory says (stage 3, and stage 2 before 0.14.1). ZeRO-2 from 0.14.1 (PR #5301)
-    // copies from the pinned fp32 partition.
-    const bool copy_back_pinned =
-        policy.engine() == OptimizerEngine::kZeroStage1And2 && off.runtime != Runtime::kDeepSpeed013 && off.pin_memory;
-    // ZeRO-Infinity: each subgroup's fp32 p, m, v and gradient are read from the NVMe before CPU
-    // Adam (the next one prefetched with pipeline_read) and p, m, v written back after it (the
-    // next subgroup waits for the write unless pipeline_write).
-    std::vector<TaskId> nvme_writes;
-    std::optional<TaskId> prefetched;
-    if (off.nvme) {
-      std::vector<TaskId> swapped{ready};
-      swapped.insert(swapped.end(), gradient_swaps[r].begin(), gradient_swaps[r].end());
-      last = g.add(timeline.task_name(r, "gradients_on_nvme"), phase::kOptimizer, BarrierTask{}, swapped);
-      if (r == 0) out.spans.push_back({phase::kNvmeGradientFlush, ready, last, true});
-    }
-    for (std::size_t j = 0; j < subgroups.size(); ++j) {
-      const std::int64_t n = subgroups[j];
-      const std::string name = fmt::format(FMT_COMPILE("subgroup{}"), j);
-      if (j < cpu_subgroups) {
-        std::vector<TaskId> adam_deps{last};
-        if (off.nvme) {
-          const Bytes in_bytes{n * (kOptimizerStateBytesPerParam + kFp32Bytes)};
-          const TaskId read = prefetched ? *prefetched : swap(r, name + ".swap_in", false, in_bytes, {last});
-          adam_deps.push_back(read);
-          prefetched.reset();
-          if (off.pipeline_read && j + 1 < cpu_subgroups) {
-            const Bytes next_bytes{subgroups[j + 1] * (kOptimizerStateBytesPerParam + kFp32Bytes)};
-            prefetched = swap(r, fmt::format(FMT_COMPILE("subgroup{}.swap_in"), j + 1), false, next_bytes, {read});
-          }
-        }
-        const TaskId step = host_traffic(r, name + ".cpu_adam", phase::kOptimizer,
-                                         Bytes{n * kHostAdamTrafficBytesPerParam}, cpu_adam_bound, adam_deps);
-        const TaskId down = host_traffic(r, name + ".cpu_downcast", phase::kOptimizer,
-                                         Bytes{n * (kFp32Bytes + kBf16Bytes)}, cpu_downcast_bound, {step});
-        std::vector<TaskId> copy_deps{down};
-        if (off.nvme) {
-          nvme_writes.push_back(swap(r, name + ".swap_out", true, Bytes{n * kOptimizerStateBytesPerParam}, {step}));
-          if (!off.pipeline_write) copy_deps.push_back(nvme_writes.back());
-        }
-        // With parameter offload the down-cast writes the host partition: nothing goes back.
-        last = spec.offload_param
-                   ? g.add(timeline.task_name(r, name + ".params_on_host"), phase::kOptimizer, BarrierTask{}, copy_deps)
-                   : copy(r, name + ".h2d_params", phase::kOptimizer, false, Bytes{n * kBf16Bytes}, copy_deps,
-                          copy_back_pinned);
-        if (j == 0) first_step = step;
-      } else {
-        last = timeline.compute(r, name + ".gpu_adam", phase::kOptimizer,
-                                in.costs.memory_bound_time(Bytes{n * kAdamTrafficBytesPerParam}), {}, "adam", {last});
-        if (j == 0) first_step = last;
-      }
-    }
-    if (!nvme_writes.empty()) {
-      nvme_writes.push_back(last);
-      last = g.add(timeline.task_name(r, "states_on_nvme"), phase::kOptimizer, BarrierTask{}, nvme_writes);
-    }
-    return last;
-  }
-
   // Stages 1-2 and BF16_Optimizer: the all-gather of the updated parameters after `adam`; returns
   // each rank's end.
   std::vector<TaskId> parameter_allgather(std::vector<TaskId> adam) {

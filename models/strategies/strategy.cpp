@@ -9,20 +9,6 @@
 
 namespace offsim::models {
 
-std::optional<std::size_t> nearest_cpu(const topo::Topology& t, std::size_t gpu) {
-  std::optional<std::size_t> best;
-  std::size_t best_hops = 0;
-  for (const auto cpu : t.devices_of(topo::DeviceKind::kCpu)) {
-    if (t.device(cpu).node != t.device(gpu).node) continue;
-    const std::size_t hops = t.route(gpu, cpu).links.size();
-    if (!best || hops < best_hops) {
-      best = cpu;
-      best_hops = hops;
-    }
-  }
-  return best;
-}
-
 BuiltIteration build_iteration(const IterationInputs& in, const StrategySpec& strategy) {
   struct Visitor {
     const IterationInputs& in;

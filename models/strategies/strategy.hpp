@@ -11,6 +11,7 @@
 #include "models/collectives/plan.hpp"
 #include "models/cost/cost_model.hpp"
 #include "models/platform/machine_resources.hpp"
+#include "models/strategies/phases/host_offload.hpp"
 #include "models/strategies/phases/iteration.hpp"
 #include "models/transformer/transformer.hpp"
 #include "sim/exec/task_graph.hpp"
@@ -24,27 +25,6 @@ class ZeroPolicy;   // models/strategies/phases/zero_policy.hpp
 /// Data parallelism with ZeRO stage 0-3 (models/strategies/data_parallel.cpp states the model):
 /// every rank runs forward and backward on its micro-batches; gradients are reduced in buckets
 /// (overlapping backward when overlap_comm); states are partitioned according to the stage.
-/// The DeepSpeed release whose offload mechanics are simulated (deepspeed-offload.md section 2):
-/// 0.13 copies each gradient partition to the host with a blocking copy and up-casts on the CPU;
-/// 0.16.3 and later up-cast on the GPU and copy asynchronously.
-enum class Runtime { kDeepSpeed013, kDeepSpeed016 };
-
-/// ZeRO-3 optimizer offload to host memory (DeepSpeed `offload_optimizer: {device: cpu}`).
-struct OptimizerOffload {
-  bool pin_memory = true;
-  double ratio = 1.0;  // Twin-Flow: the first ratio x subgroups update on the CPU, the rest on the GPU
-  std::int64_t sub_group_size = 0;
-  Runtime runtime = Runtime::kDeepSpeed013;
-  // ZeRO-Infinity (`device: nvme`, stage 3): the host subgroups' fp32 states and gradients live on
-  // the node's NVMe and are swapped through `buffer_count` pinned host buffers of the largest
-  // subgroup; pipeline_read prefetches the next subgroup during CPU Adam, pipeline_write lets the
-  // next subgroup start before the write-back ends (deepspeed-offload.md section 6).
-  bool nvme = false;
-  bool pipeline_read = false;
-  bool pipeline_write = false;
-  int buffer_count = 0;
-};
-
 /// Hierarchical partitioning of the ZeRO-3 states (docs/strategies.md): each state is sharded
 /// over a group of consecutive ranks, and each collective runs in stages over hierarchy bands,
 /// with its own algorithm and quantization. ZeRO-3 shards everything over all ranks with flat
@@ -173,10 +153,6 @@ using StrategySpec = std::variant<DataParallelSpec, CollectiveSpec, MegatronSpec
 [[nodiscard]] RankLayout lay_out_ranks(BuiltIteration& out, const topo::Topology& topology,
                                        const std::vector<std::string>& names, const char* strategy, bool all_ranks,
                                        int block_ranks = 0);
-
-/// The CPU of `gpu`'s node fewest hops from it (the first declared among equals): the host of its
-/// offload. Nullopt when the node has no CPU.
-[[nodiscard]] std::optional<std::size_t> nearest_cpu(const topo::Topology& t, std::size_t gpu);
 
 /// Builds the task graph of one iteration. Throws std::invalid_argument for a strategy the
 /// machine cannot host (e.g. more ranks than GPUs); the parser reports those first with locations.
