@@ -39,6 +39,7 @@
 #include "models/collectives/communicator.hpp"
 #include "models/placement/state_placement.hpp"
 #include "models/strategies/layer_kernels.hpp"
+#include "models/strategies/phases/parameter_gather.hpp"
 #include "models/strategies/phases/rank_timeline.hpp"
 #include "models/strategies/phases/steps.hpp"
 #include "models/strategies/phases/zero_policy.hpp"
@@ -64,38 +65,6 @@ struct GradientItem {
   std::int64_t expert_elements = 0;  // expert parallelism: reduced over the expert-data-parallel group
   std::int64_t tensors = 0;          // parameter tensors (DeepSpeed's early stage 3 reduces each apart)
 };
-
-// A module whose parameters stage 3 gathers before it runs: one all-gather per submodule whose
-// parameters reach the persistence threshold, in forward order (DeepSpeed fetches each submodule's
-// parameters in its pre-forward hook); smaller ones (norms, biases) stay resident on every rank.
-struct Module {
-  std::string name;
-  std::vector<std::int64_t> gathers;  // elements of each all-gather
-  std::vector<bool> expert;           // per gather: the rank's experts (gathered over their data-parallel group)
-  std::int64_t persistent = 0;        // elements kept whole on every rank
-  [[nodiscard]] std::int64_t gathered() const {
-    std::int64_t n = 0;
-    for (const auto g : gathers) n += g;
-    return n;
-  }
-};
-
-// Splits `parts` (submodule parameter counts) into gathered and persistent by the threshold.
-Module make_module(std::string name, const std::vector<std::int64_t>& parts, std::int64_t persistence_threshold,
-                   const std::vector<bool>& expert = {}) {
-  Module mod{std::move(name), {}, {}, 0};
-  for (std::size_t i = 0; i < parts.size(); ++i) {
-    const std::int64_t n = parts[i];
-    if (n <= 0) continue;
-    if (n < persistence_threshold) {
-      mod.persistent += n;
-    } else {
-      mod.gathers.push_back(n);
-      mod.expert.push_back(i < expert.size() && expert[i]);
-    }
-  }
-  return mod;
-}
 
 // The spec's checks, made before anything is built. Returns the number of ranks.
 int checked_ranks(const IterationInputs& in, const DataParallelSpec& spec) {
@@ -129,11 +98,6 @@ int checked_ranks(const IterationInputs& in, const DataParallelSpec& spec) {
 struct LayerTasks {
   std::vector<TaskId> first, last_compute, end;
 };
-
-constexpr const char* kGathered = "gathered parameters (bf16)";
-// hpZ: after its first forward gather, each rank keeps a secondary shard of the module (bf16)
-// until the optimizer step drops them (DeepSpeed invalidate_secondary_tensor).
-constexpr const char* kSecondary = "secondary parameter partition (hpZ, bf16)";
 
 // Rank classes: with analytic collectives and nothing on the host (no offload), the ranks of the
 // simulated node run the same kernels on the same amounts, and each one's collectives wait on
@@ -195,9 +159,6 @@ class DataParallelBuilder {
         offload(strategy.offload.has_value()),
         backward_tasks(sims),
         prev(sims),
-        freed_two_ago(sims),
-        freed_one_ago(sims),
-        secondary_kept(sims),
         last_backward(sims) {
     count_rank_parameters();
     k = kernel_times(in, updated_on_rank, tp, spec.sequence_parallel, ep);
@@ -219,10 +180,11 @@ class DataParallelBuilder {
     for (std::int64_t mb = 0; mb < train.grad_accum; ++mb) micro_batch(mb);
     std::vector<TaskId> end = parameter_allgather(optimizer_step());
     // hpZ: the secondary partitions are dropped after the optimizer step.
-    if (secondary_elements > 0) {
+    if (gather && gather->secondary_elements() > 0) {
       const Bytes secondary{states().secondary.gpu};
       for (int r = 0; r < sims; ++r) {
-        end[r] = timeline.release(r, "free.secondary", phase::kOptimizer, kSecondary, secondary, {end[r]});
+        end[r] =
+            timeline.release(r, "free.secondary", phase::kOptimizer, kSecondaryPartitionTenant, secondary, {end[r]});
       }
     }
     (void)g.add("iteration.end", "end", BarrierTask{}, end);
@@ -303,13 +265,10 @@ class DataParallelBuilder {
   std::vector<Bucket> buckets;
   // prev: each rank's last task so far.
   std::vector<TaskId> prev;
-  // Stage 3 gather stream and the modules freed one and two modules ago (gather_module).
-  std::vector<TaskId> gather_stream;
-  std::vector<std::optional<TaskId>> host_thread;  // each rank's last framework host work (host_work)
-  std::vector<std::vector<TaskId>> reduce_host;    // this micro-batch: per bucket, per rank (launch_reduce_host)
-  std::vector<std::vector<TaskId>> freed_two_ago, freed_one_ago;
-  std::vector<std::vector<TaskId>> secondary_kept;  // hpZ secondary shards
-  std::int64_t secondary_elements = 0;
+  // Each rank's framework host thread (stage 3's launch costs) and stage 3's gathers (place_ranks).
+  std::optional<HostThreads> host_threads;
+  std::optional<ParameterGather> gather;
+  std::vector<std::vector<TaskId>> reduce_host;  // this micro-batch: per bucket, per rank (launch_reduce_host)
   // Elements of each expert-parallel all-to-all (expert_parallel_layer).
   const std::int64_t dispatch_elements = train.micro_batch * m.seq * m.experts_per_token * m.hidden;
   // Gradient reduction (reduce_micro_batch): each rank needs only its partition's gradients at
@@ -337,27 +296,7 @@ class DataParallelBuilder {
   [[nodiscard]] std::int64_t partition(std::int64_t n) const { return (n + shard - 1) / shard; }
 
   void define_modules() {
-    // Modules in forward order; the head multiplies by the embedding when they are tied.
-    // A layer's submodules: its linear projections (weight and bias) and what remains (the norms).
-    std::vector<std::int64_t> layer_parts;
-    std::vector<bool> expert_parts;  // expert parallelism: the parts gathered over the experts' group
-    {
-      std::int64_t linear = 0;
-      for (const auto& gemm : layer_gemms(m, 1, 1, ep)) {
-        if (gemm.attention_core) continue;
-        layer_parts.push_back((gemm.parameters() + tp - 1) / tp);
-        expert_parts.push_back(ep > 1 && gemm.expert);
-        linear += layer_parts.back();
-      }
-      layer_parts.push_back(params.per_layer - linear);
-      expert_parts.push_back(false);
-    }
-    const std::int64_t threshold = spec.param_persistence_threshold;
-    modules = {make_module("embedding", {params.embedding, params.position}, threshold)};
-    for (std::int64_t l = 0; l < m.layers; ++l)
-      modules.push_back(make_module(fmt::format(FMT_COMPILE("layer{}"), l), layer_parts, threshold, expert_parts));
-    modules.push_back(
-        make_module("head", {params.final_norm, m.tied_embeddings ? params.embedding : params.output_head}, threshold));
+    modules = model_modules(m, params, tp, ep, spec.param_persistence_threshold);
     for (const auto& mod : modules) persistent += mod.persistent;
   }
 
@@ -399,19 +338,13 @@ class DataParallelBuilder {
     if (offload) {
       host.emplace(timeline, out, in, std::move(gpus), *spec.offload, policy, spec.offload_param, updated_on_rank);
     }
+    host_threads.emplace(timeline);
+    if (policy.gathers_parameters_before_use()) {
+      gather.emplace(timeline, comm, ParameterGather::Plans{part, expert_plan}, spec.zero3_fetch, spec.zero3_host,
+                     *host_threads, spec.offload_param ? &*host : nullptr, spec.param_pin_memory);
+    }
   }
 
-  // Framework work on the rank's host thread (launching collectives, Python bookkeeping): a delay
-  // that holds no link or unit. One thread per rank, so each piece also waits for the rank's
-  // previous one: callers must add them in the thread's program order.
-  TaskId host_work(int r, const std::string& name, TimePs duration, std::vector<TaskId> deps) {
-    if (host_thread.empty()) host_thread.resize(static_cast<std::size_t>(sims));
-    if (host_thread[r]) deps.push_back(*host_thread[r]);
-    const TaskId t = g.add(timeline.task_name(r, name), phase::kCommunication,
-                           TransferTask{{}, Bytes{0}, duration, std::nullopt, {}}, std::move(deps));
-    host_thread[r] = t;
-    return t;
-  }
   // Each rank's model states per memory tier (models/placement): at stage 3 each rank keeps its
   // partition of the gathered parameters and every persistent one whole (DeepSpeed's
   // param_persistence_threshold); with offload, the host (or the NVMe) keeps the states of the CPU
@@ -427,7 +360,7 @@ class DataParallelBuilder {
     c.reduce_bucket_elements = spec.reduce_bucket_elements;
     if (host) host->describe(c);
     c.parameter_offload = spec.offload_param;
-    c.secondary_elements = secondary_elements;
+    c.secondary_elements = gather ? gather->secondary_elements() : 0;
     return place_model_states(c, kBf16MixedPrecision);
   }
 
@@ -447,86 +380,16 @@ class DataParallelBuilder {
       }
       prev[r] = last;
     }
-    gather_stream = prev;
+    if (gather) gather->start(prev);
   }
 
-  // Stage 3: the all-gather of module i for every rank, issued on the gather stream after the
-  // previous gather and after module i-2's parameters were freed (two modules live at most).
-  std::vector<TaskId> gather_module(const Module& mod, const std::string& when) {
-    std::vector<std::vector<TaskId>> deps(sims);
-    std::vector<TaskId> allocated(sims);
-    for (int r = 0; r < sims; ++r) {
-      std::vector<TaskId> d{gather_stream[r]};
-      // Blocking fetch: the gather starts once the rank's queued work (the previous module) is done.
-      if (spec.zero3_fetch == DataParallelSpec::Fetch::kBlocking) d.push_back(prev[r]);
-      d.insert(d.end(), freed_two_ago[r].begin(), freed_two_ago[r].end());
-      allocated[r] = timeline.alloc(r, fmt::format(FMT_COMPILE("{}.alloc.{}"), when, mod.name), phase::kCommunication,
-                                    kGathered, Bytes{mod.gathered() * kBf16Bytes}, std::move(d));
-      deps[r] = {allocated[r]};
-    }
-    // Backward gathers come from the secondary partition inside its group when there is one (hpZ).
-    const bool from_secondary = part.secondary_ranks > 0 && when.ends_with(".bwd");
-    std::vector<TaskId> done = allocated;
-    const int group = from_secondary ? part.secondary_ranks : part.shard_ranks;
-    for (std::size_t i = 0; i < mod.gathers.size(); ++i) {
-      if (spec.zero3_host) {
-        // The framework's host work before this parameter's all-gather is enqueued (a delay on the
-        // rank's fetch path: it holds no link or unit).
-        for (int r = 0; r < sims; ++r) {
-          done[r] = host_work(r, fmt::format(FMT_COMPILE("{}.host.gather.{}.{}"), when, mod.name, i),
-                              spec.zero3_host->all_gather.at(group), {done[r]});
-        }
-      }
-      if (spec.offload_param) {
-        // ZeRO-Infinity: the rank's shard comes from host memory first.
-        for (int r = 0; r < sims; ++r) {
-          done[r] =
-              host->copy(r, fmt::format(FMT_COMPILE("{}.fetch.{}.{}"), when, mod.name, i), phase::kCommunication, false,
-                         Bytes{(mod.gathers[i] + group - 1) / group * kBf16Bytes}, {done[r]}, spec.param_pin_memory);
-        }
-      }
-      const CollectivePlan& plan = mod.expert[i]    ? expert_plan
-                                   : from_secondary ? part.secondary_gather
-                                                    : part.parameter_gather;
-      done = comm.add(CollectiveKind::kAllGather, fmt::format(FMT_COMPILE("gather.{}.{}.{}"), when, mod.name, i),
-                      mod.gathers[i], plan, timeline.per_rank(done));
-    }
-    gather_stream = done;
-    return done;
-  }
-  void release_module(int r, const Module& mod, const std::string& when, TaskId after) {
-    const TaskId f = timeline.release(r, fmt::format(FMT_COMPILE("{}.free.{}"), when, mod.name), phase::kCommunication,
-                                      kGathered, Bytes{mod.gathered() * kBf16Bytes}, {after});
-    freed_two_ago[r] = freed_one_ago[r];
-    freed_one_ago[r] = {f};
-  }
   // Runs one module's compute on every rank, with its stage-3 gather and release around it.
   // `body(deps)` builds the module's work on all ranks at once (tensor-parallel all-reduces join
   // the ranks of a group), from each rank's dependencies, and returns each rank's last task.
   template <typename Body>
   void run_module_on_all(const Module& mod, const std::string& when, Body&& body) {
-    std::vector<TaskId> gathered;
-    const bool gathers = policy.gathers_parameters_before_use();
-    if (gathers) gathered = gather_module(mod, when);
-    const bool keep_secondary = gathers && part.secondary_ranks > 0 && when == "mb0.fwd";
-    const std::int64_t secondary_shard =
-        (mod.gathered() + part.secondary_ranks - 1) / std::max(1, part.secondary_ranks);
-    if (keep_secondary) secondary_elements += secondary_shard;
-    std::vector<std::vector<TaskId>> deps(sims);
-    for (int r = 0; r < sims; ++r) {
-      deps[r] = {prev[r]};
-      if (gathers) deps[r].push_back(gathered[r]);
-      if (keep_secondary) {
-        secondary_kept[r].push_back(timeline.alloc(r, fmt::format(FMT_COMPILE("alloc.secondary.{}"), mod.name),
-                                                   phase::kCommunication, kSecondary,
-                                                   Bytes{secondary_shard * kBf16Bytes}, {gathered[r]}));
-        deps[r].push_back(secondary_kept[r].back());
-      }
-    }
-    prev = body(std::move(deps));
-    for (int r = 0; r < sims; ++r) {
-      if (gathers) release_module(r, mod, when, prev[r]);
-    }
+    prev = body(gather ? gather->before(mod, when, prev) : timeline.per_rank(prev));
+    if (gather) gather->after(mod, when, prev);
   }
   // The same with `body(r, deps)` building one rank's work at a time.
   template <typename Body>
@@ -738,8 +601,8 @@ class DataParallelBuilder {
     const TimePs launch{spec.zero3_host->reduce_scatter.at(part.shard_ranks).ps * buckets[b].tensors};
     std::vector<TaskId> host(sims);
     for (int r = 0; r < sims; ++r) {
-      host[r] = host_work(r, fmt::format(FMT_COMPILE("{}.bucket{}.host.reduce_scatter"), mbs, b), launch,
-                          {items[item].ready_on_rank[static_cast<std::size_t>(r)]});
+      host[r] = host_threads->work(r, fmt::format(FMT_COMPILE("{}.bucket{}.host.reduce_scatter"), mbs, b), launch,
+                                   {items[item].ready_on_rank[static_cast<std::size_t>(r)]});
     }
     reduce_host.push_back(std::move(host));
   }
@@ -845,28 +708,9 @@ class DataParallelBuilder {
     out.approximations.push_back(
         "collectives: bidirectional rings (all-to-all for qgZ) over each stage of the plan, in rank order; reduction "
         "arithmetic not modelled");
-    const bool stage3 = policy.engine() == OptimizerEngine::kZeroStage3;
-    if (stage3 && spec.zero3_fetch == DataParallelSpec::Fetch::kPrefetch)
-      out.approximations.push_back("ZeRO-3 prefetch: one module ahead, at most two modules gathered");
-    if (stage3 && spec.zero3_fetch == DataParallelSpec::Fetch::kBlocking) {
-      out.approximations.push_back(
-          "ZeRO-3 blocking fetch (DeepSpeed of 2021): every gather waits for the previous module and the module for "
-          "it, no overlap");
-    }
-    if (stage3 && spec.zero3_host) {
-      const auto& h = *spec.zero3_host;
-      const auto group = static_cast<std::int64_t>(part.shard_ranks);
-      out.approximations.push_back(fmt::format(
-          "ZeRO-3 host launch costs ({}): {} + {} per rank per parameter all-gather, {} + {} per rank per gradient "
-          "tensor reduce-scatter ({} and {} at {} ranks), serial on the rank's host thread; the reduce-scatters of a "
-          "bucket hold back the next backward kernel",
-          h.name, sim::format_time(h.all_gather.fixed), sim::format_time(h.all_gather.per_rank),
-          sim::format_time(h.reduce_scatter.fixed), sim::format_time(h.reduce_scatter.per_rank),
-          sim::format_time(h.all_gather.at(group)), sim::format_time(h.reduce_scatter.at(group)), group));
-    } else if (stage3) {
-      out.approximations.push_back(
-          "ZeRO-3: no host cost per collective launch (strategy.zero3_host): the framework's hooks and launches are "
-          "assumed to keep ahead of the GPU");
+    if (policy.engine() == OptimizerEngine::kZeroStage3) {
+      for (auto& note : parameter_gather_approximations(spec.zero3_fetch, spec.zero3_host, part.shard_ranks))
+        out.approximations.push_back(std::move(note));
     }
     if (m.moe()) {
       out.approximations.push_back(

@@ -13,6 +13,7 @@
 #include "models/platform/machine_resources.hpp"
 #include "models/strategies/phases/host_offload.hpp"
 #include "models/strategies/phases/iteration.hpp"
+#include "models/strategies/phases/parameter_gather.hpp"
 #include "models/transformer/transformer.hpp"
 #include "sim/exec/task_graph.hpp"
 #include "topologies/topology.hpp"
@@ -25,22 +26,6 @@ class ZeroPolicy;   // models/strategies/phases/zero_policy.hpp
 /// Data parallelism with ZeRO stage 0-3 (models/strategies/data_parallel.cpp states the model):
 /// every rank runs forward and backward on its micro-batches; gradients are reduced in buckets
 /// (overlapping backward when overlap_comm); states are partitioned according to the stage.
-/// Hierarchical partitioning of the ZeRO-3 states (docs/strategies.md): each state is sharded
-/// over a group of consecutive ranks, and each collective runs in stages over hierarchy bands,
-/// with its own algorithm and quantization. ZeRO-3 shards everything over all ranks with flat
-/// rings; ZeRO++ adds int8 forward gathers (qwZ), a secondary weight partition inside the node
-/// (hpZ) and int4 all-to-all gradient reduction in two hops (qgZ); MiCS shards over a node and
-/// all-reduces gradients across the node replicas. The primary weights, gradients and optimizer
-/// states share one group (each rank updates the shard it owns); only the secondary differs.
-struct Partitioning {
-  int shard_ranks = 0;              // the group the primary states are sharded over
-  CollectivePlan parameter_gather;  // forward (and backward, without a secondary) all-gather
-  int secondary_ranks = 0;          // hpZ secondary partition group; 0: none
-  CollectivePlan secondary_gather;  // backward all-gather inside the secondary group
-  CollectivePlan gradient_reduce;   // reduce-scatter inside the shard group
-  CollectivePlan replica_reduce;    // all-reduce across shard groups (when shard_ranks < ranks)
-};
-
 struct DataParallelSpec {
   int zero_stage = 0;
   std::vector<std::string> devices;  // rank r runs on devices[r]; the ring follows this order
@@ -67,31 +52,12 @@ struct DataParallelSpec {
   /// DeepSpeed's default stage3_param_persistence_threshold (deepspeed/runtime/zero/config.py,
   /// and the ZeRO section of the DeepSpeed configuration docs): 100,000 parameters.
   static constexpr std::int64_t kDeepSpeedPersistenceThreshold = 100'000;
-  // Stage 3: how a module's parameters are fetched.
-  //  kPrefetch: on a gather stream of their own, one module ahead of the compute (DeepSpeed since
-  //    its stage-3 overlap rework, PR #1453, merged late 2021).
-  //  kBlocking: each all-gather waits for the device's queued work and the module waits for it, so
-  //    gathers never overlap compute (DeepSpeed's first ZeRO-3 releases, March to late 2021: "the
-  //    async version is not async at all, because each all_gather calls torch.cuda.synchronize()",
-  //    PR #1188; prefetching skipped by an off-by-one trace, issue #1069).
-  enum class Fetch { kPrefetch, kBlocking };
+  // Stage 3: how a module's parameters are fetched, and the host cost of each collective launch
+  // (phases/parameter_gather.hpp).
+  using Fetch = ZeroFetch;
+  using HostLaunchCost = models::HostLaunchCost;
+  using FetchHostCost = models::FetchHostCost;
   Fetch zero3_fetch = Fetch::kPrefetch;
-  // Stage 3: host time the framework spends launching each parameter's all-gather and each
-  // gradient tensor's reduce-scatter, fixed + per_rank x (ranks of the collective), serialised on
-  // the rank's host thread (`zero3_host`, a sourced table in configs/calibration/). DeepSpeed's
-  // early stage 3 built one view per rank of each tensor, and PyTorch's list-based all_gather and
-  // reduce_scatter copied each rank's part with its own copy kernel, so that work grows with the
-  // group.
-  struct HostLaunchCost {
-    sim::TimePs fixed{0};
-    sim::TimePs per_rank{0};
-    [[nodiscard]] sim::TimePs at(std::int64_t ranks) const { return sim::TimePs{fixed.ps + per_rank.ps * ranks}; }
-  };
-  struct FetchHostCost {
-    std::string name;
-    HostLaunchCost all_gather;      // per parameter gathered
-    HostLaunchCost reduce_scatter;  // per gradient tensor reduced
-  };
   std::optional<FetchHostCost> zero3_host;
   std::optional<OptimizerOffload> offload;  // stages 2-3
   // ZeRO-Infinity parameter offload (`offload_param: {device: cpu}`, stage 3, with the optimizer

@@ -3,6 +3,8 @@
 #include <fmt/compile.h>
 #include <fmt/format.h>
 
+#include "models/transformer/phases.hpp"
+
 namespace offsim::models {
 
 int RankTimeline::add_rank(int rank, std::uint32_t unit, std::uint32_t pool) {
@@ -39,6 +41,14 @@ std::vector<std::vector<sim::TaskId>> RankTimeline::per_rank(const std::vector<s
   std::vector<std::vector<sim::TaskId>> deps(tasks.size());
   for (std::size_t r = 0; r < tasks.size(); ++r) deps[r] = {tasks[r]};
   return deps;
+}
+
+sim::TaskId HostThreads::work(int r, std::string_view name, sim::TimePs duration, std::vector<sim::TaskId> deps) {
+  auto& last = last_[static_cast<std::size_t>(r)];
+  if (last) deps.push_back(*last);
+  last = ranks_.graph().add(ranks_.task_name(r, name), phase::kCommunication,
+                            sim::TransferTask{{}, sim::Bytes{0}, duration, std::nullopt, {}}, std::move(deps));
+  return *last;
 }
 
 }  // namespace offsim::models

@@ -5,6 +5,7 @@
 // The steps every schedule shares (phases/steps.hpp) take this context; a builder keeps only its
 // schedule and what is its own.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -58,6 +59,19 @@ class RankTimeline {
  private:
   sim::TaskGraph& graph_;
   std::vector<RankSlot> slots_;
+};
+
+/// Framework work on each rank's host thread (launching collectives, Python bookkeeping): a delay
+/// that holds no link or unit. One thread per rank, so each piece also waits for the rank's
+/// previous one: callers must add them in the thread's program order.
+class HostThreads {
+ public:
+  explicit HostThreads(RankTimeline& ranks) : ranks_(ranks), last_(static_cast<std::size_t>(ranks.size())) {}
+  sim::TaskId work(int r, std::string_view name, sim::TimePs duration, std::vector<sim::TaskId> deps);
+
+ private:
+  RankTimeline& ranks_;
+  std::vector<std::optional<sim::TaskId>> last_;
 };
 
 }  // namespace offsim::models
