@@ -39,6 +39,7 @@
 #include "models/collectives/communicator.hpp"
 #include "models/placement/state_placement.hpp"
 #include "models/strategies/layer_kernels.hpp"
+#include "models/strategies/phases/gradient_reduction.hpp"
 #include "models/strategies/phases/parameter_gather.hpp"
 #include "models/strategies/phases/rank_timeline.hpp"
 #include "models/strategies/phases/steps.hpp"
@@ -57,14 +58,6 @@ using sim::ComputeTask;
 using sim::TaskId;
 using sim::TimePs;
 using sim::TransferTask;
-
-// A gradient-producing step of backward: the task after which its gradients exist on each rank.
-struct GradientItem {
-  std::int64_t elements;
-  std::vector<TaskId> ready_on_rank;
-  std::int64_t expert_elements = 0;  // expert parallelism: reduced over the expert-data-parallel group
-  std::int64_t tensors = 0;          // parameter tensors (DeepSpeed's early stage 3 reduces each apart)
-};
 
 // The spec's checks, made before anything is built. Returns the number of ranks.
 int checked_ranks(const IterationInputs& in, const DataParallelSpec& spec) {
@@ -157,7 +150,6 @@ class DataParallelBuilder {
         part(strategy.partitioning.value_or(Partitioning{replicas, replica_plan, 0, {}, replica_plan, {}})),
         shard(policy.gathers_parameters_before_use() ? part.shard_ranks : replicas),
         offload(strategy.offload.has_value()),
-        backward_tasks(sims),
         prev(sims),
         last_backward(sims) {
     count_rank_parameters();
@@ -170,7 +162,6 @@ class DataParallelBuilder {
     if (train.recompute == Recompute::kFull) recomputed = w.gemm + w.attention;
     if (train.recompute == Recompute::kSelective) recomputed = w.attention;
     define_modules();
-    list_gradient_items();
     place_ranks();
   }
 
@@ -252,31 +243,15 @@ class DataParallelBuilder {
   // Modules in forward order (define_modules).
   std::vector<Module> modules;
   std::int64_t persistent = 0;
-  // Gradients in the order backward produces them (each parameter once), and on the last
-  // micro-batch each rank's backward compute tasks in that order.
-  std::vector<std::vector<TaskId>> backward_tasks;
-  std::vector<GradientItem> items;
-  // The reduce buckets: consecutive gradient items until a bucket holds at least
-  // reduce_bucket_elements, and the last item (list_gradient_items).
-  struct Bucket {
-    std::size_t last_item = 0;
-    std::int64_t elements = 0, expert_elements = 0, tensors = 0;
-  };
-  std::vector<Bucket> buckets;
   // prev: each rank's last task so far.
   std::vector<TaskId> prev;
   // Each rank's framework host thread (stage 3's launch costs) and stage 3's gathers (place_ranks).
   std::optional<HostThreads> host_threads;
   std::optional<ParameterGather> gather;
-  std::vector<std::vector<TaskId>> reduce_host;  // this micro-batch: per bucket, per rank (launch_reduce_host)
+  // The gradients' bucketed reduction (phases/gradient_reduction.hpp), made by place_ranks.
+  std::optional<GradientReduction> reduction;
   // Elements of each expert-parallel all-to-all (expert_parallel_layer).
   const std::int64_t dispatch_elements = train.micro_batch * m.seq * m.experts_per_token * m.hidden;
-  // Gradient reduction (reduce_micro_batch): each rank needs only its partition's gradients at
-  // stages 1-3, reduced to their owner (DeepSpeed's ZeRO optimizer, stage_1_and_2.py average_tensor:
-  // one reduce per owner's slice of a bucket, costed as a reduce-scatter); a replicated optimizer,
-  // and BF16_Optimizer (engine.py allreduce_gradients, buffered_allreduce_fallback), all-reduce.
-  const CollectiveKind reduction = policy.gradient_reduction();
-  std::vector<TaskId> reduce_stream;  // empty until the first bucket
   std::vector<TaskId> last_backward;
   const sim::Flops head_flops = head_forward_flops(m, train.micro_batch) * (1.0 / tp);
 
@@ -293,37 +268,27 @@ class DataParallelBuilder {
     P = params.total;
     updated_on_rank = policy.updated_parameters(P, P_model, shard);
   }
-  [[nodiscard]] std::int64_t partition(std::int64_t n) const { return (n + shard - 1) / shard; }
 
   void define_modules() {
     modules = model_modules(m, params, tp, ep, spec.param_persistence_threshold);
     for (const auto& mod : modules) persistent += mod.persistent;
   }
 
-  // The gradient items, in backward order (see backward_tasks).
-  void list_gradient_items() {
+  // The gradient items, in the order backward produces them (each parameter once).
+  [[nodiscard]] std::vector<GradientReduction::Item> gradient_items() const {
+    std::vector<GradientReduction::Item> items;
     // Parameter tensors: each projection's weight (and bias), each norm's weight (and bias).
     const std::int64_t norm_tensors = m.norm == NormKind::kLayerNorm ? 2 : 1;
     std::int64_t layer_tensors = m.norms_per_layer() * norm_tensors;
     for (const auto& gemm : layer_gemms(m, 1, 1, ep)) {
       if (!gemm.attention_core) layer_tensors += gemm.batch * (gemm.bias ? 2 : 1);
     }
-    items.push_back({params.output_head + params.final_norm, {}, 0, (params.output_head > 0 ? 1 : 0) + norm_tensors});
+    items.push_back({params.output_head + params.final_norm, 0, (params.output_head > 0 ? 1 : 0) + norm_tensors});
     for (std::int64_t l = m.layers - 1; l >= 0; --l) {
-      items.push_back({params.per_layer - experts_per_layer_on_rank, {}, experts_per_layer_on_rank, layer_tensors});
+      items.push_back({params.per_layer - experts_per_layer_on_rank, experts_per_layer_on_rank, layer_tensors});
     }
-    items.push_back({params.embedding + params.position, {}, 0, 1 + (params.position > 0 ? 1 : 0)});
-    Bucket open;
-    for (std::size_t i = 0; i < items.size(); ++i) {
-      open.elements += items[i].elements;
-      open.expert_elements += items[i].expert_elements;
-      open.tensors += items[i].tensors;
-      if (open.elements + open.expert_elements >= spec.reduce_bucket_elements || i + 1 == items.size()) {
-        open.last_item = i;
-        buckets.push_back(open);
-        open = Bucket{};
-      }
-    }
+    items.push_back({params.embedding + params.position, 0, 1 + (params.position > 0 ? 1 : 0)});
+    return items;
   }
 
   // Each simulated rank's GPU and, with offload, its host and NVMe.
@@ -343,6 +308,10 @@ class DataParallelBuilder {
       gather.emplace(timeline, comm, ParameterGather::Plans{part, expert_plan}, spec.zero3_fetch, spec.zero3_host,
                      *host_threads, spec.offload_param ? &*host : nullptr, spec.param_pin_memory);
     }
+    reduction.emplace(
+        timeline, comm, policy, gradient_items(), GradientReduction::Plans{replica_plan, expert_plan, part},
+        GradientReduction::Options{spec.reduce_bucket_elements, spec.overlap_comm, shard, replicas, spec.zero3_host},
+        *host_threads, host ? &*host : nullptr);
   }
 
   // Each rank's model states per memory tier (models/placement): at stage 3 each rank keeps its
@@ -477,21 +446,20 @@ class DataParallelBuilder {
     const std::string mbs = fmt::format(FMT_COMPILE("mb{}"), mb);
     const bool last_mb = mb == train.grad_accum - 1;
     const bool reduces = policy.reduces_every_micro_batch() || last_mb;  // this micro-batch's gradients are reduced
-    for (auto& it : items) it.ready_on_rank.clear();
-    for (auto& tasks : backward_tasks) tasks.clear();
-    reduce_host.clear();
+    reduction->begin_micro_batch();
     const std::pair<TaskId, TaskId> fwd = forward_pass(mbs);
     const TaskId b_first = backward_pass(mbs, reduces);
     out.spans.push_back({phase::kForward, fwd.first, fwd.second, false});
     out.spans.push_back({phase::kBackward, b_first, last_backward[0], false});
     if (policy.bf16_optimizer()) accumulate_fp32_gradients(mbs);
     if (!reduces) return;
-    reduce_micro_batch(mb, last_mb);
+    reduction->reduce(mb, last_mb, last_backward);
     if (!last_mb) {
       // DeepSpeed's end-of-backward epilogue flushes the last bucket and waits for the reduce
       // stream: the next micro-batch's forward starts after this one's gradients are reduced.
       for (int r = 0; r < sims; ++r) {
-        prev[r] = timeline.barrier(r, mbs + ".gradients_reduced", phase::kCommunication, {prev[r], reduce_stream[r]});
+        prev[r] =
+            timeline.barrier(r, mbs + ".gradients_reduced", phase::kCommunication, {prev[r], reduction->stream()[r]});
       }
       out.spans.push_back({phase::kExposedCommunication, last_backward[0], prev[0], true});
     }
@@ -549,12 +517,11 @@ class DataParallelBuilder {
                                     std::move(deps));
       timeline.release(r, mbs + ".free.loss_grad", phase::kBackward, "activations", loss_workspace, {b_first[r]});
       if (reduces) {
-        items[item].ready_on_rank.push_back(b_first[r]);
-        backward_tasks[r].push_back(b_first[r]);
+        reduction->produced(item, r, b_first[r], b_first[r]);
       }
       return timeline.release(r, mbs + ".free.logits", phase::kBackward, "activations", logits, {b_first[r]});
     });
-    if (reduces) launch_reduce_host(item, mbs);
+    if (reduces) reduction->item_done(item, mbs);
     ++item;
     for (std::int64_t l = m.layers - 1; l >= 0; --l) {
       run_module_on_all(modules[static_cast<std::size_t>(l + 1)], mbs + ".bwd",
@@ -567,104 +534,34 @@ class DataParallelBuilder {
                             // The layer's weight gradients exist after its last compute piece; a later kernel
                             // that must wait (the offload's blocking copy) holds back its first piece.
                             if (reduces) {
-                              items[item].ready_on_rank.push_back(b.last_compute[r]);
-                              backward_tasks[r].push_back(b.first[r]);
+                              reduction->produced(item, r, b.last_compute[r], b.first[r]);
                             }
                             done[r] = timeline.release(r, fmt::format(FMT_COMPILE("{}.free.act{}"), mbs, l),
                                                        phase::kBackward, "activations", stored, {b.end[r]});
                           }
                           return done;
                         });
-      if (reduces) launch_reduce_host(item, mbs);
+      if (reduces) reduction->item_done(item, mbs);
       ++item;
     }
     run_module(modules.front(), mbs + ".bwd", [&](int r, std::vector<TaskId> deps) {
       const TaskId b =
           timeline.compute(r, mbs + ".bwd.embedding", phase::kBackward, k.embed_bwd, {}, "memory", std::move(deps));
       if (reduces) {
-        items[item].ready_on_rank.push_back(b);
-        backward_tasks[r].push_back(b);
+        reduction->produced(item, r, b, b);
       }
       return last_backward[r] = b;
     });
-    if (reduces) launch_reduce_host(item, mbs);
+    if (reduces) reduction->item_done(item, mbs);
     return b_first[0];
   }
 
-  // Stage 3 with host launch costs: once gradient item `item` closes a bucket, the rank's host
-  // thread launches the bucket's per-tensor reduce-scatters (from the backward hooks, before the
-  // next module's fetch: built here, in program order, so the host thread's work stays in order).
-  void launch_reduce_host(std::size_t item, const std::string& mbs) {
-    if (policy.engine() != OptimizerEngine::kZeroStage3 || !spec.zero3_host) return;
-    const std::size_t b = reduce_host.size();  // the next bucket to close
-    if (b >= buckets.size() || buckets[b].last_item != item) return;
-    const TimePs launch{spec.zero3_host->reduce_scatter.at(part.shard_ranks).ps * buckets[b].tensors};
-    std::vector<TaskId> host(sims);
-    for (int r = 0; r < sims; ++r) {
-      host[r] = host_threads->work(r, fmt::format(FMT_COMPILE("{}.bucket{}.host.reduce_scatter"), mbs, b), launch,
-                                   {items[item].ready_on_rank[static_cast<std::size_t>(r)]});
-    }
-    reduce_host.push_back(std::move(host));
-  }
-
-  // Gradient reduction of one micro-batch's backward: buckets of consecutive gradient items until
-  // a bucket holds at least reduce_bucket_elements, reduced one after another on the rank's reduce
-  // stream. Stages 0-1 reduce only at the accumulation boundary (the last micro-batch); stages 2-3
-  // reduce every micro-batch into the gradient partition.
-  void reduce_micro_batch(std::int64_t mb, bool boundary) {
-    for (std::size_t b = 0; b < buckets.size(); ++b) {
-      const std::vector<TaskId>& ready_on_rank = items[buckets[b].last_item].ready_on_rank;
-      std::vector<std::vector<TaskId>> deps(sims);
-      for (int r = 0; r < sims; ++r) {
-        // BF16_Optimizer reduces after its accumulation, whatever overlap_comm says.
-        deps[r] = {spec.overlap_comm && !policy.bf16_optimizer() ? ready_on_rank[r] : last_backward[r]};
-        if (!reduce_stream.empty()) deps[r].push_back(reduce_stream[r]);
-      }
-      const std::string bucket = fmt::format(FMT_COMPILE("mb{}.bucket{}"), mb, b);
-      if (b < reduce_host.size()) {
-        // The bucket's launches (launch_reduce_host): the reduction waits for them, and so does the
-        // next backward kernel, which the same host thread launches after them.
-        for (int r = 0; r < sims; ++r) {
-          deps[r].push_back(reduce_host[b][r]);
-          const std::size_t next = buckets[b].last_item + 1;
-          if (spec.overlap_comm && next < backward_tasks[r].size()) {
-            g.add_dependency(backward_tasks[r][next], reduce_host[b][r]);
-          }
-        }
-      }
-      if (buckets[b].expert_elements > 0) {
-        // Expert parallelism: the bucket's expert gradients over the experts' data-parallel group,
-        // then the rest over all ranks.
-        deps = timeline.per_rank(comm.add(reduction, bucket + ".experts",
-                                          policy.reduced_elements(buckets[b].expert_elements), expert_plan, deps));
-      }
-      if (!policy.gathers_parameters_before_use()) {
-        reduce_stream = comm.add(reduction, bucket, policy.reduced_elements(buckets[b].elements), replica_plan, deps);
-      } else {
-        // A quantized reduction (qgZ) sends its own format whatever the gradients' dtype.
-        const std::int64_t elements = part.gradient_reduce.quantization.quantized()
-                                          ? buckets[b].elements
-                                          : policy.reduced_elements(buckets[b].elements);
-        reduce_stream = comm.add(reduction, bucket, elements, part.gradient_reduce, deps);
-        if (boundary && shard < replicas) {
-          // The shard groups are replicas: all-reduce the reduced partition across them (MiCS).
-          reduce_stream = comm.add(CollectiveKind::kAllReduce, bucket + ".replicas",
-                                   policy.reduced_elements(partition(buckets[b].elements)), part.replica_reduce,
-                                   timeline.per_rank(reduce_stream));
-        }
-      }
-      if (host) {
-        host->offload_bucket(mb, boundary, bucket, partition(buckets[b].elements), buckets[b].last_item + 1,
-                             reduce_stream, backward_tasks, spec.overlap_comm);
-      }
-    }
-  }
   // The optimizer step on every rank, once its gradients are reduced; returns each rank's last task.
   std::vector<TaskId> optimizer_step() {
     std::vector<TaskId> adam(sims);
     for (int r = 0; r < sims; ++r) {
-      const TaskId ready =
-          timeline.barrier(r, "gradients_synchronized", phase::kCommunication, {last_backward[r], reduce_stream[r]});
+      const TaskId ready = timeline.barrier(r, "gradients_synchronized", phase::kCommunication,
+                                            {last_backward[r], reduction->stream()[r]});
       TaskId first_step;
       if (offload) {
         adam[r] = host->step(r, ready, first_step);
