@@ -40,6 +40,7 @@
 #include "models/placement/state_placement.hpp"
 #include "models/strategies/layer_kernels.hpp"
 #include "models/strategies/phases/gradient_reduction.hpp"
+#include "models/strategies/phases/layer_compute.hpp"
 #include "models/strategies/phases/parameter_gather.hpp"
 #include "models/strategies/phases/rank_timeline.hpp"
 #include "models/strategies/phases/steps.hpp"
@@ -87,10 +88,52 @@ int checked_ranks(const IterationInputs& in, const DataParallelSpec& spec) {
   return ranks;
 }
 
-// A layer's tasks per rank (layer_compute).
-struct LayerTasks {
-  std::vector<TaskId> first, last_compute, end;
+// The parameters of a rank of a tensor-parallel group of tp with 1/ep of the experts: all the
+// model's (its tp share, `sharded`: P_model), which ZeRO shards over `shard` ranks, and those it
+// holds whole before sharding (`held`: P; with expert parallelism, its own experts only). An
+// expert's share of its data-parallel group (shard / ep ranks) is (experts / ep) / (shard / ep):
+// sharded counts are P_model / shard either way. `updated`: those whose optimizer states it keeps.
+struct RankParameters {
+  ParameterCounts counts;              // of what the rank holds
+  std::int64_t sharded = 0;            // P_model
+  std::int64_t experts_per_layer = 0;  // expert parallelism: the rank's experts' weights per layer
+  std::int64_t held = 0;               // P
+  std::int64_t updated = 0;
 };
+RankParameters rank_parameters(const ModelSpec& m, int tp, int ep, const ZeroPolicy& policy, int shard) {
+  RankParameters p;
+  p.counts = tensor_parallel_share(count_parameters(m), tp);
+  p.sharded = p.counts.total;
+  if (ep > 1) {
+    ParameterCounts& c = p.counts;
+    p.experts_per_layer = c.experts_per_layer / ep;
+    c.per_layer -= c.experts_per_layer - p.experts_per_layer;
+    c.layers = c.per_layer * m.layers;
+    c.total = c.layers + c.embedding + c.position + c.final_norm + c.output_head;
+  }
+  p.held = p.counts.total;
+  p.updated = policy.updated_parameters(p.held, p.sharded, shard);
+  return p;
+}
+
+// The gradient items, in the order backward produces them (each parameter once): the head, the
+// layers in reverse, the embedding.
+std::vector<GradientReduction::Item> gradient_items(const ModelSpec& m, const ParameterCounts& params, int ep,
+                                                    std::int64_t experts_per_layer_on_rank) {
+  std::vector<GradientReduction::Item> items;
+  // Parameter tensors: each projection's weight (and bias), each norm's weight (and bias).
+  const std::int64_t norm_tensors = m.norm == NormKind::kLayerNorm ? 2 : 1;
+  std::int64_t layer_tensors = m.norms_per_layer() * norm_tensors;
+  for (const auto& gemm : layer_gemms(m, 1, 1, ep)) {
+    if (!gemm.attention_core) layer_tensors += gemm.batch * (gemm.bias ? 2 : 1);
+  }
+  items.push_back({params.output_head + params.final_norm, 0, (params.output_head > 0 ? 1 : 0) + norm_tensors});
+  for (std::int64_t l = m.layers - 1; l >= 0; --l) {
+    items.push_back({params.per_layer - experts_per_layer_on_rank, experts_per_layer_on_rank, layer_tensors});
+  }
+  items.push_back({params.embedding + params.position, 0, 1 + (params.position > 0 ? 1 : 0)});
+  return items;
+}
 
 // Rank classes: with analytic collectives and nothing on the host (no offload), the ranks of the
 // simulated node run the same kernels on the same amounts, and each one's collectives wait on
@@ -149,11 +192,13 @@ class DataParallelBuilder {
         dispatch_plan{{Band{"ep", 1, ep}}, StageAlgorithm::kAllToAll, {}},
         part(strategy.partitioning.value_or(Partitioning{replicas, replica_plan, 0, {}, replica_plan, {}})),
         shard(policy.gathers_parameters_before_use() ? part.shard_ranks : replicas),
+        rank_params(rank_parameters(inputs.model, tp, ep, policy, shard)),
         offload(strategy.offload.has_value()),
         prev(sims),
         last_backward(sims) {
-    count_rank_parameters();
     k = kernel_times(in, updated_on_rank, tp, spec.sequence_parallel, ep);
+    layers.emplace(timeline, comm, LayerTimes{k.layer_fwd, k.layer_bwd, k.experts_fwd, k.experts_bwd}, train.recompute,
+                   LayerCompute::Parallelism{tp, ep, tp_plan, dispatch_plan, activation_elements, dispatch_elements});
     stored = stored_activations_on_tp_rank(m, train, tp, spec.sequence_parallel);
     const std::int64_t vocab_on_rank = (m.vocab + tp - 1) / tp;
     logits = Bytes{train.micro_batch * m.seq * vocab_on_rank * kLogitBytesPerElement};
@@ -217,15 +262,13 @@ class DataParallelBuilder {
   // Stage 3 follows the partitioning (by default: every state over all replicas, flat rings).
   const Partitioning part;
   const int shard;
-  // All the model's parameters (P_model), sharded over `shard` ranks by ZeRO; P: those a rank holds
-  // whole before sharding (with expert parallelism, its experts only). An expert's share of its
-  // data-parallel group (shard / ep ranks) is (experts / ep) / (shard / ep): sharded counts are
-  // P_model / shard either way.
-  ParameterCounts params;
-  std::int64_t P_model = 0;
-  std::int64_t experts_per_layer_on_rank = 0;  // expert parallelism: the rank's experts' weights
-  std::int64_t P = 0;
-  std::int64_t updated_on_rank = 0;
+  // The parameters of a rank (rank_parameters): P_model, P, updated_on_rank, ...
+  const RankParameters rank_params;
+  const ParameterCounts& params = rank_params.counts;
+  const std::int64_t P_model = rank_params.sharded;
+  const std::int64_t experts_per_layer_on_rank = rank_params.experts_per_layer;
+  const std::int64_t P = rank_params.held;
+  const std::int64_t updated_on_rank = rank_params.updated;
   // Optimizer offload to the host (phases/host_offload.hpp), made by place_ranks.
   const bool offload;
   std::optional<HostOffload> host;
@@ -236,8 +279,6 @@ class DataParallelBuilder {
   // Megatron's tensor-parallel layer: an all-reduce of the micro-batch's activations after the
   // attention and after the MLP in forward, two in backward (four with full recomputation).
   const std::int64_t activation_elements = train.micro_batch * m.seq * m.hidden;
-  const int tp_reductions_forward = tp > 1 ? 2 : 1;
-  const int tp_reductions_backward = tp == 1 ? 1 : (train.recompute == Recompute::kFull ? 4 : 2);
   LayerWork w;
   sim::Flops recomputed{};
   // Modules in forward order (define_modules).
@@ -250,45 +291,15 @@ class DataParallelBuilder {
   std::optional<ParameterGather> gather;
   // The gradients' bucketed reduction (phases/gradient_reduction.hpp), made by place_ranks.
   std::optional<GradientReduction> reduction;
-  // Elements of each expert-parallel all-to-all (expert_parallel_layer).
+  std::optional<LayerCompute> layers;  // each layer's compute and its collectives (phases/layer_compute.hpp)
+  // Elements of each expert-parallel all-to-all (phases/layer_compute.hpp).
   const std::int64_t dispatch_elements = train.micro_batch * m.seq * m.experts_per_token * m.hidden;
   std::vector<TaskId> last_backward;
   const sim::Flops head_flops = head_forward_flops(m, train.micro_batch) * (1.0 / tp);
 
-  // The parameters a rank holds (P) and updates (updated_on_rank).
-  void count_rank_parameters() {
-    params = tensor_parallel_share(count_parameters(m), tp);
-    P_model = params.total;
-    if (ep > 1) {
-      experts_per_layer_on_rank = params.experts_per_layer / ep;
-      params.per_layer -= params.experts_per_layer - experts_per_layer_on_rank;
-      params.layers = params.per_layer * m.layers;
-      params.total = params.layers + params.embedding + params.position + params.final_norm + params.output_head;
-    }
-    P = params.total;
-    updated_on_rank = policy.updated_parameters(P, P_model, shard);
-  }
-
   void define_modules() {
     modules = model_modules(m, params, tp, ep, spec.param_persistence_threshold);
     for (const auto& mod : modules) persistent += mod.persistent;
-  }
-
-  // The gradient items, in the order backward produces them (each parameter once).
-  [[nodiscard]] std::vector<GradientReduction::Item> gradient_items() const {
-    std::vector<GradientReduction::Item> items;
-    // Parameter tensors: each projection's weight (and bias), each norm's weight (and bias).
-    const std::int64_t norm_tensors = m.norm == NormKind::kLayerNorm ? 2 : 1;
-    std::int64_t layer_tensors = m.norms_per_layer() * norm_tensors;
-    for (const auto& gemm : layer_gemms(m, 1, 1, ep)) {
-      if (!gemm.attention_core) layer_tensors += gemm.batch * (gemm.bias ? 2 : 1);
-    }
-    items.push_back({params.output_head + params.final_norm, 0, (params.output_head > 0 ? 1 : 0) + norm_tensors});
-    for (std::int64_t l = m.layers - 1; l >= 0; --l) {
-      items.push_back({params.per_layer - experts_per_layer_on_rank, experts_per_layer_on_rank, layer_tensors});
-    }
-    items.push_back({params.embedding + params.position, 0, 1 + (params.position > 0 ? 1 : 0)});
-    return items;
   }
 
   // Each simulated rank's GPU and, with offload, its host and NVMe.
@@ -309,7 +320,8 @@ class DataParallelBuilder {
                      *host_threads, spec.offload_param ? &*host : nullptr, spec.param_pin_memory);
     }
     reduction.emplace(
-        timeline, comm, policy, gradient_items(), GradientReduction::Plans{replica_plan, expert_plan, part},
+        timeline, comm, policy, gradient_items(m, params, ep, experts_per_layer_on_rank),
+        GradientReduction::Plans{replica_plan, expert_plan, part},
         GradientReduction::Options{spec.reduce_bucket_elements, spec.overlap_comm, shard, replicas, spec.zero3_host},
         *host_threads, host ? &*host : nullptr);
   }
@@ -369,78 +381,6 @@ class DataParallelBuilder {
       return last;
     });
   }
-  // With expert parallelism the MoE layer's compute splits around the all-to-alls that send each
-  // routed token to its expert's rank and back (DeepSpeed-MoE): forward [attention and router,
-  // dispatch, experts, combine]; backward [combine's gradient, experts, dispatch's gradient, the
-  // rest], after the recomputed forward (all-to-alls included) with full recomputation.
-  LayerTasks expert_parallel_layer(const std::string& name, const char* phase, bool forward, sim::Flops flops,
-                                   std::vector<std::vector<TaskId>> deps) {
-    std::vector<std::optional<TimePs>> steps;  // compute pieces; nullopt: an all-to-all
-    const auto forward_steps = [&] {
-      steps.insert(steps.end(), {TimePs{k.layer_fwd.ps - k.experts_fwd.ps}, std::nullopt, k.experts_fwd, std::nullopt});
-    };
-    if (forward) {
-      forward_steps();
-    } else {
-      std::int64_t rest = k.layer_bwd.ps - k.experts_bwd.ps;
-      if (train.recompute == Recompute::kFull) {
-        forward_steps();
-        rest -= k.layer_fwd.ps;
-      }
-      steps.insert(steps.end(), {std::nullopt, k.experts_bwd, std::nullopt, TimePs{rest}});
-    }
-    const TimePs total = forward ? k.layer_fwd : k.layer_bwd;
-    LayerTasks t{std::vector<TaskId>(sims), std::vector<TaskId>(sims), std::vector<TaskId>(sims)};
-    bool started = false;
-    for (std::size_t i = 0; i < steps.size(); ++i) {
-      if (!steps[i]) {
-        t.end = comm.add(CollectiveKind::kReduceScatter, fmt::format(FMT_COMPILE("all_to_all.{}.{}"), name, i),
-                         dispatch_elements, dispatch_plan, started ? timeline.per_rank(t.end) : deps);
-        if (!started) deps = timeline.per_rank(t.end);
-        continue;
-      }
-      for (int r = 0; r < sims; ++r) {
-        const double share = total.ps > 0 ? static_cast<double>(steps[i]->ps) / static_cast<double>(total.ps) : 0.0;
-        t.last_compute[r] =
-            timeline.compute(r, fmt::format(FMT_COMPILE("{}.{}"), name, i), phase, *steps[i], flops * share, "layer",
-                             started ? std::vector<TaskId>{t.end[r]} : std::move(deps[r]));
-        if (!started) t.first[r] = t.last_compute[r];
-        t.end[r] = t.last_compute[r];
-      }
-      started = true;
-    }
-    return t;
-  }
-  // A layer's compute on every rank: one task, or with tensor parallelism `reductions` pieces each
-  // followed by the all-reduce of the activations inside the tensor-parallel group. Returns the
-  // first and the last compute task and the end of the layer (its last all-reduce) per rank.
-  LayerTasks layer_compute(const std::string& name, const char* phase, bool forward, sim::Flops flops,
-                           std::vector<std::vector<TaskId>> deps) {
-    if (ep > 1) return expert_parallel_layer(name, phase, forward, flops, std::move(deps));
-    const TimePs duration = forward ? k.layer_fwd : k.layer_bwd;
-    const int reductions = forward ? tp_reductions_forward : tp_reductions_backward;
-    LayerTasks t{std::vector<TaskId>(sims), std::vector<TaskId>(sims), std::vector<TaskId>(sims)};
-    if (tp == 1) {
-      for (int r = 0; r < sims; ++r) {
-        t.first[r] = t.last_compute[r] = t.end[r] =
-            timeline.compute(r, name, phase, duration, flops, "layer", std::move(deps[r]));
-      }
-      return t;
-    }
-    const TimePs piece{duration.ps / reductions};
-    for (int part_index = 0; part_index < reductions; ++part_index) {
-      for (int r = 0; r < sims; ++r) {
-        t.last_compute[r] = timeline.compute(r, fmt::format(FMT_COMPILE("{}.{}"), name, part_index), phase, piece,
-                                             flops * (1.0 / reductions), "layer",
-                                             part_index == 0 ? std::move(deps[r]) : std::vector<TaskId>{t.end[r]});
-        if (part_index == 0) t.first[r] = t.last_compute[r];
-      }
-      t.end = comm.add(CollectiveKind::kAllReduce, fmt::format(FMT_COMPILE("tp.{}.{}"), name, part_index),
-                       activation_elements, tp_plan, timeline.per_rank(t.last_compute));
-    }
-    return t;
-  }
-
   // One micro-batch: forward, backward, and (when this micro-batch reduces) its gradient reduction.
   void micro_batch(std::int64_t mb) {
     const std::string mbs = fmt::format(FMT_COMPILE("mb{}"), mb);
@@ -490,8 +430,9 @@ class DataParallelBuilder {
                             deps[r].push_back(timeline.alloc(r, fmt::format(FMT_COMPILE("{}.alloc.act{}"), mbs, l),
                                                              phase::kForward, "activations", stored, {prev[r]}));
                           }
-                          return layer_compute(fmt::format(FMT_COMPILE("{}.fwd.layer{}"), mbs, l), phase::kForward,
-                                               true, (w.gemm + w.attention) * (1.0 / tp), std::move(deps))
+                          return layers
+                              ->run(fmt::format(FMT_COMPILE("{}.fwd.layer{}"), mbs, l), phase::kForward, true,
+                                    (w.gemm + w.attention) * (1.0 / tp), std::move(deps))
                               .end;
                         });
     }
@@ -527,8 +468,8 @@ class DataParallelBuilder {
       run_module_on_all(modules[static_cast<std::size_t>(l + 1)], mbs + ".bwd",
                         [&](std::vector<std::vector<TaskId>> deps) {
                           const LayerTasks b =
-                              layer_compute(fmt::format(FMT_COMPILE("{}.bwd.layer{}"), mbs, l), phase::kBackward, false,
-                                            ((w.gemm + w.attention) * 2.0 + recomputed) * (1.0 / tp), std::move(deps));
+                              layers->run(fmt::format(FMT_COMPILE("{}.bwd.layer{}"), mbs, l), phase::kBackward, false,
+                                          ((w.gemm + w.attention) * 2.0 + recomputed) * (1.0 / tp), std::move(deps));
                           std::vector<TaskId> done(sims);
                           for (int r = 0; r < sims; ++r) {
                             // The layer's weight gradients exist after its last compute piece; a later kernel

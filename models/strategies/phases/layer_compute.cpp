@@ -1,0 +1,86 @@
+#include "models/strategies/phases/layer_compute.hpp"
+
+#include <fmt/compile.h>
+#include <fmt/format.h>
+
+#include <optional>
+
+namespace offsim::models {
+
+using sim::TaskId;
+using sim::TimePs;
+
+LayerCompute::LayerCompute(RankTimeline& ranks, Communicator& comm, LayerTimes times, Recompute recompute,
+                           Parallelism parallel)
+    : ranks_(ranks), comm_(comm), times_(times), recompute_(recompute), parallel_(parallel) {}
+
+LayerTasks LayerCompute::expert_parallel(const std::string& name, const char* phase, bool forward, sim::Flops flops,
+                                         std::vector<std::vector<TaskId>> deps) {
+  const int sims = ranks_.size();
+  std::vector<std::optional<TimePs>> steps;  // compute pieces; nullopt: an all-to-all
+  const auto forward_steps = [&] {
+    steps.insert(steps.end(), {TimePs{times_.forward.ps - times_.experts_forward.ps}, std::nullopt,
+                               times_.experts_forward, std::nullopt});
+  };
+  if (forward) {
+    forward_steps();
+  } else {
+    std::int64_t rest = times_.backward.ps - times_.experts_backward.ps;
+    if (recompute_ == Recompute::kFull) {
+      forward_steps();
+      rest -= times_.forward.ps;
+    }
+    steps.insert(steps.end(), {std::nullopt, times_.experts_backward, std::nullopt, TimePs{rest}});
+  }
+  const TimePs total = forward ? times_.forward : times_.backward;
+  LayerTasks t{std::vector<TaskId>(sims), std::vector<TaskId>(sims), std::vector<TaskId>(sims)};
+  bool started = false;
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    if (!steps[i]) {
+      t.end = comm_.add(CollectiveKind::kReduceScatter, fmt::format(FMT_COMPILE("all_to_all.{}.{}"), name, i),
+                        parallel_.dispatch_elements, parallel_.dispatch_plan, started ? ranks_.per_rank(t.end) : deps);
+      if (!started) deps = ranks_.per_rank(t.end);
+      continue;
+    }
+    for (int r = 0; r < sims; ++r) {
+      const double share = total.ps > 0 ? static_cast<double>(steps[i]->ps) / static_cast<double>(total.ps) : 0.0;
+      t.last_compute[r] = ranks_.compute(r, fmt::format(FMT_COMPILE("{}.{}"), name, i), phase, *steps[i], flops * share,
+                                         "layer", started ? std::vector<TaskId>{t.end[r]} : std::move(deps[r]));
+      if (!started) t.first[r] = t.last_compute[r];
+      t.end[r] = t.last_compute[r];
+    }
+    started = true;
+  }
+  return t;
+}
+
+LayerTasks LayerCompute::run(const std::string& name, const char* phase, bool forward, sim::Flops flops,
+                             std::vector<std::vector<TaskId>> deps) {
+  if (parallel_.ep > 1) return expert_parallel(name, phase, forward, flops, std::move(deps));
+  const int sims = ranks_.size();
+  const TimePs duration = forward ? times_.forward : times_.backward;
+  const int tp = parallel_.tp;
+  LayerTasks t{std::vector<TaskId>(sims), std::vector<TaskId>(sims), std::vector<TaskId>(sims)};
+  if (tp == 1) {
+    for (int r = 0; r < sims; ++r) {
+      t.first[r] = t.last_compute[r] = t.end[r] =
+          ranks_.compute(r, name, phase, duration, flops, "layer", std::move(deps[r]));
+    }
+    return t;
+  }
+  const int reductions = forward ? 2 : (recompute_ == Recompute::kFull ? 4 : 2);
+  const TimePs piece{duration.ps / reductions};
+  for (int part_index = 0; part_index < reductions; ++part_index) {
+    for (int r = 0; r < sims; ++r) {
+      t.last_compute[r] = ranks_.compute(r, fmt::format(FMT_COMPILE("{}.{}"), name, part_index), phase, piece,
+                                         flops * (1.0 / reductions), "layer",
+                                         part_index == 0 ? std::move(deps[r]) : std::vector<TaskId>{t.end[r]});
+      if (part_index == 0) t.first[r] = t.last_compute[r];
+    }
+    t.end = comm_.add(CollectiveKind::kAllReduce, fmt::format(FMT_COMPILE("tp.{}.{}"), name, part_index),
+                      parallel_.activation_elements, parallel_.tp_plan, ranks_.per_rank(t.last_compute));
+  }
+  return t;
+}
+
+}  // namespace offsim::models

@@ -1,0 +1,62 @@
+#pragma once
+// One transformer layer's compute on every simulated rank, split around the collectives its
+// parallelism puts inside the layer:
+// - tensor parallelism (Megatron's layer): `reductions` equal pieces, each followed by the
+//   all-reduce of the micro-batch's activations inside the tensor-parallel group (after the
+//   attention and after the MLP in forward; two in backward, four with full recomputation). The
+//   equal split is an approximation: the attention and MLP halves differ.
+// - expert parallelism (DeepSpeed-MoE): the MoE layer's compute around the all-to-alls that send
+//   each routed token to its expert's rank and back: forward [attention and router, dispatch,
+//   experts, combine]; backward [combine's gradient, experts, dispatch's gradient, the rest], after
+//   the recomputed forward (all-to-alls included) with full recomputation. An all-to-all is costed
+//   as a reduce-scatter of the same bytes.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "models/collectives/communicator.hpp"
+#include "models/strategies/phases/rank_timeline.hpp"
+#include "models/transformer/transformer.hpp"
+
+namespace offsim::models {
+
+/// A layer's tasks per rank: its first and last compute task, and its end (the last collective).
+struct LayerTasks {
+  std::vector<sim::TaskId> first, last_compute, end;
+};
+
+/// The layer's kernel times on one rank (layer_kernels.hpp's KernelTimes): the whole layer, and
+/// the part that runs on the experts' routed tokens (0 when dense).
+struct LayerTimes {
+  sim::TimePs forward{0}, backward{0};
+  sim::TimePs experts_forward{0}, experts_backward{0};
+};
+
+class LayerCompute {
+ public:
+  struct Parallelism {
+    int tp = 1;
+    int ep = 1;
+    const CollectivePlan& tp_plan;         // the tensor-parallel group
+    const CollectivePlan& dispatch_plan;   // the expert-parallel group (all-to-all)
+    std::int64_t activation_elements = 0;  // each tensor-parallel all-reduce (b x s x h)
+    std::int64_t dispatch_elements = 0;    // each all-to-all
+  };
+  LayerCompute(RankTimeline& ranks, Communicator& comm, LayerTimes times, Recompute recompute, Parallelism parallel);
+
+  /// The layer `name` (forward or backward, `flops` for the report) after each rank's `deps`.
+  LayerTasks run(const std::string& name, const char* phase, bool forward, sim::Flops flops,
+                 std::vector<std::vector<sim::TaskId>> deps);
+
+ private:
+  LayerTasks expert_parallel(const std::string& name, const char* phase, bool forward, sim::Flops flops,
+                             std::vector<std::vector<sim::TaskId>> deps);
+
+  RankTimeline& ranks_;
+  Communicator& comm_;
+  const LayerTimes times_;
+  const Recompute recompute_;
+  const Parallelism parallel_;
+};
+
+}  // namespace offsim::models
