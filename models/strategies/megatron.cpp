@@ -41,6 +41,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <limits>
 #include <map>
 #include <stdexcept>
 
@@ -599,7 +600,7 @@ class MegatronBuilder {
     };
     add.send = [&](int step, Bytes bytes, std::vector<TaskId> deps) {
       return g.add(fmt::format(FMT_COMPILE("r{}.{}.kv{}"), rank_state[s].rank, name, step), phase::kCommunication,
-                   TransferTask{ring_route(rank_state[s].rank), bytes, TimePs{0}, {}, {}}, std::move(deps));
+                   ring_send(rank_state[s].rank, bytes), std::move(deps));
     };
     add.join = [&](std::vector<TaskId> deps) {
       return g.add(fmt::format(FMT_COMPILE("r{}.{}.ring.done"), rank_state[s].rank, name), "pipeline", BarrierTask{},
@@ -608,21 +609,45 @@ class MegatronBuilder {
     return add_ring_attention(forward, cp, ring_kv, start, add);
   }
 
-  // The constraints of a ring step's send from rank `from` to the next context rank; with classes,
-  // those of every member's send (each of the tp x cp ranks to its ring successor) back to back.
-  [[nodiscard]] std::vector<sim::ConstraintId> ring_route(int from) const {
+  // A ring step's send of `bytes` from rank `from` to the next context rank. Flow fidelity: a flow
+  // on the rank's route, sharing links with all other traffic. Analytic (the ranks in lockstep,
+  // with classes each standing for its tp x cp members): a transfer at the rate the members' sends
+  // would get on an otherwise idle machine (each link split evenly among those crossing it, ADR
+  // 0006), crediting every member's links.
+  TransferTask ring_send(int from, Bytes bytes) {
+    const RingRoute& r = ring_route(from);
+    if (spec.collectives.fidelity != Fidelity::kAnalytic) return TransferTask{r.route, bytes, TimePs{0}, {}, {}};
+    return TransferTask{{}, bytes, TimePs{0}, sim::Bandwidth{r.rate}, in.link_statistics ? r.route : std::vector<sim::ConstraintId>{}};
+  }
+  struct RingRoute {
+    std::vector<sim::ConstraintId> route;  // every member's send, sorted
+    double rate = 0.0;                     // the analytic rate of the slowest member's send
+  };
+  const RingRoute& ring_route(int from) {
+    const auto cached = ring_routes.find(from);
+    if (cached != ring_routes.end()) return cached->second;
     const auto next = [&](int r) {
       const int c = (r / tp) % cp;
       return r + tp * ((c + 1) % cp - c);
     };
-    std::vector<sim::ConstraintId> route;
+    std::vector<std::vector<sim::ConstraintId>> hops;
+    std::map<std::uint32_t, int> crossing;
     for (int member = 0; member < layout.class_size; ++member) {
       const int r = from + member;
-      const auto hop = out.machine.transfer_route(in.topology, out.devices[r], out.devices[next(r)]);
-      route.insert(route.end(), hop.begin(), hop.end());
+      hops.push_back(out.machine.transfer_route(in.topology, out.devices[r], out.devices[next(r)]));
+      for (const auto c : hops.back()) ++crossing[c.index];
     }
-    return route;
+    RingRoute ring;
+    ring.rate = std::numeric_limits<double>::infinity();
+    const auto& constraints = out.machine.platform.constraints;
+    for (const auto& hop : hops) {
+      for (const auto c : hop) ring.rate = std::min(ring.rate, constraints[c.index].capacity.bytes_per_s / crossing[c.index]);
+      ring.route.insert(ring.route.end(), hop.begin(), hop.end());
+    }
+    std::sort(ring.route.begin(), ring.route.end());
+    return ring_routes.emplace(from, std::move(ring)).first->second;
   }
+  std::map<int, RingRoute> ring_routes;  // by sending rank
 
   // Point-to-point: each operation's input comes from the same TP rank of the neighbouring virtual
   // stage (forward: the previous one's activations; backward: the next one's gradients).
