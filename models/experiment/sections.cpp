@@ -231,8 +231,8 @@ void check_against_model(Context& ctx, const StrategySpec& strategy, const Model
       try {
         (void)split_pipeline_layers(m.layers, *mg);
       } catch (const std::invalid_argument& e) {
-        const bool edges = mg->first_stage_layers || mg->last_stage_layers || mg->account_for_embedding_in_pipeline_split ||
-                           mg->account_for_loss_in_pipeline_split;
+        const bool edges = mg->first_stage_layers || mg->last_stage_layers ||
+                           mg->account_for_embedding_in_pipeline_split || mg->account_for_loss_in_pipeline_split;
         std::string message = e.what();
         if (message.starts_with("megatron: ")) message = message.substr(10);
         ctx.error(edges ? at.split_at : at.pp_at, "strategy." + (edges ? at.split_key : std::string("pp")), message);
@@ -409,7 +409,8 @@ std::optional<StrategySpec> read_megatron(const Node& node, MapReader& r, const 
   mg.dp = positive("dp", nullptr);
   // Context parallelism (Megatron-Core's context_parallel_size), 1 when absent.
   const auto cp = r.optional<int>("cp", 1);
-  if (cp.valid && cp.value < 1) ctx.error(cp.loc, node.child_path("cp"), fmt::format("expected >= 1, got {}", cp.value));
+  if (cp.valid && cp.value < 1)
+    ctx.error(cp.loc, node.child_path("cp"), fmt::format("expected >= 1, got {}", cp.value));
   mg.cp = cp.value;
   if (training) training->cp_at = cp.loc;
   // Uneven pipeline splits (Megatron-Core's decoder_first/last_pipeline_num_layers and
@@ -431,10 +432,9 @@ std::optional<StrategySpec> read_megatron(const Node& node, MapReader& r, const 
     *field = n.value;
     locate_split(n.loc, key);
   }
-  for (const auto& [key, field] : {std::pair{"account_for_embedding_in_pipeline_split",
-                                             &mg.account_for_embedding_in_pipeline_split},
-                                   std::pair{"account_for_loss_in_pipeline_split",
-                                             &mg.account_for_loss_in_pipeline_split}}) {
+  for (const auto& [key, field] :
+       {std::pair{"account_for_embedding_in_pipeline_split", &mg.account_for_embedding_in_pipeline_split},
+        std::pair{"account_for_loss_in_pipeline_split", &mg.account_for_loss_in_pipeline_split}}) {
     if (!r.has(key)) continue;
     const auto flag = r.required<bool>(key);
     *field = flag.value;
@@ -470,12 +470,13 @@ std::optional<StrategySpec> read_megatron(const Node& node, MapReader& r, const 
   mg.collectives = parse_collective_options(r);
   mg.all_ranks = parse_all_ranks(r);
   mg.all_micro_batches = r.choice("simulate_micro_batches", {"steady_state", "all"}, "steady_state").value == "all";
-  const std::string degrees = mg.cp > 1 ? fmt::format("tp x cp x pp x dp = {} x {} x {} x {}", mg.tp, mg.cp, mg.pp, mg.dp)
-                                       : fmt::format("tp x pp x dp = {} x {} x {}", mg.tp, mg.pp, mg.dp);
+  const std::string degrees = mg.cp > 1
+                                  ? fmt::format("tp x cp x pp x dp = {} x {} x {} x {}", mg.tp, mg.cp, mg.pp, mg.dp)
+                                  : fmt::format("tp x pp x dp = {} x {} x {}", mg.tp, mg.pp, mg.dp);
   const std::string product = mg.cp > 1 ? "tp x cp x pp x dp" : "tp x pp x dp";
-  const auto ranks = static_cast<std::size_t>(checked_ranks(
-      ctx, node.location(), node.path(),
-      {std::max(1, mg.tp), std::max(1, mg.cp), std::max(1, mg.pp), std::max(1, mg.dp)}, degrees));
+  const auto ranks = static_cast<std::size_t>(
+      checked_ranks(ctx, node.location(), node.path(),
+                    {std::max(1, mg.tp), std::max(1, mg.cp), std::max(1, mg.pp), std::max(1, mg.dp)}, degrees));
   if (auto devices = parse_devices(r, node, topology, false)) {
     mg.devices = std::move(*devices);
     if (mg.devices.size() != ranks && ctx.error_count() == errors_before) {

@@ -161,8 +161,9 @@ int checked_ranks(const IterationInputs& in, const MegatronSpec& spec) {
         "megatron: the sequence ({}) must split into 2 x cp = {} chunks (context parallelism)", m.seq, 2 * spec.cp));
   }
   if (spec.cp > 1 && !in.training.flash_attention) {
-    throw std::invalid_argument("megatron: context parallelism runs TransformerEngine's ring of flash attention "
-                                "blocks; it needs training.flash_attention: true");
+    throw std::invalid_argument(
+        "megatron: context parallelism runs TransformerEngine's ring of flash attention "
+        "blocks; it needs training.flash_attention: true");
   }
   if (v > 1 && micro_batches % pp != 0) {
     throw std::invalid_argument(
@@ -273,8 +274,7 @@ class MegatronBuilder {
   const PipelineSplit split = split_pipeline_layers(m.layers, spec);
   const int last_virtual = pp * v - 1;
   const ModelSpec ml = context_parallel_share(m, cp);
-  const IterationInputs local_in{ml,      train,          in.topology,     in.costs, in.collectives,
-                                 in.host, in.link_statistics};
+  const IterationInputs local_in{ml, train, in.topology, in.costs, in.collectives, in.host, in.link_statistics};
   const std::int64_t tokens = train.micro_batch * ml.seq;
   const std::int64_t activation_elements = tokens * m.hidden;
   const Bytes stored = stored_activations_on_tp_rank(ml, train, tp, spec.sequence_parallel);
@@ -469,8 +469,7 @@ class MegatronBuilder {
     for (std::size_t i = 0; i < members.size(); ++i) {
       const int s = members[i];
       if (head) at[i] = alloc(s, tag + ".free.loss", "activations", loss_workspace, {at[i]}, true);
-      if (!op.forward)
-        at[i] = alloc(s, tag + ".free.activations", "activations", activation_bytes(vs), {at[i]}, true);
+      if (!op.forward) at[i] = alloc(s, tag + ".free.activations", "activations", activation_bytes(vs), {at[i]}, true);
       exit[s][{op.forward, vs, op.micro_batch}] = at[i];
       // Rank 0's phases: its busy time per operation; the waits before them are the bubble.
       if (rank_state[s].rank == 0) {
@@ -584,8 +583,8 @@ class MegatronBuilder {
         std::vector<std::vector<TaskId>> deps(members.size());
         for (std::size_t i = 0; i < members.size(); ++i) deps[i] = {at[i]};
         at = tp_comms.at(first).add(CollectiveKind::kAllReduce,
-                                    fmt::format(FMT_COMPILE("tp{}.{}.l{}.{}"), first, tag, l, half), activation_elements,
-                                    tp_plan, deps);
+                                    fmt::format(FMT_COMPILE("tp{}.{}.l{}.{}"), first, tag, l, half),
+                                    activation_elements, tp_plan, deps);
       }
     }
   }
@@ -617,7 +616,8 @@ class MegatronBuilder {
   TransferTask ring_send(int from, Bytes bytes) {
     const RingRoute& r = ring_route(from);
     if (spec.collectives.fidelity != Fidelity::kAnalytic) return TransferTask{r.route, bytes, TimePs{0}, {}, {}};
-    return TransferTask{{}, bytes, TimePs{0}, sim::Bandwidth{r.rate}, in.link_statistics ? r.route : std::vector<sim::ConstraintId>{}};
+    return TransferTask{
+        {}, bytes, TimePs{0}, sim::Bandwidth{r.rate}, in.link_statistics ? r.route : std::vector<sim::ConstraintId>{}};
   }
   struct RingRoute {
     std::vector<sim::ConstraintId> route;  // every member's send, sorted
@@ -641,7 +641,8 @@ class MegatronBuilder {
     ring.rate = std::numeric_limits<double>::infinity();
     const auto& constraints = out.machine.platform.constraints;
     for (const auto& hop : hops) {
-      for (const auto c : hop) ring.rate = std::min(ring.rate, constraints[c.index].capacity.bytes_per_s / crossing[c.index]);
+      for (const auto c : hop)
+        ring.rate = std::min(ring.rate, constraints[c.index].capacity.bytes_per_s / crossing[c.index]);
       ring.route.insert(ring.route.end(), hop.begin(), hop.end());
     }
     std::sort(ring.route.begin(), ring.route.end());

@@ -60,10 +60,10 @@ PipelineSplit split_pipeline_layers(std::int64_t layers, const MegatronSpec& spe
     split.layers.front() -= embedding;
     split.layers.back() -= loss;
     if (split.layers.front() < 0 || split.layers.back() < 0) {
-      throw std::invalid_argument(fmt::format(
-          "megatron: {} layers leave no layer for the embedding's or the loss's virtual stage over pp x "
-          "virtual_stages = {} chunks (account_for_*_in_pipeline_split)",
-          layers, chunks));
+      throw std::invalid_argument(
+          fmt::format("megatron: {} layers leave no layer for the embedding's or the loss's virtual stage over pp x "
+                      "virtual_stages = {} chunks (account_for_*_in_pipeline_split)",
+                      layers, chunks));
     }
     if (extra > 0) {
       split.note = fmt::format(
@@ -111,7 +111,8 @@ PipelineSplit split_pipeline_layers(std::int64_t layers, const MegatronSpec& spe
       std::iota(order.begin(), order.end(), 0);
       return order;
     }(), of_chunk);
-    for (int c = 0; c < v; ++c) split.layers[static_cast<std::size_t>(c * pp + s)] = of_chunk[static_cast<std::size_t>(c)];
+    for (int c = 0; c < v; ++c)
+      split.layers[static_cast<std::size_t>(c * pp + s)] = of_chunk[static_cast<std::size_t>(c)];
   }
   if (stage_extra > 0 || chunk_extra > 0) {
     split.note = fmt::format(
