@@ -68,9 +68,10 @@ PipelineSplit split_pipeline_layers(std::int64_t layers, const MegatronSpec& spe
     if (extra > 0) {
       split.note = fmt::format(
           "pipeline split: {}{} layers do not divide into pp x virtual_stages = {} chunks (Megatron-Core refuses "
-          "it); {} per chunk and one more on virtual stages 1 to {}",
+          "it); {} per chunk and one more on {}",
           layers, embedding + loss > 0 ? fmt::format(" (+{} for the embedding and loss)", embedding + loss) : "",
-          chunks, counted / chunks, extra);
+          chunks, counted / chunks,
+          extra == 1 ? std::string("virtual stage 1") : fmt::format("virtual stages 1 to {}", extra));
     }
     return split;
   }
