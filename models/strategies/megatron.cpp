@@ -1,7 +1,7 @@
 // Megatron-style 3D parallelism: tensor (TP), pipeline (PP) and data (DP) parallelism.
 //
 // Ranks: r = t + tp x (c + cp x (s + pp x d)) for tensor rank t, context rank c, pipeline stage s,
-// replica d (ADR 0011), so a TP group is tp consecutive ranks (inside a node when tp divides the
+// replica d (ADR 0012), so a TP group is tp consecutive ranks (inside a node when tp divides the
 // GPUs per node), a CP group the tp x cp ranks around it, and replica d is the block of
 // tp x cp x pp ranks starting at d x tp x cp x pp. Under rank symmetry one replica is simulated
 // and stands for all (its DP all-reduce flows are mirrored, docs/collectives.md).

@@ -154,7 +154,7 @@ struct CollectiveSpec {
 /// all-reduced (zero_stage 0) or reduce-scattered with a distributed optimizer (zero_stage 1)
 /// over the dp x cp ranks holding the same weights.
 /// Rank r = t + tp x (c + cp x (s + pp x d)) for tensor rank t, context rank c, stage s, replica d
-/// (docs/adr/0011-context-parallel-rank-order.md).
+/// (docs/adr/0012-context-parallel-rank-order.md).
 struct MegatronSpec {
   int tp = 1;
   int pp = 1;
