@@ -2,6 +2,8 @@
 // (sections.hpp).
 #include "models/experiment/sections.hpp"
 
+#include "models/strategies/pipeline_split.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -9,6 +11,7 @@
 #include <unordered_set>
 
 #include "models/strategies/partitioning_parser.hpp"
+#include "models/strategies/pipeline_split.hpp"
 
 namespace offsim::models {
 
@@ -222,13 +225,30 @@ void check_against_model(Context& ctx, const StrategySpec& strategy, const Model
   }
   if (const auto* mg = std::get_if<MegatronSpec>(&strategy)) {
     tensor_parallel(mg->tp);
-    const std::int64_t chunks = std::int64_t{mg->pp} * std::max(1, mg->virtual_stages);
-    if (chunks > 0 && m.layers % chunks != 0) {
-      ctx.error(at.pp_at, "strategy.pp",
-                mg->virtual_stages > 1
-                    ? fmt::format("{} layers do not split into pp x virtual_stages = {} x {} = {} equal chunks",
-                                  m.layers, mg->pp, mg->virtual_stages, chunks)
-                    : fmt::format("{} layers do not split into pp = {} equal stages", m.layers, mg->pp));
+    // Layers that do not divide go to the middle stages with a note in the report
+    // (pipeline_split.hpp); only splits that leave no layers are errors.
+    if (mg->pp > 0 && mg->virtual_stages > 0) {
+      try {
+        (void)split_pipeline_layers(m.layers, *mg);
+      } catch (const std::invalid_argument& e) {
+        const bool edges = mg->first_stage_layers || mg->last_stage_layers ||
+                           mg->account_for_embedding_in_pipeline_split || mg->account_for_loss_in_pipeline_split;
+        std::string message = e.what();
+        if (message.starts_with("megatron: ")) message = message.substr(10);
+        ctx.error(edges ? at.split_at : at.pp_at, "strategy." + (edges ? at.split_key : std::string("pp")), message);
+      }
+    }
+    if (mg->cp > 1) {
+      if (m.seq % (2 * mg->cp) != 0) {
+        ctx.error(at.cp_at, "strategy.cp",
+                  fmt::format("the sequence ({}) must split into 2 x cp = {} chunks (each context rank holds two)",
+                              m.seq, 2 * mg->cp));
+      }
+      if (!training.flash_attention) {
+        ctx.error(at.cp_at, "strategy.cp",
+                  "context parallelism runs TransformerEngine's ring of flash attention blocks; it needs "
+                  "training.flash_attention: true");
+      }
     }
     if (mg->virtual_stages > 1 && mg->pp > 0 && training.grad_accum % mg->pp != 0) {
       ctx.error(grad_accum_at, "training.grad_accum",
@@ -387,6 +407,39 @@ std::optional<StrategySpec> read_megatron(const Node& node, MapReader& r, const 
   mg.tp = positive("tp", training ? &training->tp_at : nullptr);
   mg.pp = positive("pp", training ? &training->pp_at : nullptr);
   mg.dp = positive("dp", nullptr);
+  // Context parallelism (Megatron-Core's context_parallel_size), 1 when absent.
+  const auto cp = r.optional<int>("cp", 1);
+  if (cp.valid && cp.value < 1)
+    ctx.error(cp.loc, node.child_path("cp"), fmt::format("expected >= 1, got {}", cp.value));
+  mg.cp = cp.value;
+  if (training) training->cp_at = cp.loc;
+  // Uneven pipeline splits (Megatron-Core's decoder_first/last_pipeline_num_layers and
+  // account_for_embedding/loss_in_pipeline_split).
+  // The split's errors are located at the first of its keys given (check_against_model).
+  bool split_located = false;
+  const auto locate_split = [&](const sim::config::Location& loc, const char* key) {
+    if (training && !split_located) {
+      training->split_at = loc;
+      training->split_key = key;
+    }
+    split_located = true;
+  };
+  for (const auto& [key, field] : {std::pair{"first_stage_layers", &mg.first_stage_layers},
+                                   std::pair{"last_stage_layers", &mg.last_stage_layers}}) {
+    if (!r.has(key)) continue;
+    const auto n = r.required<std::int64_t>(key);
+    if (n.valid && n.value < 1) ctx.error(n.loc, node.child_path(key), fmt::format("expected >= 1, got {}", n.value));
+    *field = n.value;
+    locate_split(n.loc, key);
+  }
+  for (const auto& [key, field] :
+       {std::pair{"account_for_embedding_in_pipeline_split", &mg.account_for_embedding_in_pipeline_split},
+        std::pair{"account_for_loss_in_pipeline_split", &mg.account_for_loss_in_pipeline_split}}) {
+    if (!r.has(key)) continue;
+    const auto flag = r.required<bool>(key);
+    *field = flag.value;
+    locate_split(flag.loc, key);
+  }
   const auto schedule = r.choice("schedule", {"1f1b", "interleaved"});
   if (schedule.valid && schedule.value == "interleaved") {
     const auto v = r.required<int>("virtual_stages");
@@ -417,20 +470,24 @@ std::optional<StrategySpec> read_megatron(const Node& node, MapReader& r, const 
   mg.collectives = parse_collective_options(r);
   mg.all_ranks = parse_all_ranks(r);
   mg.all_micro_batches = r.choice("simulate_micro_batches", {"steady_state", "all"}, "steady_state").value == "all";
+  const std::string degrees = mg.cp > 1
+                                  ? fmt::format("tp x cp x pp x dp = {} x {} x {} x {}", mg.tp, mg.cp, mg.pp, mg.dp)
+                                  : fmt::format("tp x pp x dp = {} x {} x {}", mg.tp, mg.pp, mg.dp);
+  const std::string product = mg.cp > 1 ? "tp x cp x pp x dp" : "tp x pp x dp";
   const auto ranks = static_cast<std::size_t>(
-      checked_ranks(ctx, node.location(), node.path(), {std::max(1, mg.tp), std::max(1, mg.pp), std::max(1, mg.dp)},
-                    fmt::format("tp x pp x dp = {} x {} x {}", mg.tp, mg.pp, mg.dp)));
+      checked_ranks(ctx, node.location(), node.path(),
+                    {std::max(1, mg.tp), std::max(1, mg.cp), std::max(1, mg.pp), std::max(1, mg.dp)}, degrees));
   if (auto devices = parse_devices(r, node, topology, false)) {
     mg.devices = std::move(*devices);
     if (mg.devices.size() != ranks && ctx.error_count() == errors_before) {
       ctx.error(node.location(), node.child_path("devices"),
-                fmt::format("tp x pp x dp = {} ranks but the devices list {}", ranks, mg.devices.size()));
+                fmt::format("{} = {} ranks but the devices list {}", product, ranks, mg.devices.size()));
     }
   } else if (topology) {
     const auto gpus = topology->devices_of(topo::DeviceKind::kGpu);
     if (ranks > gpus.size()) {
       ctx.error(node.location(), node.path(),
-                fmt::format("tp x pp x dp = {} ranks but the machine has {} GPUs", ranks, gpus.size()));
+                fmt::format("{} = {} ranks but the machine has {} GPUs", product, ranks, gpus.size()));
     } else {
       for (std::size_t i = 0; i < ranks; ++i) mg.devices.push_back(topology->device(gpus[i]).name);
     }
@@ -688,8 +745,9 @@ const std::vector<StrategyKind>& strategy_kinds() {
        read_deepspeed},
       {"megatron",
        "3D parallelism as Megatron-LM/DeepSpeed run it: tensor parallelism (column/row split, all-reduces per "
-       "layer), pipeline stages with the 1F1B or interleaved schedule, data-parallel replicas with ZeRO-0/1 "
-       "(Megatron's optimizer or DeepSpeed's)",
+       "layer), context parallelism (cp: ring attention), pipeline stages with the 1F1B or interleaved schedule "
+       "(even or Megatron-Core's uneven splits), data-parallel replicas with ZeRO-0/1 (Megatron's optimizer or "
+       "DeepSpeed's)",
        read_megatron},
       {"collective", "one all-gather, reduce-scatter or all-reduce over the listed ranks (collective benchmarks)",
        read_collective}};

@@ -22,6 +22,8 @@ struct TrainingFromStrategy {
   std::optional<DeepSpeedImport> deepspeed;  // for its "auto" sizes, resolved with the model
   // Where the strategy gives its degrees, for the checks that need the model (check_against_model).
   sim::config::Location tp_at, pp_at, ep_at;
+  sim::config::Location cp_at, split_at;  // megatron: cp, and the first key of an uneven pipeline split
+  std::string split_key = "pp";
   bool collective = false;  // kind: collective, which has no model or training (even when invalid)
 };
 

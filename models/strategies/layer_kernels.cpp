@@ -49,18 +49,23 @@ KernelTimes kernel_times(const IterationInputs& in, std::int64_t params_on_rank,
       const TimePs fwd = sim::duration_of(flops, peak * measured_flash->forward, "FLOP");
       gemms_fwd += fwd;
       attention_core += fwd;
-      gemms_bwd += sim::duration_of(kFlashBackwardOverForward * flops, peak * measured_flash->backward, "FLOP");
+      const TimePs bwd = sim::duration_of(kFlashBackwardOverForward * flops, peak * measured_flash->backward, "FLOP");
+      gemms_bwd += bwd;
+      k.attention_bwd += bwd;
       continue;
     }
     const TimePs d = c.gemm_time(g, fused);
     gemms_fwd += d;
     if (g.attention_core) attention_core += d;
     if (fused) {
-      gemms_bwd += sim::TimePs{std::llround(kFlashBackwardOverForward * static_cast<double>(d.ps))};
+      const TimePs bwd{std::llround(kFlashBackwardOverForward * static_cast<double>(d.ps))};
+      gemms_bwd += bwd;
+      k.attention_bwd += bwd;
       continue;
     }
     const TimePs b = gradient_gemms_time(c, g);
     gemms_bwd += b;
+    if (g.attention_core) k.attention_bwd += b;
     if (g.expert) {
       k.experts_fwd += d;
       k.experts_bwd += b;
@@ -81,6 +86,7 @@ KernelTimes kernel_times(const IterationInputs& in, std::int64_t params_on_rank,
       const TimePs d =
           c.memory_bound_time(Bytes{static_cast<std::int64_t>(kernel.backward_bytes)}, kernel.kernel, true);
       elementwise_bwd += d;
+      if (kernel.attention_core) k.attention_bwd += d;
       if (kernel.expert) k.experts_bwd += d;
     }
   }
@@ -89,6 +95,8 @@ KernelTimes kernel_times(const IterationInputs& in, std::int64_t params_on_rank,
   if (t.recompute == Recompute::kFull) recompute = layer_fwd;
   if (t.recompute == Recompute::kSelective) recompute = attention_core + attention_elementwise;
   k.layer_fwd = layer_fwd;
+  k.attention_fwd = attention_core + attention_elementwise;
+  if (t.recompute != Recompute::kNone) k.attention_bwd += k.attention_fwd;
   k.layer_bwd = recompute + gemms_bwd + elementwise_bwd;
   const GemmShape head = head_gemm(m, t.micro_batch, tp);
   const Bytes logits{tokens * ((m.vocab + tp - 1) / tp) * kLogitBytesPerElement};

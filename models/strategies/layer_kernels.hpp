@@ -22,6 +22,10 @@ struct KernelTimes {
   // per-expert kernels): what expert parallelism places between its all-to-alls. 0 when dense.
   // experts_bwd leaves out the recomputed forward (which is in layer_bwd).
   sim::TimePs experts_fwd{0}, experts_bwd{0};
+  // The part of layer_fwd / layer_bwd that is the attention core (QK^T, softmax, times V, or the
+  // flash kernel): what context parallelism's ring runs block by block. attention_bwd includes its
+  // recomputed forward (selective or full recomputation).
+  sim::TimePs attention_fwd{0}, attention_bwd{0};
 };
 
 /// Kernel times for a rank of a tensor-parallel group of `tp` that updates `params_on_rank`

@@ -1,14 +1,19 @@
 // Megatron-style 3D parallelism: tensor (TP), pipeline (PP) and data (DP) parallelism.
 //
-// Ranks: r = t + tp x (s + pp x d) for tensor rank t, pipeline stage s, replica d, so a TP group is
-// tp consecutive ranks (inside a node when tp divides the GPUs per node) and replica d is the
-// block of tp x pp ranks starting at d x tp x pp. Under rank symmetry one replica is simulated and
-// stands for all (its DP all-reduce flows are mirrored, docs/collectives.md).
+// Ranks: r = t + tp x (c + cp x (s + pp x d)) for tensor rank t, context rank c, pipeline stage s,
+// replica d (ADR 0012), so a TP group is tp consecutive ranks (inside a node when tp divides the
+// GPUs per node), a CP group the tp x cp ranks around it, and replica d is the block of
+// tp x cp x pp ranks starting at d x tp x cp x pp. Under rank symmetry one replica is simulated
+// and stands for all (its DP all-reduce flows are mirrored, docs/collectives.md).
 //
 // Model per rank:
-// - Layers are split evenly over pp x v virtual stages (v = virtual_stages); rank stage s holds
-//   chunks c = 0..v-1, virtual stage c x pp + s. The embedding is on virtual stage 0, the output
-//   head on the last. Each GEMM is split Megatron-style over the TP group (layer_gemms with tp):
+// - Layers are split over pp x v virtual stages (v = virtual_stages) as Megatron-Core splits them
+//   (pipeline_split.hpp: evenly, or with first/last_stage_layers, or counting the embedding and
+//   loss as layers); rank stage s holds chunks c = 0..v-1, virtual stage c x pp + s, each with its
+//   own layer count. The embedding is on virtual stage 0, the output head on the last.
+// - Context parallelism (cp > 1, context_parallel.hpp): every rank works on s / cp tokens of each
+//   sequence outside attention, and runs each layer's attention as cp ring steps with the KV
+//   blocks passed around the CP group. Each GEMM is split Megatron-style over the TP group (layer_gemms with tp):
 //   every layer's forward ends its attention and MLP blocks with an all-reduce of the activations
 //   (b x s x h bf16) over the TP group, and so does backward (twice more with full recomputation,
 //   which re-runs the forward). The layer's compute is split into two equal halves around them
@@ -36,15 +41,18 @@
 
 #include <algorithm>
 #include <deque>
+#include <limits>
 #include <map>
 #include <stdexcept>
 
 #include "models/collectives/communicator.hpp"
 #include "models/placement/state_placement.hpp"
+#include "models/strategies/context_parallel.hpp"
 #include "models/strategies/layer_kernels.hpp"
 #include "models/strategies/phases/rank_timeline.hpp"
 #include "models/strategies/phases/steps.hpp"
 #include "models/strategies/phases/zero_policy.hpp"
+#include "models/strategies/pipeline_split.hpp"
 #include "models/strategies/strategy.hpp"
 #include "models/transformer/phases.hpp"
 
@@ -107,39 +115,58 @@ using OpKey = std::tuple<bool, int, int>;  // (forward, virtual stage, micro-bat
 // TP rank 0 can stand for its group (collapse_classes). Their pipeline transfers, which share NICs
 // and links as flows, become one flow over the union of the members' routes (a link crossed by k
 // members' transfers counted k times), which moves at the pace the slowest member would get.
+// With context parallelism the tp x cp ranks of a stage run the same kernels and ring steps in
+// lockstep too (the load-balanced chunks give each the same work); their class is the tp x cp block.
 bool tensor_parallel_classes(const MegatronSpec& spec) {
-  return spec.tp > 1 && !spec.all_ranks && spec.collectives.fidelity == Fidelity::kAnalytic;
+  return spec.tp * spec.cp > 1 && !spec.all_ranks && spec.collectives.fidelity == Fidelity::kAnalytic;
 }
 
 RankLayout megatron_layout(BuiltIteration& out, const topo::Topology& topology, const MegatronSpec& spec) {
-  RankLayout layout = lay_out_ranks(out, topology, spec.devices, "megatron", spec.all_ranks, spec.tp * spec.pp);
-  if (tensor_parallel_classes(spec) && layout.simulated_ranks() % spec.tp == 0) {
-    collapse_classes(layout, spec.tp);
+  const int group = spec.tp * spec.cp;
+  RankLayout layout = lay_out_ranks(out, topology, spec.devices, "megatron", spec.all_ranks, group * spec.pp);
+  if (tensor_parallel_classes(spec) && layout.simulated_ranks() % group == 0) {
+    collapse_classes(layout, group);
     out.simulated_ranks = layout.simulated_ranks();
-    out.approximations.push_back(fmt::format(
-        "tensor-parallel classes: TP rank 0 of each group is simulated for its {} ranks (the same kernels in "
-        "lockstep, analytic all-reduces at the pace of the group's slowest flow; pipeline transfers as one flow "
-        "over the union of the members' routes, at the slowest member's pace); run with --all-ranks to simulate "
-        "every rank",
-        spec.tp));
+    if (spec.cp == 1) {
+      out.approximations.push_back(fmt::format(
+          "tensor-parallel classes: TP rank 0 of each group is simulated for its {} ranks (the same kernels in "
+          "lockstep, analytic all-reduces at the pace of the group's slowest flow; pipeline transfers as one flow "
+          "over the union of the members' routes, at the slowest member's pace); run with --all-ranks to simulate "
+          "every rank",
+          spec.tp));
+    } else {
+      out.approximations.push_back(fmt::format(
+          "tensor- and context-parallel classes: rank 0 of each stage's tp x cp = {} ranks is simulated for them "
+          "all (the same kernels and ring steps in lockstep, analytic all-reduces at the pace of the group's slowest "
+          "flow; pipeline and ring transfers as one flow over the union of the members' routes, at the slowest "
+          "member's pace); run with --all-ranks to simulate every rank",
+          group));
+    }
   }
   return layout;
 }
 
-// tp x pp x dp, checked against the devices, the layers and the micro-batches.
+// tp x cp x pp x dp, checked against the devices, the sequence and the micro-batches (the layer
+// split checks itself, split_pipeline_layers).
 int checked_ranks(const IterationInputs& in, const MegatronSpec& spec) {
   const auto& m = in.model;
   const int pp = spec.pp;
   const int v = spec.virtual_stages;
-  const int ranks = spec.tp * pp * spec.dp;
+  const int ranks = spec.tp * spec.cp * pp * spec.dp;
   const int micro_batches = static_cast<int>(in.training.grad_accum);
   if (static_cast<int>(spec.devices.size()) != ranks) {
     throw std::invalid_argument(
-        fmt::format("megatron: tp x pp x dp = {} ranks but {} devices", ranks, spec.devices.size()));
+        spec.cp > 1 ? fmt::format("megatron: tp x cp x pp x dp = {} ranks but {} devices", ranks, spec.devices.size())
+                    : fmt::format("megatron: tp x pp x dp = {} ranks but {} devices", ranks, spec.devices.size()));
   }
-  if (m.layers % (pp * v) != 0) {
+  if (spec.cp > 1 && m.seq % (2 * spec.cp) != 0) {
+    throw std::invalid_argument(fmt::format(
+        "megatron: the sequence ({}) must split into 2 x cp = {} chunks (context parallelism)", m.seq, 2 * spec.cp));
+  }
+  if (spec.cp > 1 && !in.training.flash_attention) {
     throw std::invalid_argument(
-        fmt::format("megatron: {} layers do not split into pp x virtual_stages = {} chunks", m.layers, pp * v));
+        "megatron: context parallelism runs TransformerEngine's ring of flash attention "
+        "blocks; it needs training.flash_attention: true");
   }
   if (v > 1 && micro_batches % pp != 0) {
     throw std::invalid_argument(
@@ -153,6 +180,7 @@ int checked_ranks(const IterationInputs& in, const MegatronSpec& spec) {
 struct RankState {
   int rank = 0;
   int t = 0;
+  int c = 0;  // context rank
   int stage = 0;
   std::size_t device = 0;
   std::int64_t params = 0;
@@ -176,7 +204,8 @@ class MegatronBuilder {
         train(inputs.training),
         tp(strategy.tp),
         pp(strategy.pp),
-        dp(strategy.dp),
+        cp(strategy.cp),
+        dp(strategy.dp * strategy.cp),
         v(strategy.virtual_stages),
         ranks(checked_ranks(inputs, strategy)),
         micro_batches(static_cast<int>(inputs.training.grad_accum)),
@@ -187,7 +216,7 @@ class MegatronBuilder {
         rank_state(sims),
         entry(sims),
         exit(sims),
-        dp_plan{{Band{"dp", tp * pp, ranks}}, StageAlgorithm::kRing, {}} {
+        dp_plan{gradient_group_plan(tp, cp, pp, ranks)} {
     if (train.recompute == Recompute::kFull) recomputed = w.gemm + w.attention;
     if (train.recompute == Recompute::kSelective) recomputed = w.attention;
     place_ranks();
@@ -204,6 +233,7 @@ class MegatronBuilder {
     if (policy.gathers_updated_parameters() && dp > 1) end = parameter_allgather(end);
     (void)g.add("iteration.end", "end", BarrierTask{}, end);
     finish();
+    split_and_context_figures();
     return std::move(out);
   }
 
@@ -217,6 +247,10 @@ class MegatronBuilder {
   const TrainingSpec& train;
   const int tp;
   const int pp;
+  const int cp;
+  // The data-parallel group of the shared steps (gradient reduction, optimizer partition): the
+  // dp x cp ranks holding the same weights (Megatron-Core's data-parallel group with context
+  // parallelism); spec.dp replicas of the data.
   const int dp;
   const int v;
   const int ranks;
@@ -237,20 +271,28 @@ class MegatronBuilder {
                                 ? ZeroPolicy::deepspeed(spec.zero_stage, spec.fp32_grad_accum, false)
                                 : ZeroPolicy::megatron(spec.zero_stage, spec.fp32_grad_accum);
 
-  // Work and states of one rank.
+  // Work and states of one rank. With context parallelism the rank's share of the sequence (ml,
+  // local_in: seq / cp tokens) sets everything but the attention, which is cp blocks of it.
   const ParameterCounts params = count_parameters(m);
-  const std::int64_t layers_per_chunk = m.layers / (pp * v);
+  const PipelineSplit split = split_pipeline_layers(m.layers, spec);
   const int last_virtual = pp * v - 1;
-  const std::int64_t tokens = train.micro_batch * m.seq;
+  const ModelSpec ml = context_parallel_share(m, cp);
+  const IterationInputs local_in{ml, train, in.topology, in.costs, in.collectives, in.host, in.link_statistics};
+  const std::int64_t tokens = train.micro_batch * ml.seq;
   const std::int64_t activation_elements = tokens * m.hidden;
-  const Bytes stored = stored_activations_on_tp_rank(m, train, tp, spec.sequence_parallel);
+  const Bytes stored = stored_activations_on_tp_rank(ml, train, tp, spec.sequence_parallel);
   const Bytes logits{tokens * ((m.vocab + tp - 1) / tp) * kLogitBytesPerElement};
   // The loss's fp32 workspace on the last stage (transformer/precision.hpp): held while the head runs.
   const Bytes loss_workspace{tokens * ((m.vocab + tp - 1) / tp) * kLossWorkspaceBytesPerElement};
   const Bytes p2p_bytes{activation_elements * kBf16Bytes / tp};
-  const LayerWork w = layer_forward(m, train.micro_batch, train.flash_attention);
+  const LayerWork w = [&] {
+    LayerWork work = layer_forward(ml, train.micro_batch, train.flash_attention);
+    work.attention = work.attention * static_cast<double>(cp);
+    return work;
+  }();
+  const Bytes ring_kv = ring_kv_bytes(m, train.micro_batch, cp, tp);
   sim::Flops recomputed{};
-  const sim::Flops head_flops = head_forward_flops(m, train.micro_batch);
+  const sim::Flops head_flops = head_forward_flops(ml, train.micro_batch);
   const int tp_reductions_backward = train.recompute == Recompute::kFull ? 4 : 2;
 
   // One TP communicator per (replica, stage) group of simulated ranks: ranks outside a TP group
@@ -266,12 +308,23 @@ class MegatronBuilder {
   std::vector<std::map<OpKey, TaskId>> entry, exit;
   std::vector<TaskId> last_op;
 
-  // The DP group of a rank: the ranks tp x pp apart (reduce_gradients, parameter_allgather).
+  // The DP group of a rank (reduce_gradients, parameter_allgather): the ranks tp x pp apart, with
+  // context parallelism its CP group's and theirs (gradient_group_plan).
   const CollectivePlan dp_plan;
+
+  // The gradient group as bands: dp ranks tp x pp apart; with cp > 1 the cp band (stride tp) and
+  // then the dp band (stride tp x cp x pp), in two stages (the bytes per rank of one flat ring over
+  // the dp x cp ranks, which the bands cannot name as one group).
+  [[nodiscard]] static CollectivePlan gradient_group_plan(int tp, int cp, int pp, int ranks) {
+    if (cp == 1) return {{Band{"dp", tp * pp, ranks}}, StageAlgorithm::kRing, {}};
+    CollectivePlan plan{{Band{"cp", tp, tp * cp}}, StageAlgorithm::kRing, {}};
+    if (ranks > tp * cp * pp) plan.stages.push_back(Band{"dp", tp * cp * pp, ranks});
+    return plan;
+  }
 
   // The parameters of a rank of `stage` (its share of its TP group's).
   [[nodiscard]] std::int64_t params_of_stage(int stage) const {
-    std::int64_t n = layers_per_chunk * v * params.per_layer;
+    std::int64_t n = split.of_stage(stage) * params.per_layer;
     if (stage == 0) n += params.embedding + params.position;
     if (stage == (last_virtual % pp)) n += params.final_norm + (m.tied_embeddings ? 0 : params.output_head);
     return (n + tp - 1) / tp;
@@ -291,8 +344,10 @@ class MegatronBuilder {
     c.gradient_buffers = policy.gradient_buffers();
     return place_model_states(c, kBf16MixedPrecision);
   }
-  // The rank of TP rank t of `stage` in `replica`.
-  [[nodiscard]] int rank_of(int t, int stage, int replica) const { return t + tp * (stage + pp * replica); }
+  // The rank of TP rank t, context rank c of `stage` in `replica`.
+  [[nodiscard]] int rank_of(int t, int c, int stage, int replica) const {
+    return t + tp * (c + cp * (stage + pp * replica));
+  }
 
   // Each simulated rank's place, parameters and kernel times.
   void place_ranks() {
@@ -300,11 +355,12 @@ class MegatronBuilder {
       RankState& rs = rank_state[s];
       rs.rank = layout.simulated[s];
       rs.t = rs.rank % tp;
-      rs.stage = (rs.rank / tp) % pp;
+      rs.c = (rs.rank / tp) % cp;
+      rs.stage = (rs.rank / (tp * cp)) % pp;
       rs.device = out.devices[rs.rank];
       (void)timeline.add_rank(rs.rank, *out.machine.unit_of_device[rs.device], *out.machine.pool_of_device[rs.device]);
       rs.params = params_of_stage(rs.stage);
-      rs.k = kernel_times(in, optimizer_share(rs.params), tp, spec.sequence_parallel);
+      rs.k = kernel_times(local_in, optimizer_share(rs.params), tp, spec.sequence_parallel);
       sim_of_rank[rs.rank] = s;
     }
   }
@@ -346,7 +402,9 @@ class MegatronBuilder {
     constexpr std::size_t kTasksPerAllReduce = 2;
     const std::size_t pieces = static_cast<std::size_t>(2 + tp_reductions_backward);
     const std::size_t per_layer = tp > 1 ? pieces * (1 + kTasksPerAllReduce) : 0;
-    const std::size_t per_pair = kTasksPerOperationPair + static_cast<std::size_t>(layers_per_chunk) * per_layer;
+    const std::size_t ring = cp > 1 ? static_cast<std::size_t>(4 * cp) : 0;
+    const auto layers_per_chunk = static_cast<std::size_t>(m.layers / (pp * v));
+    const std::size_t per_pair = kTasksPerOperationPair + layers_per_chunk * (per_layer + ring);
     return static_cast<std::size_t>(sims) * static_cast<std::size_t>(micro_batches) * static_cast<std::size_t>(v) *
            per_pair;
   }
@@ -395,7 +453,7 @@ class MegatronBuilder {
     const bool head = vs == last_virtual;
     if (op.forward) {
       for (std::size_t i = 0; i < members.size(); ++i) {
-        at[i] = alloc(members[i], tag + ".alloc.activations", "activations", activation_bytes(head), {at[i]});
+        at[i] = alloc(members[i], tag + ".alloc.activations", "activations", activation_bytes(vs), {at[i]});
       }
     }
     if (head) {
@@ -407,8 +465,7 @@ class MegatronBuilder {
     for (std::size_t i = 0; i < members.size(); ++i) {
       const int s = members[i];
       if (head) at[i] = alloc(s, tag + ".free.loss", "activations", loss_workspace, {at[i]}, true);
-      if (!op.forward)
-        at[i] = alloc(s, tag + ".free.activations", "activations", activation_bytes(head), {at[i]}, true);
+      if (!op.forward) at[i] = alloc(s, tag + ".free.activations", "activations", activation_bytes(vs), {at[i]}, true);
       exit[s][{op.forward, vs, op.micro_batch}] = at[i];
       // Rank 0's phases: its busy time per operation; the waits before them are the bubble.
       if (rank_state[s].rank == 0) {
@@ -421,9 +478,9 @@ class MegatronBuilder {
     return at;
   }
 
-  // The activations an operation of a chunk stores (with the logits on the last virtual stage).
-  [[nodiscard]] Bytes activation_bytes(bool head) const {
-    return Bytes{stored.count * layers_per_chunk + (head ? logits.count : 0)};
+  // The activations an operation of virtual stage vs stores (with the logits on the last one).
+  [[nodiscard]] Bytes activation_bytes(int vs) const {
+    return Bytes{stored.count * split.of_virtual(vs) + (vs == last_virtual ? logits.count : 0)};
   }
 
   // The embedding's and the head's work on the first and last virtual stages.
@@ -458,6 +515,11 @@ class MegatronBuilder {
     const TimePs layer = forward ? k.layer_fwd : k.layer_bwd;
     const sim::Flops layer_flops =
         (forward ? (w.gemm + w.attention) : (w.gemm + w.attention) * 2.0 + recomputed) * (1.0 / tp);
+    const std::int64_t layers_per_chunk = split.of_virtual(vs);
+    if (cp > 1) {
+      run_chunk_context_parallel(first, members, forward, vs, tag, phase, at);
+      return;
+    }
     if (tp == 1) {
       for (std::size_t i = 0; i < members.size(); ++i) {
         at[i] = compute(members[i], tag, phase, TimePs{layer.ps * layers_per_chunk} + edge.time,
@@ -484,17 +546,117 @@ class MegatronBuilder {
     }
   }
 
+  // The chunk's compute on every member with context parallelism (context_parallel.hpp): per layer,
+  // the non-attention work split in equal pieces around the TP all-reduces (two forward, two or
+  // four backward), the first piece followed by the layer's ring attention (cp blocks with the KV
+  // passed around the CP group).
+  void run_chunk_context_parallel(int first, const std::vector<int>& members, bool forward, int vs,
+                                  const std::string& tag, const char* phase, std::vector<TaskId>& at) {
+    const KernelTimes& k = rank_state[members.front()].k;
+    const EdgeWork edge = edge_work(k, forward, vs);
+    const TimePs block = forward ? k.attention_fwd : k.attention_bwd;
+    const TimePs rest{(forward ? k.layer_fwd : k.layer_bwd).ps - block.ps};
+    const sim::Flops attention = w.attention * (1.0 / tp);
+    const sim::Flops all = (forward ? (w.gemm + w.attention) : (w.gemm + w.attention) * 2.0 + recomputed) * (1.0 / tp);
+    // A block's FLOPs: its share of the attention, backward twice that plus the recomputed forward.
+    const double passes = forward ? 1.0 : (train.recompute == Recompute::kNone ? 2.0 : 3.0);
+    const sim::Flops block_flops = attention * (passes / cp);
+    const int reductions = tp == 1 ? 1 : (forward ? 2 : tp_reductions_backward);
+    const TimePs piece{rest.ps / reductions};
+    const sim::Flops piece_flops{(all.count - block_flops.count * cp) / reductions};
+    for (std::size_t i = 0; i < members.size(); ++i) {
+      if (edge.time.ps > 0) at[i] = compute(members[i], tag + ".edge", phase, edge.time, edge.flops, "gemm", {at[i]});
+    }
+    for (std::int64_t l = 0; l < split.of_virtual(vs); ++l) {
+      for (int half = 0; half < reductions; ++half) {
+        for (std::size_t i = 0; i < members.size(); ++i) {
+          const int s = members[i];
+          const std::string name = fmt::format(FMT_COMPILE("{}.l{}.{}"), tag, l, half);
+          at[i] = compute(s, name, phase, piece, piece_flops, "layer", {at[i]});
+          if (half == 0) at[i] = ring_attention(s, forward, name, phase, block, block_flops, at[i]);
+        }
+        if (tp == 1) continue;
+        std::vector<std::vector<TaskId>> deps(members.size());
+        for (std::size_t i = 0; i < members.size(); ++i) deps[i] = {at[i]};
+        at = tp_comms.at(first).add(CollectiveKind::kAllReduce,
+                                    fmt::format(FMT_COMPILE("tp{}.{}.l{}.{}"), first, tag, l, half),
+                                    activation_elements, tp_plan, deps);
+      }
+    }
+  }
+
+  // One layer's ring attention on simulated rank s after `start` (add_ring_attention).
+  TaskId ring_attention(int s, bool forward, const std::string& name, const char* phase, TimePs block,
+                        sim::Flops block_flops, TaskId start) {
+    RingCallbacks add;
+    add.step = [&](int step, std::vector<TaskId> deps) {
+      return compute(s, fmt::format(FMT_COMPILE("{}.ring{}"), name, step), phase, block, block_flops, "attention",
+                     std::move(deps));
+    };
+    add.send = [&](int step, Bytes bytes, std::vector<TaskId> deps) {
+      return g.add(fmt::format(FMT_COMPILE("r{}.{}.kv{}"), rank_state[s].rank, name, step), phase::kCommunication,
+                   ring_send(rank_state[s].rank, bytes), std::move(deps));
+    };
+    add.join = [&](std::vector<TaskId> deps) {
+      return g.add(fmt::format(FMT_COMPILE("r{}.{}.ring.done"), rank_state[s].rank, name), "pipeline", BarrierTask{},
+                   std::move(deps));
+    };
+    return add_ring_attention(forward, cp, ring_kv, start, add);
+  }
+
+  // A ring step's send of `bytes` from rank `from` to the next context rank. Flow fidelity: a flow
+  // on the rank's route, sharing links with all other traffic. Analytic (the ranks in lockstep,
+  // with classes each standing for its tp x cp members): a transfer at the rate the members' sends
+  // would get on an otherwise idle machine (each link split evenly among those crossing it, ADR
+  // 0006), crediting every member's links.
+  TransferTask ring_send(int from, Bytes bytes) {
+    const RingRoute& r = ring_route(from);
+    if (spec.collectives.fidelity != Fidelity::kAnalytic) return TransferTask{r.route, bytes, TimePs{0}, {}, {}};
+    return TransferTask{
+        {}, bytes, TimePs{0}, sim::Bandwidth{r.rate}, in.link_statistics ? r.route : std::vector<sim::ConstraintId>{}};
+  }
+  struct RingRoute {
+    std::vector<sim::ConstraintId> route;  // every member's send, sorted
+    double rate = 0.0;                     // the analytic rate of the slowest member's send
+  };
+  const RingRoute& ring_route(int from) {
+    const auto cached = ring_routes.find(from);
+    if (cached != ring_routes.end()) return cached->second;
+    const auto next = [&](int r) {
+      const int c = (r / tp) % cp;
+      return r + tp * ((c + 1) % cp - c);
+    };
+    std::vector<std::vector<sim::ConstraintId>> hops;
+    std::map<std::uint32_t, int> crossing;
+    for (int member = 0; member < layout.class_size; ++member) {
+      const int r = from + member;
+      hops.push_back(out.machine.transfer_route(in.topology, out.devices[r], out.devices[next(r)]));
+      for (const auto c : hops.back()) ++crossing[c.index];
+    }
+    RingRoute ring;
+    ring.rate = std::numeric_limits<double>::infinity();
+    const auto& constraints = out.machine.platform.constraints;
+    for (const auto& hop : hops) {
+      for (const auto c : hop)
+        ring.rate = std::min(ring.rate, constraints[c.index].capacity.bytes_per_s / crossing[c.index]);
+      ring.route.insert(ring.route.end(), hop.begin(), hop.end());
+    }
+    std::sort(ring.route.begin(), ring.route.end());
+    return ring_routes.emplace(from, std::move(ring)).first->second;
+  }
+  std::map<int, RingRoute> ring_routes;  // by sending rank
+
   // Point-to-point: each operation's input comes from the same TP rank of the neighbouring virtual
   // stage (forward: the previous one's activations; backward: the next one's gradients).
   void point_to_point() {
     for (int s = 0; s < sims; ++s) {
       const RankState& rs = rank_state[s];
-      const int replica = rs.rank / (tp * pp);
+      const int replica = rs.rank / (tp * cp * pp);
       for (const auto& [key, start] : entry[s]) {
         const auto [forward, vs, mb] = key;
         const int from_vs = forward ? vs - 1 : vs + 1;
         if (from_vs < 0 || from_vs > last_virtual) continue;
-        const int from_rank = rank_of(rs.t, from_vs % pp, replica);
+        const int from_rank = rank_of(rs.t, rs.c, from_vs % pp, replica);
         const auto found = sim_of_rank.find(from_rank);
         if (found == sim_of_rank.end()) continue;
         const int from = found->second;
@@ -597,6 +759,19 @@ class MegatronBuilder {
       if (rank_state[s].rank == 0) out.spans.push_back({phase::kParameterAllgather, end[s], gathered[s], true});
     }
     return gathered;
+  }
+
+  // After finish(): the split's note, and with context parallelism the figures of a rank's share
+  // (finish() divides the replica's work over tp x pp devices; a replica has tp x cp x pp) and the
+  // tokens of spec.dp replicas (the shared steps' dp is the dp x cp gradient group).
+  void split_and_context_figures() {
+    if (!split.note.empty()) out.approximations.push_back(split.note);
+    if (cp == 1) return;
+    const double sequences = static_cast<double>(train.micro_batch * train.grad_accum);
+    out.model_flops_per_device = model_flops_per_sequence(m) * (sequences / (tp * cp * pp));
+    out.hardware_flops_per_device = hardware_flops_per_sequence(m, train.recompute) * (sequences / (tp * cp * pp));
+    out.tokens_per_iteration = sequences * static_cast<double>(m.seq) * spec.dp;
+    out.approximations.push_back(context_parallel_approximation(cp));
   }
 
   // The iteration's figures and approximations.

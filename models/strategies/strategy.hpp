@@ -82,15 +82,27 @@ struct CollectiveSpec {
 };
 
 /// Megatron-style 3D parallelism (models/strategies/megatron.cpp states the model): tensor
-/// parallelism inside a group of `tp` consecutive ranks, a pipeline of `pp` stages (1F1B, or
+/// parallelism inside a group of `tp` consecutive ranks, context parallelism over `cp` ranks
+/// (ring attention, models/strategies/context_parallel.hpp), a pipeline of `pp` stages (1F1B, or
 /// interleaved with `virtual_stages` chunks per rank), `dp` replicas whose gradients are
-/// all-reduced (zero_stage 0) or reduce-scattered with a distributed optimizer (zero_stage 1).
-/// Rank r = t + tp x (s + pp x d) for tensor rank t, stage s, replica d.
+/// all-reduced (zero_stage 0) or reduce-scattered with a distributed optimizer (zero_stage 1)
+/// over the dp x cp ranks holding the same weights.
+/// Rank r = t + tp x (c + cp x (s + pp x d)) for tensor rank t, context rank c, stage s, replica d
+/// (docs/adr/0012-context-parallel-rank-order.md).
 struct MegatronSpec {
   int tp = 1;
   int pp = 1;
   int dp = 1;
+  int cp = 1;              // context parallelism (Megatron-Core's context_parallel_size)
   int virtual_stages = 1;  // > 1: the interleaved schedule
+  // Uneven pipeline splits (models/strategies/pipeline_split.hpp): the layers of the first and last
+  // pipeline stage (Megatron-Core's decoder_first/last_pipeline_num_layers, over all the stage's
+  // virtual chunks), and Megatron-Core's account_for_embedding/loss_in_pipeline_split (the
+  // embedding and the loss each counted as one layer of the split).
+  std::optional<std::int64_t> first_stage_layers;
+  std::optional<std::int64_t> last_stage_layers;
+  bool account_for_embedding_in_pipeline_split = false;
+  bool account_for_loss_in_pipeline_split = false;
   bool sequence_parallel = false;
   int zero_stage = 0;
   // The data-parallel optimizer: Megatron-LM's (main_grad reduced in its dtype; at zero_stage 1 its

@@ -125,7 +125,7 @@ first_line() {  # first_line NAME FILE EXPECTED_FIRST_LINE
 }
 "$offsim" run tests/config_errors/megatron-layer-split.yaml >"$tmp/split.txt" 2>&1; check "uneven pipeline split exits 2" 2 $?
 first_line "uneven pipeline split is located" "$tmp/split.txt" \
-  "tests/config_errors/megatron-layer-split.yaml:20:39: strategy.pp: 3 layers do not split into pp = 2 equal stages"
+  "tests/config_errors/megatron-layer-split.yaml:23:32: strategy.first_stage_layers: first_stage_layers and last_stage_layers leave -1 of the model's 3 layers for 0 other stages"
 "$offsim" run tests/config_errors/deepspeed-dp-zero.yaml >"$tmp/dp0.txt" 2>&1; check "deepspeed dp: 0 exits 2" 2 $?
 first_line "deepspeed dp: 0 is located" "$tmp/dp0.txt" \
   "tests/config_errors/deepspeed-dp-zero.yaml:8:58: strategy.dp: expected >= 1, got 0"

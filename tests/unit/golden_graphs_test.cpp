@@ -42,6 +42,8 @@ const std::vector<GraphCase>& cases() {
       {"offload-param", "tiny-offload-param.yaml", {}},
       {"moe-ep2", "tiny-moe-dp2.yaml", {"strategy.ep=2"}},
       {"megatron-pp2-1f1b", "tiny-megatron-pp2.yaml", {}},
+      {"megatron-pp2-uneven", "tiny-megatron-pp2.yaml", {"model.layers=3"}},
+      {"megatron-cp2", "tiny-megatron-pp2.yaml", {"strategy.pp=1", "strategy.cp=2", "training.flash_attention=true"}},
       {"collective-allgather", "tiny-allgather.yaml", {}},
   };
   return all;

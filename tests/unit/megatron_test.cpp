@@ -296,3 +296,36 @@ TEST(Megatron, SteadyStateExtrapolationEqualsEveryMicroBatch) {
 
 }  // namespace
 }  // namespace offsim::models
+
+namespace offsim::models {
+namespace {
+
+TEST(Megatron, UnevenStagesFollowTheSlowestStage) {
+  // 96 layers over pp 4 with 12 on the first and the last stage: the middle stages take 36. In
+  // 1F1B the steady state runs at the slowest stage's pace. With u the forward + backward of one
+  // layer for one micro-batch and the even pipeline's (m + p - 1) x 24 u: a middle stage is busy
+  // 36 m u and waits at least the first stage's 12 u around it (a lower bound, 36 m + 12), and no
+  // 1F1B schedule takes longer than every micro-batch through all stages plus (m - 1) slowest
+  // stages (96 + (m - 1) x 36). The embedding and head (a third of a layer) are the tolerance.
+  const int m = 8;
+  const std::string even = megatron(4, "  schedule: 1f1b\n");
+  const std::string uneven = megatron(4, "  schedule: 1f1b\n  first_stage_layers: 12\n  last_stage_layers: 12\n");
+  const ExperimentResult e = run_experiment(load_experiment(experiment("even4", even, m), {}));
+  const ExperimentResult u = run_experiment(load_experiment(experiment("uneven4", uneven, m), {}));
+  const auto pipeline = [](const ExperimentResult& r) {
+    return r.phase_seconds("forward") + r.phase_seconds("backward") + r.phase_seconds("pipeline_bubble");
+  };
+  const double even_u = (m + 4 - 1) * 24.0;
+  EXPECT_GT(pipeline(u) / pipeline(e), (36.0 * m + 12.0) / even_u - 0.02);
+  EXPECT_LT(pipeline(u) / pipeline(e), (96.0 + (m - 1) * 36.0) / even_u + 0.02);
+  // Parameters of stage 0 (the reported model states): 12 layers and the embedding instead of 24.
+  const ParameterCounts p = count_parameters(load_experiment(experiment("even4", even, m), {}).model);
+  const double ratio = static_cast<double>(12 * p.per_layer + p.embedding + p.position) /
+                       static_cast<double>(24 * p.per_layer + p.embedding + p.position);
+  EXPECT_NEAR(
+      static_cast<double>(u.model_states_per_device.count) / static_cast<double>(e.model_states_per_device.count),
+      ratio, 1e-6);
+}
+
+}  // namespace
+}  // namespace offsim::models
