@@ -40,7 +40,7 @@ struct DataParallelSpec {
   bool overlap_comm = true;
   // Gradient accumulation in fp32 (DeepSpeed's data_types.grad_accum_dtype); nullopt: DeepSpeed's
   // default for bf16, fp32 at stage 0 and bf16 under ZeRO (layer_kernels.hpp). At stages 0-1 fp32
-  // means DeepSpeed's BF16_Optimizer (layer_kernels.hpp, deepspeed_gradient_handling); stages 2-3 model bf16 only.
+  // means DeepSpeed's BF16_Optimizer (phases/zero_policy.hpp, ZeroPolicy::deepspeed); stages 2-3 model bf16 only.
   std::optional<bool> fp32_grad_accum;
   // Stages 2-3: the gradients' reduce-scatter in fp32 (`gradient_reduce_dtype: fp32`: PyTorch FSDP's
   // MixedPrecision.reduce_dtype, DeepSpeed's communication_data_type), 4 B per element on the links
@@ -108,7 +108,7 @@ struct MegatronSpec {
   // The data-parallel optimizer: Megatron-LM's (main_grad reduced in its dtype; at zero_stage 1 its
   // distributed optimizer), or DeepSpeed's under Megatron-DeepSpeed, chosen as DeepSpeed's engine
   // chooses it from zero_stage and the gradient accumulation dtype (layer_kernels.hpp,
-  // deepspeed_gradient_handling). fp32_grad_accum, nullopt: the framework's default, fp32 for
+  // ZeroPolicy::deepspeed). fp32_grad_accum, nullopt: the framework's default, fp32 for
   // Megatron's bf16 training (false: 16-bit main_grad, fp16 training's default or
   // --grad-reduce-in-bf16) and DeepSpeed's by stage.
   enum class Optimizer { kMegatron, kDeepSpeed };
