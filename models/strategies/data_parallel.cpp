@@ -335,7 +335,7 @@ class DataParallelBuilder {
   std::vector<std::vector<TaskId>> secondary_kept;  // hpZ secondary shards
   std::int64_t secondary_elements = 0;
   // Elements of each expert-parallel all-to-all (expert_parallel_layer).
-  const std::int64_t dispatch_elements = train.micro_batch * m.seq * m.experts_per_token * m.hidden;
+  const std::int64_t dispatch_elements = busiest_rank_dispatch_elements(m, (train.micro_batch * m.seq), ep);
   // Gradient reduction (reduce_micro_batch): each rank needs only its partition's gradients at
   // stages 1-3, reduced to their owner (DeepSpeed's ZeRO optimizer, stage_1_and_2.py average_tensor:
   // one reduce per owner's slice of a bucket, costed as a reduce-scatter); a replicated optimizer,

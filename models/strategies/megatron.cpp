@@ -360,6 +360,10 @@ class MegatronBuilder {
       const TaskId a = alloc(s, "alloc.parameters", "parameters (bf16)", Bytes{st.parameters.gpu}, {});
       const TaskId b = alloc(s, "alloc.gradients", grads.gradient_tenant(), Bytes{st.gradients.gpu}, {a});
       ready[s] = alloc(s, "alloc.optimizer", "optimizer states (fp32 master, m, v)", Bytes{st.optimizer.gpu}, {b});
+      if (train.fp8) {  // Transformer Engine's FP8 weight copies and scaling state (layer_kernels.hpp)
+        ready[s] = alloc(s, "alloc.fp8", "FP8 weights and scaling state",
+                         fp8_state_bytes(m, *train.fp8, tp, 1, layers_per_chunk * v), {ready[s]});
+      }
     }
     return ready;
   }

@@ -186,3 +186,24 @@ TEST(CostModel, AGemmTableReadsTheSameAsAListOrAsABlock) {
 
 }  // namespace
 }  // namespace offsim::models
+
+namespace offsim::models {
+namespace {
+
+TEST(CostModel, Fp8GemmsRunAtTheFp8PeakWithOneByteOperands) {
+  // FP8 peak 200 TFLOP/s at efficiency 0.5 (no table): 4096^3 takes 2 x 4096^3 / 100 TFLOP/s =
+  // 1.374 ms (compute-bound; its memory time (1 B x 2 x 4096^2 + 2 B x 4096^2) / 1 TB/s is 67 us).
+  DeviceCosts d = device_with_table();
+  d.fp8 = DeviceCosts::Fp8Costs{true, false, "test", sim::FlopRate{200e12}, 0.5, {}};
+  const CostModel c(d);
+  EXPECT_EQ(c.fp8_gemm_time(cube(4096)), sim::duration_of(2.0 * 4096.0 * 4096.0 * 4096.0, 0.5 * 200e12));
+  // A skinny GEMM is memory-bound: 65536 x 16 x 65536 reads 1 B x (2^32 + 2^20) and writes
+  // 2 B x 2^20 bytes: (2^32 + 3 x 2^20) / 1 TB/s.
+  const GemmShape skinny{"g", 65536, 16, 65536, 1};
+  EXPECT_EQ(c.fp8_gemm_time(skinny), sim::duration_of(4294967296.0 + 3.0 * 1048576.0, 1e12));
+  // A device without FP8 costs refuses.
+  EXPECT_THROW((void)CostModel(device_with_table()).fp8_gemm_time(cube(1024)), std::logic_error);
+}
+
+}  // namespace
+}  // namespace offsim::models

@@ -1,6 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <string_view>
+
+#include <fmt/format.h>
 
 #include "models/transformer/model_parser.hpp"
 #include "models/transformer/transformer.hpp"
@@ -333,6 +336,76 @@ TEST(WideHeads, GemmaStyleHeadsWiderThanHiddenOverHeads) {
   const auto g = layer_gemms(m, 1, 1);
   EXPECT_EQ(g[0].n, 3 * 4096);  // QKV
   EXPECT_EQ(g[3].k, 4096);      // attention output
+}
+
+}  // namespace
+}  // namespace offsim::models
+
+namespace offsim::models {
+namespace {
+
+// A Hugging Face config.json written to a temporary file and read as a model.
+ModelSpec read_hf_text(const std::string& name, const std::string& json) {
+  const std::string path = ::testing::TempDir() + name;
+  {
+    std::ofstream f(path);
+    f << json;
+  }
+  sim::config::Context ctx;
+  auto m = parse_model(ctx.load_root(path));
+  EXPECT_FALSE(ctx.has_errors());
+  EXPECT_TRUE(m.has_value());
+  return m.value_or(ModelSpec{});
+}
+
+// The shape keys of google/gemma-2-2b's and google/gemma-2-9b's config.json (transformers 4.42
+// Gemma2Config as published on the Hub; defaults for the soft-caps and sliding window). Published
+// counts: 2,614,341,888 and 9,241,705,984 (4 RMSNorms per layer: the pre and post norms).
+std::string gemma2(int layers, int hidden, int heads, int kv_heads, int ffn) {
+  return fmt::format(R"({{"architectures": ["Gemma2ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+  "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0, "head_dim": 256,
+  "hidden_act": "gelu_pytorch_tanh", "hidden_activation": "gelu_pytorch_tanh", "hidden_size": {},
+  "intermediate_size": {}, "max_position_embeddings": 8192, "model_type": "gemma2", "num_attention_heads": {},
+  "num_hidden_layers": {}, "num_key_value_heads": {}, "query_pre_attn_scalar": 256, "sliding_window": 4096,
+  "vocab_size": 256000}})",
+                     hidden, ffn, heads, layers, kv_heads);
+}
+
+TEST(HuggingFaceFamilies, Gemma2CountsItsPreAndPostNormsAndCostsItsSoftCapsAndWindows) {
+  const ModelSpec g2 = read_hf_text("gemma-2-2b.json", gemma2(26, 2304, 8, 4, 9216));
+  EXPECT_EQ(count_parameters(g2).total, 2'614'341'888);
+  const ModelSpec g9 = read_hf_text("gemma-2-9b.json", gemma2(42, 3584, 16, 8, 14336));
+  EXPECT_EQ(count_parameters(g9).total, 9'241'705'984);
+  EXPECT_EQ(g9.norms_per_layer(), 4);
+  EXPECT_TRUE(g9.logit_softcap);
+  EXPECT_TRUE(g9.attention_softcap);
+  // 21 of 42 layers see 4,096 keys of 8,192: attention FLOPs 3/4 of global attention's.
+  EXPECT_EQ(g9.attention_span(), (8192 * 21 + 4096 * 21) / 42);
+  ModelSpec global = g9;
+  global.sliding_window = 0;
+  EXPECT_DOUBLE_EQ(layer_forward(g9, 1, true).attention.count, 0.75 * layer_forward(global, 1, true).attention.count);
+}
+
+// Qwen3-30B-A3B's shape (its config.json: 48 layers, hidden 2048, 32 heads of 128, 4 KV heads, 128
+// experts of 768, 8 per token, vocabulary 151,936, untied). Published (model card): 30.5 B
+// parameters, 3.3 B activated, 29.9 B without the embeddings.
+TEST(HuggingFaceFamilies, Qwen3MoeCountsItsQueryAndKeyNormsAndExperts) {
+  const ModelSpec q = read_hf_text("qwen3-30b-a3b.json", R"({"architectures": ["Qwen3MoeForCausalLM"],
+  "attention_bias": false, "decoder_sparse_step": 1, "head_dim": 128, "hidden_act": "silu", "hidden_size": 2048,
+  "intermediate_size": 6144, "max_position_embeddings": 40960, "max_window_layers": 48, "mlp_only_layers": [],
+  "model_type": "qwen3_moe", "moe_intermediate_size": 768, "num_attention_heads": 32, "num_experts": 128,
+  "num_experts_per_tok": 8, "num_hidden_layers": 48, "num_key_value_heads": 4, "sliding_window": null,
+  "tie_word_embeddings": false, "use_sliding_window": false, "vocab_size": 151936})");
+  const ParameterCounts c = count_parameters(q);
+  // Per layer: Q and O 2 x 2048 x 4096, K and V 2 x 2048 x 512, q/k norms 2 x 128, 128 experts of
+  // 3 x 2048 x 768, the router 2048 x 128, two norms 2 x 2048: 623,120,640.
+  EXPECT_EQ(c.per_layer, 623'120'640);
+  EXPECT_EQ(c.total, 30'532'122'624);
+  EXPECT_NEAR(static_cast<double>(c.total) / 1e9, 30.5, 0.05);
+  EXPECT_EQ(c.active, 3'353'032'704);  // 3.35 B: the card's "3.3B activated", rounded down
+  EXPECT_NEAR(static_cast<double>(c.active) / 1e9, 3.3, 0.06);
+  EXPECT_NEAR(static_cast<double>(c.total - c.embedding - c.output_head) / 1e9, 29.9, 0.05);
+  EXPECT_TRUE(q.qk_norm);
 }
 
 }  // namespace
