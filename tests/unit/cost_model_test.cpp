@@ -207,3 +207,34 @@ TEST(CostModel, Fp8GemmsRunAtTheFp8PeakWithOneByteOperands) {
 
 }  // namespace
 }  // namespace offsim::models
+
+#include "models/strategies/layer_kernels.hpp"
+
+namespace offsim::models {
+namespace {
+
+TEST(Fp8State, WeightCopiesAndScalingStateByTheirBytes) {
+  // A GeLU layer of hidden 64, tp 1: QKV 64 x 192, out 64 x 64, MLP 64 x 256 and 256 x 64: 12 x 64^2
+  // weights at 2 B (FP8 copy and transpose); 4 GEMMs x 5 slots x (1,024 history + scale +
+  // scale_inv) x 4 B of scaling state; 3 layers.
+  ModelSpec m;
+  m.name = "t";
+  m.layers = 3;
+  m.hidden = 64;
+  m.heads = 4;
+  m.kv_heads = 4;
+  m.ffn = 256;
+  m.vocab = 128;
+  m.seq = 32;
+  const Fp8Training delayed{Fp8Recipe::kDelayed, 1024, {}, {}};
+  EXPECT_EQ(fp8_state_bytes(m, delayed, 1, 1, 3).count, 3 * (12 * 64 * 64 * 2 + 4 * 5 * 1026 * 4));
+  // Current scaling keeps no history: one amax, the scale and scale_inv per slot.
+  const Fp8Training current{Fp8Recipe::kCurrent, 1024, {}, {}};
+  EXPECT_EQ(fp8_state_bytes(m, current, 1, 1, 3).count, 3 * (12 * 64 * 64 * 2 + 4 * 5 * 3 * 4));
+  // Casts: cast-transpose 2 + 1 + 1 B; current scaling an amax pass (2 B) first.
+  EXPECT_DOUBLE_EQ(fp8_cast_bytes_per_element(Fp8Recipe::kDelayed), 4.0);
+  EXPECT_DOUBLE_EQ(fp8_cast_bytes_per_element(Fp8Recipe::kCurrent), 6.0);
+}
+
+}  // namespace
+}  // namespace offsim::models

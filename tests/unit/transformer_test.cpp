@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <map>
 #include <string_view>
 
 #include <fmt/format.h>
@@ -406,6 +407,60 @@ TEST(HuggingFaceFamilies, Qwen3MoeCountsItsQueryAndKeyNormsAndExperts) {
   EXPECT_NEAR(static_cast<double>(c.active) / 1e9, 3.3, 0.06);
   EXPECT_NEAR(static_cast<double>(c.total - c.embedding - c.output_head) / 1e9, 29.9, 0.05);
   EXPECT_TRUE(q.qk_norm);
+}
+
+}  // namespace
+}  // namespace offsim::models
+
+namespace offsim::models {
+namespace {
+
+TEST(MixtureOfExperts, RoutingImbalanceGivesTheBusiestExpertItsOwnGemmAndTheAllToAllItsExcess) {
+  // 8 experts, 2 per token, 1,024 tokens: the mean expert runs 1,024 x 2 / 8 = 256 tokens; with
+  // routing_imbalance 1.5 the busiest runs 384, as a GEMM of its own; the other 7 the mean.
+  ModelSpec m = llama_style(2, 64, 4, 4, 128);
+  m.seq = 1024;
+  m.experts = 8;
+  m.experts_per_token = 2;
+  m.routing_imbalance = 1.5;
+  const auto gemms = layer_gemms(m, 1, 1);
+  std::map<std::string, GemmShape> by_name;
+  for (const auto& g : gemms) by_name[g.name] = g;
+  EXPECT_EQ(by_name.at("expert_up").m, 256);
+  EXPECT_EQ(by_name.at("expert_up").batch, 7);
+  EXPECT_EQ(by_name.at("expert_up_busiest").m, 384);
+  EXPECT_EQ(by_name.at("expert_down_busiest").batch, 1);
+  // The all-to-all over ep = 4 (2 experts per rank): the busiest rank receives its even share
+  // 1,024 x 2 x 64 plus its busiest expert's excess, (1.5 - 1) / 2 of it: 1.25 x 131,072.
+  EXPECT_EQ(busiest_rank_dispatch_elements(m, 1024, 4), 163'840);
+  // Even routing: one batched GEMM of all experts, the dispatch unchanged.
+  m.routing_imbalance = 1.0;
+  EXPECT_EQ(layer_gemms(m, 1, 1)[5].batch, 8);
+  EXPECT_EQ(busiest_rank_dispatch_elements(m, 1024, 4), 131'072);
+}
+
+TEST(MultiHeadLatentAttention, ProjectionsThroughTheLatentsAndValueWidthAttention) {
+  // DeepSeek-V3's attention at tp 2: q_a (whole) 7,168 -> 1,536, q_b 1,536 -> 128 x 192 / 2,
+  // kv_a (whole) 7,168 -> 512 + 64, kv_b 512 -> 128 x (128 + 128) / 2, o 128 x 128 / 2 -> 7,168;
+  // Q K^T over 192, P V over 128.
+  ModelSpec m = llama_style(4, 7168, 128, 128, 2048);
+  m.seq = 4096;
+  m.q_lora_rank = 1536;
+  m.kv_lora_rank = 512;
+  m.qk_nope_dim = 128;
+  m.qk_rope_dim = 64;
+  m.v_head_dim = 128;
+  const auto g = layer_gemms(m, 1, 2);
+  ASSERT_GE(g.size(), 7U);
+  EXPECT_EQ((std::vector<std::int64_t>{g[0].n, g[0].k}), (std::vector<std::int64_t>{1536, 7168}));
+  EXPECT_EQ((std::vector<std::int64_t>{g[1].n, g[1].k}), (std::vector<std::int64_t>{128 * 192 / 2, 1536}));
+  EXPECT_EQ((std::vector<std::int64_t>{g[2].n, g[2].k}), (std::vector<std::int64_t>{576, 7168}));
+  EXPECT_EQ((std::vector<std::int64_t>{g[3].n, g[3].k}), (std::vector<std::int64_t>{128 * 256 / 2, 512}));
+  EXPECT_EQ(g[4].k, 192);  // scores
+  EXPECT_EQ(g[5].n, 128);  // values
+  EXPECT_EQ((std::vector<std::int64_t>{g[6].n, g[6].k}), (std::vector<std::int64_t>{7168, 128 * 128 / 2}));
+  // Attention FLOPs: 2 s^2 (128 x 192) + 2 s^2 (128 x 128) per sequence.
+  EXPECT_DOUBLE_EQ(layer_forward(m, 1, true).attention.count, 2.0 * 4096.0 * 4096.0 * 128.0 * (192.0 + 128.0));
 }
 
 }  // namespace
