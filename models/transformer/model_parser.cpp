@@ -112,6 +112,17 @@ class HfConfigReader {
                  "deepseek_v3; write the shape as an offsim model instead (docs/models.md)",
                  t));
     }
+    // A checkpoint stored in FP8 (DeepSeek-V3's quantization_config, quant_method fp8) says how its
+    // weights are saved, not how they train: the experiment's training.precision decides that.
+    if (auto q = r_.child("quantization_config"); q && q->is_map()) {
+      sim::config::MapReader qr(*q);
+      const auto method = qr.optional<std::string>("quant_method", std::string{});
+      ctx_.warning(method.valid ? method.loc : q->location(), q->child_path("quant_method"),
+                   fmt::format("the checkpoint's weights are stored quantized ({}); offsim trains the model in "
+                               "training.precision (bf16, or fp8 for Transformer Engine's FP8 GEMMs)",
+                               method.value.empty() ? std::string{"no quant_method"} : method.value));
+      (void)qr.take_unread_keys();
+    }
     const std::vector<std::string> ignored = r_.take_unread_keys();
     if (!ignored.empty() && ctx_.error_count() == errors_before) {
       ctx_.warning(

@@ -465,3 +465,25 @@ TEST(MultiHeadLatentAttention, ProjectionsThroughTheLatentsAndValueWidthAttentio
 
 }  // namespace
 }  // namespace offsim::models
+
+namespace offsim::models {
+namespace {
+
+TEST(HuggingFaceFamilies, AnFp8CheckpointSaysTrainingPrecisionDecides) {
+  // DeepSeek-V3's published config.json stores its weights in FP8 (quantization_config, quant_method
+  // fp8): a warning at the key says the experiment's training.precision decides how it trains.
+  const std::string path = ::testing::TempDir() + "fp8-checkpoint.json";
+  std::ofstream(path) << R"({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,
+  "num_hidden_layers": 2, "intermediate_size": 128, "vocab_size": 100, "max_position_embeddings": 64,
+  "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8"}})";
+  sim::config::Context ctx;
+  ASSERT_TRUE(parse_model(ctx.load_root(path)));
+  ASSERT_EQ(ctx.warnings().size(), 1U);
+  EXPECT_NE(ctx.warnings()[0].str().find("quantization_config.quant_method: the checkpoint's weights are stored "
+                                         "quantized (fp8); offsim trains the model in training.precision"),
+            std::string::npos)
+      << ctx.warnings()[0].str();
+}
+
+}  // namespace
+}  // namespace offsim::models
