@@ -60,6 +60,8 @@ TEST(RealHuggingFaceConfigs, LoadWithThePublishedParameterCounts) {
       {"pythia-410m-finetune.config.json", 405'334'016},
       {"gpt2.config.json", 124'439'808},
       {"gpt2-xl.config.json", 1'557'611'200},
+      // Qwen3-8B: 8.2 B (8,190,735,360; 6.95 B without the embeddings), with its q/k norms.
+      {"qwen3-8b.config.json", 8'190'735'360},
   };
   for (const auto& [file, count] : published) {
     SCOPED_TRACE(file);
