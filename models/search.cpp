@@ -37,10 +37,12 @@ struct BaseFacts {
   std::int64_t global_batch = 0;
   int channels = 1;
   std::vector<std::string> devices_per_node;  // local names in the base's order; empty: default
+  bool fp8 = false;                           // training.precision: fp8 is modelled under Megatron only
 };
 
 BaseFacts base_facts(const ExperimentSpec& base) {
   BaseFacts f;
+  f.fp8 = base.training.fp8.has_value();
   const auto& topo = base.hardware.topology;
   const auto gpus = topo.devices_of(topo::DeviceKind::kGpu);
   f.total_gpus = static_cast<int>(gpus.size());
@@ -151,7 +153,9 @@ std::vector<SearchCandidate> strategy_shapes(const ModelSpec& m, const SearchSpa
   }
   const std::vector<bool> offloads = space.offload.empty() ? std::vector<bool>{false, true} : space.offload;
   std::vector<SearchCandidate> out;
-  for (const auto& kind : space.kinds.empty() ? std::vector<std::string>{"data_parallel", "megatron"} : space.kinds) {
+  const std::vector<std::string> kinds =
+      f.fp8 ? std::vector<std::string>{"megatron"} : std::vector<std::string>{"data_parallel", "megatron"};
+  for (const auto& kind : space.kinds.empty() ? kinds : space.kinds) {
     const bool megatron = kind == "megatron";
     const std::vector<int> pps = megatron ? (space.pp.empty() ? divisors(m.layers) : space.pp) : std::vector<int>{1};
     std::vector<int> stages = space.zero_stages;

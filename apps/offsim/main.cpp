@@ -165,7 +165,9 @@ int main(int argc, char** argv) {
       ->add_option("--price", search_opts.price_per_gpu_hour,
                    "price of a GPU-hour: costs per million tokens in that currency (default: GPU-hours)")
       ->check(CLI::NonNegativeNumber);
-  search_cmd->add_option("--kind", search_opts.kinds, "strategy kinds (data_parallel, megatron; default both)")
+  search_cmd
+      ->add_option("--kind", search_opts.kinds,
+                   "strategy kinds (data_parallel, megatron; default both, megatron alone when the base trains in fp8)")
       ->check(CLI::IsMember({"data_parallel", "megatron"}));
   search_cmd->add_option("--tp", search_opts.tp, "tensor-parallel sizes (default 1, 2, 4, ... up to a node)");
   search_cmd->add_option("--pp", search_opts.pp, "pipeline sizes (default: divisors of the layer count)");

@@ -1,11 +1,13 @@
 #include "models/cost/cost_model.hpp"
 
+#include "models/transformer/fp8.hpp"
 #include "sim/config/block_table.hpp"
 
 #include <fmt/format.h>
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <stdexcept>
 
 namespace offsim::models {
 
@@ -24,6 +26,7 @@ CostModel::CostModel(DeviceCosts device) : device_(std::move(device)) {
   std::sort(device_.gemm_table.begin(), device_.gemm_table.end(),
             [](const GemmPoint& a, const GemmPoint& b) { return work(a.m, a.n, a.k) < work(b.m, b.n, b.k); });
   grid_ = GemmGrid::of(device_.gemm_table);
+  if (device_.fp8 && !device_.fp8->gemm_table.empty()) fp8_grid_ = GemmGrid::of(device_.fp8->gemm_table);
 }
 
 std::optional<GemmGrid> GemmGrid::of(const std::vector<GemmPoint>& points) {
@@ -165,6 +168,33 @@ sim::TimePs CostModel::gemm_time(const GemmShape& g, bool fused) const {
   return std::max({compute, memory, kernel_floor()});
 }
 
+sim::TimePs CostModel::fp8_gemm_time(const GemmShape& g) const {
+  if (!device_.fp8 || !device_.fp8->supported) {
+    throw std::logic_error(fmt::format("no FP8 GEMM costs for {}", device_.device_kind));
+  }
+  const auto& f = *device_.fp8;
+  double efficiency = f.gemm_efficiency;
+  if (fp8_grid_) {
+    const std::int64_t rows = g.m * g.batch;
+    if (rows < fp8_grid_->min_m || rows > fp8_grid_->max_m || g.n < fp8_grid_->min_n || g.n > fp8_grid_->max_n ||
+        g.k < fp8_grid_->min_k || g.k > fp8_grid_->max_k) {
+      const std::string shape = fmt::format("{} x {} x {}", rows, g.n, g.k);
+      if (std::find(fp8_outside_grid_.begin(), fp8_outside_grid_.end(), shape) == fp8_outside_grid_.end()) {
+        fp8_outside_grid_.push_back(shape);
+      }
+    }
+    efficiency = fp8_grid_->at(rows, g.n, g.k);
+  }
+  const double batch = static_cast<double>(g.batch);
+  const double m = static_cast<double>(g.m), n = static_cast<double>(g.n), k = static_cast<double>(g.k);
+  // FP8 operands, bf16 result.
+  const double bytes = batch * (static_cast<double>(kFp8Bytes) * (m * k + k * n) + kGemmElementBytes * m * n);
+  const sim::TimePs compute = sim::Flops{g.flops()} / (f.peak * efficiency);
+  const sim::TimePs memory =
+      sim::duration_of(bytes, device_.memory_bandwidth.bytes_per_s * device_.memory_efficiency.value_or(1.0));
+  return std::max({compute, memory, kernel_floor()});
+}
+
 sim::TimePs CostModel::kernel_floor() const {
   return device_.kernel_launch.value_or(sim::TimePs{0});
 }
@@ -231,6 +261,19 @@ std::vector<std::string> CostModel::approximations() const {
         device_.device_kind, outside_grid_.size(), outside_grid_.size() == 1 ? "" : "s", grid_->min_m, grid_->max_m,
         grid_->min_n, grid_->max_n, grid_->min_k, grid_->max_k, outside_grid_.size() == 1 ? "uses" : "use",
         fmt::join(shown, ", "), outside_grid_.size() > kShown ? ", ..." : ""));
+  }
+  if (!fp8_outside_grid_.empty()) {
+    constexpr std::size_t kShown = 3;
+    const std::vector<std::string> shown(
+        fp8_outside_grid_.begin(),
+        fp8_outside_grid_.begin() + static_cast<std::ptrdiff_t>(std::min(kShown, fp8_outside_grid_.size())));
+    out.push_back(fmt::format(
+        "FP8 GEMMs on {}: {} shape{} outside the measured FP8 grid (m {}..{}, n {}..{}, k {}..{}) {} the nearest "
+        "edge's efficiency: {}{}",
+        device_.device_kind, fp8_outside_grid_.size(), fp8_outside_grid_.size() == 1 ? "" : "s", fp8_grid_->min_m,
+        fp8_grid_->max_m, fp8_grid_->min_n, fp8_grid_->max_n, fp8_grid_->min_k, fp8_grid_->max_k,
+        fp8_outside_grid_.size() == 1 ? "uses" : "use", fmt::join(shown, ", "),
+        fp8_outside_grid_.size() > kShown ? ", ..." : ""));
   }
   out.insert(out.end(), fallbacks_.begin(), fallbacks_.end());
   return out;
@@ -317,6 +360,49 @@ GemmTiling parse_gemm_tiling(const Node& node) {
     if (t.tiles.empty()) tiles->context().error(tiles->location(), tiles->path(), "expected at least one tile size");
   }
   return t;
+}
+
+// fp8: {supported: false, source} or {matrix_peak, mxfp8, source, gemm: {efficiency, source,
+// measured: !include x.gemm-fp8.yaml}}; the measured table must be a full m x n x k grid.
+DeviceCosts::Fp8Costs parse_fp8_costs(const Node& node, const std::string& device_kind) {
+  auto& ctx = node.context();
+  MapReader r(node);
+  DeviceCosts::Fp8Costs f;
+  f.supported = r.optional<bool>("supported", true).value;
+  f.source = r.required<std::string>("source").value;
+  if (!f.supported) return f;
+  const auto peak = r.required<sim::FlopRate>("matrix_peak");
+  if (peak.valid && !(peak.value.flops_per_s > 0.0)) {
+    ctx.error(peak.loc, node.child_path("matrix_peak"), "expected a positive FLOP rate");
+  }
+  f.peak = peak.value;
+  f.mxfp8 = r.optional<bool>("mxfp8", false).value;
+  if (auto gemm = r.required_child("gemm", "a mapping with efficiency (and a measured table)")) {
+    MapReader g(*gemm);
+    f.gemm_efficiency = fraction(g, *gemm, "efficiency");
+    (void)g.required<std::string>("source");
+    if (auto measured = g.child("measured")) {
+      if (auto m = parse_measured_costs(*measured)) {
+        if (m->device_kind != device_kind) {
+          ctx.error(
+              measured->location(), measured->child_path("device_kind"),
+              fmt::format("the measured FP8 GEMM table is for '{}', this table for '{}'", m->device_kind, device_kind));
+        } else if (m->gemm.empty()) {
+          ctx.error(measured->location(), measured->path(), "the included table has no gemm efficiency_table");
+        } else if (m->gemm_peak && std::abs(m->gemm_peak->flops_per_s / f.peak.flops_per_s - 1.0) > 1e-3) {
+          ctx.error(measured->location(), measured->child_path("gemm"),
+                    fmt::format("its efficiencies are relative to {}, the FP8 peak is {}",
+                                sim::format_flop_rate(*m->gemm_peak), sim::format_flop_rate(f.peak)));
+        } else if (!GemmGrid::of(m->gemm)) {
+          ctx.error(measured->location(), measured->path(),
+                    "the FP8 table must be a full m x n x k grid (every combination of its m, n and k values)");
+        } else {
+          f.gemm_table = m->gemm;
+        }
+      }
+    }
+  }
+  return f;
 }
 
 }  // namespace
@@ -420,6 +506,7 @@ std::optional<DeviceCosts> parse_device_costs(const Node& node) {
       }
     }
   }
+  if (auto fp8 = r.child("fp8")) d.fp8 = parse_fp8_costs(*fp8, d.device_kind);
   if (auto fa = r.child("flash_attention")) {
     MapReader f(*fa);
     d.flash_attention = DeviceCosts::FlashAttentionEfficiency{fraction(f, *fa, "forward_efficiency"),

@@ -84,6 +84,19 @@ struct DeviceCosts {
     double forward = 0.0, backward = 0.0;
   };
   std::optional<FlashAttentionEfficiency> flash_attention;
+  // FP8 tensor cores (`fp8:`): absent, no FP8 costs are known for the device; `supported: false`,
+  // the device has none (its source says so). Otherwise the FP8 matrix peak and the FP8 GEMMs'
+  // efficiency by shape, relative to that peak, as for bf16 (one efficiency for shapes the table
+  // does not hold, a measured grid interpolated by shape).
+  struct Fp8Costs {
+    bool supported = false;
+    bool mxfp8 = false;  // block-scaled MXFP8 GEMMs (Blackwell's tensor cores)
+    std::string source;
+    sim::FlopRate peak;
+    double gemm_efficiency = 0.0;
+    std::vector<GemmPoint> gemm_table;
+  };
+  std::optional<Fp8Costs> fp8;
 };
 
 /// A fitted collective at one group size (offsim calibrate, ring model).
@@ -163,6 +176,11 @@ class CostModel {
   /// times the shape's tile and wave utilization (with a tiling), or the single efficiency.
   /// `fused` GEMMs (flash attention's cores) keep their operands and result on chip: compute only.
   [[nodiscard]] sim::TimePs gemm_time(const GemmShape& gemm, bool fused = false) const;
+  /// One GEMM with FP8 operands (1 B each) and a bf16 result, at the device's FP8 peak times the
+  /// FP8 efficiency for its shape (the FP8 grid, interpolated as the bf16 one; the edges held),
+  /// or its memory time. Throws std::logic_error when the device has no FP8 costs (the experiment
+  /// loader refuses fp8 there first).
+  [[nodiscard]] sim::TimePs fp8_gemm_time(const GemmShape& gemm) const;
   /// A memory-bound kernel moving `bytes` through HBM: bytes / (bandwidth x streaming
   /// efficiency x the named kernel's relative efficiency in that direction, when the table has
   /// one), and never less than the kernel launch cost.
@@ -178,9 +196,11 @@ class CostModel {
   [[nodiscard]] double efficiency_for(const GemmShape& gemm) const;
 
   DeviceCosts device_;
-  std::optional<GemmGrid> grid_;                   // when the table is a full m x n x k grid
-  mutable std::vector<std::string> outside_grid_;  // shapes beyond the grid's edges, in first-use order
-  mutable std::vector<std::string> fallbacks_;     // shapes costed at the roofline, in first-use order
+  std::optional<GemmGrid> grid_;                       // when the table is a full m x n x k grid
+  std::optional<GemmGrid> fp8_grid_;                   // the FP8 table's grid
+  mutable std::vector<std::string> outside_grid_;      // shapes beyond the grid's edges, in first-use order
+  mutable std::vector<std::string> fallbacks_;         // shapes costed at the roofline, in first-use order
+  mutable std::vector<std::string> fp8_outside_grid_;  // FP8 GEMM shapes beyond the FP8 grid
 };
 
 [[nodiscard]] std::optional<DeviceCosts> parse_device_costs(const sim::config::Node& node);

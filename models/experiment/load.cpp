@@ -115,6 +115,34 @@ std::optional<Value> read_through(const Node& node, ReadCache* cache, std::optio
 
 }  // namespace
 
+// training.precision: fp8 needs FP8 tensor cores (the device table's fp8 section) and, for MXFP8,
+// block-scaled ones; it is modelled as Transformer Engine under Megatron-Core (strategy megatron).
+static void check_fp8(Context& ctx, const ExperimentSpec& spec, bool strategy_ok) {
+  const Fp8Training& f = *spec.training.fp8;
+  const std::string path = "training.precision";
+  const auto& fp8 = spec.device.fp8;
+  if (!fp8) {
+    ctx.error(f.at, path,
+              fmt::format("fp8 needs FP8 GEMM costs, and the device table '{}' has no fp8 section (no FP8 tensor-core "
+                          "rate is known for it)",
+                          spec.device.device_kind));
+  } else if (!fp8->supported) {
+    ctx.error(f.at, path,
+              fmt::format("fp8 needs FP8 tensor cores, which '{}' does not have ({}); train in bf16",
+                          spec.device.device_kind, fp8->source));
+  } else if (f.recipe == Fp8Recipe::kMxfp8 && !fp8->mxfp8) {
+    ctx.error(f.recipe_at, "training.fp8_recipe",
+              fmt::format("mxfp8 needs tensor cores that take block-scaled MXFP8 operands, which '{}' does not have "
+                          "({}); use fp8_recipe: delayed or current",
+                          spec.device.device_kind, fp8->source));
+  }
+  if (strategy_ok && !std::holds_alternative<MegatronSpec>(spec.strategy)) {
+    ctx.error(f.at, path,
+              "fp8 is modelled as Transformer Engine under Megatron-Core: it needs strategy kind megatron "
+              "(FP8 with ZeRO / FSDP data parallelism is not modelled)");
+  }
+}
+
 ExperimentSpec load_experiment(const std::filesystem::path& file, const std::vector<std::string>& overrides,
                                ReadCache* cache) {
   Context ctx(overrides);
@@ -236,6 +264,7 @@ ExperimentSpec load_experiment(const std::filesystem::path& file, const std::vec
       if (strategy_ok && model_ok && training_ok) {
         check_against_model(ctx, spec.strategy, spec.model, spec.training, from_strategy, grad_accum_at);
       }
+      if (training_ok && spec.training.fp8) check_fp8(ctx, spec, strategy_ok);
     }
     if (auto c = r.child("cost")) spec.cost = parse_cost(*c);
     if (hw) spec.hardware = std::move(*hw);

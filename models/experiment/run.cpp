@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "models/experiment.hpp"
+#include "models/strategies/layer_kernels.hpp"
 #include "sim/report/timeline.hpp"
 
 namespace offsim::models {
@@ -72,12 +73,29 @@ ExperimentResult simulate_iteration(const ExperimentSpec& spec, const RunExperim
   r.tasks = built.graph.size();
   r.events = run.events_processed;
   r.approximations = built.approximations;
+  if (spec.training.fp8) r.approximations.push_back(fp8_approximation(*spec.training.fp8));
   if (spec.model.moe()) {
-    r.approximations.push_back(fmt::format(
-        "mixture of experts: the router spreads tokens evenly over the {} experts ({} per token), run one after "
-        "another as eager PyTorch does; real routing is uneven and the busiest expert sets the pace, so this is a "
-        "lower bound on the MLP time",
-        spec.model.experts, spec.model.experts_per_token));
+    const auto& m = spec.model;
+    if (m.routing_imbalance > 1.0) {
+      r.approximations.push_back(fmt::format(
+          "mixture of experts: routing_imbalance {:g}: the busiest of the {} experts ({} per token) runs {:g} x the "
+          "mean tokens and sits on the simulated rank (the slowest rank sets the pace), the rank's other experts the "
+          "mean; the expert-parallel all-to-all carries the busiest rank's tokens; experts run one after another as "
+          "eager PyTorch does",
+          m.routing_imbalance, m.experts, m.experts_per_token, m.routing_imbalance));
+    } else {
+      r.approximations.push_back(fmt::format(
+          "mixture of experts: the router spreads tokens evenly over the {} experts ({} per token; routing_imbalance "
+          "1: no measured imbalance for this model), run one after another as eager PyTorch does; real routing is "
+          "uneven and the busiest expert sets the pace, so this is a lower bound on the MLP time",
+          m.experts, m.experts_per_token));
+    }
+    if (m.dense_layers > 0) {
+      r.approximations.push_back(fmt::format(
+          "mixture of experts: the first {} layers are dense (width {}): each layer is costed as the mean of a dense "
+          "and a sparse layer, so a pipeline stage's work is the mean, not its own layers'",
+          m.dense_layers, m.dense_ffn));
+    }
   }
   if (options.outputs_over_time) {
     r.timeline_csv = sim::report::timeline_csv(run);

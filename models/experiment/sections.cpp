@@ -60,7 +60,44 @@ std::optional<TrainingSpec> parse_training(const Node& node, sim::config::Locati
   t.micro_batch = mb.value;
   t.grad_accum = ga.value;
   if (grad_accum_at) *grad_accum_at = ga.loc;
-  (void)r.choice("precision", {"bf16"});
+  // bf16 mixed precision, or FP8 GEMMs as Transformer Engine runs them (models/transformer/fp8.hpp);
+  // the device's FP8 support is checked against its cost table once both are read (load.cpp).
+  const auto precision = r.choice("precision", {"bf16", "fp8"});
+  const auto recipe = r.optional<std::string>("fp8_recipe", std::string{"delayed"});
+  const auto history = r.optional<std::int64_t>("fp8_amax_history", 1024);
+  if (precision.valid && precision.value == "fp8") {
+    Fp8Training f;
+    f.at = precision.loc;
+    f.recipe_at = r.has("fp8_recipe") ? recipe.loc : precision.loc;
+    if (recipe.value == "current") {
+      f.recipe = Fp8Recipe::kCurrent;
+    } else if (recipe.value == "mxfp8") {
+      f.recipe = Fp8Recipe::kMxfp8;
+    } else if (recipe.value != "delayed") {
+      ctx.error(recipe.loc, node.child_path("fp8_recipe"),
+                fmt::format("expected one of delayed, current, mxfp8 (Transformer Engine's DelayedScaling, "
+                            "Float8CurrentScaling, MXFP8BlockScaling), got \"{}\"",
+                            recipe.value));
+    }
+    constexpr std::int64_t kMaxAmaxHistory = std::int64_t{1} << 20;
+    if (history.value < 1 || history.value > kMaxAmaxHistory) {
+      ctx.error(history.loc, node.child_path("fp8_amax_history"),
+                fmt::format("expected 1 to {} entries, got {}", kMaxAmaxHistory, history.value));
+    }
+    if (f.recipe != Fp8Recipe::kDelayed && r.has("fp8_amax_history")) {
+      ctx.error(history.loc, node.child_path("fp8_amax_history"),
+                "an amax history is kept by fp8_recipe: delayed only");
+    }
+    f.amax_history = history.value;
+    t.fp8 = f;
+  } else {
+    for (const char* key : {"fp8_recipe", "fp8_amax_history"}) {
+      if (r.has(key)) {
+        ctx.error(key == std::string_view{"fp8_recipe"} ? recipe.loc : history.loc, node.child_path(key),
+                  "needs precision: fp8");
+      }
+    }
+  }
   const std::string recompute = r.choice("recompute", {"none", "selective", "full"}).value;
   t.recompute = recompute == "full"        ? Recompute::kFull
                 : recompute == "selective" ? Recompute::kSelective

@@ -132,11 +132,25 @@ void DsConfigReader::read_precision(MapReader& r) {
     for (const auto& k : b.take_unread_keys()) ignored_.push_back(fmt::format("{}.{}", key, k));
     return on;
   };
+  // An FP8 section (Transformer Engine through accelerate's DeepSpeed plugin): FP8 is modelled
+  // under Megatron-Core only (training.precision: fp8 with strategy kind megatron).
+  bool fp8_refused = false;
+  if (auto fp8 = r.child("fp8")) {
+    MapReader f(*fp8);
+    const auto flag = f.child("enabled");
+    if (flag && !is_auto(*flag) && flag->as<bool>().value_or(false)) {
+      ctx_.error(fp8->location(), fp8->path(),
+                 "FP8 training through DeepSpeed is not modelled: offsim models FP8 as Transformer Engine under "
+                 "Megatron-Core (training.precision: fp8 with strategy kind megatron); enable bf16 here instead");
+      fp8_refused = true;
+    }
+    for (const auto& k : f.take_unread_keys()) ignored_.push_back(fmt::format("fp8.{}", k));
+  }
   const bool bf16 = enabled("bf16", true) || enabled("bfloat16", true);
   const bool fp16 = enabled("fp16", !bf16);
   fp16_ = fp16 && !bf16;
   if (fp16_) defaults_.push_back("fp16 timed as bf16 mixed precision (loss scaling is not timed)");
-  if (!bf16 && !fp16) {
+  if (!bf16 && !fp16 && !fp8_refused) {
     const Node& at = disabled ? *disabled : node_;
     ctx_.error(at.location(), at.path(),
                "offsim models 16-bit mixed precision: enable bf16 (or bfloat16, or fp16); fp32 training is not "

@@ -1,5 +1,6 @@
 #include "models/strategies/layer_kernels.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -22,13 +23,83 @@ TimePs gradient_gemms_time(const CostModel& c, const GemmShape& g) {
 }
 }  // namespace
 
+bool runs_in_fp8(const GemmShape& g) {
+  return !g.attention_core && g.name != "moe_router";
+}
+
+namespace {
+// One projection under FP8: its three GEMMs at the FP8 rate (forward E4M3 x E4M3, the two
+// gradient GEMMs with the E5M2 output gradient: Hopper's FP8 tensor cores run both formats at one
+// rate, and the measured table is E4M3's), the casts of its input (forward) and of its output
+// gradient (backward), the weight's cast once per iteration (over `micro_batches`), and, under
+// delayed scaling, the amax history's update (read and written once per forward and backward by
+// one fused kernel for all tensors, so its bytes are costed without a launch floor here).
+struct Fp8LayerGemm {
+  TimePs forward{0}, backward{0}, casts_forward{0}, casts_backward{0};
+};
+Fp8LayerGemm fp8_gemm_times(const CostModel& c, const Fp8Training& f, const GemmShape& g, std::int64_t micro_batches) {
+  Fp8LayerGemm out;
+  GemmShape input_grad = g, weight_grad = g;
+  input_grad.n = g.k;
+  input_grad.k = g.n;
+  weight_grad.m = g.k;
+  weight_grad.k = g.m;
+  out.forward = c.fp8_gemm_time(g);
+  out.backward = c.fp8_gemm_time(input_grad) + c.fp8_gemm_time(weight_grad);
+  const double per_element = fp8_cast_bytes_per_element(f.recipe);
+  const double batch = static_cast<double>(g.batch);
+  const auto bytes = [](double b) { return Bytes{static_cast<std::int64_t>(b)}; };
+  const double input = batch * static_cast<double>(g.m) * static_cast<double>(g.k);
+  const double grad_output = batch * static_cast<double>(g.m) * static_cast<double>(g.n);
+  const double weight = batch * static_cast<double>(g.n) * static_cast<double>(g.k);
+  out.casts_forward = c.memory_bound_time(bytes(per_element * input));
+  out.casts_backward = c.memory_bound_time(bytes(per_element * grad_output), {}, true);
+  const TimePs weight_cast = c.memory_bound_time(bytes(per_element * weight));
+  out.casts_forward += TimePs{weight_cast.ps / std::max<std::int64_t>(micro_batches, 1)};
+  if (f.recipe == Fp8Recipe::kDelayed) {
+    // The history rolled (read and written) for every slot of the GEMM.
+    const double history = 2.0 * static_cast<double>(f.amax_history) * kFp32Bytes * batch;
+    const double rate = c.device().memory_bandwidth.bytes_per_s * c.device().memory_efficiency.value_or(1.0);
+    out.casts_forward += sim::duration_of(history * kFp8ForwardSlotsPerGemm, rate);
+    out.casts_backward += sim::duration_of(history * kFp8BackwardSlotsPerGemm, rate);
+  }
+  return out;
+}
+}  // namespace
+
+sim::Bytes fp8_state_bytes(const ModelSpec& m, const Fp8Training& f, std::int64_t tp, std::int64_t ep,
+                           std::int64_t layers) {
+  std::int64_t weights = 0, gemms = 0;
+  for (const auto& g : layer_gemms(m, 1, tp, ep)) {
+    if (!runs_in_fp8(g)) continue;
+    weights += g.batch * g.n * g.k;
+    gemms += g.batch;
+  }
+  return Bytes{layers * (weights * kFp8WeightCopyBytesPerParam + gemms * fp8_scaling_bytes_per_gemm(f))};
+}
+
+std::string fp8_approximation(const Fp8Training& f) {
+  return fmt::format(
+      "FP8 ({}, Transformer Engine under Megatron-Core): the projections' GEMMs at the device's measured FP8 E4M3 "
+      "rate by shape, the gradient GEMMs with E5M2 operands assumed at that rate; attention cores, the output "
+      "layer and MoE routers in bf16; each GEMM's input and output gradient cast (cast-transpose{}) and each "
+      "weight's cast once per iteration costed by their bytes{}; the FP8 weight copies (weight and transpose) and "
+      "the scaling state ({}) in memory, the projections' inputs kept for backward in FP8 (1 B); not modelled: "
+      "the amax all-reduce across ranks, the casts TE fuses into the norms, FP8 all-gathers under sequence "
+      "parallelism, the userbuffers overlap of tensor-parallel communication with the GEMMs",
+      fp8_recipe_name(f.recipe), f.recipe == Fp8Recipe::kCurrent ? " after an amax pass" : "",
+      f.recipe == Fp8Recipe::kDelayed ? ", the amax history's update by its bytes" : "",
+      f.recipe == Fp8Recipe::kDelayed ? fmt::format("amax history of {} entries", f.amax_history)
+                                      : std::string{"scales only"});
+}
+
 // Flash attention's backward runs 5 matrix products where its forward runs 2 (Dao 2023,
 // FlashAttention-2, section 3.1.2: it recomputes the scores): 2.5 times the forward's FLOPs.
 constexpr double kFlashBackwardOverForward = 2.5;
 
-KernelTimes kernel_times(const IterationInputs& in, std::int64_t params_on_rank, std::int64_t tp,
-                         bool sequence_parallel, std::int64_t ep) {
-  const auto& m = in.model;
+namespace {
+KernelTimes uniform_kernel_times(const IterationInputs& in, const ModelSpec& m, std::int64_t params_on_rank,
+                                 std::int64_t tp, bool sequence_parallel, std::int64_t ep) {
   const auto& t = in.training;
   const auto& c = in.costs;
   const std::int64_t tokens = t.micro_batch * m.seq;
@@ -39,7 +110,22 @@ KernelTimes kernel_times(const IterationInputs& in, std::int64_t params_on_rank,
   TimePs attention_core{0};
   KernelTimes k;
   const auto& measured_flash = c.device().flash_attention;
+  // FP8 (Transformer Engine, fp8.hpp): the cast kernels, their amax bookkeeping, and each weight's
+  // cast once per iteration spread over its micro-batches.
+  TimePs fp8_fwd{0}, fp8_bwd{0};
   for (const auto& g : layer_gemms(m, t.micro_batch, tp, ep)) {
+    if (t.fp8 && runs_in_fp8(g)) {
+      const Fp8LayerGemm f = fp8_gemm_times(c, *t.fp8, g, t.grad_accum);
+      gemms_fwd += f.forward;
+      gemms_bwd += f.backward;
+      fp8_fwd += f.casts_forward;
+      fp8_bwd += f.casts_backward;
+      if (g.expert) {
+        k.experts_fwd += f.forward + f.casts_forward;
+        k.experts_bwd += f.backward + f.casts_backward;
+      }
+      continue;
+    }
     const bool fused = g.attention_core && t.flash_attention;
     if (fused && measured_flash) {
       // The device's measured flash-attention kernels: forward FLOPs at the forward efficiency,
@@ -90,7 +176,8 @@ KernelTimes kernel_times(const IterationInputs& in, std::int64_t params_on_rank,
       if (kernel.expert) k.experts_bwd += d;
     }
   }
-  const TimePs layer_fwd = gemms_fwd + elementwise_fwd;
+  const TimePs layer_fwd = gemms_fwd + elementwise_fwd + fp8_fwd;
+  elementwise_bwd += fp8_bwd;
   TimePs recompute{0};
   if (t.recompute == Recompute::kFull) recompute = layer_fwd;
   if (t.recompute == Recompute::kSelective) recompute = attention_core + attention_elementwise;
@@ -102,9 +189,44 @@ KernelTimes kernel_times(const IterationInputs& in, std::int64_t params_on_rank,
   const Bytes logits{tokens * ((m.vocab + tp - 1) / tp) * kLogitBytesPerElement};
   k.head_fwd = c.gemm_time(head) + c.memory_bound_time(logits);
   k.head_bwd = gradient_gemms_time(c, head) + c.memory_bound_time(logits);
+  if (m.logit_softcap) {
+    // cap x tanh(logits / cap) as Hugging Face's Gemma2ForCausalLM runs it: divide, tanh, multiply,
+    // each reading and writing the bf16 logits (4 B an element); backward alike.
+    const Bytes pass{tokens * ((m.vocab + tp - 1) / tp) * 2 * kBf16Bytes};
+    for (int i = 0; i < 3; ++i) {
+      k.head_fwd += c.memory_bound_time(pass, "activation");
+      k.head_bwd += c.memory_bound_time(pass, "activation", true);
+    }
+  }
   k.embed_fwd = c.memory_bound_time(Bytes{tokens * m.hidden * kBf16Bytes});
   k.embed_bwd = c.memory_bound_time(Bytes{tokens * m.hidden * kBf16Bytes * 2});
   k.adam = c.memory_bound_time(Bytes{params_on_rank * kAdamTrafficBytesPerParam});
+  return k;
+}
+}  // namespace
+
+KernelTimes kernel_times(const IterationInputs& in, std::int64_t params_on_rank, std::int64_t tp,
+                         bool sequence_parallel, std::int64_t ep) {
+  const ModelSpec& m = in.model;
+  KernelTimes k = uniform_kernel_times(in, m, params_on_rank, tp, sequence_parallel, ep);
+  if (!m.moe() || m.dense_layers <= 0 || m.layers <= 0) return k;
+  // A mixture of experts whose first layers are dense (DeepSeek): every layer's times are the
+  // mean over the layers of a dense layer's (dense_ffn, no experts) and a sparse layer's, so the
+  // layers of a rank add up to the model's work (the dense layers sit on the first pipeline
+  // stage in truth: an approximation with pipelining).
+  ModelSpec dense = m;
+  dense.experts = dense.experts_per_token = dense.shared_ffn = dense.dense_layers = 0;
+  dense.ffn = m.dense_ffn;
+  const KernelTimes d = uniform_kernel_times(in, dense, params_on_rank, tp, sequence_parallel, ep);
+  const auto mean = [&](TimePs sparse, TimePs dense_time) {
+    const double L = static_cast<double>(m.layers), n = static_cast<double>(m.dense_layers);
+    return TimePs{
+        std::llround((static_cast<double>(sparse.ps) * (L - n) + static_cast<double>(dense_time.ps) * n) / L)};
+  };
+  k.layer_fwd = mean(k.layer_fwd, d.layer_fwd);
+  k.layer_bwd = mean(k.layer_bwd, d.layer_bwd);
+  k.experts_fwd = mean(k.experts_fwd, TimePs{0});
+  k.experts_bwd = mean(k.experts_bwd, TimePs{0});
   return k;
 }
 
@@ -146,7 +268,8 @@ ParameterCounts tensor_parallel_share(const ParameterCounts& all, std::int64_t t
   const auto share = [&](std::int64_t n) { return (n + tp - 1) / tp; };
   ParameterCounts c;
   c.per_layer = share(all.per_layer);
-  c.layers = c.per_layer * (all.per_layer > 0 ? all.layers / all.per_layer : 0);
+  // The layer count (per_layer is the mean of mixed dense and MoE layers: rounded division).
+  c.layers = c.per_layer * (all.per_layer > 0 ? (all.layers + all.per_layer / 2) / all.per_layer : 0);
   c.embedding = share(all.embedding);
   c.position = share(all.position);
   c.final_norm = share(all.final_norm);
@@ -157,9 +280,30 @@ ParameterCounts tensor_parallel_share(const ParameterCounts& all, std::int64_t t
   return c;
 }
 
+namespace {
+// Bytes per layer that FP8 saves on the activations kept for backward: Transformer Engine keeps
+// each projection's input for the weight gradient in FP8 (linear.py _Linear.forward saves
+// inputmat_t, layernorm_linear.py and layernorm_mlp.py their FP8 ln_out and fc2 input), 1 B where
+// bf16 keeps 2 B: the QKV input (h), the attention projection's input (q), the MLP's input (h)
+// and its down projection's input (f; each routed expert's for a mixture of experts, and the
+// shared MLP's). Full recomputation keeps none of them.
+double fp8_activation_saving(const ModelSpec& m, const TrainingSpec& t) {
+  if (!t.fp8 || t.recompute == Recompute::kFull) return 0.0;
+  const double tokens = static_cast<double>(t.micro_batch * m.seq);
+  const double h = static_cast<double>(m.hidden);
+  const double mlp = m.moe() ? static_cast<double>(m.experts_per_token) * (h + static_cast<double>(m.ffn)) +
+                                   (m.shared_ffn > 0 ? static_cast<double>(m.shared_ffn) : 0.0)
+                             : h + static_cast<double>(m.ffn);
+  return tokens * (h + static_cast<double>(m.q_width()) + mlp) * static_cast<double>(kBf16Bytes - kFp8Bytes);
+}
+}  // namespace
+
 sim::Bytes stored_activations_on_tp_rank(const ModelSpec& m, const TrainingSpec& t, std::int64_t tp,
                                          bool sequence_parallel) {
-  const Bytes stored = stored_activation_bytes(m, t.micro_batch, t.recompute, t.flash_attention);
+  const Bytes bf16 = stored_activation_bytes(m, t.micro_batch, t.recompute, t.flash_attention);
+  // Under FP8 the projections' inputs are kept in 1 B (split by tp like the rest: an approximation
+  // without sequence parallelism, where the QKV and MLP inputs stay whole).
+  const Bytes stored{bf16.count - static_cast<std::int64_t>(fp8_activation_saving(m, t))};
   if (tp == 1) return stored;
   if (sequence_parallel) return Bytes{stored.count / tp};
   if (t.recompute == Recompute::kFull) return stored;

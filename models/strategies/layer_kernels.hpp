@@ -38,6 +38,16 @@ struct KernelTimes {
 /// keeps whole are a few parameters per layer, counted split too). tp = 1: `all` unchanged.
 [[nodiscard]] ParameterCounts tensor_parallel_share(const ParameterCounts& all, std::int64_t tp);
 
+/// Whether Transformer Engine runs `g` in FP8 under `precision: fp8`: the projections, not the
+/// attention cores (bf16 attention) nor the MoE router (a plain torch GEMM in Megatron-Core).
+[[nodiscard]] bool runs_in_fp8(const GemmShape& g);
+/// The FP8 state one rank keeps for `layers` layers of a tensor-parallel group of `tp` (experts
+/// over `ep`): each FP8 GEMM's weight copies and scaling state (fp8.hpp).
+[[nodiscard]] sim::Bytes fp8_state_bytes(const ModelSpec& m, const Fp8Training& f, std::int64_t tp, std::int64_t ep,
+                                         std::int64_t layers);
+/// What the report says of FP8 training.
+[[nodiscard]] std::string fp8_approximation(const Fp8Training& f);
+
 /// What the report says of DeepSpeed's BF16_Optimizer (ZeroPolicy::deepspeed): what it does,
 /// and which of its passes over the fp32 gradient buffer are not timed.
 [[nodiscard]] std::string bf16_optimizer_approximation();

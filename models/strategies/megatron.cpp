@@ -414,6 +414,10 @@ class MegatronBuilder {
     std::vector<TaskId> ready(sims);
     for (int s = 0; s < sims; ++s) {
       ready[s] = allocate_model_states(timeline, s, states_of(s), policy, /*optimizer_offload=*/false);
+      if (train.fp8) {  // Transformer Engine's FP8 weight copies and scaling state (layer_kernels.hpp)
+        ready[s] = alloc(s, "alloc.fp8", "FP8 weights and scaling state",
+                         fp8_state_bytes(m, *train.fp8, tp, 1, split.of_stage(rank_state[s].stage)), {ready[s]});
+      }
     }
     return ready;
   }

@@ -89,8 +89,8 @@ class HfConfigReader {
     if (!type.valid) return std::nullopt;
     m_.name = r_.optional<std::string>("_name_or_path", type.value).value;
     const std::string& t = type.value;
-    if (t == "llama" || t == "mistral" || t == "mixtral" || t == "qwen2" || t == "qwen2_moe" || t == "gemma" ||
-        t == "gemma2" || t == "phi3" || t == "deepseek") {
+    if (t == "llama" || t == "mistral" || t == "mixtral" || t == "qwen2" || t == "qwen2_moe" || t == "qwen3" ||
+        t == "qwen3_moe" || t == "gemma" || t == "gemma2" || t == "phi3" || t == "deepseek") {
       read_llama_family(t);
     } else if (t == "gpt_neox") {
       read_gpt_neox();
@@ -103,14 +103,25 @@ class HfConfigReader {
     } else if (t == "phi") {
       read_phi();
     } else if (t == "deepseek_v2" || t == "deepseek_v3") {
-      refuse(type.loc, "model_type",
-             fmt::format("{}: multi-head latent attention (kv_lora_rank, q_lora_rank) is not modelled", t));
+      read_deepseek_mla(t);
     } else {
       refuse(type.loc, "model_type",
-             fmt::format("'{}' is not a model family offsim reads; it reads llama, mistral, mixtral, qwen2, qwen2_moe, "
-                         "gemma, gemma2, phi, phi3, falcon, opt, gpt_neox, gpt2 and deepseek (MoE without dense "
-                         "layers); write the shape as an offsim model instead (docs/models.md)",
-                         t));
+             fmt::format(
+                 "'{}' is not a model family offsim reads; it reads llama, mistral, mixtral, qwen2, qwen2_moe, "
+                 "qwen3, qwen3_moe, gemma, gemma2, phi, phi3, falcon, opt, gpt_neox, gpt2, deepseek, deepseek_v2 and "
+                 "deepseek_v3; write the shape as an offsim model instead (docs/models.md)",
+                 t));
+    }
+    // A checkpoint stored in FP8 (DeepSeek-V3's quantization_config, quant_method fp8) says how its
+    // weights are saved, not how they train: the experiment's training.precision decides that.
+    if (auto q = r_.child("quantization_config"); q && q->is_map()) {
+      sim::config::MapReader qr(*q);
+      const auto method = qr.optional<std::string>("quant_method", std::string{});
+      ctx_.warning(method.valid ? method.loc : q->location(), q->child_path("quant_method"),
+                   fmt::format("the checkpoint's weights are stored quantized ({}); offsim trains the model in "
+                               "training.precision (bf16, or fp8 for Transformer Engine's FP8 GEMMs)",
+                               method.value.empty() ? std::string{"no quant_method"} : method.value));
+      (void)qr.take_unread_keys();
     }
     const std::vector<std::string> ignored = r_.take_unread_keys();
     if (!ignored.empty() && ctx_.error_count() == errors_before) {
@@ -196,7 +207,9 @@ class HfConfigReader {
     // LlamaConfig and its kin: num_key_value_heads defaults to num_attention_heads; head_dim
     // (newer configs; Gemma's is 256 by default) to hidden / heads.
     m_.kv_heads = positive_or("num_key_value_heads", m_.heads);
-    m_.head_size = positive_or("head_dim", t == "gemma" || t == "gemma2" ? 256 : 0);
+    // Qwen3Config and Qwen3MoeConfig: head_dim 128 by default.
+    const bool qwen3 = t == "qwen3" || t == "qwen3_moe";
+    m_.head_size = positive_or("head_dim", t == "gemma" || t == "gemma2" ? 256 : (qwen3 ? 128 : 0));
     if (m_.head_size > 0 && m_.heads > 0 && m_.head_size * m_.heads == m_.hidden) m_.head_size = 0;
     m_.ffn_kind = FfnKind::kSwiglu;  // gated MLPs: SwiGLU, or GeGLU for Gemma (same shapes and kernels)
     m_.norm = NormKind::kRmsNorm;
@@ -210,12 +223,44 @@ class HfConfigReader {
     }
     m_.tied_embeddings = flag_or("tie_word_embeddings", gemma);
     m_.qkv_bias = t == "qwen2" || t == "qwen2_moe";  // Qwen2Attention: bias on q/k/v, none on o_proj
+    m_.qk_norm = qwen3;                              // Qwen3Attention: q_norm and k_norm, RMSNorm over head_dim
+    if (qwen3) {
+      // Qwen3's sliding window is off unless use_sliding_window (Qwen3Config).
+      require_value<bool>("use_sliding_window", false,
+                          "sliding-window attention on Qwen3's upper layers is not modelled (max_window_layers)");
+      (void)r_.child("sliding_window");
+      (void)r_.child("max_window_layers");
+    }
+    if (t == "gemma2") {
+      // Gemma2DecoderLayer: input, post-attention, pre-feedforward and post-feedforward RMSNorms;
+      // Gemma2Config's defaults: final_logit_softcapping 30.0, attn_logit_softcapping 50.0,
+      // sliding_window 4096 on every other layer (is_sliding = not layer_idx % 2: the even ones).
+      m_.post_norms = true;
+      m_.logit_softcap = number_or("final_logit_softcapping", 30.0) > 0.0;
+      m_.attention_softcap = number_or("attn_logit_softcapping", 50.0) > 0.0;
+      m_.sliding_window = positive_or("sliding_window", 4096);
+      m_.sliding_window_layers = (m_.layers + 1) / 2;
+      (void)r_.child("query_pre_attn_scalar");  // the scores' scale: no cost of its own
+      (void)r_.child("cache_implementation");
+    }
     m_.linear_bias = flag_or("attention_bias", false);
     m_.dropout = number_or("attention_dropout", 0.0) > 0.0;
     if (t == "mixtral") {
       m_.ffn = positive("intermediate_size");
       m_.experts = positive("num_local_experts");
       m_.experts_per_token = positive("num_experts_per_tok");
+    } else if (t == "qwen3_moe") {
+      // Qwen3MoeConfig: every layer sparse (decoder_sparse_step 1, mlp_only_layers empty), no
+      // shared experts; intermediate_size is the width of dense layers there are none of.
+      (void)r_.optional<std::int64_t>("intermediate_size", 0);
+      m_.ffn = positive("moe_intermediate_size");
+      m_.experts = positive("num_experts");
+      m_.experts_per_token = positive("num_experts_per_tok");
+      require_value<std::int64_t>("decoder_sparse_step", 1,
+                                  "dense and sparse layers alternate; offsim models layers of one shape");
+      if (auto c = r_.child("mlp_only_layers"); c && c->is_sequence() && !c->items().empty()) {
+        refuse(c->location(), "mlp_only_layers", "some layers dense, others sparse: offsim models layers of one shape");
+      }
     } else if (t == "qwen2_moe") {
       // Qwen2MoeConfig: every layer sparse when decoder_sparse_step is 1 and mlp_only_layers empty;
       // intermediate_size is then the width of dense layers there are none of.
@@ -230,21 +275,70 @@ class HfConfigReader {
         refuse(c->location(), "mlp_only_layers", "some layers dense, others sparse: offsim models layers of one shape");
       }
     } else if (t == "deepseek") {
-      // DeepSeek-MoE (deepseek-moe-16b): routed experts of moe_intermediate_size plus
-      // n_shared_experts of the same width every token runs.
-      (void)r_.optional<std::int64_t>("intermediate_size", 0);
-      m_.ffn = positive("moe_intermediate_size");
-      m_.experts = positive("n_routed_experts");
-      m_.experts_per_token = positive("num_experts_per_tok");
-      m_.shared_ffn = positive_or("n_shared_experts", 0) * m_.ffn;
-      require_value<std::int64_t>("first_k_dense_replace", 0,
-                                  "the first layers are dense and the rest mixtures of experts; offsim models layers "
-                                  "of one shape");
-      require_value<std::int64_t>("moe_layer_freq", 1,
-                                  "dense and sparse layers alternate; offsim models layers of one shape");
+      // DeepSeek-MoE (deepseek-moe-16b): read_deepseek_moe.
+      read_deepseek_moe();
     } else {
       m_.ffn = positive("intermediate_size");
     }
+    if (m_.moe() && m_.experts_per_token > m_.experts) {
+      error_at(node_.location(), "num_experts_per_tok",
+               fmt::format("{} experts per token out of {}", m_.experts_per_token, m_.experts));
+    }
+  }
+
+  // DeepSeek's mixtures of experts (DeepseekMoE, V2, V3): routed experts of moe_intermediate_size,
+  // n_shared_experts of the same width every token runs (one MLP of their summed width), the first
+  // first_k_dense_replace layers dense of intermediate_size, then every layer sparse.
+  void read_deepseek_moe() {
+    m_.ffn = positive("moe_intermediate_size");
+    m_.experts = positive("n_routed_experts");
+    m_.experts_per_token = positive("num_experts_per_tok");
+    m_.shared_ffn = positive_or("n_shared_experts", 0) * m_.ffn;
+    const auto dense = r_.optional<std::int64_t>("first_k_dense_replace", 0);
+    if (dense.valid && (dense.value < 0 || (m_.layers > 0 && dense.value >= m_.layers))) {
+      error_at(
+          dense.loc, "first_k_dense_replace",
+          fmt::format("expected 0 to {} dense layers, got {}", std::max<std::int64_t>(m_.layers - 1, 0), dense.value));
+    } else if (dense.valid) {
+      m_.dense_layers = dense.value;
+    }
+    if (m_.dense_layers > 0) {
+      m_.dense_ffn = positive("intermediate_size");
+    } else {
+      (void)r_.optional<std::int64_t>("intermediate_size", 0);
+    }
+    require_value<std::int64_t>("moe_layer_freq", 1,
+                                "dense and sparse layers alternate; offsim models dense first layers, then sparse");
+  }
+
+  // DeepSeek-V2 and V3 (configuration_deepseek.py): multi-head latent attention (ModelSpec's
+  // q_lora_rank ... v_head_dim), rotary positions on qk_rope_head_dim of each head's
+  // qk_nope_head_dim + qk_rope_head_dim, RMSNorm, SwiGLU, no biases, untied embeddings; V3's
+  // noaux_tc router keeps a bias per expert (e_score_correction_bias). The multi-token prediction
+  // module (num_nextn_predict_layers) is not part of the model's published count and not modelled.
+  void read_deepseek_mla(const std::string& t) {
+    read_sizes("num_hidden_layers", "hidden_size", "num_attention_heads");
+    m_.seq = positive("max_position_embeddings");
+    m_.kv_heads = positive_or("num_key_value_heads", m_.heads);
+    m_.q_lora_rank = positive_or("q_lora_rank", 0);
+    m_.kv_lora_rank = positive("kv_lora_rank");
+    m_.qk_nope_dim = positive("qk_nope_head_dim");
+    m_.qk_rope_dim = positive("qk_rope_head_dim");
+    m_.v_head_dim = positive("v_head_dim");
+    if (m_.qk_nope_dim + m_.qk_rope_dim > 0) {
+      m_.rotary_fraction = static_cast<double>(m_.qk_rope_dim) / static_cast<double>(m_.qk_nope_dim + m_.qk_rope_dim);
+    }
+    m_.ffn_kind = FfnKind::kSwiglu;
+    m_.norm = NormKind::kRmsNorm;
+    m_.position = PositionKind::kRope;
+    choice("hidden_act", {"silu"}, "silu");
+    m_.tied_embeddings = flag_or("tie_word_embeddings", false);
+    m_.linear_bias = flag_or("attention_bias", false);
+    m_.dropout = number_or("attention_dropout", 0.0) > 0.0;
+    read_deepseek_moe();
+    const std::string topk =
+        r_.optional<std::string>("topk_method", std::string{t == "deepseek_v3" ? "noaux_tc" : "greedy"}).value;
+    m_.router_bias = topk == "noaux_tc";
     if (m_.moe() && m_.experts_per_token > m_.experts) {
       error_at(node_.location(), "num_experts_per_tok",
                fmt::format("{} experts per token out of {}", m_.experts_per_token, m_.experts));
@@ -419,6 +513,26 @@ std::optional<ModelSpec> parse_model(const sim::config::Node& node) {
     const auto per_token = count("experts_per_token", true);
     m.experts_per_token = per_token.value;
     m.shared_ffn = std::max<std::int64_t>(count("shared_ffn", false).value, 0);
+    // The first dense_layers layers with a dense MLP of width dense_ffn (DeepSeek's
+    // first_k_dense_replace), the rest mixtures of experts.
+    const auto dense = count("dense_layers", false);
+    m.dense_layers = std::max<std::int64_t>(dense.value, 0);
+    const auto dense_ffn = count("dense_ffn", m.dense_layers > 0);
+    m.dense_ffn = std::max<std::int64_t>(dense_ffn.value, 0);
+    if (dense.valid && m.layers > 0 && m.dense_layers >= m.layers) {
+      ctx.error(dense.loc, moe->child_path("dense_layers"),
+                fmt::format("expected fewer than the {} layers (some must be mixtures of experts)", m.layers));
+    }
+    // Tokens of the busiest expert over the mean; 1 (even routing) unless a measurement says more.
+    const auto imbalance = e.optional<double>("routing_imbalance", 1.0);
+    constexpr double kMaxImbalance = 1024.0;
+    if (imbalance.valid && !(imbalance.value >= 1.0 && imbalance.value <= kMaxImbalance)) {
+      ctx.error(imbalance.loc, moe->child_path("routing_imbalance"),
+                fmt::format("expected the busiest expert's tokens over the mean, 1 to {:g}, got {}", kMaxImbalance,
+                            imbalance.value));
+    } else {
+      m.routing_imbalance = imbalance.value;
+    }
     if (per_token.valid && m.experts > 0 && m.experts_per_token > m.experts) {
       ctx.error(per_token.loc, moe->child_path("experts_per_token"),
                 fmt::format("{} experts per token out of {} experts", m.experts_per_token, m.experts));

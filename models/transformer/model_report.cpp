@@ -69,15 +69,22 @@ std::string model_text(const ModelSpec& m, const ModelReportOptions& o) {
   const ParameterCounts c = count_parameters(m);
   const Work w = work_of(m, o);
   std::string out = fmt::format("{}: {} parameters ({:.3f} B)\n", m.name, c.total, static_cast<double>(c.total) / 1e9);
-  out += fmt::format("  {} layers x {} + embedding {} + positions {} + final norm {} + output head {}\n\n", m.layers,
-                     c.per_layer, c.embedding, c.position, c.final_norm, c.output_head);
+  out += fmt::format(
+      "  {} layers x {}{} + embedding {} + positions {} + final norm {} + output head {}\n\n", m.layers, c.per_layer,
+      m.moe() && m.dense_layers > 0 ? fmt::format(" (the mean: {} dense layers of width {}, then sparse; {} in all)",
+                                                  m.dense_layers, m.dense_ffn, c.layers)
+                                    : std::string(),
+      c.embedding, c.position, c.final_norm, c.output_head);
   if (m.moe()) {
     out += fmt::format(
         "  mixture of experts: {} experts of width {}, {} per token{}; {} parameters active per token ({:.3f} B)\n"
-        "  (tokens assumed spread evenly over the experts: a lower bound on the time)\n",
+        "  {}\n",
         m.experts, m.ffn, m.experts_per_token,
         m.shared_ffn > 0 ? fmt::format(", a shared MLP of width {}", m.shared_ffn) : std::string(), c.active,
-        static_cast<double>(c.active) / 1e9);
+        static_cast<double>(c.active) / 1e9,
+        m.routing_imbalance > 1.0
+            ? fmt::format("(the busiest expert runs {:g} x the mean tokens: routing_imbalance)", m.routing_imbalance)
+            : std::string("(tokens assumed spread evenly over the experts: a lower bound on the time)"));
   }
   sim::report::TextTable t(
       {fmt::format("forward GEMM (micro-batch {}, tp {})", o.micro_batch, o.tp), "M", "N", "K", "batch", "GFLOP"});

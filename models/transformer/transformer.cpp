@@ -1,6 +1,8 @@
 #include "models/transformer/transformer.hpp"
 
 #include <fmt/format.h>
+#include <algorithm>
+#include <cmath>
 #include <stdexcept>
 
 namespace offsim::models {
@@ -34,6 +36,21 @@ std::int64_t tokens_per_expert(const ModelSpec& m, std::int64_t tokens) {
   return (tokens * m.experts_per_token + m.experts - 1) / m.experts;
 }
 
+std::int64_t busiest_expert_tokens(const ModelSpec& m, std::int64_t tokens) {
+  const std::int64_t mean = tokens_per_expert(m, tokens);
+  if (!m.moe() || m.routing_imbalance <= 1.0) return mean;
+  return static_cast<std::int64_t>(std::ceil(static_cast<double>(mean) * m.routing_imbalance));
+}
+
+std::int64_t busiest_rank_dispatch_elements(const ModelSpec& m, std::int64_t tokens, std::int64_t ep) {
+  // The rank's experts receive its mean share, and the busiest expert (on the busiest rank) its
+  // excess over the mean: tokens x k x h x (1 + (imbalance - 1) / (experts / ep)).
+  const double local = static_cast<double>(std::max<std::int64_t>(m.experts / std::max<std::int64_t>(ep, 1), 1));
+  const double excess = m.routing_imbalance > 1.0 ? (m.routing_imbalance - 1.0) / local : 0.0;
+  return static_cast<std::int64_t>(
+      std::ceil(static_cast<double>(tokens * m.experts_per_token * m.hidden) * (1.0 + excess)));
+}
+
 ParameterCounts count_parameters(const ModelSpec& m) {
   const std::int64_t h = m.hidden;
   const std::int64_t q = m.q_width();
@@ -42,20 +59,37 @@ ParameterCounts count_parameters(const ModelSpec& m) {
   // Attention: Q is h x q, O is q x h (q = h unless the heads are wider), K and V are h x kv
   // (grouped-query attention shares K/V heads). Biases on all four, or on Q, K, V only (Qwen2).
   const std::int64_t qkv_bias = m.linear_bias || m.qkv_bias ? q + 2 * kv : 0;
-  const std::int64_t attention = 2 * h * q + 2 * h * kv + qkv_bias + (m.linear_bias ? h : 0);
-  // MLP: dense, or the experts, the router (h x experts, no bias) and the shared MLP.
+  std::int64_t attention = 2 * h * q + 2 * h * kv + qkv_bias + (m.linear_bias ? h : 0);
+  if (m.mla()) {
+    // DeepseekV3Attention: q_a_proj (h x q_lora_rank), q_a_layernorm, q_b_proj (q_lora_rank x
+    // heads x (nope + rope)), or one q_proj; kv_a_proj_with_mqa (h x (kv_lora_rank + rope)),
+    // kv_a_layernorm, kv_b_proj (kv_lora_rank x heads x (nope + v)); o_proj (heads x v x h).
+    const std::int64_t qd = m.head_dim();
+    const std::int64_t query =
+        m.q_lora_rank > 0 ? h * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * m.heads * qd : h * m.heads * qd;
+    attention = query + h * (m.kv_lora_rank + m.qk_rope_dim) + m.kv_lora_rank +
+                m.kv_lora_rank * m.heads * (m.qk_nope_dim + m.v_head_dim) + m.heads * m.v_head_dim * h;
+  }
+  // MLP: dense, or the experts, the router (h x experts, no bias unless router_bias) and the shared MLP.
   const std::int64_t expert = mlp_parameters(m, m.ffn);
-  const std::int64_t mlp = m.moe() ? m.experts * expert + h * m.experts + mlp_parameters(m, m.shared_ffn) : expert;
+  const std::int64_t mlp =
+      m.moe() ? m.experts * expert + h * m.experts + (m.router_bias ? m.experts : 0) + mlp_parameters(m, m.shared_ffn)
+              : expert;
   ParameterCounts c;
-  c.per_layer = attention + mlp + m.norms_per_layer() * norm_params;
-  c.layers = c.per_layer * m.layers;
+  const std::int64_t qk_norms = m.qk_norm ? 2 * m.head_dim() : 0;  // one RMSNorm weight over head_dim each
+  const std::int64_t common = attention + m.norms_per_layer() * norm_params + qk_norms;
+  // The first dense_layers layers of a mixture of experts have a dense MLP (DeepSeek); per_layer
+  // is then the mean over the layers, rounded.
+  const std::int64_t dense = m.moe() ? m.dense_layers : 0;
+  c.layers = (common + mlp) * (m.layers - dense) + (common + mlp_parameters(m, m.dense_ffn)) * dense;
+  c.per_layer = dense == 0 || m.layers == 0 ? common + mlp : (c.layers + m.layers / 2) / m.layers;
   c.embedding = m.vocab * h;
   c.position = m.position == PositionKind::kLearned ? m.seq * h : 0;
   c.final_norm = norm_params;
   c.output_head = (m.tied_embeddings ? 0 : m.vocab * h) + (m.head_bias ? m.vocab : 0);
   c.total = c.layers + c.embedding + c.position + c.final_norm + c.output_head;
-  c.active = c.total - (m.moe() ? (m.experts - m.experts_per_token) * expert * m.layers : 0);
-  c.experts_per_layer = m.moe() ? m.experts * expert : 0;
+  c.active = c.total - (m.moe() ? (m.experts - m.experts_per_token) * expert * m.moe_layers() : 0);
+  c.experts_per_layer = m.moe() && m.layers > 0 ? m.experts * expert * m.moe_layers() / m.layers : 0;
   return c;
 }
 
@@ -67,15 +101,33 @@ LayerWork layer_forward(const ModelSpec& m, std::int64_t micro_batch, bool flash
   const double s = static_cast<double>(m.seq);
   const double b = static_cast<double>(micro_batch);
   LayerWork w;
-  const double qkv = 2.0 * t * h * (q + 2.0 * kv);
-  const double out_proj = 2.0 * t * q * h;
+  double qkv = 2.0 * t * h * (q + 2.0 * kv);
+  double out_proj = 2.0 * t * q * h;
+  if (m.mla()) {
+    // The attention projections of multi-head latent attention, as layer_gemms lists them.
+    qkv = 0.0;
+    out_proj = 0.0;
+    for (const auto& g : layer_gemms(m, micro_batch, 1)) {
+      if (g.name == "attention_out") out_proj += g.flops();
+      if (g.name == "q" || g.name == "q_down" || g.name == "q_up" || g.name == "kv_down" || g.name == "kv_up") {
+        qkv += g.flops();
+      }
+    }
+  }
   // Every token runs experts_per_token experts (exactly: uneven routing moves work between
-  // experts, not in total), the router and the shared MLP.
-  const double mlp = m.moe() ? static_cast<double>(m.experts_per_token) * mlp_flops(m, t, m.ffn) +
-                                   2.0 * t * h * static_cast<double>(m.experts) + mlp_flops(m, t, m.shared_ffn)
-                             : mlp_flops(m, t, m.ffn);
+  // experts, not in total), the router and the shared MLP; the first dense_layers layers of a
+  // mixture of experts a dense MLP (the mean over the layers).
+  double mlp = m.moe() ? static_cast<double>(m.experts_per_token) * mlp_flops(m, t, m.ffn) +
+                             2.0 * t * h * static_cast<double>(m.experts) + mlp_flops(m, t, m.shared_ffn)
+                       : mlp_flops(m, t, m.ffn);
+  if (m.moe() && m.dense_layers > 0 && m.layers > 0) {
+    const double L = static_cast<double>(m.layers), dense = static_cast<double>(m.dense_layers);
+    mlp = (mlp * (L - dense) + mlp_flops(m, t, m.dense_ffn) * dense) / L;
+  }
   w.gemm = sim::Flops{qkv + out_proj + mlp};
-  w.attention = sim::Flops{4.0 * b * s * s * q};
+  // Q K^T over the query/key width, softmax . V over the value width.
+  const double values = static_cast<double>(m.heads * m.value_dim());
+  w.attention = sim::Flops{2.0 * b * s * static_cast<double>(m.attention_span()) * (q + values)};
   w.activations = stored_activation_bytes(m, micro_batch, Recompute::kNone, flash_attention);
   return w;
 }
@@ -83,14 +135,15 @@ LayerWork layer_forward(const ModelSpec& m, std::int64_t micro_batch, bool flash
 std::vector<std::string> widths_not_dividing(const ModelSpec& m, int tp) {
   std::vector<std::string> uneven;
   for (const auto& [what, n] : {std::pair{"heads", m.heads}, std::pair{"kv_heads", m.kv_heads}, std::pair{"ffn", m.ffn},
-                                std::pair{"shared_ffn", m.shared_ffn}}) {
+                                std::pair{"shared_ffn", m.shared_ffn}, std::pair{"dense_ffn", m.dense_ffn}}) {
     if (n % tp != 0) uneven.push_back(fmt::format("{} ({})", what, n));
   }
   return uneven;
 }
 
 std::vector<GemmShape> layer_gemms(const ModelSpec& m, std::int64_t micro_batch, std::int64_t tp, std::int64_t ep) {
-  if (tp < 1 || m.heads % tp != 0 || m.kv_heads % tp != 0 || m.ffn % tp != 0 || m.shared_ffn % tp != 0) {
+  if (tp < 1 || m.heads % tp != 0 || m.kv_heads % tp != 0 || m.ffn % tp != 0 || m.shared_ffn % tp != 0 ||
+      m.dense_ffn % tp != 0) {
     throw std::invalid_argument(
         fmt::format("model {}: heads ({}), kv_heads ({}), ffn ({}) and shared_ffn ({}) must divide by tp ({})", m.name,
                     m.heads, m.kv_heads, m.ffn, m.shared_ffn, tp));
@@ -99,12 +152,27 @@ std::vector<GemmShape> layer_gemms(const ModelSpec& m, std::int64_t micro_batch,
   const std::int64_t h = m.hidden;
   const std::int64_t q = m.q_width();
   const auto up = [&](std::int64_t w) { return m.ffn_kind == FfnKind::kSwiglu ? 2 * w : w; };  // gate and up fused
-  std::vector<GemmShape> gemms{
-      {"qkv", tokens, (q + 2 * m.kv_width()) / tp, h, 1, false, false, m.linear_bias || m.qkv_bias},
-      {"attention_scores", m.seq, m.seq, m.head_dim(), micro_batch * m.heads / tp, true},  // Q K^T per head
-      {"attention_values", m.seq, m.head_dim(), m.seq, micro_batch * m.heads / tp, true},  // softmax . V
-      {"attention_out", tokens, h, q / tp, 1, false, false, m.linear_bias},
-  };
+  std::vector<GemmShape> gemms;
+  if (m.mla()) {
+    // Multi-head latent attention: the down projections to the latents are not split by tensor
+    // parallelism (Megatron-Core's MLA keeps linear_q_down_proj and linear_kv_down_proj whole), the
+    // up projections split their heads.
+    const std::int64_t qd = m.head_dim();
+    if (m.q_lora_rank > 0) {
+      gemms.push_back({"q_down", tokens, m.q_lora_rank, h, 1});
+      gemms.push_back({"q_up", tokens, m.heads * qd / tp, m.q_lora_rank, 1});
+    } else {
+      gemms.push_back({"q", tokens, m.heads * qd / tp, h, 1});
+    }
+    gemms.push_back({"kv_down", tokens, m.kv_lora_rank + m.qk_rope_dim, h, 1});
+    gemms.push_back({"kv_up", tokens, m.heads * (m.qk_nope_dim + m.v_head_dim) / tp, m.kv_lora_rank, 1});
+  } else {
+    gemms.push_back({"qkv", tokens, (q + 2 * m.kv_width()) / tp, h, 1, false, false, m.linear_bias || m.qkv_bias});
+  }
+  // Q K^T and softmax . V per head, over the keys each query attends to (sliding windows: fewer).
+  gemms.push_back({"attention_scores", m.seq, m.attention_span(), m.head_dim(), micro_batch * m.heads / tp, true});
+  gemms.push_back({"attention_values", m.seq, m.value_dim(), m.attention_span(), micro_batch * m.heads / tp, true});
+  gemms.push_back({"attention_out", tokens, h, m.heads * m.value_dim() / tp, 1, false, false, m.linear_bias});
   if (!m.moe()) {
     gemms.push_back({"mlp_up", tokens, up(m.ffn) / tp, h, 1, false, false, m.linear_bias});
     gemms.push_back({"mlp_down", tokens, h, m.ffn / tp, 1, false, false, m.linear_bias});
@@ -115,8 +183,18 @@ std::vector<GemmShape> layer_gemms(const ModelSpec& m, std::int64_t micro_batch,
   }
   const std::int64_t routed = tokens_per_expert(m, tokens * ep);
   gemms.push_back({"moe_router", tokens, m.experts, h, 1});  // no bias
-  gemms.push_back({"expert_up", routed, up(m.ffn) / tp, h, m.experts / ep, false, true, m.linear_bias});
-  gemms.push_back({"expert_down", routed, h, m.ffn / tp, m.experts / ep, false, true, m.linear_bias});
+  // Uneven routing (routing_imbalance > 1): the busiest expert sits on this rank (the slowest rank
+  // sets the pace) and runs its tokens as a GEMM of its own; the rank's other experts the mean.
+  const std::int64_t busiest = busiest_expert_tokens(m, tokens * ep);
+  const std::int64_t even = busiest > routed ? m.experts / ep - 1 : m.experts / ep;
+  if (even > 0) {
+    gemms.push_back({"expert_up", routed, up(m.ffn) / tp, h, even, false, true, m.linear_bias});
+    gemms.push_back({"expert_down", routed, h, m.ffn / tp, even, false, true, m.linear_bias});
+  }
+  if (busiest > routed) {
+    gemms.push_back({"expert_up_busiest", busiest, up(m.ffn) / tp, h, 1, false, true, m.linear_bias});
+    gemms.push_back({"expert_down_busiest", busiest, h, m.ffn / tp, 1, false, true, m.linear_bias});
+  }
   if (m.shared_ffn > 0) {
     gemms.push_back({"shared_mlp_up", tokens, up(m.shared_ffn) / tp, h, 1, false, false, m.linear_bias});
     gemms.push_back({"shared_mlp_down", tokens, h, m.shared_ffn / tp, 1, false, false, m.linear_bias});
@@ -131,13 +209,26 @@ std::vector<ElementwiseKernel> layer_elementwise_kernels(const ModelSpec& m, std
   // Hidden-state elements a rank's norms, dropouts and residual adds touch: all of them, or its
   // 1/tp of the sequence under sequence parallelism.
   const double e = t * static_cast<double>(m.hidden) / (sequence_parallel ? static_cast<double>(tp) : 1.0);
-  const double scores =
-      static_cast<double>(micro_batch * (m.heads / tp)) * static_cast<double>(m.seq) * static_cast<double>(m.seq);
+  const double scores = static_cast<double>(micro_batch * (m.heads / tp)) * static_cast<double>(m.seq) *
+                        static_cast<double>(m.attention_span());
   const double q = static_cast<double>(m.q_width() / tp);
   const double kv = static_cast<double>(m.kv_width() / tp);
   std::vector<ElementwiseKernel> k;
   // Norms: read x, write y; backward reads x and dy, writes dx (2 B each).
   for (int n = 0; n < m.norms_per_layer(); ++n) k.push_back({"layernorm", 4.0 * e, 6.0 * e});
+  if (m.mla()) {
+    // The latents' RMSNorms (q_a_layernorm, kv_a_layernorm), whole on every rank.
+    k.push_back(
+        {"layernorm", 4.0 * t * static_cast<double>(m.q_lora_rank), 6.0 * t * static_cast<double>(m.q_lora_rank)});
+    k.push_back(
+        {"layernorm", 4.0 * t * static_cast<double>(m.kv_lora_rank), 6.0 * t * static_cast<double>(m.kv_lora_rank)});
+  }
+  if (m.qk_norm) {
+    // Q's and K's per-head RMSNorm (Qwen3): a norm kernel each over this rank's heads, not split
+    // by sequence parallelism (it runs inside the attention block).
+    k.push_back({"layernorm", 4.0 * t * q, 6.0 * t * q});
+    k.push_back({"layernorm", 4.0 * t * kv, 6.0 * t * kv});
+  }
   if (m.position == PositionKind::kRope) {
     // Rotary embedding of Q and K as eager PyTorch runs it (Hugging Face's and Megatron-DeepSpeed's
     // apply_rotary_pos_emb: x * cos + rotate_half(x) * sin, rotate_half = cat(-x2, x1), cos and sin
@@ -151,6 +242,11 @@ std::vector<ElementwiseKernel> layer_elementwise_kernels(const ModelSpec& m, std
     const double qk = t * (q + kv);
     const double bytes = 20.0 * m.rotary_fraction * qk + (m.rotary_fraction < 1.0 ? 4.0 * qk : 0.0);
     k.push_back({"activation", bytes, bytes});
+  }
+  if (m.attention_softcap && attention != AttentionKernels::kFlash) {
+    // cap x tanh(scores / cap) as eager PyTorch runs it (Gemma2's eager attention: divide, tanh,
+    // multiply): three passes over the scores, read and write each; backward alike.
+    k.push_back({"attention_scale", 12.0 * scores, 12.0 * scores, true});
   }
   if (attention == AttentionKernels::kUnfused) {
     // Scores / sqrt(d) (read, write), then mask fill and softmax (read, write each) and, with
@@ -205,17 +301,22 @@ std::vector<ElementwiseKernel> layer_elementwise_kernels(const ModelSpec& m, std
     const double router = t * static_cast<double>(m.experts);
     k.push_back({"attention_softmax", 8.0 * router, 8.0 * router});
     const double routed = static_cast<double>(tokens_per_expert(m, micro_batch * m.seq * ep));
-    const double routed_hidden = routed * static_cast<double>(m.hidden);
+    // The busiest expert (routing_imbalance) is one of this rank's: its kernels run its tokens.
+    const double busiest = static_cast<double>(busiest_expert_tokens(m, micro_batch * m.seq * ep));
     const std::int64_t local_experts = m.experts / ep;
+    double expert_tokens = 0.0;
     for (std::int64_t x = 0; x < local_experts; ++x) {
-      k.push_back({"", 4.0 * routed_hidden, 6.0 * routed_hidden, false, true});
-      ElementwiseKernel act = activation(routed * static_cast<double>(m.ffn / tp));
+      const double rows = x == 0 ? busiest : routed;
+      const double rows_hidden = rows * static_cast<double>(m.hidden);
+      expert_tokens += rows;
+      k.push_back({"", 4.0 * rows_hidden, 6.0 * rows_hidden, false, true});
+      ElementwiseKernel act = activation(rows * static_cast<double>(m.ffn / tp));
       act.expert = true;
       k.push_back(act);
-      k.push_back({"residual_add", 6.0 * routed_hidden, 6.0 * routed_hidden, false, true});
+      k.push_back({"residual_add", 6.0 * rows_hidden, 6.0 * rows_hidden, false, true});
     }
-    const double f = routed * static_cast<double>(local_experts) * static_cast<double>(m.ffn / tp);
-    mlp_outputs = gated * f + routed_hidden * static_cast<double>(local_experts);
+    const double f = expert_tokens * static_cast<double>(m.ffn / tp);
+    mlp_outputs = gated * f + expert_tokens * static_cast<double>(m.hidden);
     if (m.shared_ffn > 0) {
       const double shared = t * static_cast<double>(m.shared_ffn / tp);
       k.push_back(activation(shared));
@@ -266,7 +367,7 @@ sim::Bytes stored_activation_bytes(const ModelSpec& m, std::int64_t micro_batch,
   const double kv = static_cast<double>(m.kv_width());
   if (policy == Recompute::kFull) return sim::Bytes{static_cast<std::int64_t>(2.0 * s * b * h)};
   const double attention_linear = s * b * (2.0 * h + 2.0 * q + 4.0 * kv + 2.0 * q + h);
-  const double attention_quadratic = 5.0 * a * s * s * b;
+  const double attention_quadratic = 5.0 * a * s * static_cast<double>(m.attention_span()) * b;
   double mlp_per_token = 2.0 * h + h;  // input, dropout mask
   if (!m.moe()) {
     mlp_per_token += mlp_stored_bytes_per_token(m, m.ffn);

@@ -3,6 +3,7 @@
 //
 // FLOPs count a multiply-add as 2. Attention core FLOPs count the full s x s score matrix (no
 // causal halving), as Megatron-LM's reported TFLOPs do, so figures compare with published ones.
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <string>
@@ -61,12 +62,60 @@ struct ModelSpec {
   std::int64_t experts = 0;  // 0: a dense MLP of width ffn
   std::int64_t experts_per_token = 0;
   std::int64_t shared_ffn = 0;
+  // RMSNorm over each head of Q and of K before rotary positions (Qwen3's q_norm and k_norm): one
+  // weight of head_dim each per layer.
+  bool qk_norm = false;
+  // A norm after the attention and after the MLP besides the norms before them (Gemma-2's
+  // post_attention_layernorm and post_feedforward_layernorm): four norms per layer.
+  bool post_norms = false;
+  // Soft-capping, cap x tanh(x / cap): of the output logits (Gemma-2's final_logit_softcapping),
+  // and of the attention scores (attn_logit_softcapping; inside flash attention's kernel, a kernel
+  // of its own over the scores otherwise).
+  bool logit_softcap = false;
+  bool attention_softcap = false;
+  // Sliding-window attention: `sliding_window_layers` of the layers attend to the last
+  // `sliding_window` positions only (Gemma-2: every other layer, 4,096). 0: every layer global.
+  std::int64_t sliding_window = 0;
+  std::int64_t sliding_window_layers = 0;
+  // Multi-head latent attention (DeepSeek-V2/V3, modeling_deepseek.py DeepseekV3Attention): keys and
+  // values from a compressed latent of kv_lora_rank (kv_a_proj_with_mqa: hidden -> kv_lora_rank +
+  // qk_rope_dim, a norm, kv_b_proj: kv_lora_rank -> heads x (qk_nope_dim + v_head_dim)), queries
+  // through a latent of q_lora_rank (q_a_proj, a norm, q_b_proj; 0: one q_proj), each head's
+  // query and key qk_nope_dim + qk_rope_dim wide (rotary positions on the rope part only), values
+  // v_head_dim wide. kv_lora_rank 0: ordinary attention.
+  std::int64_t q_lora_rank = 0;
+  std::int64_t kv_lora_rank = 0;
+  std::int64_t qk_nope_dim = 0;
+  std::int64_t qk_rope_dim = 0;
+  std::int64_t v_head_dim = 0;
+  // A mixture of experts whose first `dense_layers` layers have a dense MLP of width dense_ffn
+  // (DeepSeek's first_k_dense_replace and intermediate_size); the other layers are MoE.
+  std::int64_t dense_layers = 0;
+  std::int64_t dense_ffn = 0;
+  bool router_bias = false;  // a bias per expert in the router (DeepSeek-V3's e_score_correction_bias)
+  // Tokens of the busiest expert over the mean (max / mean tokens per expert), >= 1: the slowest
+  // expert's work and the all-to-all's largest message. 1: even routing.
+  double routing_imbalance = 1.0;
 
-  [[nodiscard]] std::int64_t head_dim() const { return head_size > 0 ? head_size : hidden / heads; }
+  [[nodiscard]] bool mla() const { return kv_lora_rank > 0; }
+  [[nodiscard]] std::int64_t head_dim() const {
+    if (mla()) return qk_nope_dim + qk_rope_dim;
+    return head_size > 0 ? head_size : hidden / heads;
+  }
+  /// Width of one head's values (MLA: v_head_dim; otherwise the head width).
+  [[nodiscard]] std::int64_t value_dim() const { return mla() ? v_head_dim : head_dim(); }
+  [[nodiscard]] std::int64_t moe_layers() const { return moe() ? layers - dense_layers : 0; }
   [[nodiscard]] std::int64_t q_width() const { return heads * head_dim(); }  // = hidden unless head_size says otherwise
   [[nodiscard]] std::int64_t kv_width() const { return kv_heads * head_dim(); }
   [[nodiscard]] bool moe() const { return experts > 0; }
-  [[nodiscard]] int norms_per_layer() const { return parallel_block ? 1 : 2; }
+  [[nodiscard]] int norms_per_layer() const { return (parallel_block ? 1 : 2) + (post_norms ? 2 : 0); }
+  /// The keys a query attends to, averaged over the layers (FLOPs are linear in it): seq for
+  /// global attention, min(window, seq) on the sliding-window layers. Full s x s convention.
+  [[nodiscard]] std::int64_t attention_span() const {
+    if (sliding_window <= 0 || sliding_window_layers <= 0 || layers <= 0) return seq;
+    const std::int64_t local = std::min(sliding_window, seq);
+    return (seq * (layers - sliding_window_layers) + local * sliding_window_layers + layers - 1) / layers;
+  }
 };
 
 struct ParameterCounts {
@@ -166,6 +215,12 @@ struct GemmShape {
 
 /// Tokens each expert runs in a micro-batch of `tokens` under even routing (see layer_gemms).
 [[nodiscard]] std::int64_t tokens_per_expert(const ModelSpec& m, std::int64_t tokens);
+/// Tokens of the busiest expert: tokens_per_expert x routing_imbalance, rounded up.
+[[nodiscard]] std::int64_t busiest_expert_tokens(const ModelSpec& m, std::int64_t tokens);
+/// Elements the busiest rank of an expert-parallel group of `ep` receives in one all-to-all of a
+/// micro-batch of `tokens` tokens per rank: its even share (tokens x experts_per_token x hidden)
+/// plus its busiest expert's excess over the mean (routing_imbalance).
+[[nodiscard]] std::int64_t busiest_rank_dispatch_elements(const ModelSpec& m, std::int64_t tokens, std::int64_t ep);
 
 /// Bytes kept per layer between forward and backward, by recomputation policy, for 16-bit
 /// activations. From Korthikanti et al., "Reducing Activation Recomputation in Large Transformer

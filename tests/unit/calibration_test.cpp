@@ -254,6 +254,18 @@ TEST(ShippedCalibration, H100TablesAreWhatCalibrateWritesFromTheMeasurements) {
       "offsim calibrate bench/data/h100-sxm-transfer.csv --device h100-sxm --filter memory=pinned --out "
       "configs/calibration/h100-sxm.copies.yaml";
   expect_reproducible("configs/calibration/h100-sxm.copies.yaml", copies);
+  // The FP8 E4M3 grid (bench/data/h100-sxm-gemm-fp8.md): the full m x n x k grid inside the
+  // measured shapes, against the FP8 peak.
+  CalibrateOptions fp8;
+  fp8.files = {"bench/data/h100-sxm-gemm-fp8.csv"};
+  fp8.device_kind = "h100-sxm";
+  fp8.filters = {"dtype=fp8_e4m3", "m=1024|2048|4096|8192", "n=1024|2048|4096|8192"};
+  fp8.peak = sim::FlopRate{1978.9e12};
+  fp8.command_line =
+      "offsim calibrate bench/data/h100-sxm-gemm-fp8.csv --device h100-sxm --filter dtype=fp8_e4m3 --filter "
+      "'m=1024|2048|4096|8192' --filter 'n=1024|2048|4096|8192' --peak '1978.9 TFLOP/s' --out "
+      "configs/calibration/h100-sxm.gemm-fp8.yaml";
+  expect_reproducible("configs/calibration/h100-sxm.gemm-fp8.yaml", fp8);
 }
 
 TEST(ShippedCalibration, XeonHostTableIsWhatCalibrateWritesFromTheH100MachinesHost) {

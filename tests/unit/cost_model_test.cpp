@@ -186,3 +186,55 @@ TEST(CostModel, AGemmTableReadsTheSameAsAListOrAsABlock) {
 
 }  // namespace
 }  // namespace offsim::models
+
+namespace offsim::models {
+namespace {
+
+TEST(CostModel, Fp8GemmsRunAtTheFp8PeakWithOneByteOperands) {
+  // FP8 peak 200 TFLOP/s at efficiency 0.5 (no table): 4096^3 takes 2 x 4096^3 / 100 TFLOP/s =
+  // 1.374 ms (compute-bound; its memory time (1 B x 2 x 4096^2 + 2 B x 4096^2) / 1 TB/s is 67 us).
+  DeviceCosts d = device_with_table();
+  d.fp8 = DeviceCosts::Fp8Costs{true, false, "test", sim::FlopRate{200e12}, 0.5, {}};
+  const CostModel c(d);
+  EXPECT_EQ(c.fp8_gemm_time(cube(4096)), sim::duration_of(2.0 * 4096.0 * 4096.0 * 4096.0, 0.5 * 200e12));
+  // A skinny GEMM is memory-bound: 65536 x 16 x 65536 reads 1 B x (2^32 + 2^20) and writes
+  // 2 B x 2^20 bytes: (2^32 + 3 x 2^20) / 1 TB/s.
+  const GemmShape skinny{"g", 65536, 16, 65536, 1};
+  EXPECT_EQ(c.fp8_gemm_time(skinny), sim::duration_of(4294967296.0 + 3.0 * 1048576.0, 1e12));
+  // A device without FP8 costs refuses.
+  EXPECT_THROW((void)CostModel(device_with_table()).fp8_gemm_time(cube(1024)), std::logic_error);
+}
+
+}  // namespace
+}  // namespace offsim::models
+
+#include "models/strategies/layer_kernels.hpp"
+
+namespace offsim::models {
+namespace {
+
+TEST(Fp8State, WeightCopiesAndScalingStateByTheirBytes) {
+  // A GeLU layer of hidden 64, tp 1: QKV 64 x 192, out 64 x 64, MLP 64 x 256 and 256 x 64: 12 x 64^2
+  // weights at 2 B (FP8 copy and transpose); 4 GEMMs x 5 slots x (1,024 history + scale +
+  // scale_inv) x 4 B of scaling state; 3 layers.
+  ModelSpec m;
+  m.name = "t";
+  m.layers = 3;
+  m.hidden = 64;
+  m.heads = 4;
+  m.kv_heads = 4;
+  m.ffn = 256;
+  m.vocab = 128;
+  m.seq = 32;
+  const Fp8Training delayed{Fp8Recipe::kDelayed, 1024, {}, {}};
+  EXPECT_EQ(fp8_state_bytes(m, delayed, 1, 1, 3).count, 3 * (12 * 64 * 64 * 2 + 4 * 5 * 1026 * 4));
+  // Current scaling keeps no history: one amax, the scale and scale_inv per slot.
+  const Fp8Training current{Fp8Recipe::kCurrent, 1024, {}, {}};
+  EXPECT_EQ(fp8_state_bytes(m, current, 1, 1, 3).count, 3 * (12 * 64 * 64 * 2 + 4 * 5 * 3 * 4));
+  // Casts: cast-transpose 2 + 1 + 1 B; current scaling an amax pass (2 B) first.
+  EXPECT_DOUBLE_EQ(fp8_cast_bytes_per_element(Fp8Recipe::kDelayed), 4.0);
+  EXPECT_DOUBLE_EQ(fp8_cast_bytes_per_element(Fp8Recipe::kCurrent), 6.0);
+}
+
+}  // namespace
+}  // namespace offsim::models

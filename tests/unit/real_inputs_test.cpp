@@ -60,6 +60,8 @@ TEST(RealHuggingFaceConfigs, LoadWithThePublishedParameterCounts) {
       {"pythia-410m-finetune.config.json", 405'334'016},
       {"gpt2.config.json", 124'439'808},
       {"gpt2-xl.config.json", 1'557'611'200},
+      // Qwen3-8B: 8.2 B (8,190,735,360; 6.95 B without the embeddings), with its q/k norms.
+      {"qwen3-8b.config.json", 8'190'735'360},
   };
   for (const auto& [file, count] : published) {
     SCOPED_TRACE(file);
@@ -78,14 +80,38 @@ TEST(RealHuggingFaceConfigs, LoadWithThePublishedParameterCounts) {
   EXPECT_DOUBLE_EQ(read_hf("meta-llama-3-8b.config.json").model->rotary_fraction, 1.0);
 }
 
+// DeepSeek-V2 and V3: multi-head latent attention, dense first layers (first_k_dense_replace) then
+// MoE layers with shared experts. Per layer (V3, h 7,168, 128 heads): q_a_proj 7,168 x 1,536, its
+// norm 1,536, q_b_proj 1,536 x 128 x 192, kv_a_proj_with_mqa 7,168 x 576, its norm 512, kv_b_proj
+// 512 x 128 x 256, o_proj 128 x 128 x 7,168: 187,107,328; 3 dense layers of MLP 3 x 7,168 x 18,432;
+// 58 MoE layers of 256 + 1 experts of 3 x 7,168 x 2,048, the router 7,168 x 256 and its 256 biases;
+// two norms per layer; embeddings and head 2 x 129,280 x 7,168; the final norm: 671,026,419,200
+// (published: 671 B, the main model without its multi-token prediction module). V2 (h 5,120, 60
+// layers, 1 dense of 12,288, 160 + 2 experts of 1,536, vocabulary 102,400, no router bias):
+// 235,741,434,880 (published: 235.7 B, "236B").
+TEST(RealHuggingFaceConfigs, DeepSeekLatentAttentionAndDenseFirstLayersMatchThePublishedCounts) {
+  const HfOutcome v3 = read_hf("deepseek-v3.config.json");
+  ASSERT_TRUE(v3.model) << v3.error;
+  const ParameterCounts c3 = count_parameters(*v3.model);
+  EXPECT_EQ(c3.total, 671'026'419'200);
+  EXPECT_NEAR(static_cast<double>(c3.total) / 1e9, 671.0, 0.5);
+  // Active: less 248 unrouted experts of 44,040,192 in each of the 58 MoE layers: 37.6 B
+  // (published: 37 B activated).
+  EXPECT_EQ(c3.active, 671'026'419'200 - 248LL * 44'040'192 * 58);
+  EXPECT_EQ(v3.model->dense_layers, 3);
+  EXPECT_EQ(v3.model->head_dim(), 192);
+  EXPECT_EQ(v3.model->value_dim(), 128);
+  EXPECT_TRUE(v3.model->router_bias);
+  const HfOutcome v2 = read_hf("deepseek-v2-236b-with-extra-M-key.config.json");
+  ASSERT_TRUE(v2.model) << v2.error;
+  EXPECT_EQ(count_parameters(*v2.model).total, 235'741'434'880);
+  EXPECT_NEAR(static_cast<double>(count_parameters(*v2.model).total) / 1e9, 235.7, 0.05);
+  EXPECT_EQ(v2.model->shared_ffn, 2 * 1536);
+  EXPECT_FALSE(v2.model->router_bias);
+}
+
 TEST(RealHuggingFaceConfigs, InexpressibleShapesAreRefusedWhereTheFileSaysSo) {
   const std::vector<std::pair<std::string, std::string>> refused{
-      {"deepseek-v2-236b-with-extra-M-key.config.json",
-       "deepseek-v2-236b-with-extra-M-key.config.json:22:17: model_type: not expressible in offsim: deepseek_v2: "
-       "multi-head latent attention (kv_lora_rank, q_lora_rank) is not modelled"},
-      {"deepseek-v3.config.json",
-       "deepseek-v3.config.json:22:19: model_type: not expressible in offsim: deepseek_v3: multi-head latent "
-       "attention"},
       {"falcon-40b-refinedweb-legacy.config.json",
        "falcon-40b-refinedweb-legacy.config.json:19:17: model_type: not expressible in offsim: 'RefinedWeb' is not a "
        "model family offsim reads"},

@@ -1,6 +1,10 @@
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <map>
 #include <string_view>
+
+#include <fmt/format.h>
 
 #include "models/transformer/model_parser.hpp"
 #include "models/transformer/transformer.hpp"
@@ -333,6 +337,152 @@ TEST(WideHeads, GemmaStyleHeadsWiderThanHiddenOverHeads) {
   const auto g = layer_gemms(m, 1, 1);
   EXPECT_EQ(g[0].n, 3 * 4096);  // QKV
   EXPECT_EQ(g[3].k, 4096);      // attention output
+}
+
+}  // namespace
+}  // namespace offsim::models
+
+namespace offsim::models {
+namespace {
+
+// A Hugging Face config.json written to a temporary file and read as a model.
+ModelSpec read_hf_text(const std::string& name, const std::string& json) {
+  const std::string path = ::testing::TempDir() + name;
+  {
+    std::ofstream f(path);
+    f << json;
+  }
+  sim::config::Context ctx;
+  auto m = parse_model(ctx.load_root(path));
+  EXPECT_FALSE(ctx.has_errors());
+  EXPECT_TRUE(m.has_value());
+  return m.value_or(ModelSpec{});
+}
+
+// The shape keys of google/gemma-2-2b's and google/gemma-2-9b's config.json (transformers 4.42
+// Gemma2Config as published on the Hub; defaults for the soft-caps and sliding window). Published
+// counts: 2,614,341,888 and 9,241,705,984 (4 RMSNorms per layer: the pre and post norms).
+std::string gemma2(int layers, int hidden, int heads, int kv_heads, int ffn) {
+  return fmt::format(R"({{"architectures": ["Gemma2ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+  "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0, "head_dim": 256,
+  "hidden_act": "gelu_pytorch_tanh", "hidden_activation": "gelu_pytorch_tanh", "hidden_size": {},
+  "intermediate_size": {}, "max_position_embeddings": 8192, "model_type": "gemma2", "num_attention_heads": {},
+  "num_hidden_layers": {}, "num_key_value_heads": {}, "query_pre_attn_scalar": 256, "sliding_window": 4096,
+  "vocab_size": 256000}})",
+                     hidden, ffn, heads, layers, kv_heads);
+}
+
+TEST(HuggingFaceFamilies, Gemma2CountsItsPreAndPostNormsAndCostsItsSoftCapsAndWindows) {
+  const ModelSpec g2 = read_hf_text("gemma-2-2b.json", gemma2(26, 2304, 8, 4, 9216));
+  EXPECT_EQ(count_parameters(g2).total, 2'614'341'888);
+  const ModelSpec g9 = read_hf_text("gemma-2-9b.json", gemma2(42, 3584, 16, 8, 14336));
+  EXPECT_EQ(count_parameters(g9).total, 9'241'705'984);
+  EXPECT_EQ(g9.norms_per_layer(), 4);
+  EXPECT_TRUE(g9.logit_softcap);
+  EXPECT_TRUE(g9.attention_softcap);
+  // 21 of 42 layers see 4,096 keys of 8,192: attention FLOPs 3/4 of global attention's.
+  EXPECT_EQ(g9.attention_span(), (8192 * 21 + 4096 * 21) / 42);
+  ModelSpec global = g9;
+  global.sliding_window = 0;
+  EXPECT_DOUBLE_EQ(layer_forward(g9, 1, true).attention.count, 0.75 * layer_forward(global, 1, true).attention.count);
+}
+
+// Qwen3-30B-A3B's shape (its config.json: 48 layers, hidden 2048, 32 heads of 128, 4 KV heads, 128
+// experts of 768, 8 per token, vocabulary 151,936, untied). Published (model card): 30.5 B
+// parameters, 3.3 B activated, 29.9 B without the embeddings.
+TEST(HuggingFaceFamilies, Qwen3MoeCountsItsQueryAndKeyNormsAndExperts) {
+  const ModelSpec q = read_hf_text("qwen3-30b-a3b.json", R"({"architectures": ["Qwen3MoeForCausalLM"],
+  "attention_bias": false, "decoder_sparse_step": 1, "head_dim": 128, "hidden_act": "silu", "hidden_size": 2048,
+  "intermediate_size": 6144, "max_position_embeddings": 40960, "max_window_layers": 48, "mlp_only_layers": [],
+  "model_type": "qwen3_moe", "moe_intermediate_size": 768, "num_attention_heads": 32, "num_experts": 128,
+  "num_experts_per_tok": 8, "num_hidden_layers": 48, "num_key_value_heads": 4, "sliding_window": null,
+  "tie_word_embeddings": false, "use_sliding_window": false, "vocab_size": 151936})");
+  const ParameterCounts c = count_parameters(q);
+  // Per layer: Q and O 2 x 2048 x 4096, K and V 2 x 2048 x 512, q/k norms 2 x 128, 128 experts of
+  // 3 x 2048 x 768, the router 2048 x 128, two norms 2 x 2048: 623,120,640.
+  EXPECT_EQ(c.per_layer, 623'120'640);
+  EXPECT_EQ(c.total, 30'532'122'624);
+  EXPECT_NEAR(static_cast<double>(c.total) / 1e9, 30.5, 0.05);
+  EXPECT_EQ(c.active, 3'353'032'704);  // 3.35 B: the card's "3.3B activated", rounded down
+  EXPECT_NEAR(static_cast<double>(c.active) / 1e9, 3.3, 0.06);
+  EXPECT_NEAR(static_cast<double>(c.total - c.embedding - c.output_head) / 1e9, 29.9, 0.05);
+  EXPECT_TRUE(q.qk_norm);
+}
+
+}  // namespace
+}  // namespace offsim::models
+
+namespace offsim::models {
+namespace {
+
+TEST(MixtureOfExperts, RoutingImbalanceGivesTheBusiestExpertItsOwnGemmAndTheAllToAllItsExcess) {
+  // 8 experts, 2 per token, 1,024 tokens: the mean expert runs 1,024 x 2 / 8 = 256 tokens; with
+  // routing_imbalance 1.5 the busiest runs 384, as a GEMM of its own; the other 7 the mean.
+  ModelSpec m = llama_style(2, 64, 4, 4, 128);
+  m.seq = 1024;
+  m.experts = 8;
+  m.experts_per_token = 2;
+  m.routing_imbalance = 1.5;
+  const auto gemms = layer_gemms(m, 1, 1);
+  std::map<std::string, GemmShape> by_name;
+  for (const auto& g : gemms) by_name[g.name] = g;
+  EXPECT_EQ(by_name.at("expert_up").m, 256);
+  EXPECT_EQ(by_name.at("expert_up").batch, 7);
+  EXPECT_EQ(by_name.at("expert_up_busiest").m, 384);
+  EXPECT_EQ(by_name.at("expert_down_busiest").batch, 1);
+  // The all-to-all over ep = 4 (2 experts per rank): the busiest rank receives its even share
+  // 1,024 x 2 x 64 plus its busiest expert's excess, (1.5 - 1) / 2 of it: 1.25 x 131,072.
+  EXPECT_EQ(busiest_rank_dispatch_elements(m, 1024, 4), 163'840);
+  // Even routing: one batched GEMM of all experts, the dispatch unchanged.
+  m.routing_imbalance = 1.0;
+  EXPECT_EQ(layer_gemms(m, 1, 1)[5].batch, 8);
+  EXPECT_EQ(busiest_rank_dispatch_elements(m, 1024, 4), 131'072);
+}
+
+TEST(MultiHeadLatentAttention, ProjectionsThroughTheLatentsAndValueWidthAttention) {
+  // DeepSeek-V3's attention at tp 2: q_a (whole) 7,168 -> 1,536, q_b 1,536 -> 128 x 192 / 2,
+  // kv_a (whole) 7,168 -> 512 + 64, kv_b 512 -> 128 x (128 + 128) / 2, o 128 x 128 / 2 -> 7,168;
+  // Q K^T over 192, P V over 128.
+  ModelSpec m = llama_style(4, 7168, 128, 128, 2048);
+  m.seq = 4096;
+  m.q_lora_rank = 1536;
+  m.kv_lora_rank = 512;
+  m.qk_nope_dim = 128;
+  m.qk_rope_dim = 64;
+  m.v_head_dim = 128;
+  const auto g = layer_gemms(m, 1, 2);
+  ASSERT_GE(g.size(), 7U);
+  EXPECT_EQ((std::vector<std::int64_t>{g[0].n, g[0].k}), (std::vector<std::int64_t>{1536, 7168}));
+  EXPECT_EQ((std::vector<std::int64_t>{g[1].n, g[1].k}), (std::vector<std::int64_t>{128 * 192 / 2, 1536}));
+  EXPECT_EQ((std::vector<std::int64_t>{g[2].n, g[2].k}), (std::vector<std::int64_t>{576, 7168}));
+  EXPECT_EQ((std::vector<std::int64_t>{g[3].n, g[3].k}), (std::vector<std::int64_t>{128 * 256 / 2, 512}));
+  EXPECT_EQ(g[4].k, 192);  // scores
+  EXPECT_EQ(g[5].n, 128);  // values
+  EXPECT_EQ((std::vector<std::int64_t>{g[6].n, g[6].k}), (std::vector<std::int64_t>{7168, 128 * 128 / 2}));
+  // Attention FLOPs: 2 s^2 (128 x 192) + 2 s^2 (128 x 128) per sequence.
+  EXPECT_DOUBLE_EQ(layer_forward(m, 1, true).attention.count, 2.0 * 4096.0 * 4096.0 * 128.0 * (192.0 + 128.0));
+}
+
+}  // namespace
+}  // namespace offsim::models
+
+namespace offsim::models {
+namespace {
+
+TEST(HuggingFaceFamilies, AnFp8CheckpointSaysTrainingPrecisionDecides) {
+  // DeepSeek-V3's published config.json stores its weights in FP8 (quantization_config, quant_method
+  // fp8): a warning at the key says the experiment's training.precision decides how it trains.
+  const std::string path = ::testing::TempDir() + "fp8-checkpoint.json";
+  std::ofstream(path) << R"({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,
+  "num_hidden_layers": 2, "intermediate_size": 128, "vocab_size": 100, "max_position_embeddings": 64,
+  "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8"}})";
+  sim::config::Context ctx;
+  ASSERT_TRUE(parse_model(ctx.load_root(path)));
+  ASSERT_EQ(ctx.warnings().size(), 1U);
+  EXPECT_NE(ctx.warnings()[0].str().find("quantization_config.quant_method: the checkpoint's weights are stored "
+                                         "quantized (fp8); offsim trains the model in training.precision"),
+            std::string::npos)
+      << ctx.warnings()[0].str();
 }
 
 }  // namespace

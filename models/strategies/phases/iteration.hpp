@@ -3,12 +3,14 @@
 // builder is given (IterationInputs) and what it returns (BuiltIteration). Below the strategies
 // (models/strategies/ includes this folder, never the other way round).
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "models/collectives/plan.hpp"
 #include "models/cost/cost_model.hpp"
 #include "models/platform/machine_resources.hpp"
+#include "models/transformer/fp8.hpp"
 #include "models/transformer/transformer.hpp"
 #include "sim/exec/task_graph.hpp"
 #include "topologies/topology.hpp"
@@ -23,6 +25,7 @@ struct TrainingSpec {
   // Megatron's fused scale-mask-softmax in place of PyTorch's separate kernels (without flash
   // attention only; `fused_softmax:` in the experiment).
   bool fused_softmax = false;
+  std::optional<Fp8Training> fp8;  // `precision: fp8` (Transformer Engine); nullopt: bf16
   [[nodiscard]] AttentionKernels attention_kernels() const {
     if (flash_attention) return AttentionKernels::kFlash;
     return fused_softmax ? AttentionKernels::kFusedSoftmax : AttentionKernels::kUnfused;
