@@ -49,6 +49,7 @@
 #include "models/placement/state_placement.hpp"
 #include "models/strategies/context_parallel.hpp"
 #include "models/strategies/layer_kernels.hpp"
+#include "models/strategies/phases/pipeline_data_parallel.hpp"
 #include "models/strategies/phases/rank_timeline.hpp"
 #include "models/strategies/phases/steps.hpp"
 #include "models/strategies/phases/zero_policy.hpp"
@@ -229,11 +230,8 @@ class MegatronBuilder {
     const std::vector<TaskId> ready = place_states();
     run_schedules(ready);
     point_to_point();
-    std::vector<TaskId> end = optimizer_step(reduce_gradients());
-    if (policy.gathers_updated_parameters() && dp > 1) end = parameter_allgather(end);
-    (void)g.add("iteration.end", "end", BarrierTask{}, end);
+    (void)g.add("iteration.end", "end", BarrierTask{}, data_parallel_step());
     finish();
-    split_and_context_figures();
     return std::move(out);
   }
 
@@ -686,102 +684,23 @@ class MegatronBuilder {
     return route;
   }
 
-  // The simulated ranks by their number of parameters (which differs between stages).
-  [[nodiscard]] std::map<std::int64_t, std::vector<int>> ranks_by_size() const {
-    std::map<std::int64_t, std::vector<int>> by_size;
-    for (int s = 0; s < sims; ++s) by_size[rank_state[s].params].push_back(s);
-    return by_size;
-  }
-
-  // BF16_Optimizer adds each micro-batch's bf16 gradients into its fp32 buffer (precision.hpp).
-  // DeepSpeed does it after every micro-batch's backward; here the micro-batches' additions run
-  // back to back after the rank's last operation, before the gradient all-reduce: the same work on
-  // the rank, placed after the schedule instead of inside it.
-  void accumulate_fp32_gradients() {
-    for (int s = 0; s < sims; ++s) {
-      const RankState& rs = rank_state[s];
-      const TaskId before = last_op[s];
-      last_op[s] = models::accumulate_fp32_gradients(timeline, s, "accumulate_fp32_gradients", in.costs, rs.params,
-                                                     micro_batches, last_op[s]);
-      if (rs.rank == 0) out.spans.push_back({phase::kOptimizer, before, last_op[s], true});
+  // Data parallelism after the schedules (phases/pipeline_data_parallel.hpp): the gradients over
+  // each rank's DP group (ranks tp x cp x pp apart and its CP group's, gradient_group_plan), Adam,
+  // and the parameter all-gather where the optimizer is partitioned.
+  std::vector<TaskId> data_parallel_step() {
+    PipelineDataParallel step{timeline, dp_comm, policy, dp_plan, dp, in.costs, micro_batches, {}, {}};
+    for (const RankState& rs : rank_state) {
+      step.params.push_back(rs.params);
+      step.adam.push_back(rs.k.adam);
     }
-  }
-
-  // Data parallelism: the rank's gradients over its DP group (ranks tp x pp apart).
-  std::vector<TaskId> reduce_gradients() {
-    if (policy.bf16_optimizer()) accumulate_fp32_gradients();
-    std::vector<std::vector<TaskId>> after_backward(sims);
-    for (int s = 0; s < sims; ++s) after_backward[s] = {last_op[s]};
-    std::vector<TaskId> reduced(sims);
-    if (dp > 1) {
-      // Ranks of different stages hold different amounts: one collective per distinct size, each
-      // rank taking part in its own (the others pass through).
-      for (const auto& [n, members] : ranks_by_size()) {
-        std::vector<bool> taking_part(sims, false);
-        for (const int s : members) taking_part[s] = true;
-        // The gradients in the dtype they accumulate in (fp32: Megatron's main_grad, BF16_Optimizer's
-        // buffer), reduced to their owners where the optimizer is partitioned (ZeroPolicy).
-        const auto done = dp_comm.add(policy.gradient_reduction(), fmt::format(FMT_COMPILE("dp.gradients.{}"), n),
-                                      policy.reduced_elements(n), dp_plan, after_backward, taking_part);
-        for (const int s : members) reduced[s] = done[s];
-      }
-    } else {
-      for (int s = 0; s < sims; ++s) reduced[s] = last_op[s];
-    }
-    return reduced;
-  }
-
-  // Then Adam on the GPU, over the rank's optimizer share.
-  std::vector<TaskId> optimizer_step(const std::vector<TaskId>& reduced) {
-    std::vector<TaskId> end(sims);
-    for (int s = 0; s < sims; ++s) {
-      const RankState& rs = rank_state[s];
-      end[s] = gpu_optimizer_step(timeline, s, policy, in.costs, rs.params, optimizer_share(rs.params), rs.k.adam,
-                                  reduced[s])
-                   .last;
-      if (rs.rank == 0) {
-        out.spans.push_back({phase::kGradientReduction, last_op[s], reduced[s], true});
-        out.spans.push_back({phase::kOptimizer, reduced[s], end[s], true});
-      }
-    }
-    return end;
-  }
-
-  // ZeRO-1: the updated parameters all-gathered over the DP group.
-  std::vector<TaskId> parameter_allgather(const std::vector<TaskId>& end) {
-    std::vector<TaskId> gathered = end;
-    for (const auto& [n, members] : ranks_by_size()) {
-      std::vector<std::vector<TaskId>> deps(sims);
-      for (int s = 0; s < sims; ++s) deps[s] = {end[s]};
-      std::vector<bool> taking_part(sims, false);
-      for (const int s : members) taking_part[s] = true;
-      const auto done = dp_comm.add(CollectiveKind::kAllGather, fmt::format(FMT_COMPILE("dp.parameters.{}"), n), n,
-                                    dp_plan, deps, taking_part);
-      for (const int s : members) gathered[s] = done[s];
-    }
-    for (int s = 0; s < sims; ++s) {
-      if (rank_state[s].rank == 0) out.spans.push_back({phase::kParameterAllgather, end[s], gathered[s], true});
-    }
-    return gathered;
-  }
-
-  // After finish(): the split's note, and with context parallelism the figures of a rank's share
-  // (finish() divides the replica's work over tp x pp devices; a replica has tp x cp x pp) and the
-  // tokens of spec.dp replicas (the shared steps' dp is the dp x cp gradient group).
-  void split_and_context_figures() {
-    if (!split.note.empty()) out.approximations.push_back(split.note);
-    if (cp == 1) return;
-    const double sequences = static_cast<double>(train.micro_batch * train.grad_accum);
-    out.model_flops_per_device = model_flops_per_sequence(m) * (sequences / (tp * cp * pp));
-    out.hardware_flops_per_device = hardware_flops_per_sequence(m, train.recompute) * (sequences / (tp * cp * pp));
-    out.tokens_per_iteration = sequences * static_cast<double>(m.seq) * spec.dp;
-    out.approximations.push_back(context_parallel_approximation(cp));
+    return pipeline_data_parallel_step(step, last_op, out.spans);
   }
 
   // The iteration's figures and approximations.
   void finish() {
-    // Per device: the replica's work split over its tp x pp devices.
-    set_work_figures(out, in, static_cast<double>(train.micro_batch * train.grad_accum), dp, tp * pp);
+    // Per device: a replica's work split over its tp x cp x pp devices; spec.dp replicas of the
+    // data (the shared steps' dp is the dp x cp gradient group).
+    set_work_figures(out, in, static_cast<double>(train.micro_batch * train.grad_accum), spec.dp, tp * cp * pp);
     // The model states of the first simulated rank (pipeline stage 0). The last stage holds more
     // when the embeddings are untied (the output head and final norm against the embedding); the
     // largest over the ranks would change the shipped llama2-70b figure, so it is left as is.
@@ -793,6 +712,8 @@ class MegatronBuilder {
           "parallelism costed as the all-reduce it replaces");
     }
     out.approximations.push_back("pipeline: gradients reduced after the last backward (no overlap with the cool-down)");
+    if (!split.note.empty()) out.approximations.push_back(split.note);
+    if (cp > 1) out.approximations.push_back(context_parallel_approximation(cp));
   }
 };
 
