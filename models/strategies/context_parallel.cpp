@@ -1,7 +1,12 @@
 #include "models/strategies/context_parallel.hpp"
 
+#include <fmt/compile.h>
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <limits>
+
+#include "models/transformer/phases.hpp"
 #include "models/transformer/precision.hpp"
 
 namespace offsim::models {
@@ -55,6 +60,71 @@ std::string context_parallel_approximation(int cp) {
       "memory; gradients reduced over dp x cp in two stages (over the cp band, then the dp band: the bytes per "
       "rank of one flat ring over dp x cp)",
       cp);
+}
+
+RingAttention::RingAttention(RankTimeline& ranks, const MachineResources& machine, const topo::Topology& topology,
+                             const std::vector<std::size_t>& devices, Grid grid, Fidelity fidelity,
+                             bool link_statistics, sim::Bytes kv)
+    : ranks_(ranks),
+      machine_(machine),
+      topology_(topology),
+      devices_(devices),
+      grid_(grid),
+      fidelity_(fidelity),
+      link_statistics_(link_statistics),
+      kv_(kv) {}
+
+sim::TaskId RingAttention::run(int s, bool forward, const std::string& name, const char* phase, sim::TimePs block,
+                               sim::Flops block_flops, sim::TaskId start) {
+  RingCallbacks add;
+  add.step = [&](int step, std::vector<sim::TaskId> deps) {
+    return ranks_.compute(s, fmt::format(FMT_COMPILE("{}.ring{}"), name, step), phase, block, block_flops, "attention",
+                          std::move(deps));
+  };
+  add.send = [&](int step, sim::Bytes bytes, std::vector<sim::TaskId> deps) {
+    return ranks_.graph().add(ranks_.task_name(s, fmt::format(FMT_COMPILE("{}.kv{}"), name, step)),
+                              phase::kCommunication, send(ranks_.slot(s).rank, bytes), std::move(deps));
+  };
+  add.join = [&](std::vector<sim::TaskId> deps) {
+    return ranks_.graph().add(ranks_.task_name(s, name + ".ring.done"), "pipeline", sim::BarrierTask{},
+                              std::move(deps));
+  };
+  return add_ring_attention(forward, grid_.cp, kv_, start, add);
+}
+
+sim::TransferTask RingAttention::send(int from, sim::Bytes bytes) {
+  const Route& r = route(from);
+  if (fidelity_ != Fidelity::kAnalytic) return sim::TransferTask{r.route, bytes, sim::TimePs{0}, {}, {}};
+  return sim::TransferTask{
+      {}, bytes, sim::TimePs{0}, sim::Bandwidth{r.rate}, link_statistics_ ? r.route : std::vector<sim::ConstraintId>{}};
+}
+
+const RingAttention::Route& RingAttention::route(int from) {
+  const auto cached = routes_.find(from);
+  if (cached != routes_.end()) return cached->second;
+  const int tp = grid_.tp;
+  const int cp = grid_.cp;
+  const auto next = [&](int r) {
+    const int c = (r / tp) % cp;
+    return r + tp * ((c + 1) % cp - c);
+  };
+  std::vector<std::vector<sim::ConstraintId>> hops;
+  std::map<std::uint32_t, int> crossing;
+  for (int member = 0; member < grid_.class_size; ++member) {
+    const int r = from + member;
+    hops.push_back(machine_.transfer_route(topology_, devices_[r], devices_[next(r)]));
+    for (const auto c : hops.back()) ++crossing[c.index];
+  }
+  Route ring;
+  ring.rate = std::numeric_limits<double>::infinity();
+  const auto& constraints = machine_.platform.constraints;
+  for (const auto& hop : hops) {
+    for (const auto c : hop)
+      ring.rate = std::min(ring.rate, constraints[c.index].capacity.bytes_per_s / crossing[c.index]);
+    ring.route.insert(ring.route.end(), hop.begin(), hop.end());
+  }
+  std::sort(ring.route.begin(), ring.route.end());
+  return routes_.emplace(from, std::move(ring)).first->second;
 }
 
 }  // namespace offsim::models

@@ -19,6 +19,12 @@
 #include <functional>
 #include <string>
 
+#include <map>
+#include <vector>
+
+#include "models/collectives/plan.hpp"
+#include "models/platform/machine_resources.hpp"
+#include "models/strategies/phases/rank_timeline.hpp"
 #include "models/transformer/transformer.hpp"
 #include "sim/exec/task_graph.hpp"
 
@@ -46,5 +52,44 @@ struct RingCallbacks {
 
 /// The report's statement of the model above.
 [[nodiscard]] std::string context_parallel_approximation(int cp);
+
+/// One layer's ring attention on the simulated ranks of a Megatron grid (rank r = t + tp x (c + cp
+/// x ...)): add_ring_attention with each step's block on the rank's GPU and each send to the next
+/// context rank. Flow fidelity: a flow on the rank's route, sharing links with all other traffic.
+/// Analytic (the ranks in lockstep, with classes each standing for its `class_size` members): a
+/// transfer at the rate the members' sends would get on an otherwise idle machine (each link split
+/// evenly among those crossing it, ADR 0006), crediting every member's links.
+class RingAttention {
+ public:
+  struct Grid {
+    int tp = 1;
+    int cp = 1;
+    int class_size = 1;  // ranks each simulated rank stands for (consecutive)
+  };
+  RingAttention(RankTimeline& ranks, const MachineResources& machine, const topo::Topology& topology,
+                const std::vector<std::size_t>& devices, Grid grid, Fidelity fidelity, bool link_statistics,
+                sim::Bytes kv);
+  /// The ring on simulated rank s after `start`: cp blocks of `block` time (`block_flops` each).
+  sim::TaskId run(int s, bool forward, const std::string& name, const char* phase, sim::TimePs block,
+                  sim::Flops block_flops, sim::TaskId start);
+
+ private:
+  struct Route {
+    std::vector<sim::ConstraintId> route;  // every member's send, sorted
+    double rate = 0.0;                     // the analytic rate of the slowest member's send
+  };
+  sim::TransferTask send(int from, sim::Bytes bytes);
+  const Route& route(int from);
+
+  RankTimeline& ranks_;
+  const MachineResources& machine_;
+  const topo::Topology& topology_;
+  const std::vector<std::size_t>& devices_;
+  const Grid grid_;
+  const Fidelity fidelity_;
+  const bool link_statistics_;
+  const sim::Bytes kv_;
+  std::map<int, Route> routes_;  // by sending rank
+};
 
 }  // namespace offsim::models

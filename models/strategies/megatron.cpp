@@ -222,6 +222,10 @@ class MegatronBuilder {
     if (train.recompute == Recompute::kSelective) recomputed = w.attention;
     place_ranks();
     make_tp_communicators();
+    if (cp > 1) {
+      ring.emplace(timeline, out.machine, in.topology, out.devices, RingAttention::Grid{tp, cp, layout.class_size},
+                   spec.collectives.fidelity, in.link_statistics, ring_kv);
+    }
   }
 
   // The iteration's tasks, phase by phase.
@@ -289,6 +293,7 @@ class MegatronBuilder {
     return work;
   }();
   const Bytes ring_kv = ring_kv_bytes(m, train.micro_batch, cp, tp);
+  std::optional<RingAttention> ring;  // context parallelism's ring attention (context_parallel.hpp)
   sim::Flops recomputed{};
   const sim::Flops head_flops = head_forward_flops(ml, train.micro_batch);
   const int tp_reductions_backward = train.recompute == Recompute::kFull ? 4 : 2;
@@ -400,9 +405,9 @@ class MegatronBuilder {
     constexpr std::size_t kTasksPerAllReduce = 2;
     const std::size_t pieces = static_cast<std::size_t>(2 + tp_reductions_backward);
     const std::size_t per_layer = tp > 1 ? pieces * (1 + kTasksPerAllReduce) : 0;
-    const std::size_t ring = cp > 1 ? static_cast<std::size_t>(4 * cp) : 0;
+    const std::size_t ring_tasks = cp > 1 ? static_cast<std::size_t>(4 * cp) : 0;
     const auto layers_per_chunk = static_cast<std::size_t>(m.layers / (pp * v));
-    const std::size_t per_pair = kTasksPerOperationPair + layers_per_chunk * (per_layer + ring);
+    const std::size_t per_pair = kTasksPerOperationPair + layers_per_chunk * (per_layer + ring_tasks);
     return static_cast<std::size_t>(sims) * static_cast<std::size_t>(micro_batches) * static_cast<std::size_t>(v) *
            per_pair;
   }
@@ -575,7 +580,7 @@ class MegatronBuilder {
           const int s = members[i];
           const std::string name = fmt::format(FMT_COMPILE("{}.l{}.{}"), tag, l, half);
           at[i] = compute(s, name, phase, piece, piece_flops, "layer", {at[i]});
-          if (half == 0) at[i] = ring_attention(s, forward, name, phase, block, block_flops, at[i]);
+          if (half == 0) at[i] = ring->run(s, forward, name, phase, block, block_flops, at[i]);
         }
         if (tp == 1) continue;
         std::vector<std::vector<TaskId>> deps(members.size());
@@ -586,67 +591,6 @@ class MegatronBuilder {
       }
     }
   }
-
-  // One layer's ring attention on simulated rank s after `start` (add_ring_attention).
-  TaskId ring_attention(int s, bool forward, const std::string& name, const char* phase, TimePs block,
-                        sim::Flops block_flops, TaskId start) {
-    RingCallbacks add;
-    add.step = [&](int step, std::vector<TaskId> deps) {
-      return compute(s, fmt::format(FMT_COMPILE("{}.ring{}"), name, step), phase, block, block_flops, "attention",
-                     std::move(deps));
-    };
-    add.send = [&](int step, Bytes bytes, std::vector<TaskId> deps) {
-      return g.add(fmt::format(FMT_COMPILE("r{}.{}.kv{}"), rank_state[s].rank, name, step), phase::kCommunication,
-                   ring_send(rank_state[s].rank, bytes), std::move(deps));
-    };
-    add.join = [&](std::vector<TaskId> deps) {
-      return g.add(fmt::format(FMT_COMPILE("r{}.{}.ring.done"), rank_state[s].rank, name), "pipeline", BarrierTask{},
-                   std::move(deps));
-    };
-    return add_ring_attention(forward, cp, ring_kv, start, add);
-  }
-
-  // A ring step's send of `bytes` from rank `from` to the next context rank. Flow fidelity: a flow
-  // on the rank's route, sharing links with all other traffic. Analytic (the ranks in lockstep,
-  // with classes each standing for its tp x cp members): a transfer at the rate the members' sends
-  // would get on an otherwise idle machine (each link split evenly among those crossing it, ADR
-  // 0006), crediting every member's links.
-  TransferTask ring_send(int from, Bytes bytes) {
-    const RingRoute& r = ring_route(from);
-    if (spec.collectives.fidelity != Fidelity::kAnalytic) return TransferTask{r.route, bytes, TimePs{0}, {}, {}};
-    return TransferTask{
-        {}, bytes, TimePs{0}, sim::Bandwidth{r.rate}, in.link_statistics ? r.route : std::vector<sim::ConstraintId>{}};
-  }
-  struct RingRoute {
-    std::vector<sim::ConstraintId> route;  // every member's send, sorted
-    double rate = 0.0;                     // the analytic rate of the slowest member's send
-  };
-  const RingRoute& ring_route(int from) {
-    const auto cached = ring_routes.find(from);
-    if (cached != ring_routes.end()) return cached->second;
-    const auto next = [&](int r) {
-      const int c = (r / tp) % cp;
-      return r + tp * ((c + 1) % cp - c);
-    };
-    std::vector<std::vector<sim::ConstraintId>> hops;
-    std::map<std::uint32_t, int> crossing;
-    for (int member = 0; member < layout.class_size; ++member) {
-      const int r = from + member;
-      hops.push_back(out.machine.transfer_route(in.topology, out.devices[r], out.devices[next(r)]));
-      for (const auto c : hops.back()) ++crossing[c.index];
-    }
-    RingRoute ring;
-    ring.rate = std::numeric_limits<double>::infinity();
-    const auto& constraints = out.machine.platform.constraints;
-    for (const auto& hop : hops) {
-      for (const auto c : hop)
-        ring.rate = std::min(ring.rate, constraints[c.index].capacity.bytes_per_s / crossing[c.index]);
-      ring.route.insert(ring.route.end(), hop.begin(), hop.end());
-    }
-    std::sort(ring.route.begin(), ring.route.end());
-    return ring_routes.emplace(from, std::move(ring)).first->second;
-  }
-  std::map<int, RingRoute> ring_routes;  // by sending rank
 
   // Point-to-point: each operation's input comes from the same TP rank of the neighbouring virtual
   // stage (forward: the previous one's activations; backward: the next one's gradients).
