@@ -8,6 +8,7 @@
 #include <optional>
 #include <unordered_set>
 
+#include "models/experiment/defaults.hpp"
 #include "models/strategies/partitioning_parser.hpp"
 
 namespace offsim::models {
@@ -39,13 +40,23 @@ int checked_ranks(Context& ctx, const sim::config::Location& loc, const std::str
 
 }  // namespace
 
-std::optional<TrainingSpec> parse_training(const Node& node, sim::config::Location* grad_accum_at) {
+std::optional<TrainingSpec> parse_training(const Node& node, TrainingRead* read) {
   auto& ctx = node.context();
   const std::size_t errors_before = ctx.error_count();
   MapReader r(node);
   TrainingSpec t;
+  TrainingRead unused;
+  TrainingRead& out = read ? *read : unused;
+  // A key left out takes configs/defaults.yaml's value, named in the report when it moves a result.
+  const auto defaulted = [&](const char* key) {
+    if (r.has(key)) return false;
+    out.defaults.push_back(fmt::format("training.{}={}", key, defaults::text(std::string("training.") + key)));
+    return true;
+  };
   const auto mb = r.required<std::int64_t>("micro_batch");
-  const auto ga = r.required<std::int64_t>("grad_accum");
+  const auto ga = defaulted("grad_accum") ? sim::config::Located<std::int64_t>{defaults::integer("training.grad_accum"),
+                                                                               node.location(), true}
+                                          : r.required<std::int64_t>("grad_accum");
   if (mb.valid && mb.value < 1) ctx.error(mb.loc, node.child_path("micro_batch"), "expected a positive integer");
   if (ga.valid && ga.value < 1) ctx.error(ga.loc, node.child_path("grad_accum"), "expected a positive integer");
   for (const auto& [v, key] : {std::pair{mb, "micro_batch"}, std::pair{ga, "grad_accum"}}) {
@@ -56,17 +67,35 @@ std::optional<TrainingSpec> parse_training(const Node& node, sim::config::Locati
   }
   t.micro_batch = mb.value;
   t.grad_accum = ga.value;
-  if (grad_accum_at) *grad_accum_at = ga.loc;
-  (void)r.choice("precision", {"bf16"});
-  const std::string recompute = r.choice("recompute", {"none", "selective", "full"}).value;
+  out.grad_accum_at = ga.loc;
+  // The sequence length trained; checked against the model's context once both are read (load.cpp).
+  if (r.has("seq")) {
+    const auto seq = r.required<std::int64_t>("seq");
+    if (seq.valid && (seq.value < 1 || seq.value > kMaxSeq)) {
+      ctx.error(seq.loc, node.child_path("seq"), fmt::format("expected 1 to {} tokens, got {}", kMaxSeq, seq.value));
+    } else if (seq.valid) {
+      out.seq = seq;
+    }
+  }
+  (void)r.choice("precision", {"bf16"}, defaults::text("training.precision"));
+  (void)defaulted("recompute");
+  const std::string recompute =
+      r.choice("recompute", {"none", "selective", "full"}, defaults::text("training.recompute")).value;
   t.recompute = recompute == "full"        ? Recompute::kFull
                 : recompute == "selective" ? Recompute::kSelective
                                            : Recompute::kNone;
-  t.flash_attention = r.required<bool>("flash_attention").value;
   // Megatron's fused scale-mask-softmax (its --masked-softmax-fusion, on by default there); off:
   // PyTorch's separate kernels. Flash attention has no scores to run it on.
   const auto fused_softmax = r.optional<bool>("fused_softmax", false);
   t.fused_softmax = fused_softmax.value;
+  if (r.has("flash_attention")) {
+    t.flash_attention = r.required<bool>("flash_attention").value;
+  } else if (t.fused_softmax) {
+    t.flash_attention = false;  // asked for the fused softmax: attention without flash
+  } else {
+    (void)defaulted("flash_attention");
+    t.flash_attention = defaults::flag("training.flash_attention");
+  }
   if (t.fused_softmax && t.flash_attention) {
     ctx.error(fused_softmax.loc, node.child_path("fused_softmax"),
               "true needs flash_attention: false (the fused softmax runs on the attention scores, which flash "
@@ -510,13 +539,65 @@ sim::config::Location read_offload(const Node& node, MapReader& r, const sim::co
   return offload_at;
 }
 
+// data_parallel's ZeRO-3 keys: the persistence threshold (DeepSpeed's default at stage 3, named
+// through `ds_default`), the fetch mode and the host's per-fetch costs.
+template <class NameDefault>
+void read_zero3_keys(const Node& node, MapReader& r, const sim::config::Located<int>& stage, DataParallelSpec& dp,
+                     const NameDefault& ds_default) {
+  auto& ctx = node.context();
+  // Used at stage 3 only; DeepSpeed's default there (recorded in the effective configuration).
+  const bool stage3 = stage.valid && stage.value == 3;
+  if (stage3 && !r.has("param_persistence_threshold")) {
+    ds_default("param_persistence_threshold", fmt::format("{}", DataParallelSpec::kDeepSpeedPersistenceThreshold));
+  }
+  const auto threshold = r.optional<std::int64_t>("param_persistence_threshold",
+                                                  stage3 ? DataParallelSpec::kDeepSpeedPersistenceThreshold : 0);
+  if (threshold.valid && threshold.value < 0) {
+    ctx.error(threshold.loc, node.child_path("param_persistence_threshold"), "expected a count >= 0");
+  }
+  dp.param_persistence_threshold = threshold.value;
+  const auto fetch = r.choice("zero3_fetch", {"prefetch", "blocking"}, "prefetch");
+  if (fetch.valid && fetch.value == "blocking") {
+    if (!stage3) ctx.error(fetch.loc, node.child_path("zero3_fetch"), "applies to zero_stage 3 only");
+    dp.zero3_fetch = DataParallelSpec::Fetch::kBlocking;
+  }
+  if (auto host = r.child("zero3_host")) {
+    if (!stage3) ctx.error(host->location(), host->path(), "applies to zero_stage 3 only");
+    MapReader h(*host);
+    DataParallelSpec::FetchHostCost cost;
+    cost.name = h.required<std::string>("name").value;
+    (void)h.required<std::string>("source");
+    (void)h.optional<std::string>("derivation", "");
+    const auto launch = [&](const char* key) {
+      DataParallelSpec::HostLaunchCost c;
+      if (auto n = h.required_child(key, "mapping")) {
+        MapReader l(*n);
+        c.fixed = l.required<sim::TimePs>("fixed").value;
+        c.per_rank = l.required<sim::TimePs>("per_rank").value;
+      }
+      return c;
+    };
+    cost.all_gather = launch("all_gather");
+    cost.reduce_scatter = launch("reduce_scatter");
+    dp.zero3_host = cost;
+  }
+}
+
 // kind: data_parallel, ZeRO 0-3 with offload, tp, ep and partitionings; also read for an unknown kind.
 std::optional<StrategySpec> read_data_parallel(const Node& node, MapReader& r, const topo::Topology* topology,
                                                TrainingFromStrategy* training, LevelSizes levels,
                                                std::size_t errors_before) {
   auto& ctx = node.context();
   DataParallelSpec dp;
-  const auto stage = r.required<int>("zero_stage");
+  // Keys left out take DeepSpeed's defaults (configs/defaults.yaml), named in the report.
+  std::vector<std::string> unused_defaults;
+  std::vector<std::string>& defaults_applied = training ? training->defaults : unused_defaults;
+  const auto ds_default = [&](const char* key, const std::string& value) {
+    defaults_applied.push_back(
+        fmt::format("strategy.{}={} (DeepSpeed {}'s default)", key, value, defaults::deepspeed_version()));
+  };
+  if (!r.has("zero_stage")) ds_default("zero_stage", defaults::text("deepspeed.stage"));
+  const auto stage = r.optional<int>("zero_stage", static_cast<int>(defaults::integer("deepspeed.stage")));
   if (stage.valid && (stage.value < 0 || stage.value > 3)) {
     ctx.error(stage.loc, node.child_path("zero_stage"),
               fmt::format("expected one of {{0, 1, 2, 3}}, got {}", stage.value));
@@ -541,11 +622,19 @@ std::optional<StrategySpec> read_data_parallel(const Node& node, MapReader& r, c
   const int rank_count = degree.valid ? checked_ranks(ctx, degree.loc, node.child_path("dp"), {degree.value, dp.tp},
                                                       fmt::format("tp x dp = {} x {}", dp.tp, degree.value))
                                       : 0;
-  const auto bucket = r.required<std::int64_t>("reduce_bucket_elements");
+  if (!r.has("reduce_bucket_elements"))
+    ds_default("reduce_bucket_elements", defaults::text("deepspeed.reduce_bucket_size"));
+  const auto bucket =
+      r.optional<std::int64_t>("reduce_bucket_elements", defaults::integer("deepspeed.reduce_bucket_size"));
   if (bucket.valid && bucket.value < 1)
     ctx.error(bucket.loc, node.child_path("reduce_bucket_elements"), "expected a positive integer");
   dp.reduce_bucket_elements = bucket.value;
-  dp.overlap_comm = r.required<bool>("overlap_comm").value;
+  if (r.has("overlap_comm")) {
+    dp.overlap_comm = r.required<bool>("overlap_comm").value;
+  } else {
+    dp.overlap_comm = stage.valid && stage.value == 3;  // DeepSpeed's overlap_comm_valid: None -> stage 3
+    ds_default("overlap_comm", dp.overlap_comm ? "true" : "false");
+  }
   // DeepSpeed's data_types.grad_accum_dtype: fp32 at stages 0-1 is its BF16_Optimizer; bf16 at
   // stage 0 stands for 16-bit gradients with a replicated optimizer (FP16_Optimizer, PyTorch DDP).
   if (r.has("grad_accum_dtype")) {
@@ -559,41 +648,7 @@ std::optional<StrategySpec> read_data_parallel(const Node& node, MapReader& r, c
       }
     }
   }
-  {
-    // Used at stage 3 only; DeepSpeed's default there (recorded in the effective configuration).
-    const bool stage3 = stage.valid && stage.value == 3;
-    const auto threshold = r.optional<std::int64_t>("param_persistence_threshold",
-                                                    stage3 ? DataParallelSpec::kDeepSpeedPersistenceThreshold : 0);
-    if (threshold.valid && threshold.value < 0) {
-      ctx.error(threshold.loc, node.child_path("param_persistence_threshold"), "expected a count >= 0");
-    }
-    dp.param_persistence_threshold = threshold.value;
-    const auto fetch = r.choice("zero3_fetch", {"prefetch", "blocking"}, "prefetch");
-    if (fetch.valid && fetch.value == "blocking") {
-      if (!stage3) ctx.error(fetch.loc, node.child_path("zero3_fetch"), "applies to zero_stage 3 only");
-      dp.zero3_fetch = DataParallelSpec::Fetch::kBlocking;
-    }
-    if (auto host = r.child("zero3_host")) {
-      if (!stage3) ctx.error(host->location(), host->path(), "applies to zero_stage 3 only");
-      MapReader h(*host);
-      DataParallelSpec::FetchHostCost cost;
-      cost.name = h.required<std::string>("name").value;
-      (void)h.required<std::string>("source");
-      (void)h.optional<std::string>("derivation", "");
-      const auto launch = [&](const char* key) {
-        DataParallelSpec::HostLaunchCost c;
-        if (auto n = h.required_child(key, "mapping")) {
-          MapReader l(*n);
-          c.fixed = l.required<sim::TimePs>("fixed").value;
-          c.per_rank = l.required<sim::TimePs>("per_rank").value;
-        }
-        return c;
-      };
-      cost.all_gather = launch("all_gather");
-      cost.reduce_scatter = launch("reduce_scatter");
-      dp.zero3_host = cost;
-    }
-  }
+  read_zero3_keys(node, r, stage, dp, ds_default);
   // FSDP's MixedPrecision.reduce_dtype, DeepSpeed's communication_data_type: at stages 2-3, where
   // the gradient partitions are reduce-scattered; at 0-1 the reduction follows grad_accum_dtype.
   std::optional<sim::config::Location> fp32_reduce_at;

@@ -3,6 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
+#include <string_view>
+
+#include "sim/config/did_you_mean.hpp"
 
 namespace offsim::models {
 
@@ -11,8 +15,9 @@ using sim::config::Node;
 
 namespace {
 
-// DeepSpeed 0.13.3 defaults (runtime/zero/config.py, offload_config.py; deepspeed-offload.md
-// section 4). Applied only when the ds_config leaves the key out, and named in a warning.
+// DeepSpeed's defaults (runtime/zero/config.py, offload_config.py, the same in 0.13.3 and 0.16;
+// configs/defaults.yaml cites them; deepspeed-offload.md section 4). Applied only when the
+// ds_config leaves the key out, and named in a warning and in the report's defaults applied.
 constexpr auto kDefaultReduceBucketSize = static_cast<double>(deepspeed_defaults::kReduceBucketSize);
 constexpr auto kDefaultSubGroupSize = static_cast<double>(deepspeed_defaults::kSubGroupSize);
 constexpr bool kDefaultPinMemory = false;
@@ -22,6 +27,80 @@ constexpr int kDefaultBufferCount = 4;  // offload_optimizer.buffer_count
 // a million times DeepSpeed's defaults), so that their products stay in 64-bit integers.
 constexpr std::int64_t kMaxBatch = std::int64_t{1} << 16;
 constexpr double kMaxElements = 1e15;
+
+// Every key DeepSpeedZeroConfig accepts, by field name and alias (deepspeed/runtime/zero/config.py,
+// DeepSpeed 0.16 to 0.18): another key is refused, as DeepSpeed's pydantic model (extra="forbid") does.
+constexpr std::array<std::string_view, 55> kDeepSpeedZeroKeys{"stage",
+                                                              "contiguous_gradients",
+                                                              "reduce_scatter",
+                                                              "reduce_bucket_size",
+                                                              "use_multi_rank_bucket_allreduce",
+                                                              "allgather_partitions",
+                                                              "allgather_bucket_size",
+                                                              "overlap_comm",
+                                                              "load_from_fp32_weights",
+                                                              "elastic_checkpoint",
+                                                              "offload_param",
+                                                              "offload_optimizer",
+                                                              "zenflow",
+                                                              "sub_group_size",
+                                                              "cpu_offload_param",
+                                                              "cpu_offload_use_pin_memory",
+                                                              "cpu_offload",
+                                                              "prefetch_bucket_size",
+                                                              "stage3_prefetch_bucket_size",
+                                                              "param_persistence_threshold",
+                                                              "stage3_param_persistence_threshold",
+                                                              "model_persistence_threshold",
+                                                              "stage3_model_persistence_threshold",
+                                                              "max_live_parameters",
+                                                              "stage3_max_live_parameters",
+                                                              "max_reuse_distance",
+                                                              "stage3_max_reuse_distance",
+                                                              "gather_16bit_weights_on_model_save",
+                                                              "stage3_gather_16bit_weights_on_model_save",
+                                                              "module_granularity_threshold",
+                                                              "stage3_module_granularity_threshold",
+                                                              "use_all_reduce_for_fetch_params",
+                                                              "stage3_use_all_reduce_for_fetch_params",
+                                                              "allgather_sequential",
+                                                              "stage3_allgather_sequential",
+                                                              "partition_stream_chunk_size",
+                                                              "stage3_partition_stream_chunk_size",
+                                                              "stage3_gather_fp16_weights_on_model_save",
+                                                              "ignore_unused_parameters",
+                                                              "legacy_stage1",
+                                                              "round_robin_gradients",
+                                                              "zero_hpz_partition_size",
+                                                              "zero_quantized_weights",
+                                                              "zero_quantized_nontrainable_weights",
+                                                              "zero_quantized_gradients",
+                                                              "zeropp_loco_param",
+                                                              "mics_shard_size",
+                                                              "mics_hierarchical_params_gather",
+                                                              "memory_efficient_linear",
+                                                              "pipeline_loading_checkpoint",
+                                                              "override_module_apply",
+                                                              "log_trace_cache_warnings",
+                                                              "enable_sanity_checks",
+                                                              "save_muon_momentum_buffer_in_memory",
+                                                              "leaf_module"};
+// Those of them that change DeepSpeed's time or memory and offsim does not model: named apart from
+// the keys that change neither, so that a user knows the prediction does not follow them.
+constexpr std::array<std::string_view, 14> kZeroKeysThatMoveResults{"contiguous_gradients",
+                                                                    "reduce_scatter",
+                                                                    "allgather_bucket_size",
+                                                                    "prefetch_bucket_size",
+                                                                    "stage3_prefetch_bucket_size",
+                                                                    "max_live_parameters",
+                                                                    "stage3_max_live_parameters",
+                                                                    "max_reuse_distance",
+                                                                    "stage3_max_reuse_distance",
+                                                                    "round_robin_gradients",
+                                                                    "zenflow",
+                                                                    "mics_shard_size",
+                                                                    "module_granularity_threshold",
+                                                                    "stage3_module_granularity_threshold"};
 
 // "auto": a value the Hugging Face Trainer fills in from its own arguments.
 bool is_auto(const Node& n) {
@@ -50,6 +129,8 @@ class DsConfigReader {
   void read_data_types(MapReader& r);
   // The two warnings: defaults applied, keys ignored (those of `r` not read are ignored too).
   void warn(MapReader& r);
+  void set_runtime(Runtime runtime) { runtime_ = runtime; }
+  [[nodiscard]] const std::vector<std::string>& defaults() const { return defaults_; }
 
  private:
   std::optional<std::int64_t> batch(const Node& n);
@@ -65,7 +146,9 @@ class DsConfigReader {
   DeepSpeedImport& out_;
   std::vector<std::string> defaults_;
   std::vector<std::string> ignored_;
-  bool fp16_ = false;  // fp16 mixed precision (no bf16 section enabled)
+  std::vector<std::string> not_modelled_;  // keys that change DeepSpeed's time or memory, not modelled
+  bool fp16_ = false;                      // fp16 mixed precision (no bf16 section enabled)
+  Runtime runtime_ = Runtime::kDeepSpeed013;
 };
 
 // A batch size within 1..kMaxBatch (nullopt with an error otherwise).
@@ -206,16 +289,36 @@ void DsConfigReader::read_zero(const std::optional<Node>& zero, const ZeroContex
     dp.overlap_comm = dp.zero_stage == 3;  // DeepSpeed: None -> True iff stage 3
     defaults_.push_back(fmt::format("overlap_comm={}", dp.overlap_comm));
   }
-  dp.param_persistence_threshold = out_.auto_persistence_threshold
-                                       ? 0
-                                       : static_cast<std::int64_t>(zero_number(
+  // Read at stage 3 only (DeepSpeed's stages 1-2 have no parameter partitions to persist); its
+  // default is named only there.
+  dp.param_persistence_threshold = out_.auto_persistence_threshold ? 0
+                                   : dp.zero_stage == 3 || z.has("stage3_param_persistence_threshold")
+                                       ? static_cast<std::int64_t>(zero_number(
                                              z, *zero, "stage3_param_persistence_threshold",
-                                             static_cast<double>(DataParallelSpec::kDeepSpeedPersistenceThreshold)));
+                                             static_cast<double>(DataParallelSpec::kDeepSpeedPersistenceThreshold)))
+                                       : DataParallelSpec::kDeepSpeedPersistenceThreshold;
   read_legacy_cpu_offload(z, *zero, zc.runtime);
   read_optimizer_offload(z, *zero, zc.runtime);
   read_param_offload(z);
   read_zero_plus_plus(z, *zero, zc);
-  for (const auto& k : z.take_unread_keys()) ignored_.push_back("zero_optimization." + k);
+  for (const auto& k : z.take_unread_keys()) {
+    if (std::find(kDeepSpeedZeroKeys.begin(), kDeepSpeedZeroKeys.end(), k) != kDeepSpeedZeroKeys.end()) {
+      (std::find(kZeroKeysThatMoveResults.begin(), kZeroKeysThatMoveResults.end(), k) != kZeroKeysThatMoveResults.end()
+           ? not_modelled_
+           : ignored_)
+          .push_back("zero_optimization." + k);
+      continue;
+    }
+    // A key DeepSpeed does not know: DeepSpeed 0.6 and later refuse it (DeepSpeedZeroConfig,
+    // extra="forbid"), older releases ignored it, so it is a located warning, with the key meant.
+    std::vector<std::string> known(kDeepSpeedZeroKeys.begin(), kDeepSpeedZeroKeys.end());
+    const auto hint = sim::config::did_you_mean(k, known);
+    const auto at = z.child(k);
+    ctx_.warning(at ? at->location() : zero->location(), zero->child_path(k),
+                 fmt::format("not a DeepSpeed ZeRO key ({}DeepSpeed 0.6 and later refuse it, older releases ignored "
+                             "it); offsim ignores it",
+                             hint ? fmt::format("did you mean '{}'? ", *hint) : std::string()));
+  }
 }
 
 // DeepSpeed's legacy `cpu_offload: true` (with `cpu_offload_use_pin_memory`) means
@@ -384,7 +487,14 @@ void DsConfigReader::warn(MapReader& r) {
   for (const auto& k : r.take_unread_keys()) ignored_.push_back(k);
   if (!defaults_.empty()) {
     ctx_.warning(node_.location(), node_.path(),
-                 fmt::format("DeepSpeed 0.13.3 defaults applied: {}", fmt::join(defaults_, ", ")));
+                 fmt::format("DeepSpeed {} defaults applied: {}", runtime_ == Runtime::kDeepSpeed016 ? "0.16" : "0.13",
+                             fmt::join(defaults_, ", ")));
+  }
+  if (!not_modelled_.empty()) {
+    ctx_.warning(node_.location(), node_.path(),
+                 fmt::format("ds_config keys that change DeepSpeed's time or memory but offsim does not model (the "
+                             "prediction does not follow them): {}",
+                             fmt::join(not_modelled_, ", ")));
   }
   if (!ignored_.empty()) {
     ctx_.warning(node_.location(), node_.path(),
@@ -408,7 +518,9 @@ std::optional<DeepSpeedImport> import_deepspeed_config(const Node& node, const s
   reader.read_precision(r);
   reader.read_zero(r.child("zero_optimization"), ZeroContext{levels, qwz, qgz, runtime, tp});
   reader.read_data_types(r);
+  reader.set_runtime(runtime);
   reader.warn(r);
+  out.defaults = reader.defaults();
   if (ctx.error_count() != errors_before) return std::nullopt;
   return out;
 }
