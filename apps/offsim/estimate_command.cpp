@@ -45,10 +45,11 @@ std::pair<int, bool> gpus_per_node(const fs::path& file) {
                               ? YAML::LoadFile((file.parent_path() / y["node"].Scalar()).string())
                               : y["node"];
   int gpus = 0;
-  if (node["devices"].IsSequence()) {
+  if (node.IsMap() && node["devices"].IsDefined() && node["devices"].IsSequence()) {
     for (const auto& d : node["devices"]) {
-      if (d["kind"].IsScalar() && d["kind"].Scalar() == "gpu")
+      if (d.IsMap() && d["kind"].IsDefined() && d["kind"].IsScalar() && d["kind"].Scalar() == "gpu") {
         gpus += d["count"].IsDefined() ? d["count"].as<int>(1) : 1;
+      }
     }
   }
   return {std::max(gpus, 1), system};

@@ -54,9 +54,9 @@ std::string scalar(const YAML::Node& n, const std::string& fallback = "") {
 // A node file's GPUs: (count, device_kind) of its devices of kind gpu.
 std::vector<std::pair<int, std::string>> gpus_of(const YAML::Node& node) {
   std::vector<std::pair<int, std::string>> out;
-  if (!node["devices"].IsSequence()) return out;
+  if (!node.IsMap() || !node["devices"].IsDefined() || !node["devices"].IsSequence()) return out;
   for (const auto& d : node["devices"]) {
-    if (scalar(d["kind"]) != "gpu") continue;
+    if (!d.IsMap() || scalar(d["kind"]) != "gpu") continue;
     out.emplace_back(d["count"].IsDefined() ? d["count"].as<int>(1) : 1, scalar(d["device_kind"], "?"));
   }
   return out;
@@ -120,6 +120,7 @@ void list_machines(const fs::path& configs) {
 // A calibration file's role: device (peak and GEMM efficiency), collectives, host, or a part
 // another table includes (a GEMM grid, kernel list).
 std::string table_role(const YAML::Node& y) {
+  if (!y.IsMap()) return "part";
   if (y["peak"].IsDefined()) return "device";
   if (y["collectives"].IsDefined()) return "collectives";
   if (y["cpu_work"].IsDefined() || y["copies"].IsDefined()) return "host";

@@ -4,8 +4,10 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <memory>
 #include <optional>
+#include <set>
 
 #include "models/experiment.hpp"
 #include "models/experiment/defaults.hpp"
@@ -110,6 +112,34 @@ void apply_sequence_length(Context& ctx, const Node& training, const TrainingRea
   spec.defaults_applied.push_back(fmt::format("training.seq={} (the model's context)", m.context));
 }
 
+// What an override that names the machine's GPU kind (--set hardware.device=h200, which is no key)
+// is told: the machine's GPUs, and the kinds that have cost tables beside the machine's folder.
+std::string gpu_kind_note(const topo::NodeTopology& hw, const std::string& machine_file) {
+  std::set<std::string> machine_kinds;
+  for (const auto g : hw.topology.devices_of(topo::DeviceKind::kGpu)) {
+    machine_kinds.insert(hw.topology.device(g).device_kind);
+  }
+  std::set<std::string> with_tables;
+  std::error_code ec;
+  const auto folder = std::filesystem::path(machine_file).parent_path() / ".." / "calibration";
+  for (std::filesystem::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
+    if (it->path().extension() != ".yaml") continue;
+    try {
+      const YAML::Node y = YAML::LoadFile(it->path().string());
+      if (y.IsMap() && y["peak"] && y["device_kind"] && y["device_kind"].IsScalar()) {
+        with_tables.insert(y["device_kind"].Scalar());
+      }
+    } catch (const YAML::Exception&) {  // not a table: not listed
+    }
+  }
+  return fmt::format(
+      "the machine's GPUs are {}; another kind of GPU is another machine (hardware: !include "
+      "../hardware/x.yaml){}; offsim list devices names them with their machines",
+      fmt::join(machine_kinds, ", "),
+      with_tables.empty() ? std::string()
+                          : fmt::format(", and the kinds with cost tables are {}", fmt::join(with_tables, ", ")));
+}
+
 // The value at `node` read by `parse`, through the cache when there is one (ReadCache).
 template <typename Value>
 std::optional<Value> read_through(const Node& node, ReadCache* cache, std::optional<Value> (*parse)(const Node&)) {
@@ -159,9 +189,10 @@ sim::config::Location read_calibration(MapReader& r, const Node& root, const std
   std::optional<Node> calibration = r.child("calibration");
   if (!calibration && machine_tables) {
     calibration = machine_tables;
-    spec.defaults_applied.push_back(
-        fmt::format("calibration=the machine's tables ({})",
-                    hw_node->yaml()["name"].IsScalar() ? hw_node->yaml()["name"].Scalar() : hw_node->file()));
+    spec.defaults_applied.push_back(fmt::format(
+        "calibration=the machine's tables ({})",
+        hw_node->yaml()["name"].IsDefined() && hw_node->yaml()["name"].IsScalar() ? hw_node->yaml()["name"].Scalar()
+                                                                                  : hw_node->file()));
   } else if (!calibration) {
     ctx.error(root.location(), "calibration",
               "missing required key (expected a mapping with device: a device cost table, usually !include "
@@ -246,10 +277,28 @@ ExperimentSpec load_experiment(const std::filesystem::path& file, const std::vec
       hw = read_through<topo::NodeTopology>(*n, cache, topo::parse_machine);
     }
     collectives_loc = read_calibration(r, root, hw_node, hw ? &*hw : nullptr, cache, spec);
+    for (const char* key : {"hardware.device", "hardware.device_kind", "hardware.gpu"}) {
+      if (hw && hw_node && !ctx.override_texts_under(key).empty()) {
+        ctx.note_unknown_override(key, gpu_kind_note(*hw, hw_node->file()));
+      }
+    }
     bool needs_model = true;
     bool strategy_ok = false, model_ok = false, training_ok = false;
     sim::config::Location grad_accum_at = root.location();
     TrainingFromStrategy from_strategy;
+    // The model before the strategy (when the experiment has one), so that the strategy's tp is
+    // checked against its heads and widths where it is read.
+    std::optional<Node> model_node;
+    if (r.has("model")) {
+      model_node = r.child("model");
+      if (model_node) {
+        if (auto m = parse_model(*model_node)) {
+          spec.model = *m;
+          model_ok = true;
+          from_strategy.model = &spec.model;
+        }
+      }
+    }
     if (auto n = r.required_child("strategy", "a strategy mapping with kind")) {
       if (auto s = parse_strategy(*n, hw ? &hw->topology : nullptr, &from_strategy)) {
         spec.strategy = *s;
@@ -273,12 +322,7 @@ ExperimentSpec load_experiment(const std::filesystem::path& file, const std::vec
     }
     // A collective benchmark has no model; training a model needs one.
     if (needs_model) {
-      if (auto n = r.required_child("model", "a model (usually !include ../models/x.yaml)")) {
-        if (auto m = parse_model(*n)) {
-          spec.model = *m;
-          model_ok = true;
-        }
-      }
+      if (!r.has("model")) (void)r.required_child("model", "a model (usually !include ../models/x.yaml)");
       TrainingRead training_read;
       std::optional<Node> training_node = r.required_child(
           "training", "a mapping with micro_batch, and seq where the model's context is longer than 8,192 tokens");

@@ -38,6 +38,17 @@ int checked_ranks(Context& ctx, const sim::config::Location& loc, const std::str
   return static_cast<int>(ranks);
 }
 
+// Whether the model (when read before the strategy) splits over tp ranks; reports at `at` when not.
+bool tp_splits_model(Context& ctx, const TrainingFromStrategy* training, int tp, const sim::config::Location& at) {
+  if (!training || !training->model || tp <= 1) return true;
+  const auto uneven = widths_not_dividing(*training->model, tp);
+  if (uneven.empty()) return true;
+  ctx.error(
+      at, "strategy.tp",
+      fmt::format("the model does not split over tp = {} ranks: {} must divide by it", tp, fmt::join(uneven, ", ")));
+  return false;
+}
+
 }  // namespace
 
 std::optional<TrainingSpec> parse_training(const Node& node, TrainingRead* read) {
@@ -117,20 +128,27 @@ std::optional<std::vector<std::string>> parse_devices(MapReader& r, const Node& 
   std::unordered_set<std::size_t> listed;  // device indices: the duplicate check stays linear
   constexpr std::size_t kGpusNamed = 8;    // how many GPU names an error lists
   // Whether `name` is a GPU of the machine not listed before; reports the first problem at `item`.
-  const auto check = [&](const Node& item, const std::string& name) {
+  // `local`: an entry of devices_per_node, named within a node (the error lists a node's GPUs by
+  // the names that list takes, and what was written).
+  const auto check = [&](const Node& item, const std::string& name, const std::string* local = nullptr) {
     if (!topology) return true;
     const auto d = topology->find_device(name);
     if (!d || topology->device(*d).kind != topo::DeviceKind::kGpu) {
       std::vector<std::string> names;
       for (const auto g : topology->devices_of(topo::DeviceKind::kGpu)) {
+        const auto& gpu = topology->device(g);
+        if (local && gpu.node != 0) continue;
         if (names.size() == kGpusNamed) {
           names.push_back("...");
           break;
         }
-        names.push_back(topology->device(g).name);
+        std::string shown = gpu.name;
+        if (local && shown.starts_with("n0.")) shown = shown.substr(3);
+        names.push_back(shown);
       }
       ctx.error(item.location(), item.path(),
-                fmt::format("expected a GPU of the machine ({}), got \"{}\"", fmt::join(names, ", "), name));
+                local ? fmt::format("expected a GPU of a node ({}), got \"{}\"", fmt::join(names, ", "), *local)
+                      : fmt::format("expected a GPU of the machine ({}), got \"{}\"", fmt::join(names, ", "), name));
       return false;
     }
     if (!listed.insert(*d).second) {
@@ -180,7 +198,7 @@ std::optional<std::vector<std::string>> parse_devices(MapReader& r, const Node& 
       const std::string full = nodes > 1 ? fmt::format("n{}.{}", n, *name) : *name;
       if (!reported[i]) {
         const std::size_t errors = ctx.error_count();
-        check(items[i], full);
+        check(items[i], full, &*name);
         reported[i] = ctx.error_count() != errors;
       } else if (topology) {
         if (const auto d = topology->find_device(full)) listed.insert(*d);
@@ -343,7 +361,11 @@ std::optional<StrategySpec> read_deepspeed(const Node& node, MapReader& r, const
                                            TrainingFromStrategy* training, LevelSizes levels,
                                            std::size_t errors_before) {
   auto& ctx = node.context();
-  const auto runtime = r.choice("runtime", {"deepspeed-0.13", "deepspeed-0.16"});
+  // The DeepSpeed release whose mechanics are simulated; left out, the release configs/defaults.yaml
+  // takes DeepSpeed's defaults from.
+  const std::string default_runtime = "deepspeed-" + defaults::deepspeed_version();
+  if (!r.has("runtime") && training) training->defaults.push_back("strategy.runtime=" + default_runtime);
+  const auto runtime = r.choice("runtime", {"deepspeed-0.13", "deepspeed-0.16"}, default_runtime);
   std::optional<Quantization> qwz, qgz;
   if (auto q = r.child("qwz")) qwz = parse_quantization_format(*q);
   if (auto q = r.child("qgz")) qgz = parse_quantization_format(*q);
@@ -357,6 +379,7 @@ std::optional<StrategySpec> read_deepspeed(const Node& node, MapReader& r, const
     ctx.error(tp.loc, node.child_path("tp"), fmt::format("expected >= 1, got {}", tp.value));
   const int tp_size = std::max(1, tp.value);
   const sim::config::Location tp_at = tp.loc;
+  const bool tp_ok = tp_splits_model(ctx, training, tp_size, tp_at);
   const int rank_count = degree.valid && degree.value >= 1
                              ? checked_ranks(ctx, degree.loc, node.child_path("dp"), {degree.value, tp_size},
                                              fmt::format("tp x dp = {} x {}", tp_size, degree.value))
@@ -370,7 +393,7 @@ std::optional<StrategySpec> read_deepspeed(const Node& node, MapReader& r, const
       devices.push_back(topology->device(gpus[i]).name);
     }
   }
-  if (degree.valid && degree.value >= 1 && static_cast<int>(devices.size()) != rank_count) {
+  if (degree.valid && degree.value >= 1 && static_cast<int>(devices.size()) != rank_count && tp_ok) {
     ctx.error(degree.loc, node.child_path("dp"),
               tp_size == 1
                   ? fmt::format("dp is {} but {} devices are listed or available", degree.value, devices.size())
@@ -413,7 +436,10 @@ std::optional<StrategySpec> read_megatron(const Node& node, MapReader& r, const 
     if (at) *at = v.loc;
     return v.value;
   };
-  mg.tp = positive("tp", training ? &training->tp_at : nullptr);
+  sim::config::Location tp_at = node.location();
+  mg.tp = positive("tp", &tp_at);
+  if (training) training->tp_at = tp_at;
+  const bool tp_ok = tp_splits_model(ctx, training, mg.tp, tp_at);
   mg.pp = positive("pp", training ? &training->pp_at : nullptr);
   mg.dp = positive("dp", nullptr);
   const auto schedule = r.choice("schedule", {"1f1b", "interleaved"});
@@ -457,7 +483,7 @@ std::optional<StrategySpec> read_megatron(const Node& node, MapReader& r, const 
     }
   } else if (topology) {
     const auto gpus = topology->devices_of(topo::DeviceKind::kGpu);
-    if (ranks > gpus.size()) {
+    if (ranks > gpus.size() && tp_ok) {
       ctx.error(node.location(), node.path(),
                 fmt::format("tp x pp x dp = {} ranks but the machine has {} GPUs", ranks, gpus.size()));
     } else {
@@ -471,7 +497,7 @@ std::optional<StrategySpec> read_megatron(const Node& node, MapReader& r, const 
 // data_parallel's offload_optimizer and offload_param; returns where the offload device is given
 // (the location of the checks that need the machine).
 sim::config::Location read_offload(const Node& node, MapReader& r, const sim::config::Located<int>& stage,
-                                   DataParallelSpec& dp) {
+                                   DataParallelSpec& dp, std::vector<std::string>& defaults_applied) {
   auto& ctx = node.context();
   sim::config::Location offload_at = node.location();
   if (auto off = r.child("offload_optimizer")) {
@@ -487,7 +513,9 @@ sim::config::Location read_offload(const Node& node, MapReader& r, const sim::co
     if (sub.valid && sub.value < 1)
       ctx.error(sub.loc, off->child_path("sub_group_size"), "expected a positive integer");
     offload.sub_group_size = sub.value;
-    const auto runtime = r.choice("runtime", {"deepspeed-0.13", "deepspeed-0.16"});
+    const std::string default_runtime = "deepspeed-" + defaults::deepspeed_version();
+    if (!r.has("runtime")) defaults_applied.push_back("strategy.runtime=" + default_runtime);
+    const auto runtime = r.choice("runtime", {"deepspeed-0.13", "deepspeed-0.16"}, default_runtime);
     offload.runtime = runtime.value == "deepspeed-0.16" ? Runtime::kDeepSpeed016 : Runtime::kDeepSpeed013;
     if (device.value == "nvme") {
       offload.nvme = true;
@@ -610,6 +638,7 @@ std::optional<StrategySpec> read_data_parallel(const Node& node, MapReader& r, c
     ctx.error(tp.loc, node.child_path("tp"), fmt::format("expected >= 1, got {}", tp.value));
   dp.tp = std::max(1, tp.value);
   if (training) training->tp_at = tp.loc;
+  const bool tp_ok = tp_splits_model(ctx, training, dp.tp, tp.loc);
   dp.sequence_parallel = r.optional<bool>("sequence_parallel", false).value;
   // Expert parallelism for mixture-of-experts models: experts over ep consecutive ranks.
   const auto ep = r.optional<int>("ep", 1);
@@ -663,7 +692,7 @@ std::optional<StrategySpec> read_data_parallel(const Node& node, MapReader& r, c
       fp32_reduce_at = reduce.loc;
     }
   }
-  const sim::config::Location offload_at = read_offload(node, r, stage, dp);
+  const sim::config::Location offload_at = read_offload(node, r, stage, dp, defaults_applied);
   if (fp32_reduce_at && dp.offload) {
     ctx.error(*fp32_reduce_at, node.child_path("gradient_reduce_dtype"),
               "fp32 gradient reduction is not modelled with optimizer offload (DeepSpeed's offload recipes move bf16 "
@@ -675,7 +704,7 @@ std::optional<StrategySpec> read_data_parallel(const Node& node, MapReader& r, c
     dp.devices = std::move(*devices);
     if (degree.valid && degree.value < 1) {
       ctx.error(degree.loc, node.child_path("dp"), fmt::format("expected >= 1, got {}", degree.value));
-    } else if (degree.valid && static_cast<int>(dp.devices.size()) != rank_count) {
+    } else if (degree.valid && static_cast<int>(dp.devices.size()) != rank_count && tp_ok) {
       ctx.error(degree.loc, node.child_path("dp"),
                 dp.tp == 1 ? fmt::format("the devices list {} ranks but dp is {}", dp.devices.size(), degree.value)
                            : fmt::format("the devices list {} ranks but tp x dp is {} x {} = {}", dp.devices.size(),
@@ -684,10 +713,12 @@ std::optional<StrategySpec> read_data_parallel(const Node& node, MapReader& r, c
   } else if (topology && degree.valid) {
     // Documented default: ranks take the machine's GPUs in declaration order.
     if (degree.value < 1 || static_cast<std::size_t>(rank_count) > gpus.size()) {
-      ctx.error(degree.loc, node.child_path("dp"),
-                dp.tp == 1 ? fmt::format("expected 1 to {} (the machine's GPUs), got {}", gpus.size(), degree.value)
-                           : fmt::format("tp x dp = {} x {} = {} ranks but the machine has {} GPUs", dp.tp,
-                                         degree.value, rank_count, gpus.size()));
+      if (degree.value < 1 || tp_ok) {  // (a tp the model cannot split over is reported at tp)
+        ctx.error(degree.loc, node.child_path("dp"),
+                  dp.tp == 1 ? fmt::format("expected 1 to {} (the machine's GPUs), got {}", gpus.size(), degree.value)
+                             : fmt::format("tp x dp = {} x {} = {} ranks but the machine has {} GPUs", dp.tp,
+                                           degree.value, rank_count, gpus.size()));
+      }
     } else {
       for (int i = 0; i < rank_count; ++i) dp.devices.push_back(topology->device(gpus[i]).name);
     }

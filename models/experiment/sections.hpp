@@ -26,6 +26,9 @@ struct TrainingFromStrategy {
   sim::config::Location tp_at, pp_at, ep_at;
   bool collective = false;            // kind: collective, which has no model or training (even when invalid)
   std::vector<std::string> defaults;  // strategy keys left out that took a default (key=value, whose)
+  // In: the model when it was read before the strategy, so that a tp it cannot split over is
+  // reported at tp (by its heads and widths), not as the rank count it makes.
+  const ModelSpec* model = nullptr;
 };
 
 /// What parse_training says besides the TrainingSpec.

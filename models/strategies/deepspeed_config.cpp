@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <string_view>
 
 #include "sim/config/did_you_mean.hpp"
@@ -102,6 +103,26 @@ constexpr std::array<std::string_view, 14> kZeroKeysThatMoveResults{"contiguous_
                                                                     "module_granularity_threshold",
                                                                     "stage3_module_granularity_threshold"};
 
+// The candidate made of the same '_'-separated words in another order (comm_overlap and
+// overlap_comm), which an edit distance does not find.
+std::optional<std::string> same_words(const std::string& key, const std::vector<std::string>& candidates) {
+  const auto words = [](const std::string& s) {
+    std::vector<std::string> out;
+    std::size_t start = 0;
+    for (std::size_t end; (end = s.find('_', start)) != std::string::npos; start = end + 1) {
+      out.push_back(s.substr(start, end - start));
+    }
+    out.push_back(s.substr(start));
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  const auto mine = words(key);
+  for (const auto& c : candidates) {
+    if (words(c) == mine) return c;
+  }
+  return std::nullopt;
+}
+
 // "auto": a value the Hugging Face Trainer fills in from its own arguments.
 bool is_auto(const Node& n) {
   return n.is_scalar() && n.yaml().Scalar() == "auto";
@@ -129,6 +150,9 @@ class DsConfigReader {
   void read_data_types(MapReader& r);
   // The two warnings: defaults applied, keys ignored (those of `r` not read are ignored too).
   void warn(MapReader& r);
+  // Top-level sections that change the run: AutoTP (read against strategy.tp), Ulysses sequence
+  // parallelism and fp8 (refused at their keys), and those offsim does not model (named apart).
+  void read_parallelism_and_features(MapReader& r, int tp);
   void set_runtime(Runtime runtime) { runtime_ = runtime; }
   [[nodiscard]] const std::vector<std::string>& defaults() const { return defaults_; }
 
@@ -199,6 +223,14 @@ void DsConfigReader::read_batch_sizes(MapReader& r, std::size_t devices, int tp)
   }
 }
 
+// Whether the ds_config enables DeepSpeed's fp8 section (`fp8: {enabled: true}`).
+bool fp8_enabled(MapReader& r) {
+  const auto fp8 = r.child("fp8");
+  if (!fp8 || !fp8->is_map()) return false;
+  const YAML::Node enabled = fp8->yaml()["enabled"];  // (a missing key is a node only IsDefined may ask)
+  return enabled.IsDefined() && enabled.IsScalar() && enabled.Scalar() == "true";
+}
+
 // 16-bit mixed precision: `bf16` (or its older spelling `bfloat16`), or `fp16`, whose dynamic loss
 // scaling changes no kernel's time or size, so it is timed as bf16 (and the report says so).
 void DsConfigReader::read_precision(MapReader& r) {
@@ -219,6 +251,7 @@ void DsConfigReader::read_precision(MapReader& r) {
   const bool fp16 = enabled("fp16", !bf16);
   fp16_ = fp16 && !bf16;
   if (fp16_) defaults_.push_back("fp16 timed as bf16 mixed precision (loss scaling is not timed)");
+  if (!bf16 && !fp16 && fp8_enabled(r)) return;  // refused at its key (read_parallelism_and_features)
   if (!bf16 && !fp16) {
     const Node& at = disabled ? *disabled : node_;
     ctx_.error(at.location(), at.path(),
@@ -312,7 +345,8 @@ void DsConfigReader::read_zero(const std::optional<Node>& zero, const ZeroContex
     // A key DeepSpeed does not know: DeepSpeed 0.6 and later refuse it (DeepSpeedZeroConfig,
     // extra="forbid"), older releases ignored it, so it is a located warning, with the key meant.
     std::vector<std::string> known(kDeepSpeedZeroKeys.begin(), kDeepSpeedZeroKeys.end());
-    const auto hint = sim::config::did_you_mean(k, known);
+    auto hint = sim::config::did_you_mean(k, known);
+    if (!hint) hint = same_words(k, known);  // comm_overlap: overlap_comm
     const auto at = z.child(k);
     ctx_.warning(at ? at->location() : zero->location(), zero->child_path(k),
                  fmt::format("not a DeepSpeed ZeRO key ({}DeepSpeed 0.6 and later refuse it, older releases ignored "
@@ -324,6 +358,19 @@ void DsConfigReader::read_zero(const std::optional<Node>& zero, const ZeroContex
 // DeepSpeed's legacy `cpu_offload: true` (with `cpu_offload_use_pin_memory`) means
 // offload_optimizer {device: cpu} (runtime/zero/config.py reads it as that, with a warning).
 void DsConfigReader::read_legacy_cpu_offload(MapReader& z, const Node& zero, Runtime runtime) {
+  // DeepSpeed 0.3's `cpu_offload_params` (later `cpu_offload_param`): offload_param {device: cpu}.
+  for (const char* key : {"cpu_offload_params", "cpu_offload_param"}) {
+    if (!z.has(key) || z.has("offload_param")) continue;
+    const auto legacy = z.required<bool>(key);
+    if (!legacy.valid || !legacy.value) continue;
+    DataParallelSpec& dp = out_.strategy;
+    dp.offload_param = true;
+    dp.param_pin_memory =
+        z.has("cpu_offload_use_pin_memory") ? z.required<bool>("cpu_offload_use_pin_memory").value : kDefaultPinMemory;
+    defaults_.push_back(
+        fmt::format("{} (legacy) read as offload_param: {{device: cpu, pin_memory: {}}}", key, dp.param_pin_memory));
+    if (dp.zero_stage != 3) ctx_.error(legacy.loc, zero.child_path(key), "parameter offload needs stage 3");
+  }
   if (!z.has("cpu_offload") || z.has("offload_optimizer")) return;
   DataParallelSpec& dp = out_.strategy;
   const auto legacy = z.required<bool>("cpu_offload");
@@ -483,6 +530,68 @@ void DsConfigReader::read_data_types(MapReader& r) {
   }
 }
 
+void DsConfigReader::read_parallelism_and_features(MapReader& r, int tp) {
+  // AutoTP (DeepSpeed's tensor_parallel.autotp_size): the ranks' layout is the strategy's, so the
+  // size must be strategy.tp, which offsim runs as tensor parallelism under ZeRO.
+  if (auto section = r.child("tensor_parallel"); section && section->is_map()) {
+    MapReader t(*section);
+    if (t.has("autotp_size")) {
+      const auto size = t.required<int>("autotp_size");
+      if (size.valid && size.value > 1 && size.value != tp) {
+        ctx_.error(size.loc, section->child_path("autotp_size"),
+                   fmt::format("AutoTP over {} ranks: give strategy.tp: {} (offsim runs it as tensor parallelism "
+                               "under ZeRO; the strategy has tp = {})",
+                               size.value, size.value, tp));
+      }
+    }
+    for (const auto& k : t.take_unread_keys()) ignored_.push_back("tensor_parallel." + k);
+  }
+  // Ulysses sequence parallelism (ALST): `sequence_parallel: {enabled, size}` or the older
+  // `sequence_parallel_size`.
+  const auto refuse_ulysses = [&](const Node& at, int size) {
+    ctx_.error(at.location(), at.path(),
+               fmt::format("Ulysses sequence parallelism over {} ranks is not modelled (attention heads split by "
+                           "all-to-alls); run without it",
+                           size));
+  };
+  if (auto section = r.child("sequence_parallel"); section && section->is_map()) {
+    const YAML::Node enabled = section->yaml()["enabled"], size = section->yaml()["size"];
+    const int ranks = size.IsDefined() && size.IsScalar() ? size.as<int>(1) : 1;
+    if (enabled.IsDefined() && enabled.IsScalar() && enabled.Scalar() == "true" && ranks > 1) {
+      refuse_ulysses(*section, ranks);
+    }
+    MapReader sp(*section);
+    (void)sp.take_unread_keys();
+  }
+  if (auto size = r.child("sequence_parallel_size")) {
+    if (const auto v = size->as<int>(); v && *v > 1) refuse_ulysses(*size, *v);
+  }
+  if (fp8_enabled(r)) {
+    const auto fp8 = r.child("fp8");
+    ctx_.error(fp8->location(), fp8->path(),
+               "fp8 training is not read from a ds_config (offsim times 16-bit mixed precision: enable bf16 or fp16)");
+    MapReader f(*fp8);
+    (void)f.take_unread_keys();
+  }
+  // Sections that change DeepSpeed's time or memory and offsim does not model.
+  for (const char* key : {"activation_checkpointing", "aio", "compression_training", "curriculum_learning",
+                          "data_efficiency", "progressive_layer_drop", "sparse_attention"}) {
+    if (r.has(key)) not_modelled_.emplace_back(key);
+  }
+  // Adam's states and step are what offsim times; another optimizer has other states.
+  // (Read from the YAML: an Adam optimizer section stays among the ignored keys.)
+  if (const YAML::Node opt = node_.yaml()["optimizer"];
+      opt.IsDefined() && opt.IsMap() && opt["type"].IsDefined() && opt["type"].IsScalar()) {
+    const std::string type = opt["type"].Scalar();
+    std::string lower(type);
+    std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+    if (lower != "adam" && lower != "adamw" && lower != "fusedadam" && lower != "cpuadam") {
+      not_modelled_.push_back(fmt::format("optimizer.type={} (Adam's states and step are timed)", type));
+      (void)r.has("optimizer");  // named above, not among the ignored keys
+    }
+  }
+}
+
 void DsConfigReader::warn(MapReader& r) {
   for (const auto& k : r.take_unread_keys()) ignored_.push_back(k);
   if (!defaults_.empty()) {
@@ -518,6 +627,7 @@ std::optional<DeepSpeedImport> import_deepspeed_config(const Node& node, const s
   reader.read_precision(r);
   reader.read_zero(r.child("zero_optimization"), ZeroContext{levels, qwz, qgz, runtime, tp});
   reader.read_data_types(r);
+  reader.read_parallelism_and_features(r, tp);
   reader.set_runtime(runtime);
   reader.warn(r);
   out.defaults = reader.defaults();
