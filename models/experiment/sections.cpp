@@ -430,8 +430,21 @@ std::optional<StrategySpec> read_megatron(const Node& node, MapReader& r, const 
                                           std::size_t errors_before) {
   auto& ctx = node.context();
   MegatronSpec mg;
+  // Keys left out take Megatron-LM's defaults (configs/defaults.yaml), named in the report.
+  std::vector<std::string> unused_defaults;
+  std::vector<std::string>& defaults_applied = training ? training->defaults : unused_defaults;
+  const auto megatron_default = [&](const char* key) {
+    if (r.has(key)) return false;
+    defaults_applied.push_back(
+        fmt::format("strategy.{}={} (Megatron-LM's default)", key, defaults::text(std::string("megatron.") + key)));
+    return true;
+  };
   const auto positive = [&](const char* key, sim::config::Location* at) {
-    const auto v = r.required<int>(key);
+    const bool defaulted = std::string_view(key) != "dp" && megatron_default(key);
+    const auto v = defaulted
+                       ? sim::config::Located<int>{static_cast<int>(defaults::integer(std::string("megatron.") + key)),
+                                                   node.location(), true}
+                       : r.required<int>(key);
     if (v.valid && v.value < 1) ctx.error(v.loc, node.child_path(key), fmt::format("expected >= 1, got {}", v.value));
     if (at) *at = v.loc;
     return v.value;
@@ -442,7 +455,8 @@ std::optional<StrategySpec> read_megatron(const Node& node, MapReader& r, const 
   const bool tp_ok = tp_splits_model(ctx, training, mg.tp, tp_at);
   mg.pp = positive("pp", training ? &training->pp_at : nullptr);
   mg.dp = positive("dp", nullptr);
-  const auto schedule = r.choice("schedule", {"1f1b", "interleaved"});
+  (void)megatron_default("schedule");
+  const auto schedule = r.choice("schedule", {"1f1b", "interleaved"}, defaults::text("megatron.schedule"));
   if (schedule.valid && schedule.value == "interleaved") {
     const auto v = r.required<int>("virtual_stages");
     if (v.valid && v.value < 2) {
@@ -454,8 +468,10 @@ std::optional<StrategySpec> read_megatron(const Node& node, MapReader& r, const 
     // Left from an interleaved configuration (--set strategy.schedule=1f1b): named, not an error.
     ctx.warning(v->location(), v->path(), "ignored: the 1f1b schedule has one stage per rank");
   }
-  mg.sequence_parallel = r.required<bool>("sequence_parallel").value;
-  const auto zero = r.required<int>("zero_stage");
+  (void)megatron_default("sequence_parallel");
+  mg.sequence_parallel = r.optional<bool>("sequence_parallel", defaults::flag("megatron.sequence_parallel")).value;
+  (void)megatron_default("zero_stage");
+  const auto zero = r.optional<int>("zero_stage", static_cast<int>(defaults::integer("megatron.zero_stage")));
   if (zero.valid && zero.value != 0 && zero.value != 1) {
     ctx.error(zero.loc, node.child_path("zero_stage"),
               fmt::format("expected 0 or 1 (Megatron's distributed optimizer) with pipelines, got {}", zero.value));

@@ -139,6 +139,28 @@ TEST(NewUser, DeepSpeedDefaultsAreNamedForTheRuntimeAndStage) {
   EXPECT_TRUE(has(spec.defaults_applied, "strategy.config.overlap_comm=false"));
 }
 
+TEST(NewUser, MegatronKeysLeftOutTakeMegatronsDefaults) {
+  const ExperimentSpec spec =
+      load_experiment(experiment("megatron.yaml",
+                                 "hardware: !include {0}/configs/hardware/dgx-h100.yaml\n"
+                                 "model: !include {0}/configs/models/gpt3-1.3b.yaml\ntraining: {{micro_batch: 1}}\n"
+                                 "strategy: {{kind: megatron, dp: 2}}\n"),
+                      {});
+  const auto& mg = std::get<MegatronSpec>(spec.strategy);
+  EXPECT_EQ(mg.tp, 1);
+  EXPECT_EQ(mg.pp, 1);
+  EXPECT_EQ(mg.dp, 2);
+  EXPECT_EQ(mg.virtual_stages, 1);
+  EXPECT_FALSE(mg.sequence_parallel);
+  EXPECT_EQ(mg.zero_stage, 0);
+  for (const char* d :
+       {"strategy.tp=1 (Megatron-LM's default)", "strategy.pp=1 (Megatron-LM's default)",
+        "strategy.schedule=1f1b (Megatron-LM's default)", "strategy.sequence_parallel=false (Megatron-LM's default)",
+        "strategy.zero_stage=0 (Megatron-LM's default)"}) {
+    EXPECT_TRUE(has(spec.defaults_applied, d)) << d;
+  }
+}
+
 TEST(NewUser, DeepSpeedsEstimatorsAsItsSourceComputesThem) {
   // 1e9 parameters, largest layer 1e8, 8 GPUs on each of 2 nodes (16 GPUs), buffer factor 1.5.
   DeepSpeedEstimatorInput in;
