@@ -38,6 +38,7 @@ fs::path machine_file(const std::string& machine) {
 // GPUs per node of a machine file, and whether it is a system of nodes (hardware.nodes applies).
 std::pair<int, bool> gpus_per_node(const fs::path& file) {
   const YAML::Node y = YAML::LoadFile(file.string());
+  if (!y.IsMap()) throw std::invalid_argument(fmt::format("{}: not a machine description", file.string()));
   const bool system = y["node"].IsDefined();
   // (A YAML::Node assigned to another writes into it: a fresh node for the node file.)
   const YAML::Node node = !system ? y

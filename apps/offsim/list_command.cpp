@@ -76,6 +76,7 @@ std::vector<Machine> read_machines(const fs::path& configs) {
     Machine m;
     m.file = fs::relative(f, root).string();
     const YAML::Node y = YAML::LoadFile(f.string());
+    if (!y.IsMap()) continue;  // not a machine
     m.name = scalar(y["name"], f.stem().string());
     if (y["node"].IsDefined()) {
       m.nodes = y["nodes"].IsDefined() ? y["nodes"].as<int>(1) : 1;
@@ -134,7 +135,8 @@ void list_calibrations(const fs::path& configs) {
       "collectives: ..., host: ...}}):\n");
   for (const auto& f : files(configs / "calibration", ".yaml")) {
     const YAML::Node y = YAML::LoadFile(f.string());
-    fmt::print("  {:<32} {:<12} {}\n", f.filename().string(), table_role(y), scalar(y["device_kind"], "-"));
+    fmt::print("  {:<32} {:<12} {}\n", f.filename().string(), table_role(y),
+               y.IsMap() ? scalar(y["device_kind"], "-") : std::string("-"));
   }
 }
 

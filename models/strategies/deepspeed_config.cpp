@@ -580,6 +580,8 @@ void DsConfigReader::read_parallelism_and_features(MapReader& r, int tp) {
   }
   // Adam's states and step are what offsim times; another optimizer has other states.
   // (Read from the YAML: an Adam optimizer section stays among the ignored keys.)
+  // (operator[] on a config that is no mapping throws: the fuzzer's ds-config-scalar-optimizer.)
+  if (!node_.yaml().IsMap()) return;
   if (const YAML::Node opt = node_.yaml()["optimizer"];
       opt.IsDefined() && opt.IsMap() && opt["type"].IsDefined() && opt["type"].IsScalar()) {
     const std::string type = opt["type"].Scalar();
