@@ -38,11 +38,14 @@ struct ExperimentSpec {
   DeviceCosts device;
   MeasuredCosts collectives;
   MeasuredCosts host;  // optional `calibration.host` table (CPU Adam rates)
-  ModelSpec model;
+  ModelSpec model;     // model.seq: the sequence length trained (training.seq); model.context: the model's
   TrainingSpec training;
   StrategySpec strategy;
   std::optional<CostSpec> cost;
   std::vector<std::pair<std::string, std::string>> effective;  // key path -> value, after overrides
+  /// Values taken for keys the experiment left out that move the result ("training.seq=2048 (the
+  /// model's context)"), printed in the report and summary.json (configs/defaults.yaml).
+  std::vector<std::string> defaults_applied;
   std::vector<sim::config::Diagnostic> warnings;
 };
 

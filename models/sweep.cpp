@@ -394,6 +394,18 @@ SweepSummary run_sweep(const Sweep& sweep, const SweepOptions& options) {
   return summary;
 }
 
+namespace {
+
+// A figure to four significant digits, without an exponent (120.76053557495153 -> 120.8,
+// 0.30705487 -> 0.3071, 123456.7 -> 123457): the CSV keeps every digit.
+std::string rounded(double v) {
+  if (v == 0.0 || !std::isfinite(v)) return fmt::format("{}", v);
+  const int magnitude = static_cast<int>(std::floor(std::log10(std::fabs(v))));
+  return fmt::format("{:.{}f}", v, std::clamp(3 - magnitude, 0, 9));
+}
+
+}  // namespace
+
 std::string best_points(const std::filesystem::path& csv, const std::string& metric, std::size_t top, double tie) {
   std::ifstream in(csv);
   if (!in) throw std::runtime_error(fmt::format("cannot read {}", csv.string()));
@@ -429,7 +441,7 @@ std::string best_points(const std::filesystem::path& csv, const std::string& met
   };
   for (std::size_t i = 0; i < ranked.size() && i < top; ++i) {
     std::vector<std::string> row(ranked[i].second.begin(), ranked[i].second.begin() + static_cast<long>(s));
-    row.push_back(ranked[i].second[c]);
+    row.push_back(rounded(ranked[i].first));
     row.push_back(i == 0 ? "best" : fmt::format("-{:.2f}%", 100.0 * behind(ranked[i].first)));
     table.add_row(row);
   }

@@ -81,6 +81,7 @@ std::optional<NodeSpec> parse_node_spec(const Node& node) {
   NodeSpec out;
   MapReader top(node);
   out.name = top.required<std::string>("name").value;
+  (void)top.has("calibration");  // the machine's cost tables, read by load_experiment
 
   if (auto list = top.required_child("devices", "a list of devices")) {
     for (const auto& item : list->items()) {
@@ -333,6 +334,7 @@ std::optional<NodeTopology> parse_machine(const Node& node) {
     MapReader probe(node);
     {
       out.name = probe.required<std::string>("name").value;
+      (void)probe.has("calibration");  // the machine's cost tables, read by load_experiment
       if (auto n = probe.required_child("node", "a node description (usually !include x-node.yaml)"))
         spec = parse_node_spec(*n);
       const auto nodes = probe.required<int>("nodes");

@@ -26,6 +26,15 @@ struct RunOptions {
   bool all_micro_batches = false;
 };
 
+struct EstimateOptions {
+  std::string ds_config;
+  std::string model;
+  std::string machine = "dgx-h100";
+  int gpus = 1;
+  std::int64_t seq = 0;  // 0: the model's context (up to 8,192 tokens)
+  std::vector<std::string> overrides;
+};
+
 struct GraphOptions {
   std::string config;
   std::vector<std::string> overrides;
@@ -121,7 +130,9 @@ int calibrate_command(const CalibrateCliOptions& options);
 int model_command(const ModelOptions& options);
 int topo_command(const TopoOptions& options);
 int graph_command(const GraphOptions& options);
-int list_command();
+/// `what`: machines, devices, calibrations, models or strategies; empty: all of them.
+int list_command(const std::string& what);
+int estimate_command(const EstimateOptions& options);
 
 }  // namespace offsim::app
 

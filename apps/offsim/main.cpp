@@ -139,7 +139,27 @@ int main(int argc, char** argv) {
       "--update", check_update,
       "re-record the cases whose predictions moved beyond their tolerance (the others stay as they are)");
 
-  auto* list_cmd = app.add_subcommand("list", "list the strategies offsim knows");
+  std::string list_what;
+  auto* list_cmd = app.add_subcommand(
+      "list",
+      "what an experiment can name: machines (and the tables each implies), GPU device kinds, calibration "
+      "tables, models, strategies (all of them when none is given)");
+  list_cmd->add_option("what", list_what, "machines, devices, calibrations, models or strategies")
+      ->check(CLI::IsMember({"machines", "devices", "calibrations", "models", "strategies"}));
+
+  app::EstimateOptions est;
+  auto* est_cmd = app.add_subcommand(
+      "estimate",
+      "memory per tier per GPU and the iteration time of a DeepSpeed ds_config.json with a Hugging Face config.json "
+      "on N GPUs, beside DeepSpeed's own estimate_zero2/zero3_model_states_mem_needs figures");
+  est_cmd->add_option("ds_config", est.ds_config, "DeepSpeed ds_config.json")->required();
+  est_cmd->add_option("--model", est.model, "Hugging Face config.json (or an offsim model YAML)")->required();
+  est_cmd->add_option("--gpus", est.gpus, "GPUs (data-parallel ranks; default 1)")->check(CLI::PositiveNumber);
+  est_cmd->add_option("--machine", est.machine,
+                      "a machine of configs/hardware by name or file (default dgx-h100; offsim list machines)");
+  est_cmd->add_option("--seq", est.seq, "sequence length (default: the model's context, up to 8,192 tokens)")
+      ->check(CLI::PositiveNumber);
+  est_cmd->add_option("--set", est.overrides, "override a value of the experiment: --set key.path=value");
 
   app::SearchCliOptions search_opts;
   auto* search_cmd = app.add_subcommand(
@@ -229,7 +249,8 @@ int main(int argc, char** argv) {
       cal.command_line = line;
       return app::calibrate_command(cal);
     }
-    if (*list_cmd) return app::list_command();
+    if (*list_cmd) return app::list_command(list_what);
+    if (*est_cmd) return app::estimate_command(est);
     if (*search_cmd) return app::search_command(search_opts);
   } catch (...) {
     const app::ExitReport report =

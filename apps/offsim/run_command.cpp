@@ -114,10 +114,4 @@ int check_command(const std::string& dir, bool update) {
   return report.passed() ? 0 : 1;
 }
 
-int list_command() {
-  fmt::print("strategies:\n");
-  for (const auto& s : models::list_strategies()) fmt::print("  {:<16} {}\n", s.kind, s.description);
-  return 0;
-}
-
 }  // namespace offsim::app

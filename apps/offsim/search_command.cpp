@@ -2,8 +2,12 @@
 // (models/search.hpp states the method; docs/search.md shows its use).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <stdexcept>
+#include <type_traits>
 
 #include "apps/offsim/commands.hpp"
 #include "apps/offsim/heap.hpp"
@@ -40,8 +44,72 @@ int search_command(const SearchCliOptions& options) {
 
 namespace {
 
-int search_or_throw(const SearchCliOptions& options) {
+// `--set` on a key the search chooses (strategy.tp, strategy.pp, strategy.zero_stage,
+// strategy.kind, training.micro_batch) fixes that dimension of the space, as --tp, --pp, --zero,
+// --kind and --micro-batch do, instead of being applied to every point (where the point's own
+// strategy would contradict it). Other strategy keys are refused: the search writes the strategy.
+SearchCliOptions with_fixed_dimensions(const SearchCliOptions& given) {
+  SearchCliOptions o = given;
+  o.overrides.clear();
+  for (const auto& text : given.overrides) {
+    const auto eq = text.find('=');
+    const std::string key = text.substr(0, eq), value = eq == std::string::npos ? "" : text.substr(eq + 1);
+    const auto integer = [&](const char* flag) {
+      try {
+        std::size_t used = 0;
+        const long long v = std::stoll(value, &used);
+        if (used == value.size() && v > 0 && v <= std::numeric_limits<int>::max()) return v;
+      } catch (const std::exception&) {
+      }
+      throw std::runtime_error(fmt::format("--set {}: expected a positive integer (as {} takes)", text, flag));
+    };
+    const auto fix = [&](auto& list, auto v, const char* flag) {
+      using T = typename std::decay_t<decltype(list)>::value_type;
+      if (!list.empty() && std::find(list.begin(), list.end(), static_cast<T>(v)) == list.end()) {
+        throw std::runtime_error(fmt::format("--set {} contradicts {}", text, flag));
+      }
+      list = {static_cast<T>(v)};
+      fmt::print("search: --set {} fixes the space to {} {}\n", text, flag, value);
+    };
+    if (key == "strategy.tp") {
+      fix(o.tp, integer("--tp"), "--tp");
+    } else if (key == "strategy.pp") {
+      const auto pp = integer("--pp");
+      fix(o.pp, pp, "--pp");
+      // Pipelines are Megatron's: data parallelism has one stage.
+      if (pp > 1 && o.kinds.empty()) o.kinds = {"megatron"};
+    } else if (key == "strategy.zero_stage") {
+      if (value.size() != 1 || value[0] < '0' || value[0] > '3') {
+        throw std::runtime_error(fmt::format("--set {}: expected a ZeRO stage 0-3", text));
+      }
+      fix(o.zero_stages, value[0] - '0', "--zero");
+    } else if (key == "strategy.kind") {
+      if (value != "data_parallel" && value != "megatron") {
+        throw std::runtime_error(
+            fmt::format("--set {}: the search enumerates data_parallel and megatron (--kind)", text));
+      }
+      if (!o.kinds.empty() && std::find(o.kinds.begin(), o.kinds.end(), value) == o.kinds.end()) {
+        throw std::runtime_error(fmt::format("--set {} contradicts --kind", text));
+      }
+      o.kinds = {value};
+      fmt::print("search: --set {} fixes the space to --kind {}\n", text, value);
+    } else if (key == "training.micro_batch") {
+      fix(o.micro_batches, integer("--micro-batch"), "--micro-batch");
+    } else if (key == "strategy" || key.starts_with("strategy.")) {
+      throw std::runtime_error(fmt::format(
+          "--set {}: the search writes each point's strategy; fix a dimension with --set strategy.tp / strategy.pp / "
+          "strategy.zero_stage / strategy.kind (or --tp, --pp, --zero, --kind, --offload)",
+          text));
+    } else {
+      o.overrides.push_back(text);
+    }
+  }
+  return o;
+}
+
+int search_or_throw(const SearchCliOptions& given) {
   namespace fs = std::filesystem;
+  const SearchCliOptions options = with_fixed_dimensions(given);
   const models::ExperimentSpec base = models::load_experiment(options.experiment, options.overrides);
   models::SearchLimits limits;
   if (!options.max_hbm.empty()) limits.max_hbm_bytes = sim::parse_bytes(options.max_hbm).count;
@@ -69,7 +137,12 @@ int search_or_throw(const SearchCliOptions& options) {
   run.out = csv;
   run.jobs = options.jobs;
   run.resume = options.resume;
-  Progress progress("search", options.resume ? models::finished_rows(sweep, csv).size() : 0);
+  const std::size_t already = options.resume && fs::exists(csv) ? models::finished_rows(sweep, csv).size() : 0;
+  if (options.resume) {
+    fmt::print("search: resuming {}: {} of {} points are there, {} to simulate\n", csv.string(), already,
+               sweep.points.size(), sweep.points.size() - std::min(already, sweep.points.size()));
+  }
+  Progress progress("search", already);
   run.progress = [&](std::size_t done, std::size_t total) { progress(done, total); };
   run.on_worker_start = back_thread_heap_with_huge_pages;
   if (!sweep.points.empty()) (void)models::run_sweep(sweep, run);

@@ -1,12 +1,16 @@
 // load_experiment: an experiment file (with !include, set: and --set) read and checked, and the
 // cache of machines and calibration tables a sweep's points share.
 #include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <memory>
 #include <optional>
+#include <set>
 
 #include "models/experiment.hpp"
+#include "models/experiment/defaults.hpp"
 #include "models/experiment/sections.hpp"
 #include "models/transformer/model_parser.hpp"
 
@@ -80,6 +84,62 @@ void ReadCache::forget(const std::string& file) {
 
 namespace {
 
+// training.seq against the model's context: required beyond configs/defaults.yaml's
+// training.seq_required_above (a long-context model's context is not what it trains at), else the
+// context by default; longer than the context only with rotary positions (learned positions end
+// there).
+void apply_sequence_length(Context& ctx, const Node& training, const TrainingRead& read, ExperimentSpec& spec) {
+  ModelSpec& m = spec.model;
+  m.context = m.seq;
+  const std::int64_t limit = defaults::integer("training.seq_required_above");
+  if (read.seq) {
+    if (read.seq->value > m.context && m.position == PositionKind::kLearned) {
+      ctx.error(read.seq->loc, training.child_path("seq"),
+                fmt::format("{} tokens, but the model's learned positions end at {} (its context)", read.seq->value,
+                            m.context));
+      return;
+    }
+    m.seq = read.seq->value;
+    return;
+  }
+  if (m.context > limit) {
+    ctx.error(training.location(), training.child_path("seq"),
+              fmt::format("missing required key (the sequence length to train at: the model's context is {} tokens, "
+                          "longer than {}, so offsim does not take it; for example seq: {})",
+                          m.context, limit, limit));
+    return;
+  }
+  spec.defaults_applied.push_back(fmt::format("training.seq={} (the model's context)", m.context));
+}
+
+// What an override that names the machine's GPU kind (--set hardware.device=h200, which is no key)
+// is told: the machine's GPUs, and the kinds that have cost tables beside the machine's folder.
+std::string gpu_kind_note(const topo::NodeTopology& hw, const std::string& machine_file) {
+  std::set<std::string> machine_kinds;
+  for (const auto g : hw.topology.devices_of(topo::DeviceKind::kGpu)) {
+    machine_kinds.insert(hw.topology.device(g).device_kind);
+  }
+  std::set<std::string> with_tables;
+  std::error_code ec;
+  const auto folder = std::filesystem::path(machine_file).parent_path() / ".." / "calibration";
+  for (std::filesystem::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
+    if (it->path().extension() != ".yaml") continue;
+    try {
+      const YAML::Node y = YAML::LoadFile(it->path().string());
+      if (y.IsMap() && y["peak"] && y["device_kind"] && y["device_kind"].IsScalar()) {
+        with_tables.insert(y["device_kind"].Scalar());
+      }
+    } catch (const YAML::Exception&) {  // not a table: not listed
+    }
+  }
+  return fmt::format(
+      "the machine's GPUs are {}; another kind of GPU is another machine (hardware: !include "
+      "../hardware/x.yaml){}; offsim list devices names them with their machines",
+      fmt::join(machine_kinds, ", "),
+      with_tables.empty() ? std::string()
+                          : fmt::format(", and the kinds with cost tables are {}", fmt::join(with_tables, ", ")));
+}
+
 // The value at `node` read by `parse`, through the cache when there is one (ReadCache).
 template <typename Value>
 std::optional<Value> read_through(const Node& node, ReadCache* cache, std::optional<Value> (*parse)(const Node&)) {
@@ -111,6 +171,82 @@ std::optional<Value> read_through(const Node& node, ReadCache* cache, std::optio
                    std::make_shared<const std::vector<std::string>>(ctx.known_paths_under(node.path()))});
   }
   return parsed;
+}
+
+// `calibration:`, or the machine's own tables (its `calibration:`) for what the experiment leaves
+// out; returns where the collectives are given (for the strategy's checks).
+sim::config::Location read_calibration(MapReader& r, const Node& root, const std::optional<Node>& hw_node,
+                                       const topo::NodeTopology* hw, ReadCache* cache, ExperimentSpec& spec) {
+  auto& ctx = root.context();
+  sim::config::Location collectives_loc = root.location();
+  // The machine's own tables (its `calibration:`), for what the experiment leaves out.
+  std::optional<Node> machine_tables;
+  if (hw_node && hw_node->is_map()) {
+    const YAML::Node found = hw_node->yaml()["calibration"];
+    if (found.IsDefined()) machine_tables = ctx.resolve(*hw_node, "calibration", &found);
+    if (machine_tables && (machine_tables->broken() || !machine_tables->is_map())) machine_tables.reset();
+  }
+  std::optional<Node> calibration = r.child("calibration");
+  if (!calibration && machine_tables) {
+    calibration = machine_tables;
+    spec.defaults_applied.push_back(fmt::format(
+        "calibration=the machine's tables ({})",
+        hw_node->yaml()["name"].IsDefined() && hw_node->yaml()["name"].IsScalar() ? hw_node->yaml()["name"].Scalar()
+                                                                                  : hw_node->file()));
+  } else if (!calibration) {
+    ctx.error(root.location(), "calibration",
+              "missing required key (expected a mapping with device: a device cost table, usually !include "
+              "../calibration/x.yaml; the machine names no tables of its own)");
+  }
+  if (calibration) {
+    MapReader c(*calibration);
+    std::optional<Node> d = c.child("device");
+    if (!d && !c.has("device") && calibration->path() == "calibration" && machine_tables) {
+      // The experiment's calibration without a device table: the machine's.
+      MapReader m(*machine_tables);
+      d = m.child("device");
+      (void)m.take_unread_keys();
+      if (d) spec.defaults_applied.emplace_back("calibration.device=the machine's table");
+    }
+    if (!d && !c.has("device")) {  // (a failed include is reported already)
+      ctx.error(calibration->location(), calibration->child_path("device"),
+                "missing required key (expected a device cost table, usually !include ../calibration/x.yaml)");
+    }
+    if (d) {
+      if (auto costs = read_through<DeviceCosts>(*d, cache, parse_device_costs)) {
+        spec.device = *costs;
+        if (hw) {
+          for (const auto g : hw->topology.devices_of(topo::DeviceKind::kGpu)) {
+            const auto& dev = hw->topology.device(g);
+            if (dev.device_kind != costs->device_kind) {
+              ctx.error(d->location(), d->child_path("device_kind"),
+                        fmt::format("the table is for '{}' but GPU '{}' of the machine is a '{}'", costs->device_kind,
+                                    dev.name, dev.device_kind));
+              break;
+            }
+          }
+        }
+      }
+    }
+    if (auto host = c.child("host")) {
+      if (auto costs = read_through<MeasuredCosts>(*host, cache, parse_measured_costs)) spec.host = *costs;
+    }
+    if (auto coll = c.child("collectives")) {
+      if (coll->is_scalar()) {
+        // `collectives: roofline`: the machine has no measured collectives; say so explicitly.
+        if (coll->as<std::string>() == "roofline") {
+          spec.collectives.roofline_collectives = true;
+        } else {
+          ctx.error(coll->location(), coll->path(),
+                    "expected a table of measured collectives (!include ../calibration/x.yaml) or \"roofline\"");
+        }
+      } else if (auto costs = read_through<MeasuredCosts>(*coll, cache, parse_measured_costs)) {
+        spec.collectives = *costs;
+      }
+      collectives_loc = coll->location();
+    }
+  }
+  return collectives_loc;
 }
 
 }  // namespace
@@ -163,49 +299,34 @@ ExperimentSpec load_experiment(const std::filesystem::path& file, const std::vec
     spec.name = r.required<std::string>("name").value;
     std::optional<topo::NodeTopology> hw;
     sim::config::Location collectives_loc = root.location();
+    std::optional<Node> hw_node;
     if (auto n = r.required_child("hardware", "a machine description (usually !include ../hardware/x.yaml)")) {
+      hw_node = n;
       hw = read_through<topo::NodeTopology>(*n, cache, topo::parse_machine);
     }
-    if (auto n = r.required_child("calibration", "a mapping with device and collectives")) {
-      MapReader c(*n);
-      if (auto d = c.required_child("device", "a device cost table")) {
-        if (auto costs = read_through<DeviceCosts>(*d, cache, parse_device_costs)) {
-          spec.device = *costs;
-          if (hw) {
-            for (const auto g : hw->topology.devices_of(topo::DeviceKind::kGpu)) {
-              const auto& dev = hw->topology.device(g);
-              if (dev.device_kind != costs->device_kind) {
-                ctx.error(d->location(), d->child_path("device_kind"),
-                          fmt::format("the table is for '{}' but GPU '{}' of the machine is a '{}'", costs->device_kind,
-                                      dev.name, dev.device_kind));
-                break;
-              }
-            }
-          }
-        }
-      }
-      if (auto host = c.child("host")) {
-        if (auto costs = read_through<MeasuredCosts>(*host, cache, parse_measured_costs)) spec.host = *costs;
-      }
-      if (auto coll = c.child("collectives")) {
-        if (coll->is_scalar()) {
-          // `collectives: roofline`: the machine has no measured collectives; say so explicitly.
-          if (coll->as<std::string>() == "roofline") {
-            spec.collectives.roofline_collectives = true;
-          } else {
-            ctx.error(coll->location(), coll->path(),
-                      "expected a table of measured collectives (!include ../calibration/x.yaml) or \"roofline\"");
-          }
-        } else if (auto costs = read_through<MeasuredCosts>(*coll, cache, parse_measured_costs)) {
-          spec.collectives = *costs;
-        }
-        collectives_loc = coll->location();
+    collectives_loc = read_calibration(r, root, hw_node, hw ? &*hw : nullptr, cache, spec);
+    for (const char* key : {"hardware.device", "hardware.device_kind", "hardware.gpu"}) {
+      if (hw && hw_node && !ctx.override_texts_under(key).empty()) {
+        ctx.note_unknown_override(key, gpu_kind_note(*hw, hw_node->file()));
       }
     }
     bool needs_model = true;
     bool strategy_ok = false, model_ok = false, training_ok = false;
     sim::config::Location grad_accum_at = root.location();
     TrainingFromStrategy from_strategy;
+    // The model before the strategy (when the experiment has one), so that the strategy's tp is
+    // checked against its heads and widths where it is read.
+    std::optional<Node> model_node;
+    if (r.has("model")) {
+      model_node = r.child("model");
+      if (model_node) {
+        if (auto m = parse_model(*model_node)) {
+          spec.model = *m;
+          model_ok = true;
+          from_strategy.model = &spec.model;
+        }
+      }
+    }
     if (auto n = r.required_child("strategy", "a strategy mapping with kind")) {
       if (auto s = parse_strategy(*n, hw ? &hw->topology : nullptr, &from_strategy)) {
         spec.strategy = *s;
@@ -229,17 +350,24 @@ ExperimentSpec load_experiment(const std::filesystem::path& file, const std::vec
     }
     // A collective benchmark has no model; training a model needs one.
     if (needs_model) {
-      if (auto n = r.required_child("model", "a model (usually !include ../models/x.yaml)")) {
-        if (auto m = parse_model(*n)) {
-          spec.model = *m;
-          model_ok = true;
-        }
-      }
-      if (auto n = r.required_child("training", "a mapping with micro_batch, grad_accum, ...")) {
-        if (auto t = parse_training(*n, &grad_accum_at)) {
+      if (!r.has("model")) (void)r.required_child("model", "a model (usually !include ../models/x.yaml)");
+      TrainingRead training_read;
+      std::optional<Node> training_node = r.required_child(
+          "training", "a mapping with micro_batch, and seq where the model's context is longer than 8,192 tokens");
+      if (training_node) {
+        if (auto t = parse_training(*training_node, &training_read)) {
           spec.training = *t;
           training_ok = true;
         }
+        grad_accum_at = training_read.grad_accum_at;
+      }
+      if (model_ok && training_node) apply_sequence_length(ctx, *training_node, training_read, spec);
+      spec.defaults_applied.insert(spec.defaults_applied.end(), training_read.defaults.begin(),
+                                   training_read.defaults.end());
+      spec.defaults_applied.insert(spec.defaults_applied.end(), from_strategy.defaults.begin(),
+                                   from_strategy.defaults.end());
+      if (from_strategy.deepspeed) {
+        for (const auto& d : from_strategy.deepspeed->defaults) spec.defaults_applied.push_back("strategy.config." + d);
       }
       // A DeepSpeed config's batch settings win over the training section, with a warning when
       // they differ: the config is what DeepSpeed would run.

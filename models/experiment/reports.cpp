@@ -143,6 +143,13 @@ std::string summary_json(const ExperimentSpec& spec, const ExperimentResult& r, 
   j.field("experiment", spec.name);
   j.field("config_file", spec.file);
   write_figure(j, *kSummaryFeasible, r);
+  if (!std::holds_alternative<CollectiveSpec>(spec.strategy)) {
+    j.field("seq", spec.model.seq);
+    j.field("model_context", spec.model.context > 0 ? spec.model.context : spec.model.seq);
+  }
+  j.key("defaults_applied").begin_array();
+  for (const auto& d : spec.defaults_applied) j.value(d);
+  j.end_array();
   j.key("infeasible_reasons").begin_array();
   for (const auto& reason : r.infeasible_reasons) j.value(reason);
   j.end_array();
@@ -223,6 +230,19 @@ std::string text_report(const ExperimentSpec& spec, const ExperimentResult& r) {
     const ParameterCounts params = count_parameters(spec.model);
     out += fmt::format("offsim: {}  ({} with {:.3f} B parameters, {} ranks on {})\n\n", spec.name, spec.model.name,
                        static_cast<double>(params.total) / 1e9, r.ranks, spec.hardware.name);
+  }
+  if (!std::holds_alternative<CollectiveSpec>(spec.strategy)) {
+    const std::int64_t context = spec.model.context > 0 ? spec.model.context : spec.model.seq;
+    out += fmt::format("sequence length      {} tokens{}, micro-batch {}, {} micro-batch{} per step\n", spec.model.seq,
+                       spec.model.seq == context ? " (the model's context)"
+                                                 : fmt::format(" (training.seq; the model's context is {})", context),
+                       spec.training.micro_batch, spec.training.grad_accum, spec.training.grad_accum == 1 ? "" : "es");
+  }
+  if (!spec.defaults_applied.empty()) {
+    // One per line: each is a value the experiment did not give (configs/defaults.yaml).
+    for (std::size_t i = 0; i < spec.defaults_applied.size(); ++i) {
+      out += fmt::format("{:<21}{}\n", i == 0 ? "defaults applied" : "", spec.defaults_applied[i]);
+    }
   }
   out += fmt::format("feasible             {}\n", r.feasible ? "yes" : "NO");
   // Pools that overflow alike (every GPU of a data-parallel group) are named on one line.

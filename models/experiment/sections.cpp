@@ -10,6 +10,7 @@
 #include <optional>
 #include <unordered_set>
 
+#include "models/experiment/defaults.hpp"
 #include "models/strategies/partitioning_parser.hpp"
 #include "models/strategies/pipeline_split.hpp"
 
@@ -40,15 +41,36 @@ int checked_ranks(Context& ctx, const sim::config::Location& loc, const std::str
   return static_cast<int>(ranks);
 }
 
+// Whether the model (when read before the strategy) splits over tp ranks; reports at `at` when not.
+bool tp_splits_model(Context& ctx, const TrainingFromStrategy* training, int tp, const sim::config::Location& at) {
+  if (!training || !training->model || tp <= 1) return true;
+  const auto uneven = widths_not_dividing(*training->model, tp);
+  if (uneven.empty()) return true;
+  ctx.error(
+      at, "strategy.tp",
+      fmt::format("the model does not split over tp = {} ranks: {} must divide by it", tp, fmt::join(uneven, ", ")));
+  return false;
+}
+
 }  // namespace
 
-std::optional<TrainingSpec> parse_training(const Node& node, sim::config::Location* grad_accum_at) {
+std::optional<TrainingSpec> parse_training(const Node& node, TrainingRead* read) {
   auto& ctx = node.context();
   const std::size_t errors_before = ctx.error_count();
   MapReader r(node);
   TrainingSpec t;
+  TrainingRead unused;
+  TrainingRead& out = read ? *read : unused;
+  // A key left out takes configs/defaults.yaml's value, named in the report when it moves a result.
+  const auto defaulted = [&](const char* key) {
+    if (r.has(key)) return false;
+    out.defaults.push_back(fmt::format("training.{}={}", key, defaults::text(std::string("training.") + key)));
+    return true;
+  };
   const auto mb = r.required<std::int64_t>("micro_batch");
-  const auto ga = r.required<std::int64_t>("grad_accum");
+  const auto ga = defaulted("grad_accum") ? sim::config::Located<std::int64_t>{defaults::integer("training.grad_accum"),
+                                                                               node.location(), true}
+                                          : r.required<std::int64_t>("grad_accum");
   if (mb.valid && mb.value < 1) ctx.error(mb.loc, node.child_path("micro_batch"), "expected a positive integer");
   if (ga.valid && ga.value < 1) ctx.error(ga.loc, node.child_path("grad_accum"), "expected a positive integer");
   for (const auto& [v, key] : {std::pair{mb, "micro_batch"}, std::pair{ga, "grad_accum"}}) {
@@ -59,10 +81,19 @@ std::optional<TrainingSpec> parse_training(const Node& node, sim::config::Locati
   }
   t.micro_batch = mb.value;
   t.grad_accum = ga.value;
-  if (grad_accum_at) *grad_accum_at = ga.loc;
+  out.grad_accum_at = ga.loc;
+  // The sequence length trained; checked against the model's context once both are read (load.cpp).
+  if (r.has("seq")) {
+    const auto seq = r.required<std::int64_t>("seq");
+    if (seq.valid && (seq.value < 1 || seq.value > kMaxSeq)) {
+      ctx.error(seq.loc, node.child_path("seq"), fmt::format("expected 1 to {} tokens, got {}", kMaxSeq, seq.value));
+    } else if (seq.valid) {
+      out.seq = seq;
+    }
+  }
   // bf16 mixed precision, or FP8 GEMMs as Transformer Engine runs them (models/transformer/fp8.hpp);
   // the device's FP8 support is checked against its cost table once both are read (load.cpp).
-  const auto precision = r.choice("precision", {"bf16", "fp8"});
+  const auto precision = r.choice("precision", {"bf16", "fp8"}, defaults::text("training.precision"));
   const auto recipe = r.optional<std::string>("fp8_recipe", std::string{"delayed"});
   const auto history = r.optional<std::int64_t>("fp8_amax_history", 1024);
   if (precision.valid && precision.value == "fp8") {
@@ -98,15 +129,24 @@ std::optional<TrainingSpec> parse_training(const Node& node, sim::config::Locati
       }
     }
   }
-  const std::string recompute = r.choice("recompute", {"none", "selective", "full"}).value;
+  (void)defaulted("recompute");
+  const std::string recompute =
+      r.choice("recompute", {"none", "selective", "full"}, defaults::text("training.recompute")).value;
   t.recompute = recompute == "full"        ? Recompute::kFull
                 : recompute == "selective" ? Recompute::kSelective
                                            : Recompute::kNone;
-  t.flash_attention = r.required<bool>("flash_attention").value;
   // Megatron's fused scale-mask-softmax (its --masked-softmax-fusion, on by default there); off:
   // PyTorch's separate kernels. Flash attention has no scores to run it on.
   const auto fused_softmax = r.optional<bool>("fused_softmax", false);
   t.fused_softmax = fused_softmax.value;
+  if (r.has("flash_attention")) {
+    t.flash_attention = r.required<bool>("flash_attention").value;
+  } else if (t.fused_softmax) {
+    t.flash_attention = false;  // asked for the fused softmax: attention without flash
+  } else {
+    (void)defaulted("flash_attention");
+    t.flash_attention = defaults::flag("training.flash_attention");
+  }
   if (t.fused_softmax && t.flash_attention) {
     ctx.error(fused_softmax.loc, node.child_path("fused_softmax"),
               "true needs flash_attention: false (the fused softmax runs on the attention scores, which flash "
@@ -128,20 +168,27 @@ std::optional<std::vector<std::string>> parse_devices(MapReader& r, const Node& 
   std::unordered_set<std::size_t> listed;  // device indices: the duplicate check stays linear
   constexpr std::size_t kGpusNamed = 8;    // how many GPU names an error lists
   // Whether `name` is a GPU of the machine not listed before; reports the first problem at `item`.
-  const auto check = [&](const Node& item, const std::string& name) {
+  // `local`: an entry of devices_per_node, named within a node (the error lists a node's GPUs by
+  // the names that list takes, and what was written).
+  const auto check = [&](const Node& item, const std::string& name, const std::string* local = nullptr) {
     if (!topology) return true;
     const auto d = topology->find_device(name);
     if (!d || topology->device(*d).kind != topo::DeviceKind::kGpu) {
       std::vector<std::string> names;
       for (const auto g : topology->devices_of(topo::DeviceKind::kGpu)) {
+        const auto& gpu = topology->device(g);
+        if (local && gpu.node != 0) continue;
         if (names.size() == kGpusNamed) {
           names.push_back("...");
           break;
         }
-        names.push_back(topology->device(g).name);
+        std::string shown = gpu.name;
+        if (local && shown.starts_with("n0.")) shown = shown.substr(3);
+        names.push_back(shown);
       }
       ctx.error(item.location(), item.path(),
-                fmt::format("expected a GPU of the machine ({}), got \"{}\"", fmt::join(names, ", "), name));
+                local ? fmt::format("expected a GPU of a node ({}), got \"{}\"", fmt::join(names, ", "), *local)
+                      : fmt::format("expected a GPU of the machine ({}), got \"{}\"", fmt::join(names, ", "), name));
       return false;
     }
     if (!listed.insert(*d).second) {
@@ -191,7 +238,7 @@ std::optional<std::vector<std::string>> parse_devices(MapReader& r, const Node& 
       const std::string full = nodes > 1 ? fmt::format("n{}.{}", n, *name) : *name;
       if (!reported[i]) {
         const std::size_t errors = ctx.error_count();
-        check(items[i], full);
+        check(items[i], full, &*name);
         reported[i] = ctx.error_count() != errors;
       } else if (topology) {
         if (const auto d = topology->find_device(full)) listed.insert(*d);
@@ -371,7 +418,11 @@ std::optional<StrategySpec> read_deepspeed(const Node& node, MapReader& r, const
                                            TrainingFromStrategy* training, LevelSizes levels,
                                            std::size_t errors_before) {
   auto& ctx = node.context();
-  const auto runtime = r.choice("runtime", {"deepspeed-0.13", "deepspeed-0.16"});
+  // The DeepSpeed release whose mechanics are simulated; left out, the release configs/defaults.yaml
+  // takes DeepSpeed's defaults from.
+  const std::string default_runtime = "deepspeed-" + defaults::deepspeed_version();
+  if (!r.has("runtime") && training) training->defaults.push_back("strategy.runtime=" + default_runtime);
+  const auto runtime = r.choice("runtime", {"deepspeed-0.13", "deepspeed-0.16"}, default_runtime);
   std::optional<Quantization> qwz, qgz;
   if (auto q = r.child("qwz")) qwz = parse_quantization_format(*q);
   if (auto q = r.child("qgz")) qgz = parse_quantization_format(*q);
@@ -385,6 +436,7 @@ std::optional<StrategySpec> read_deepspeed(const Node& node, MapReader& r, const
     ctx.error(tp.loc, node.child_path("tp"), fmt::format("expected >= 1, got {}", tp.value));
   const int tp_size = std::max(1, tp.value);
   const sim::config::Location tp_at = tp.loc;
+  const bool tp_ok = tp_splits_model(ctx, training, tp_size, tp_at);
   const int rank_count = degree.valid && degree.value >= 1
                              ? checked_ranks(ctx, degree.loc, node.child_path("dp"), {degree.value, tp_size},
                                              fmt::format("tp x dp = {} x {}", tp_size, degree.value))
@@ -398,7 +450,7 @@ std::optional<StrategySpec> read_deepspeed(const Node& node, MapReader& r, const
       devices.push_back(topology->device(gpus[i]).name);
     }
   }
-  if (degree.valid && degree.value >= 1 && static_cast<int>(devices.size()) != rank_count) {
+  if (degree.valid && degree.value >= 1 && static_cast<int>(devices.size()) != rank_count && tp_ok) {
     ctx.error(degree.loc, node.child_path("dp"),
               tp_size == 1
                   ? fmt::format("dp is {} but {} devices are listed or available", degree.value, devices.size())
@@ -435,13 +487,29 @@ std::optional<StrategySpec> read_megatron(const Node& node, MapReader& r, const 
                                           std::size_t errors_before) {
   auto& ctx = node.context();
   MegatronSpec mg;
+  // Keys left out take Megatron-LM's defaults (configs/defaults.yaml), named in the report.
+  std::vector<std::string> unused_defaults;
+  std::vector<std::string>& defaults_applied = training ? training->defaults : unused_defaults;
+  const auto megatron_default = [&](const char* key) {
+    if (r.has(key)) return false;
+    defaults_applied.push_back(
+        fmt::format("strategy.{}={} (Megatron-LM's default)", key, defaults::text(std::string("megatron.") + key)));
+    return true;
+  };
   const auto positive = [&](const char* key, sim::config::Location* at) {
-    const auto v = r.required<int>(key);
+    const bool defaulted = std::string_view(key) != "dp" && megatron_default(key);
+    const auto v = defaulted
+                       ? sim::config::Located<int>{static_cast<int>(defaults::integer(std::string("megatron.") + key)),
+                                                   node.location(), true}
+                       : r.required<int>(key);
     if (v.valid && v.value < 1) ctx.error(v.loc, node.child_path(key), fmt::format("expected >= 1, got {}", v.value));
     if (at) *at = v.loc;
     return v.value;
   };
-  mg.tp = positive("tp", training ? &training->tp_at : nullptr);
+  sim::config::Location tp_at = node.location();
+  mg.tp = positive("tp", &tp_at);
+  if (training) training->tp_at = tp_at;
+  const bool tp_ok = tp_splits_model(ctx, training, mg.tp, tp_at);
   mg.pp = positive("pp", training ? &training->pp_at : nullptr);
   mg.dp = positive("dp", nullptr);
   // Context parallelism (Megatron-Core's context_parallel_size), 1 when absent.
@@ -477,7 +545,8 @@ std::optional<StrategySpec> read_megatron(const Node& node, MapReader& r, const 
     *field = flag.value;
     locate_split(flag.loc, key);
   }
-  const auto schedule = r.choice("schedule", {"1f1b", "interleaved"});
+  (void)megatron_default("schedule");
+  const auto schedule = r.choice("schedule", {"1f1b", "interleaved"}, defaults::text("megatron.schedule"));
   if (schedule.valid && schedule.value == "interleaved") {
     const auto v = r.required<int>("virtual_stages");
     if (v.valid && v.value < 2) {
@@ -489,8 +558,10 @@ std::optional<StrategySpec> read_megatron(const Node& node, MapReader& r, const 
     // Left from an interleaved configuration (--set strategy.schedule=1f1b): named, not an error.
     ctx.warning(v->location(), v->path(), "ignored: the 1f1b schedule has one stage per rank");
   }
-  mg.sequence_parallel = r.required<bool>("sequence_parallel").value;
-  const auto zero = r.required<int>("zero_stage");
+  (void)megatron_default("sequence_parallel");
+  mg.sequence_parallel = r.optional<bool>("sequence_parallel", defaults::flag("megatron.sequence_parallel")).value;
+  (void)megatron_default("zero_stage");
+  const auto zero = r.optional<int>("zero_stage", static_cast<int>(defaults::integer("megatron.zero_stage")));
   if (zero.valid && zero.value != 0 && zero.value != 1) {
     ctx.error(zero.loc, node.child_path("zero_stage"),
               fmt::format("expected 0 or 1 (Megatron's distributed optimizer) with pipelines, got {}", zero.value));
@@ -522,7 +593,7 @@ std::optional<StrategySpec> read_megatron(const Node& node, MapReader& r, const 
     }
   } else if (topology) {
     const auto gpus = topology->devices_of(topo::DeviceKind::kGpu);
-    if (ranks > gpus.size()) {
+    if (ranks > gpus.size() && tp_ok) {
       ctx.error(node.location(), node.path(),
                 fmt::format("{} = {} ranks but the machine has {} GPUs", product, ranks, gpus.size()));
     } else {
@@ -536,7 +607,7 @@ std::optional<StrategySpec> read_megatron(const Node& node, MapReader& r, const 
 // data_parallel's offload_optimizer and offload_param; returns where the offload device is given
 // (the location of the checks that need the machine).
 sim::config::Location read_offload(const Node& node, MapReader& r, const sim::config::Located<int>& stage,
-                                   DataParallelSpec& dp) {
+                                   DataParallelSpec& dp, std::vector<std::string>& defaults_applied) {
   auto& ctx = node.context();
   sim::config::Location offload_at = node.location();
   if (auto off = r.child("offload_optimizer")) {
@@ -552,7 +623,9 @@ sim::config::Location read_offload(const Node& node, MapReader& r, const sim::co
     if (sub.valid && sub.value < 1)
       ctx.error(sub.loc, off->child_path("sub_group_size"), "expected a positive integer");
     offload.sub_group_size = sub.value;
-    const auto runtime = r.choice("runtime", {"deepspeed-0.13", "deepspeed-0.16"});
+    const std::string default_runtime = "deepspeed-" + defaults::deepspeed_version();
+    if (!r.has("runtime")) defaults_applied.push_back("strategy.runtime=" + default_runtime);
+    const auto runtime = r.choice("runtime", {"deepspeed-0.13", "deepspeed-0.16"}, default_runtime);
     offload.runtime = runtime.value == "deepspeed-0.16" ? Runtime::kDeepSpeed016 : Runtime::kDeepSpeed013;
     if (device.value == "nvme") {
       offload.nvme = true;
@@ -604,13 +677,65 @@ sim::config::Location read_offload(const Node& node, MapReader& r, const sim::co
   return offload_at;
 }
 
+// data_parallel's ZeRO-3 keys: the persistence threshold (DeepSpeed's default at stage 3, named
+// through `ds_default`), the fetch mode and the host's per-fetch costs.
+template <class NameDefault>
+void read_zero3_keys(const Node& node, MapReader& r, const sim::config::Located<int>& stage, DataParallelSpec& dp,
+                     const NameDefault& ds_default) {
+  auto& ctx = node.context();
+  // Used at stage 3 only; DeepSpeed's default there (recorded in the effective configuration).
+  const bool stage3 = stage.valid && stage.value == 3;
+  if (stage3 && !r.has("param_persistence_threshold")) {
+    ds_default("param_persistence_threshold", fmt::format("{}", DataParallelSpec::kDeepSpeedPersistenceThreshold));
+  }
+  const auto threshold = r.optional<std::int64_t>("param_persistence_threshold",
+                                                  stage3 ? DataParallelSpec::kDeepSpeedPersistenceThreshold : 0);
+  if (threshold.valid && threshold.value < 0) {
+    ctx.error(threshold.loc, node.child_path("param_persistence_threshold"), "expected a count >= 0");
+  }
+  dp.param_persistence_threshold = threshold.value;
+  const auto fetch = r.choice("zero3_fetch", {"prefetch", "blocking"}, "prefetch");
+  if (fetch.valid && fetch.value == "blocking") {
+    if (!stage3) ctx.error(fetch.loc, node.child_path("zero3_fetch"), "applies to zero_stage 3 only");
+    dp.zero3_fetch = DataParallelSpec::Fetch::kBlocking;
+  }
+  if (auto host = r.child("zero3_host")) {
+    if (!stage3) ctx.error(host->location(), host->path(), "applies to zero_stage 3 only");
+    MapReader h(*host);
+    DataParallelSpec::FetchHostCost cost;
+    cost.name = h.required<std::string>("name").value;
+    (void)h.required<std::string>("source");
+    (void)h.optional<std::string>("derivation", "");
+    const auto launch = [&](const char* key) {
+      DataParallelSpec::HostLaunchCost c;
+      if (auto n = h.required_child(key, "mapping")) {
+        MapReader l(*n);
+        c.fixed = l.required<sim::TimePs>("fixed").value;
+        c.per_rank = l.required<sim::TimePs>("per_rank").value;
+      }
+      return c;
+    };
+    cost.all_gather = launch("all_gather");
+    cost.reduce_scatter = launch("reduce_scatter");
+    dp.zero3_host = cost;
+  }
+}
+
 // kind: data_parallel, ZeRO 0-3 with offload, tp, ep and partitionings; also read for an unknown kind.
 std::optional<StrategySpec> read_data_parallel(const Node& node, MapReader& r, const topo::Topology* topology,
                                                TrainingFromStrategy* training, LevelSizes levels,
                                                std::size_t errors_before) {
   auto& ctx = node.context();
   DataParallelSpec dp;
-  const auto stage = r.required<int>("zero_stage");
+  // Keys left out take DeepSpeed's defaults (configs/defaults.yaml), named in the report.
+  std::vector<std::string> unused_defaults;
+  std::vector<std::string>& defaults_applied = training ? training->defaults : unused_defaults;
+  const auto ds_default = [&](const char* key, const std::string& value) {
+    defaults_applied.push_back(
+        fmt::format("strategy.{}={} (DeepSpeed {}'s default)", key, value, defaults::deepspeed_version()));
+  };
+  if (!r.has("zero_stage")) ds_default("zero_stage", defaults::text("deepspeed.stage"));
+  const auto stage = r.optional<int>("zero_stage", static_cast<int>(defaults::integer("deepspeed.stage")));
   if (stage.valid && (stage.value < 0 || stage.value > 3)) {
     ctx.error(stage.loc, node.child_path("zero_stage"),
               fmt::format("expected one of {{0, 1, 2, 3}}, got {}", stage.value));
@@ -623,6 +748,7 @@ std::optional<StrategySpec> read_data_parallel(const Node& node, MapReader& r, c
     ctx.error(tp.loc, node.child_path("tp"), fmt::format("expected >= 1, got {}", tp.value));
   dp.tp = std::max(1, tp.value);
   if (training) training->tp_at = tp.loc;
+  const bool tp_ok = tp_splits_model(ctx, training, dp.tp, tp.loc);
   dp.sequence_parallel = r.optional<bool>("sequence_parallel", false).value;
   // Expert parallelism for mixture-of-experts models: experts over ep consecutive ranks.
   const auto ep = r.optional<int>("ep", 1);
@@ -635,11 +761,19 @@ std::optional<StrategySpec> read_data_parallel(const Node& node, MapReader& r, c
   const int rank_count = degree.valid ? checked_ranks(ctx, degree.loc, node.child_path("dp"), {degree.value, dp.tp},
                                                       fmt::format("tp x dp = {} x {}", dp.tp, degree.value))
                                       : 0;
-  const auto bucket = r.required<std::int64_t>("reduce_bucket_elements");
+  if (!r.has("reduce_bucket_elements"))
+    ds_default("reduce_bucket_elements", defaults::text("deepspeed.reduce_bucket_size"));
+  const auto bucket =
+      r.optional<std::int64_t>("reduce_bucket_elements", defaults::integer("deepspeed.reduce_bucket_size"));
   if (bucket.valid && bucket.value < 1)
     ctx.error(bucket.loc, node.child_path("reduce_bucket_elements"), "expected a positive integer");
   dp.reduce_bucket_elements = bucket.value;
-  dp.overlap_comm = r.required<bool>("overlap_comm").value;
+  if (r.has("overlap_comm")) {
+    dp.overlap_comm = r.required<bool>("overlap_comm").value;
+  } else {
+    dp.overlap_comm = stage.valid && stage.value == 3;  // DeepSpeed's overlap_comm_valid: None -> stage 3
+    ds_default("overlap_comm", dp.overlap_comm ? "true" : "false");
+  }
   // DeepSpeed's data_types.grad_accum_dtype: fp32 at stages 0-1 is its BF16_Optimizer; bf16 at
   // stage 0 stands for 16-bit gradients with a replicated optimizer (FP16_Optimizer, PyTorch DDP).
   if (r.has("grad_accum_dtype")) {
@@ -653,41 +787,7 @@ std::optional<StrategySpec> read_data_parallel(const Node& node, MapReader& r, c
       }
     }
   }
-  {
-    // Used at stage 3 only; DeepSpeed's default there (recorded in the effective configuration).
-    const bool stage3 = stage.valid && stage.value == 3;
-    const auto threshold = r.optional<std::int64_t>("param_persistence_threshold",
-                                                    stage3 ? DataParallelSpec::kDeepSpeedPersistenceThreshold : 0);
-    if (threshold.valid && threshold.value < 0) {
-      ctx.error(threshold.loc, node.child_path("param_persistence_threshold"), "expected a count >= 0");
-    }
-    dp.param_persistence_threshold = threshold.value;
-    const auto fetch = r.choice("zero3_fetch", {"prefetch", "blocking"}, "prefetch");
-    if (fetch.valid && fetch.value == "blocking") {
-      if (!stage3) ctx.error(fetch.loc, node.child_path("zero3_fetch"), "applies to zero_stage 3 only");
-      dp.zero3_fetch = DataParallelSpec::Fetch::kBlocking;
-    }
-    if (auto host = r.child("zero3_host")) {
-      if (!stage3) ctx.error(host->location(), host->path(), "applies to zero_stage 3 only");
-      MapReader h(*host);
-      DataParallelSpec::FetchHostCost cost;
-      cost.name = h.required<std::string>("name").value;
-      (void)h.required<std::string>("source");
-      (void)h.optional<std::string>("derivation", "");
-      const auto launch = [&](const char* key) {
-        DataParallelSpec::HostLaunchCost c;
-        if (auto n = h.required_child(key, "mapping")) {
-          MapReader l(*n);
-          c.fixed = l.required<sim::TimePs>("fixed").value;
-          c.per_rank = l.required<sim::TimePs>("per_rank").value;
-        }
-        return c;
-      };
-      cost.all_gather = launch("all_gather");
-      cost.reduce_scatter = launch("reduce_scatter");
-      dp.zero3_host = cost;
-    }
-  }
+  read_zero3_keys(node, r, stage, dp, ds_default);
   // FSDP's MixedPrecision.reduce_dtype, DeepSpeed's communication_data_type: at stages 2-3, where
   // the gradient partitions are reduce-scattered; at 0-1 the reduction follows grad_accum_dtype.
   std::optional<sim::config::Location> fp32_reduce_at;
@@ -702,7 +802,7 @@ std::optional<StrategySpec> read_data_parallel(const Node& node, MapReader& r, c
       fp32_reduce_at = reduce.loc;
     }
   }
-  const sim::config::Location offload_at = read_offload(node, r, stage, dp);
+  const sim::config::Location offload_at = read_offload(node, r, stage, dp, defaults_applied);
   if (fp32_reduce_at && dp.offload) {
     ctx.error(*fp32_reduce_at, node.child_path("gradient_reduce_dtype"),
               "fp32 gradient reduction is not modelled with optimizer offload (DeepSpeed's offload recipes move bf16 "
@@ -714,7 +814,7 @@ std::optional<StrategySpec> read_data_parallel(const Node& node, MapReader& r, c
     dp.devices = std::move(*devices);
     if (degree.valid && degree.value < 1) {
       ctx.error(degree.loc, node.child_path("dp"), fmt::format("expected >= 1, got {}", degree.value));
-    } else if (degree.valid && static_cast<int>(dp.devices.size()) != rank_count) {
+    } else if (degree.valid && static_cast<int>(dp.devices.size()) != rank_count && tp_ok) {
       ctx.error(degree.loc, node.child_path("dp"),
                 dp.tp == 1 ? fmt::format("the devices list {} ranks but dp is {}", dp.devices.size(), degree.value)
                            : fmt::format("the devices list {} ranks but tp x dp is {} x {} = {}", dp.devices.size(),
@@ -723,10 +823,12 @@ std::optional<StrategySpec> read_data_parallel(const Node& node, MapReader& r, c
   } else if (topology && degree.valid) {
     // Documented default: ranks take the machine's GPUs in declaration order.
     if (degree.value < 1 || static_cast<std::size_t>(rank_count) > gpus.size()) {
-      ctx.error(degree.loc, node.child_path("dp"),
-                dp.tp == 1 ? fmt::format("expected 1 to {} (the machine's GPUs), got {}", gpus.size(), degree.value)
-                           : fmt::format("tp x dp = {} x {} = {} ranks but the machine has {} GPUs", dp.tp,
-                                         degree.value, rank_count, gpus.size()));
+      if (degree.value < 1 || tp_ok) {  // (a tp the model cannot split over is reported at tp)
+        ctx.error(degree.loc, node.child_path("dp"),
+                  dp.tp == 1 ? fmt::format("expected 1 to {} (the machine's GPUs), got {}", gpus.size(), degree.value)
+                             : fmt::format("tp x dp = {} x {} = {} ranks but the machine has {} GPUs", dp.tp,
+                                           degree.value, rank_count, gpus.size()));
+      }
     } else {
       for (int i = 0; i < rank_count; ++i) dp.devices.push_back(topology->device(gpus[i]).name);
     }

@@ -13,6 +13,8 @@ namespace offsim::models {
 // The most micro-batches, and the largest micro-batch, of an iteration (a micro-batch of 65,536
 // sequences is 30 times the GPT-3 175B global batch).
 inline constexpr std::int64_t kMaxBatch = std::int64_t{1} << 16;
+// The longest training.seq: the model readers' limit on sequence lengths (16,777,216 tokens).
+inline constexpr std::int64_t kMaxSeq = std::int64_t{1} << 24;
 
 // Training values a strategy section may carry (a DeepSpeed config's batch settings).
 struct TrainingFromStrategy {
@@ -24,12 +26,22 @@ struct TrainingFromStrategy {
   sim::config::Location tp_at, pp_at, ep_at;
   sim::config::Location cp_at, split_at;  // megatron: cp, and the first key of an uneven pipeline split
   std::string split_key = "pp";
-  bool collective = false;  // kind: collective, which has no model or training (even when invalid)
+  bool collective = false;            // kind: collective, which has no model or training (even when invalid)
+  std::vector<std::string> defaults;  // strategy keys left out that took a default (key=value, whose)
+  // In: the model when it was read before the strategy, so that a tp it cannot split over is
+  // reported at tp (by its heads and widths), not as the rank count it makes.
+  const ModelSpec* model = nullptr;
 };
 
-/// `training:`. `grad_accum_at` receives the location of grad_accum (for the strategy checks).
-[[nodiscard]] std::optional<TrainingSpec> parse_training(const sim::config::Node& node,
-                                                         sim::config::Location* grad_accum_at);
+/// What parse_training says besides the TrainingSpec.
+struct TrainingRead {
+  sim::config::Location grad_accum_at;                    // (for the strategy checks)
+  std::optional<sim::config::Located<std::int64_t>> seq;  // training.seq, when given
+  std::vector<std::string> defaults;                      // keys left out that took a default (key=value)
+};
+
+/// `training:`; keys left out take configs/defaults.yaml's values (named in `read->defaults`).
+[[nodiscard]] std::optional<TrainingSpec> parse_training(const sim::config::Node& node, TrainingRead* read);
 
 /// `cost:`, every number with its source.
 [[nodiscard]] std::optional<CostSpec> parse_cost(const sim::config::Node& node);

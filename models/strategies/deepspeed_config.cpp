@@ -3,6 +3,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
+#include <cctype>
+#include <string_view>
+
+#include "sim/config/did_you_mean.hpp"
 
 namespace offsim::models {
 
@@ -11,8 +16,9 @@ using sim::config::Node;
 
 namespace {
 
-// DeepSpeed 0.13.3 defaults (runtime/zero/config.py, offload_config.py; deepspeed-offload.md
-// section 4). Applied only when the ds_config leaves the key out, and named in a warning.
+// DeepSpeed's defaults (runtime/zero/config.py, offload_config.py, the same in 0.13.3 and 0.16;
+// configs/defaults.yaml cites them; deepspeed-offload.md section 4). Applied only when the
+// ds_config leaves the key out, and named in a warning and in the report's defaults applied.
 constexpr auto kDefaultReduceBucketSize = static_cast<double>(deepspeed_defaults::kReduceBucketSize);
 constexpr auto kDefaultSubGroupSize = static_cast<double>(deepspeed_defaults::kSubGroupSize);
 constexpr bool kDefaultPinMemory = false;
@@ -22,6 +28,100 @@ constexpr int kDefaultBufferCount = 4;  // offload_optimizer.buffer_count
 // a million times DeepSpeed's defaults), so that their products stay in 64-bit integers.
 constexpr std::int64_t kMaxBatch = std::int64_t{1} << 16;
 constexpr double kMaxElements = 1e15;
+
+// Every key DeepSpeedZeroConfig accepts, by field name and alias (deepspeed/runtime/zero/config.py,
+// DeepSpeed 0.16 to 0.18): another key is refused, as DeepSpeed's pydantic model (extra="forbid") does.
+constexpr std::array<std::string_view, 55> kDeepSpeedZeroKeys{"stage",
+                                                              "contiguous_gradients",
+                                                              "reduce_scatter",
+                                                              "reduce_bucket_size",
+                                                              "use_multi_rank_bucket_allreduce",
+                                                              "allgather_partitions",
+                                                              "allgather_bucket_size",
+                                                              "overlap_comm",
+                                                              "load_from_fp32_weights",
+                                                              "elastic_checkpoint",
+                                                              "offload_param",
+                                                              "offload_optimizer",
+                                                              "zenflow",
+                                                              "sub_group_size",
+                                                              "cpu_offload_param",
+                                                              "cpu_offload_use_pin_memory",
+                                                              "cpu_offload",
+                                                              "prefetch_bucket_size",
+                                                              "stage3_prefetch_bucket_size",
+                                                              "param_persistence_threshold",
+                                                              "stage3_param_persistence_threshold",
+                                                              "model_persistence_threshold",
+                                                              "stage3_model_persistence_threshold",
+                                                              "max_live_parameters",
+                                                              "stage3_max_live_parameters",
+                                                              "max_reuse_distance",
+                                                              "stage3_max_reuse_distance",
+                                                              "gather_16bit_weights_on_model_save",
+                                                              "stage3_gather_16bit_weights_on_model_save",
+                                                              "module_granularity_threshold",
+                                                              "stage3_module_granularity_threshold",
+                                                              "use_all_reduce_for_fetch_params",
+                                                              "stage3_use_all_reduce_for_fetch_params",
+                                                              "allgather_sequential",
+                                                              "stage3_allgather_sequential",
+                                                              "partition_stream_chunk_size",
+                                                              "stage3_partition_stream_chunk_size",
+                                                              "stage3_gather_fp16_weights_on_model_save",
+                                                              "ignore_unused_parameters",
+                                                              "legacy_stage1",
+                                                              "round_robin_gradients",
+                                                              "zero_hpz_partition_size",
+                                                              "zero_quantized_weights",
+                                                              "zero_quantized_nontrainable_weights",
+                                                              "zero_quantized_gradients",
+                                                              "zeropp_loco_param",
+                                                              "mics_shard_size",
+                                                              "mics_hierarchical_params_gather",
+                                                              "memory_efficient_linear",
+                                                              "pipeline_loading_checkpoint",
+                                                              "override_module_apply",
+                                                              "log_trace_cache_warnings",
+                                                              "enable_sanity_checks",
+                                                              "save_muon_momentum_buffer_in_memory",
+                                                              "leaf_module"};
+// Those of them that change DeepSpeed's time or memory and offsim does not model: named apart from
+// the keys that change neither, so that a user knows the prediction does not follow them.
+constexpr std::array<std::string_view, 14> kZeroKeysThatMoveResults{"contiguous_gradients",
+                                                                    "reduce_scatter",
+                                                                    "allgather_bucket_size",
+                                                                    "prefetch_bucket_size",
+                                                                    "stage3_prefetch_bucket_size",
+                                                                    "max_live_parameters",
+                                                                    "stage3_max_live_parameters",
+                                                                    "max_reuse_distance",
+                                                                    "stage3_max_reuse_distance",
+                                                                    "round_robin_gradients",
+                                                                    "zenflow",
+                                                                    "mics_shard_size",
+                                                                    "module_granularity_threshold",
+                                                                    "stage3_module_granularity_threshold"};
+
+// The candidate made of the same '_'-separated words in another order (comm_overlap and
+// overlap_comm), which an edit distance does not find.
+std::optional<std::string> same_words(const std::string& key, const std::vector<std::string>& candidates) {
+  const auto words = [](const std::string& s) {
+    std::vector<std::string> out;
+    std::size_t start = 0;
+    for (std::size_t end; (end = s.find('_', start)) != std::string::npos; start = end + 1) {
+      out.push_back(s.substr(start, end - start));
+    }
+    out.push_back(s.substr(start));
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  const auto mine = words(key);
+  for (const auto& c : candidates) {
+    if (words(c) == mine) return c;
+  }
+  return std::nullopt;
+}
 
 // "auto": a value the Hugging Face Trainer fills in from its own arguments.
 bool is_auto(const Node& n) {
@@ -50,6 +150,11 @@ class DsConfigReader {
   void read_data_types(MapReader& r);
   // The two warnings: defaults applied, keys ignored (those of `r` not read are ignored too).
   void warn(MapReader& r);
+  // Top-level sections that change the run: AutoTP (read against strategy.tp), Ulysses sequence
+  // parallelism and fp8 (refused at their keys), and those offsim does not model (named apart).
+  void read_parallelism_and_features(MapReader& r, int tp);
+  void set_runtime(Runtime runtime) { runtime_ = runtime; }
+  [[nodiscard]] const std::vector<std::string>& defaults() const { return defaults_; }
 
  private:
   std::optional<std::int64_t> batch(const Node& n);
@@ -65,7 +170,9 @@ class DsConfigReader {
   DeepSpeedImport& out_;
   std::vector<std::string> defaults_;
   std::vector<std::string> ignored_;
-  bool fp16_ = false;  // fp16 mixed precision (no bf16 section enabled)
+  std::vector<std::string> not_modelled_;  // keys that change DeepSpeed's time or memory, not modelled
+  bool fp16_ = false;                      // fp16 mixed precision (no bf16 section enabled)
+  Runtime runtime_ = Runtime::kDeepSpeed013;
 };
 
 // A batch size within 1..kMaxBatch (nullopt with an error otherwise).
@@ -220,21 +327,55 @@ void DsConfigReader::read_zero(const std::optional<Node>& zero, const ZeroContex
     dp.overlap_comm = dp.zero_stage == 3;  // DeepSpeed: None -> True iff stage 3
     defaults_.push_back(fmt::format("overlap_comm={}", dp.overlap_comm));
   }
-  dp.param_persistence_threshold = out_.auto_persistence_threshold
-                                       ? 0
-                                       : static_cast<std::int64_t>(zero_number(
+  // Read at stage 3 only (DeepSpeed's stages 1-2 have no parameter partitions to persist); its
+  // default is named only there.
+  dp.param_persistence_threshold = out_.auto_persistence_threshold ? 0
+                                   : dp.zero_stage == 3 || z.has("stage3_param_persistence_threshold")
+                                       ? static_cast<std::int64_t>(zero_number(
                                              z, *zero, "stage3_param_persistence_threshold",
-                                             static_cast<double>(DataParallelSpec::kDeepSpeedPersistenceThreshold)));
+                                             static_cast<double>(DataParallelSpec::kDeepSpeedPersistenceThreshold)))
+                                       : DataParallelSpec::kDeepSpeedPersistenceThreshold;
   read_legacy_cpu_offload(z, *zero, zc.runtime);
   read_optimizer_offload(z, *zero, zc.runtime);
   read_param_offload(z);
   read_zero_plus_plus(z, *zero, zc);
-  for (const auto& k : z.take_unread_keys()) ignored_.push_back("zero_optimization." + k);
+  for (const auto& k : z.take_unread_keys()) {
+    if (std::find(kDeepSpeedZeroKeys.begin(), kDeepSpeedZeroKeys.end(), k) != kDeepSpeedZeroKeys.end()) {
+      (std::find(kZeroKeysThatMoveResults.begin(), kZeroKeysThatMoveResults.end(), k) != kZeroKeysThatMoveResults.end()
+           ? not_modelled_
+           : ignored_)
+          .push_back("zero_optimization." + k);
+      continue;
+    }
+    // A key DeepSpeed does not know: DeepSpeed 0.6 and later refuse it (DeepSpeedZeroConfig,
+    // extra="forbid"), older releases ignored it, so it is a located warning, with the key meant.
+    std::vector<std::string> known(kDeepSpeedZeroKeys.begin(), kDeepSpeedZeroKeys.end());
+    auto hint = sim::config::did_you_mean(k, known);
+    if (!hint) hint = same_words(k, known);  // comm_overlap: overlap_comm
+    const auto at = z.child(k);
+    ctx_.warning(at ? at->location() : zero->location(), zero->child_path(k),
+                 fmt::format("not a DeepSpeed ZeRO key ({}DeepSpeed 0.6 and later refuse it, older releases ignored "
+                             "it); offsim ignores it",
+                             hint ? fmt::format("did you mean '{}'? ", *hint) : std::string()));
+  }
 }
 
 // DeepSpeed's legacy `cpu_offload: true` (with `cpu_offload_use_pin_memory`) means
 // offload_optimizer {device: cpu} (runtime/zero/config.py reads it as that, with a warning).
 void DsConfigReader::read_legacy_cpu_offload(MapReader& z, const Node& zero, Runtime runtime) {
+  // DeepSpeed 0.3's `cpu_offload_params` (later `cpu_offload_param`): offload_param {device: cpu}.
+  for (const char* key : {"cpu_offload_params", "cpu_offload_param"}) {
+    if (!z.has(key) || z.has("offload_param")) continue;
+    const auto legacy = z.required<bool>(key);
+    if (!legacy.valid || !legacy.value) continue;
+    DataParallelSpec& dp = out_.strategy;
+    dp.offload_param = true;
+    dp.param_pin_memory =
+        z.has("cpu_offload_use_pin_memory") ? z.required<bool>("cpu_offload_use_pin_memory").value : kDefaultPinMemory;
+    defaults_.push_back(
+        fmt::format("{} (legacy) read as offload_param: {{device: cpu, pin_memory: {}}}", key, dp.param_pin_memory));
+    if (dp.zero_stage != 3) ctx_.error(legacy.loc, zero.child_path(key), "parameter offload needs stage 3");
+  }
   if (!z.has("cpu_offload") || z.has("offload_optimizer")) return;
   DataParallelSpec& dp = out_.strategy;
   const auto legacy = z.required<bool>("cpu_offload");
@@ -394,11 +535,76 @@ void DsConfigReader::read_data_types(MapReader& r) {
   }
 }
 
+void DsConfigReader::read_parallelism_and_features(MapReader& r, int tp) {
+  // AutoTP (DeepSpeed's tensor_parallel.autotp_size): the ranks' layout is the strategy's, so the
+  // size must be strategy.tp, which offsim runs as tensor parallelism under ZeRO.
+  if (auto section = r.child("tensor_parallel"); section && section->is_map()) {
+    MapReader t(*section);
+    if (t.has("autotp_size")) {
+      const auto size = t.required<int>("autotp_size");
+      if (size.valid && size.value > 1 && size.value != tp) {
+        ctx_.error(size.loc, section->child_path("autotp_size"),
+                   fmt::format("AutoTP over {} ranks: give strategy.tp: {} (offsim runs it as tensor parallelism "
+                               "under ZeRO; the strategy has tp = {})",
+                               size.value, size.value, tp));
+      }
+    }
+    for (const auto& k : t.take_unread_keys()) ignored_.push_back("tensor_parallel." + k);
+  }
+  // Ulysses sequence parallelism (ALST): `sequence_parallel: {enabled, size}` or the older
+  // `sequence_parallel_size`.
+  const auto refuse_ulysses = [&](const Node& at, int size) {
+    ctx_.error(at.location(), at.path(),
+               fmt::format("Ulysses sequence parallelism over {} ranks is not modelled (attention heads split by "
+                           "all-to-alls); run without it",
+                           size));
+  };
+  if (auto section = r.child("sequence_parallel"); section && section->is_map()) {
+    const YAML::Node enabled = section->yaml()["enabled"], size = section->yaml()["size"];
+    const int ranks = size.IsDefined() && size.IsScalar() ? size.as<int>(1) : 1;
+    if (enabled.IsDefined() && enabled.IsScalar() && enabled.Scalar() == "true" && ranks > 1) {
+      refuse_ulysses(*section, ranks);
+    }
+    MapReader sp(*section);
+    (void)sp.take_unread_keys();
+  }
+  if (auto size = r.child("sequence_parallel_size")) {
+    if (const auto v = size->as<int>(); v && *v > 1) refuse_ulysses(*size, *v);
+  }
+  // An enabled fp8 section is refused where the precision is read (read_precision).
+  // Sections that change DeepSpeed's time or memory and offsim does not model.
+  for (const char* key : {"activation_checkpointing", "aio", "compression_training", "curriculum_learning",
+                          "data_efficiency", "progressive_layer_drop", "sparse_attention"}) {
+    if (r.has(key)) not_modelled_.emplace_back(key);
+  }
+  // Adam's states and step are what offsim times; another optimizer has other states.
+  // (Read from the YAML: an Adam optimizer section stays among the ignored keys.)
+  // (operator[] on a config that is no mapping throws: the fuzzer's ds-config-scalar-optimizer.)
+  if (!node_.yaml().IsMap()) return;
+  if (const YAML::Node opt = node_.yaml()["optimizer"];
+      opt.IsDefined() && opt.IsMap() && opt["type"].IsDefined() && opt["type"].IsScalar()) {
+    const std::string type = opt["type"].Scalar();
+    std::string lower(type);
+    std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+    if (lower != "adam" && lower != "adamw" && lower != "fusedadam" && lower != "cpuadam") {
+      not_modelled_.push_back(fmt::format("optimizer.type={} (Adam's states and step are timed)", type));
+      (void)r.has("optimizer");  // named above, not among the ignored keys
+    }
+  }
+}
+
 void DsConfigReader::warn(MapReader& r) {
   for (const auto& k : r.take_unread_keys()) ignored_.push_back(k);
   if (!defaults_.empty()) {
     ctx_.warning(node_.location(), node_.path(),
-                 fmt::format("DeepSpeed 0.13.3 defaults applied: {}", fmt::join(defaults_, ", ")));
+                 fmt::format("DeepSpeed {} defaults applied: {}", runtime_ == Runtime::kDeepSpeed016 ? "0.16" : "0.13",
+                             fmt::join(defaults_, ", ")));
+  }
+  if (!not_modelled_.empty()) {
+    ctx_.warning(node_.location(), node_.path(),
+                 fmt::format("ds_config keys that change DeepSpeed's time or memory but offsim does not model (the "
+                             "prediction does not follow them): {}",
+                             fmt::join(not_modelled_, ", ")));
   }
   if (!ignored_.empty()) {
     ctx_.warning(node_.location(), node_.path(),
@@ -422,7 +628,10 @@ std::optional<DeepSpeedImport> import_deepspeed_config(const Node& node, const s
   reader.read_precision(r);
   reader.read_zero(r.child("zero_optimization"), ZeroContext{levels, qwz, qgz, runtime, tp});
   reader.read_data_types(r);
+  reader.read_parallelism_and_features(r, tp);
+  reader.set_runtime(runtime);
   reader.warn(r);
+  out.defaults = reader.defaults();
   if (ctx.error_count() != errors_before) return std::nullopt;
   return out;
 }

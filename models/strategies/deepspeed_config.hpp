@@ -39,6 +39,7 @@ struct DeepSpeedImport {
   // experiment's training section.
   bool auto_reduce_bucket = false;
   bool auto_persistence_threshold = false;
+  std::vector<std::string> defaults;  // DeepSpeed defaults taken for keys left out ("overlap_comm=false")
 };
 
 /// Resolves the "auto" sizes of an imported config for a model of `hidden` (see DeepSpeedImport).

@@ -84,7 +84,7 @@ ParameterCounts count_parameters(const ModelSpec& m) {
   c.layers = (common + mlp) * (m.layers - dense) + (common + mlp_parameters(m, m.dense_ffn)) * dense;
   c.per_layer = dense == 0 || m.layers == 0 ? common + mlp : (c.layers + m.layers / 2) / m.layers;
   c.embedding = m.vocab * h;
-  c.position = m.position == PositionKind::kLearned ? m.seq * h : 0;
+  c.position = m.position == PositionKind::kLearned ? (m.context > 0 ? m.context : m.seq) * h : 0;
   c.final_norm = norm_params;
   c.output_head = (m.tied_embeddings ? 0 : m.vocab * h) + (m.head_bias ? m.vocab : 0);
   c.total = c.layers + c.embedding + c.position + c.final_norm + c.output_head;

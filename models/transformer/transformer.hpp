@@ -40,7 +40,8 @@ struct ModelSpec {
   std::int64_t kv_heads = 0;  // = heads without grouped-query attention
   std::int64_t ffn = 0;       // intermediate size (per branch for SwiGLU)
   std::int64_t vocab = 0;     // padded vocabulary
-  std::int64_t seq = 0;
+  std::int64_t seq = 0;       // the sequence length trained (training.seq; the model's context by default)
+  std::int64_t context = 0;   // positions the model has (max_position_embeddings, n_positions); 0: seq
   FfnKind ffn_kind = FfnKind::kGelu;
   NormKind norm = NormKind::kLayerNorm;
   PositionKind position = PositionKind::kLearned;

@@ -222,9 +222,12 @@ void Context::finish() {
       std::ranges::sort(known);
       known.erase(std::unique(known.begin(), known.end()), known.end());
     }
-    const auto hint = did_you_mean(key, known);
+    const auto note = unknown_notes_.find(key);
+    // A reader's note says what was meant better than a near key path.
+    const auto hint = note == unknown_notes_.end() ? did_you_mean(key, known) : std::nullopt;
     error(Location{o.where, 0, 0}, key,
-          hint ? fmt::format("no such key (did you mean '{}'?)", *hint) : std::string("no such key"));
+          fmt::format("no such key{}{}", hint ? fmt::format(" (did you mean '{}'?)", *hint) : std::string(),
+                      note != unknown_notes_.end() ? "; " + note->second : std::string()));
   }
   if (!errors_.empty()) {
     auto all = std::move(errors_);
@@ -265,7 +268,19 @@ Node Context::include_file(const Node& parent, const std::string& child_path, co
     YAML::Node loaded = load_file(name);
     return Node(*this, loaded, name, child_path, Location{name, 1, 1}, parent.include_depth() + 1);
   } catch (const YAML::BadFile&) {
-    error(at, child_path, fmt::format("!include: cannot open '{}'", name));
+    // A file of that folder with a similar name, as the suggestion (a missing or mistyped file).
+    std::vector<std::string> siblings;
+    std::error_code ec;
+    const auto folder = target.lexically_normal().parent_path();
+    for (std::filesystem::directory_iterator it(folder.empty() ? "." : folder, ec), end; !ec && it != end;
+         it.increment(ec)) {
+      if (it->is_regular_file(ec)) siblings.push_back(it->path().filename().string());
+    }
+    std::ranges::sort(siblings);
+    const auto hint = did_you_mean(target.filename().string(), siblings);
+    error(at, child_path,
+          fmt::format("!include: cannot open '{}'{}", name,
+                      hint ? fmt::format(" (did you mean '{}'?)", (folder / *hint).string()) : std::string()));
   } catch (const YAML::ParserException& e) {
     error(Location{name, e.mark.line + 1, e.mark.column + 1}, child_path, fmt::format("invalid YAML: {}", e.msg));
   } catch (const std::ios_base::failure& e) {

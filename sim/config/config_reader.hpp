@@ -127,6 +127,9 @@ class Context {
   void note_known_paths(std::shared_ptr<const std::vector<std::string>> paths) {
     noted_paths_.push_back(std::move(paths));
   }
+  /// A note for an override of `key` that matches no key, added to its "no such key" error (what a
+  /// reader knows of the mistake: `hardware.device=h200` is not how a machine's GPU is chosen).
+  void note_unknown_override(const std::string& key, std::string note) { unknown_notes_[key] = std::move(note); }
   [[nodiscard]] bool has_errors() const { return !errors_.empty(); }
   [[nodiscard]] std::size_t error_count() const { return errors_.size(); }
   [[nodiscard]] const std::vector<Diagnostic>& warnings() const { return warnings_; }
@@ -151,6 +154,7 @@ class Context {
   [[nodiscard]] Node include_file(const Node& parent, const std::string& child_path, const YAML::Node& tagged,
                                   const Location& at);
   std::map<std::string, Override> overrides_;
+  std::map<std::string, std::string> unknown_notes_;  // note_unknown_override
   std::vector<Diagnostic> errors_;
   std::vector<Diagnostic> warnings_;
   std::vector<std::pair<std::string, std::string>> effective_;

@@ -59,6 +59,24 @@ contains "graph is DOT" "$tmp/g.dot" "digraph tasks {"
 contains "help lists run" "$tmp/help.txt" "run"
 "$offsim" list >"$tmp/list.txt" 2>&1; check "list" 0 $?
 contains "list names data_parallel" "$tmp/list.txt" "data_parallel"
+"$offsim" list machines >"$tmp/list-m.txt" 2>&1; check "list machines" 0 $?
+contains "list machines names the tables a machine implies" "$tmp/list-m.txt" "device table: configs/calibration/h100-sxm.yaml"
+"$offsim" list devices >"$tmp/list-d.txt" 2>&1; check "list devices" 0 $?
+contains "list devices pairs kinds and tables" "$tmp/list-d.txt" "mi250x-gcd   machines: frontier, frontier-node"
+"$offsim" list calibrations >"$tmp/list-c.txt" 2>&1; check "list calibrations" 0 $?
+contains "list calibrations" "$tmp/list-c.txt" "dgx-h100-nccl.yaml               collectives  h100-sxm"
+"$offsim" list models >"$tmp/list-mo.txt" 2>&1; check "list models" 0 $?
+contains "list models counts parameters" "$tmp/list-mo.txt" "gpt3-175b.yaml                           174.60 B parameters"
+"$offsim" list gpus >/dev/null 2>&1; check "list of an unknown kind exits 2" 2 $?
+# offsim estimate: a ds_config and a config.json on N GPUs of a shipped machine.
+"$offsim" estimate tests/data/real-inputs/ds/hf-transformers-zero3-auto.json \
+  --model tests/data/real-inputs/hf/meta-llama-3-8b.config.json --gpus 8 >"$tmp/estimate.txt" 2>&1; check "estimate" 0 $?
+contains "estimate gives DeepSpeed's figure" "$tmp/estimate.txt" "1.96 GiB per GPU"
+contains "estimate gives the iteration time" "$tmp/estimate.txt" "iteration time"
+"$offsim" estimate tests/data/real-inputs/ds/hf-transformers-zero3-auto.json \
+  --model tests/data/real-inputs/hf/llama-3.2-3b-instruct.config.json --gpus 8 >"$tmp/estimate2.txt" 2>&1
+check "estimate of a long-context model without --seq exits 2" 2 $?
+contains "estimate asks for --seq" "$tmp/estimate2.txt" "--seq: the model's context is 131072 tokens"
 
 "$offsim" topo configs/hardware/frontier-node.yaml >"$tmp/topo.txt" 2>&1; check "topo summary" 0 $?
 contains "topo summary has the bisection" "$tmp/topo.txt" "worst 300.0 GB/s"
@@ -114,7 +132,17 @@ contains "search writes the front" "$tmp/search/pareto.csv" "strategy,gpus,kind,
   >/dev/null 2>&1; check "search into an existing folder without --resume exits 2" 2 $?
 "$offsim" search tests/data/tiny-dp2.yaml --micro-batch 1 --tp 1 --max-hbm "1.5 MB" --out "$tmp/search" --resume \
   >"$tmp/search2.txt" 2>/dev/null; check "search --resume exits 0" 0 $?
-cmp -s "$tmp/search.txt" "$tmp/search2.txt"; check "search --resume gives the same report" 0 $?
+contains "search --resume says what it resumed" "$tmp/search2.txt" "search: resuming $tmp/search/search.csv: "
+grep -v '^search: resuming' "$tmp/search2.txt" | cmp -s "$tmp/search.txt" -; check "search --resume gives the same report" 0 $?
+# A search key fixed with --set narrows the space (issue 34) instead of breaking every point.
+"$offsim" search tests/data/tiny-megatron-pp2.yaml --micro-batch 1 --set strategy.pp=2 --out "$tmp/search-pp" \
+  >"$tmp/search-pp.txt" 2>/dev/null; check "search --set strategy.pp exits 0" 0 $?
+contains "search --set strategy.pp fixes pp" "$tmp/search-pp.txt" "search: --set strategy.pp=2 fixes the space to --pp 2"
+contains "search --set strategy.pp has no error rows" "$tmp/search-pp.txt" " 0 infeasible, 0 errors"
+if grep -q '^zero' "$tmp/search-pp.txt"; then echo "FAIL: search --set strategy.pp=2 kept a data_parallel point"; failed=$((failed + 1)); else passed=$((passed + 1)); fi
+"$offsim" search tests/data/tiny-megatron-pp2.yaml --set strategy.schedule=1f1b --out "$tmp/search-bad" \
+  >"$tmp/search-bad.txt" 2>&1; check "search --set on another strategy key exits 2" 2 $?
+contains "search names the keys it can fix" "$tmp/search-bad.txt" "the search writes each point's strategy"
 
 # Exit codes and the first line of their message (docs/fuzzing.md): 2 bad input, located; 3 the
 # simulation cannot be done (an output that cannot be written, a time beyond the 64-bit clock).

@@ -100,7 +100,7 @@ TEST(DeepSpeedConfig, ZeroPlusPlusKeysBuildTheZeroPlusPlusPartitioning) {
   // DeepSpeed's default for overlap_comm at stage 3 is named, and the ignored keys are listed.
   std::string warnings;
   for (const auto& w : ds.warnings) warnings += w.str() + "\n";
-  EXPECT_NE(warnings.find("DeepSpeed 0.13.3 defaults applied: overlap_comm=true"), std::string::npos) << warnings;
+  EXPECT_NE(warnings.find("DeepSpeed 0.13 defaults applied: overlap_comm=true"), std::string::npos) << warnings;
   EXPECT_NE(warnings.find("ignored: gradient_clipping, optimizer"), std::string::npos) << warnings;
 }
 

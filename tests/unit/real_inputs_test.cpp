@@ -135,9 +135,10 @@ struct DsOutcome {
   std::int64_t micro_batch = 0;
   std::int64_t grad_accum = 0;
   std::string error;
+  std::string warnings;
 };
 
-DsOutcome run_ds(const std::string& file) {
+DsOutcome run_ds(const std::string& file, int dp = 8) {
   const fs::path dir = fs::temp_directory_path() / "offsim-real-ds";
   fs::create_directories(dir);
   std::ofstream(dir / "e.yaml") << fmt::format(
@@ -146,13 +147,14 @@ DsOutcome run_ds(const std::string& file) {
       "  collectives: !include {0}/configs/calibration/frontier-rccl.yaml\n"
       "model: !include {0}/tests/data/tiny-gpt.yaml\n"
       "training: {{micro_batch: 2, grad_accum: 1, precision: bf16, recompute: full, flash_attention: false}}\n"
-      "strategy:\n  kind: deepspeed\n  config: !include {1}/ds/{2}\n  dp: 8\n  runtime: deepspeed-0.13\n",
-      kRoot, kInputs, file);
+      "strategy:\n  kind: deepspeed\n  config: !include {1}/ds/{2}\n  dp: {3}\n  runtime: deepspeed-0.13\n",
+      kRoot, kInputs, file, dp);
   DsOutcome out;
   try {
     const ExperimentSpec spec = load_experiment(dir / "e.yaml", {});
     out.micro_batch = spec.training.micro_batch;
     out.grad_accum = spec.training.grad_accum;
+    for (const auto& w : spec.warnings) out.warnings += w.str() + "\n";
     const ExperimentResult r = run_experiment(spec);
     out.seconds = r.iteration_time.seconds();
   } catch (const sim::config::ConfigError& e) {
@@ -178,6 +180,17 @@ TEST(RealDeepSpeedConfigs, RunWithTheirBatchArithmetic) {
       {"llamafactory-ds-z3-offload.json", 2, 1},  // overlap_comm false with offload
       {"stanford-alpaca-zero3-offload-opt-param-bf16.json", 2, 1},
       {"chinese-mixtral-zero1-auto-activation-ckpt.json", 2, 1},
+      // Issue 34's files: accelerate's four templates, LLaMA-Factory's z2 and z3 partial offload,
+      // DeepSpeedExamples' Megatron ZeRO-3 (16 / 8 ranks = 2) and the ZeRO-3
+      // release config (64 / 8 = 8, legacy cpu_offload and cpu_offload_params).
+      {"accelerate-zero-stage1.json", 2, 1},
+      {"accelerate-zero-stage2-offload.json", 2, 1},
+      {"accelerate-zero-stage3.json", 2, 1},
+      {"accelerate-zero-stage3-offload.json", 2, 1},
+      {"llamafactory-ds-z2.json", 2, 1},
+      {"llamafactory-ds-z3-partial-offload.json", 2, 1},
+      {"dsexamples-megatron-zero3.json", 2, 1},
+      {"dsexamples-megatron-zero3-release.json", 8, 1},
   };
   for (const auto& [file, micro, accumulation] : runs) {
     SCOPED_TRACE(file);
@@ -187,6 +200,34 @@ TEST(RealDeepSpeedConfigs, RunWithTheirBatchArithmetic) {
     EXPECT_EQ(o.micro_batch, micro);
     EXPECT_EQ(o.grad_accum, accumulation);
   }
+}
+
+TEST(RealDeepSpeedConfigs, LegacyAndMisspelledKeysAreReadOrNamed) {
+  // The ZeRO-3 release config: DeepSpeed 0.3's cpu_offload_params offloads the parameters, and its
+  // misspelled persistence threshold is named with the key meant.
+  const DsOutcome release = run_ds("dsexamples-megatron-zero3-release.json");
+  ASSERT_TRUE(release.seconds) << release.error;
+  EXPECT_NE(release.warnings.find("cpu_offload_params (legacy) read as offload_param: {device: cpu, pin_memory: true}"),
+            std::string::npos)
+      << release.warnings;
+  EXPECT_NE(release.warnings.find("stage3_param_persitance_threshold: not a DeepSpeed ZeRO key (did you mean "
+                                  "'stage3_param_persistence_threshold'?"),
+            std::string::npos)
+      << release.warnings;
+  // The ZeRO-Offload 10B config: 30 sequences = 2 x 3 steps x 5 ranks; its comm_overlap is no
+  // DeepSpeed key (overlap_comm's default applies), and activation partitioning is named as what
+  // the prediction does not follow.
+  const DsOutcome offload = run_ds("dsexamples-megatron-zero-offload-10b.json", 5);
+  ASSERT_TRUE(offload.seconds) << offload.error;
+  EXPECT_EQ(offload.micro_batch, 2);
+  EXPECT_EQ(offload.grad_accum, 3);
+  EXPECT_NE(offload.warnings.find("comm_overlap: not a DeepSpeed ZeRO key (did you mean 'overlap_comm'?"),
+            std::string::npos)
+      << offload.warnings;
+  EXPECT_NE(offload.warnings.find("the prediction does not follow them): zero_optimization.contiguous_gradients, "
+                                  "activation_checkpointing"),
+            std::string::npos)
+      << offload.warnings;
 }
 
 TEST(RealDeepSpeedConfigs, WhatOffsimCannotRunIsRefusedAtItsKey) {
@@ -199,6 +240,17 @@ TEST(RealDeepSpeedConfigs, WhatOffsimCannotRunIsRefusedAtItsKey) {
       {"llamafactory-ds-z3-quantized-gradients.json",
        "llamafactory-ds-z3-quantized-gradients.json:9:24: strategy.config.zero_optimization: zero_quantized_gradients "
        "needs strategy.qgz (the int4 format)"},
+      {"llamafactory-ds-z2-autotp.json",
+       "llamafactory-ds-z2-autotp.json:30:20: strategy.config.tensor_parallel.autotp_size: AutoTP over 2 ranks: give "
+       "strategy.tp: 2"},
+      // No precision section: DeepSpeed trains in fp32 (issue 34's autotuning z3 file).
+      {"dsexamples-autotuning-z3.json",
+       "dsexamples-autotuning-z3.json:1:1: strategy.config: offsim models 16-bit mixed precision"},
+      {"llamafactory-ds-z3-fp8.json",
+       "llamafactory-ds-z3-fp8.json:17:10: strategy.config.fp8: FP8 training through DeepSpeed is not modelled"},
+      {"llamafactory-ds-z3-alst.json",
+       "llamafactory-ds-z3-alst.json:24:24: strategy.config.sequence_parallel: Ulysses sequence parallelism over 4 "
+       "ranks is not modelled"},
   };
   for (const auto& [file, message] : refused) {
     SCOPED_TRACE(file);

@@ -197,6 +197,16 @@ TEST(Sweep, BestRanksFeasiblePointsByTheMetric) {
   EXPECT_EQ(best_points(csv, "tflops_per_device", 5, 0.05).find("tied"), std::string::npos);
 }
 
+TEST(Sweep, BestPrintsFiguresToFourSignificantDigits) {
+  const fs::path csv = write("best-rounded.csv",
+                             "index,a,status,tflops_per_device,iteration_time_s,tokens_per_s,reason\n"
+                             "0,x,ok,120.76053557495153,0.30705487280,123456.7,\n");
+  EXPECT_NE(best_points(csv, "tflops_per_device", 1).find(" 120.8 "), std::string::npos);
+  EXPECT_EQ(best_points(csv, "tflops_per_device", 1).find("120.76"), std::string::npos);
+  EXPECT_NE(best_points(csv, "iteration_time_s", 1).find(" 0.3071 "), std::string::npos);
+  EXPECT_NE(best_points(csv, "tokens_per_s", 1).find(" 123457 "), std::string::npos);
+}
+
 TEST(Sweep, PointsRunWithoutLinkStatisticsInTheSameTime) {
   // A sweep's points leave out link activity (its rows hold none): the analytic collectives'
   // transfers are not credited to their links. That is statistics only: every time is the same
