@@ -188,6 +188,71 @@ struct RankState {
   KernelTimes k;
 };
 
+// The gradient group as bands: dp ranks tp x pp apart; with cp > 1 the cp band (stride tp) and
+// then the dp band (stride tp x cp x pp), in two stages (the bytes per rank of one flat ring over
+// the dp x cp ranks, which the bands cannot name as one group).
+[[nodiscard]] CollectivePlan gradient_group_plan(int tp, int cp, int pp, int ranks) {
+  if (cp == 1) return {{Band{"dp", tp * pp, ranks}}, StageAlgorithm::kRing, {}};
+  CollectivePlan plan{{Band{"cp", tp, tp * cp}}, StageAlgorithm::kRing, {}};
+  if (ranks > tp * cp * pp) plan.stages.push_back(Band{"dp", tp * cp * pp, ranks});
+  return plan;
+}
+
+// The constraints of the pipeline transfer from rank `from` to rank `to`; with tensor-parallel
+// classes, those of every member's transfer (from + t to to + t) back to back, so that a link
+// several of them cross is shared as by that many flows.
+[[nodiscard]] std::vector<sim::ConstraintId> p2p_route(const MachineResources& machine, const topo::Topology& topology,
+                                                       const std::vector<std::size_t>& devices, int class_size,
+                                                       int from, int to) {
+  std::vector<sim::ConstraintId> route;
+  for (int t = 0; t < class_size; ++t) {
+    const auto member = machine.transfer_route(topology, devices[from + t], devices[to + t]);
+    route.insert(route.end(), member.begin(), member.end());
+  }
+  return route;
+}
+
+// The embedding's and the head's work on the first and last virtual stages.
+struct EdgeWork {
+  TimePs time{0};
+  sim::Flops flops{};
+};
+[[nodiscard]] EdgeWork edge_work(const KernelTimes& k, bool forward, int vs, int last_virtual, sim::Flops head_flops,
+                                 int tp) {
+  EdgeWork edge;
+  if (forward) {
+    if (vs == 0) edge.time = edge.time + k.embed_fwd;
+    if (vs == last_virtual) {
+      edge.time = edge.time + k.head_fwd;
+      edge.flops = head_flops * (1.0 / tp);
+    }
+  } else {
+    if (vs == 0) edge.time = edge.time + k.embed_bwd;
+    if (vs == last_virtual) {
+      edge.time = edge.time + k.head_bwd;
+      edge.flops = head_flops * (2.0 / tp);
+    }
+  }
+  return edge;
+}
+
+// About how many tasks a Megatron iteration adds: per simulated rank and micro-batch of each chunk,
+// a forward and a backward operation (barrier, allocations, transfer in) and per layer its compute
+// pieces, each with its TP all-reduce when tp > 1 (two analytic stages; flow-level ones add more,
+// and the graph then grows past the reserve as it would without one), and with cp > 1 its ring.
+[[nodiscard]] std::size_t estimated_tasks(const MegatronSpec& spec, std::int64_t layers, int sims, int micro_batches,
+                                          bool full_recompute) {
+  constexpr std::size_t kTasksPerOperationPair = 8;
+  constexpr std::size_t kTasksPerAllReduce = 2;
+  const std::size_t pieces = static_cast<std::size_t>(2 + (full_recompute ? 4 : 2));
+  const std::size_t per_layer = spec.tp > 1 ? pieces * (1 + kTasksPerAllReduce) : 0;
+  const std::size_t ring_tasks = spec.cp > 1 ? static_cast<std::size_t>(4 * spec.cp) : 0;
+  const auto layers_per_chunk = static_cast<std::size_t>(layers / (spec.pp * spec.virtual_stages));
+  const std::size_t per_pair = kTasksPerOperationPair + layers_per_chunk * (per_layer + ring_tasks);
+  return static_cast<std::size_t>(sims) * static_cast<std::size_t>(micro_batches) *
+         static_cast<std::size_t>(spec.virtual_stages) * per_pair;
+}
+
 // build_megatron in phases. The constructor checks the spec and works out the layout, the work
 // and states of one rank, each simulated rank's place and the TP communicators; build() adds the
 // iteration's tasks phase by phase: model states, each TP group's schedule of operations, the
@@ -230,7 +295,7 @@ class MegatronBuilder {
 
   // The iteration's tasks, phase by phase.
   BuiltIteration build() {
-    g.reserve(estimated_tasks());
+    g.reserve(estimated_tasks(spec, m.layers, sims, micro_batches, train.recompute == Recompute::kFull));
     const std::vector<TaskId> ready = place_states();
     run_schedules(ready);
     point_to_point();
@@ -261,14 +326,8 @@ class MegatronBuilder {
   const int sims;
   Communicator dp_comm;
 
-  // The data-parallel optimizer (MegatronSpec::optimizer). Megatron-LM's accumulates and reduces
-  // the gradients of bf16 training in fp32 (16 bits with grad_accum_dtype bf16: fp16 training's
-  // default) and partitions the optimizer at zero_stage 1 (its distributed optimizer:
-  // reduce-scatter, then all-gather of the parameters). DeepSpeed's
-  // follows its engine (layer_kernels.hpp): BF16_Optimizer with fp32 accumulation (fp32 buffer and
-  // bf16 gradients, fp32 all-reduce, partitioned optimizer, parameter all-gather), else at stage 1
-  // its ZeRO optimizer (bf16 gradients reduced to their owners, then the all-gather), at stage 0
-  // bf16 gradients all-reduced and the optimizer replicated.
+  // The data-parallel optimizer (MegatronSpec::optimizer): Megatron-LM's (fp32 main_grad, its
+  // distributed optimizer at zero_stage 1) or DeepSpeed's engine; phases/zero_policy.hpp states both.
   const ZeroPolicy policy = spec.optimizer == MegatronSpec::Optimizer::kDeepSpeed
                                 ? ZeroPolicy::deepspeed(spec.zero_stage, spec.fp32_grad_accum, false)
                                 : ZeroPolicy::megatron(spec.zero_stage, spec.fp32_grad_accum);
@@ -314,16 +373,6 @@ class MegatronBuilder {
   // The DP group of a rank (reduce_gradients, parameter_allgather): the ranks tp x pp apart, with
   // context parallelism its CP group's and theirs (gradient_group_plan).
   const CollectivePlan dp_plan;
-
-  // The gradient group as bands: dp ranks tp x pp apart; with cp > 1 the cp band (stride tp) and
-  // then the dp band (stride tp x cp x pp), in two stages (the bytes per rank of one flat ring over
-  // the dp x cp ranks, which the bands cannot name as one group).
-  [[nodiscard]] static CollectivePlan gradient_group_plan(int tp, int cp, int pp, int ranks) {
-    if (cp == 1) return {{Band{"dp", tp * pp, ranks}}, StageAlgorithm::kRing, {}};
-    CollectivePlan plan{{Band{"cp", tp, tp * cp}}, StageAlgorithm::kRing, {}};
-    if (ranks > tp * cp * pp) plan.stages.push_back(Band{"dp", tp * cp * pp, ranks});
-    return plan;
-  }
 
   // The parameters of a rank of `stage` (its share of its TP group's).
   [[nodiscard]] std::int64_t params_of_stage(int stage) const {
@@ -384,42 +433,15 @@ class MegatronBuilder {
     }
   }
 
-  // A task of simulated rank s (RankTimeline): compute on its GPU, or an allocation in its memory
-  // (phase "setup"), or with `release` a free (phase "memory").
-  TaskId compute(int s, const std::string& name, const char* phase, TimePs d, sim::Flops flops, const char* kernel,
-                 std::vector<TaskId> deps) {
-    return timeline.compute(s, name, phase, d, flops, kernel, std::move(deps));
-  }
-  TaskId alloc(int s, const std::string& name, const char* tenant, Bytes bytes, std::vector<TaskId> deps,
-               bool release = false) {
-    if (release) return timeline.release(s, name, "memory", tenant, bytes, std::move(deps));
-    return timeline.alloc(s, name, "setup", tenant, bytes, std::move(deps));
-  }
-
-  // About how many tasks build() adds: per simulated rank and micro-batch of each chunk, a forward
-  // and a backward operation (barrier, allocations, transfer in) and per layer its compute pieces,
-  // each with its TP all-reduce when tp > 1 (two analytic stages; flow-level ones add more, and
-  // the graph then grows past the reserve as it would without one).
-  [[nodiscard]] std::size_t estimated_tasks() const {
-    constexpr std::size_t kTasksPerOperationPair = 8;
-    constexpr std::size_t kTasksPerAllReduce = 2;
-    const std::size_t pieces = static_cast<std::size_t>(2 + tp_reductions_backward);
-    const std::size_t per_layer = tp > 1 ? pieces * (1 + kTasksPerAllReduce) : 0;
-    const std::size_t ring_tasks = cp > 1 ? static_cast<std::size_t>(4 * cp) : 0;
-    const auto layers_per_chunk = static_cast<std::size_t>(m.layers / (pp * v));
-    const std::size_t per_pair = kTasksPerOperationPair + layers_per_chunk * (per_layer + ring_tasks);
-    return static_cast<std::size_t>(sims) * static_cast<std::size_t>(micro_batches) * static_cast<std::size_t>(v) *
-           per_pair;
-  }
-
   // Model states.
   std::vector<TaskId> place_states() {
     std::vector<TaskId> ready(sims);
     for (int s = 0; s < sims; ++s) {
       ready[s] = allocate_model_states(timeline, s, states_of(s), policy, /*optimizer_offload=*/false);
       if (train.fp8) {  // Transformer Engine's FP8 weight copies and scaling state (layer_kernels.hpp)
-        ready[s] = alloc(s, "alloc.fp8", "FP8 weights and scaling state",
-                         fp8_state_bytes(m, *train.fp8, tp, 1, split.of_stage(rank_state[s].stage)), {ready[s]});
+        ready[s] =
+            timeline.alloc(s, "alloc.fp8", "setup", "FP8 weights and scaling state",
+                           fp8_state_bytes(m, *train.fp8, tp, 1, split.of_stage(rank_state[s].stage)), {ready[s]});
       }
     }
     return ready;
@@ -460,19 +482,21 @@ class MegatronBuilder {
     const bool head = vs == last_virtual;
     if (op.forward) {
       for (std::size_t i = 0; i < members.size(); ++i) {
-        at[i] = alloc(members[i], tag + ".alloc.activations", "activations", activation_bytes(vs), {at[i]});
+        at[i] = timeline.alloc(members[i], tag + ".alloc.activations", "setup", "activations", activation_bytes(vs),
+                               {at[i]});
       }
     }
     if (head) {
       for (std::size_t i = 0; i < members.size(); ++i) {
-        at[i] = alloc(members[i], tag + ".alloc.loss", "activations", loss_workspace, {at[i]});
+        at[i] = timeline.alloc(members[i], tag + ".alloc.loss", "setup", "activations", loss_workspace, {at[i]});
       }
     }
     run_chunk(first, members, op.forward, vs, tag, phase, at);
     for (std::size_t i = 0; i < members.size(); ++i) {
       const int s = members[i];
-      if (head) at[i] = alloc(s, tag + ".free.loss", "activations", loss_workspace, {at[i]}, true);
-      if (!op.forward) at[i] = alloc(s, tag + ".free.activations", "activations", activation_bytes(vs), {at[i]}, true);
+      if (head) at[i] = timeline.release(s, tag + ".free.loss", "memory", "activations", loss_workspace, {at[i]});
+      if (!op.forward)
+        at[i] = timeline.release(s, tag + ".free.activations", "memory", "activations", activation_bytes(vs), {at[i]});
       exit[s][{op.forward, vs, op.micro_batch}] = at[i];
       // Rank 0's phases: its busy time per operation; the waits before them are the bubble.
       if (rank_state[s].rank == 0) {
@@ -490,35 +514,12 @@ class MegatronBuilder {
     return Bytes{stored.count * split.of_virtual(vs) + (vs == last_virtual ? logits.count : 0)};
   }
 
-  // The embedding's and the head's work on the first and last virtual stages.
-  struct EdgeWork {
-    TimePs time{0};
-    sim::Flops flops{};
-  };
-  [[nodiscard]] EdgeWork edge_work(const KernelTimes& k, bool forward, int vs) const {
-    EdgeWork edge;
-    if (forward) {
-      if (vs == 0) edge.time = edge.time + k.embed_fwd;
-      if (vs == last_virtual) {
-        edge.time = edge.time + k.head_fwd;
-        edge.flops = head_flops * (1.0 / tp);
-      }
-    } else {
-      if (vs == 0) edge.time = edge.time + k.embed_bwd;
-      if (vs == last_virtual) {
-        edge.time = edge.time + k.head_bwd;
-        edge.flops = head_flops * (2.0 / tp);
-      }
-    }
-    return edge;
-  }
-
   // The chunk's compute on every member, after at. Each half-layer ends with a TP all-reduce;
   // without TP the chunk is one kernel per rank.
   void run_chunk(int first, const std::vector<int>& members, bool forward, int vs, const std::string& tag,
                  const char* phase, std::vector<TaskId>& at) {
     const KernelTimes& k = rank_state[members.front()].k;
-    const EdgeWork edge = edge_work(k, forward, vs);
+    const EdgeWork edge = edge_work(k, forward, vs, last_virtual, head_flops, tp);
     const TimePs layer = forward ? k.layer_fwd : k.layer_bwd;
     const sim::Flops layer_flops =
         (forward ? (w.gemm + w.attention) : (w.gemm + w.attention) * 2.0 + recomputed) * (1.0 / tp);
@@ -529,8 +530,8 @@ class MegatronBuilder {
     }
     if (tp == 1) {
       for (std::size_t i = 0; i < members.size(); ++i) {
-        at[i] = compute(members[i], tag, phase, TimePs{layer.ps * layers_per_chunk} + edge.time,
-                        layer_flops * static_cast<double>(layers_per_chunk) + edge.flops, "layer", {at[i]});
+        at[i] = timeline.compute(members[i], tag, phase, TimePs{layer.ps * layers_per_chunk} + edge.time,
+                                 layer_flops * static_cast<double>(layers_per_chunk) + edge.flops, "layer", {at[i]});
       }
       return;
     }
@@ -538,14 +539,15 @@ class MegatronBuilder {
     const int reductions = forward ? 2 : tp_reductions_backward;
     const TimePs piece{layer.ps / reductions};
     for (std::size_t i = 0; i < members.size(); ++i) {
-      if (edge.time.ps > 0) at[i] = compute(members[i], tag + ".edge", phase, edge.time, edge.flops, "gemm", {at[i]});
+      if (edge.time.ps > 0)
+        at[i] = timeline.compute(members[i], tag + ".edge", phase, edge.time, edge.flops, "gemm", {at[i]});
     }
     for (std::int64_t l = 0; l < layers_per_chunk; ++l) {
       for (int half = 0; half < reductions; ++half) {
         std::vector<std::vector<TaskId>> deps(members.size());
         for (std::size_t i = 0; i < members.size(); ++i) {
-          deps[i] = {compute(members[i], fmt::format(FMT_COMPILE("{}.l{}.{}"), tag, l, half), phase, piece,
-                             layer_flops * (1.0 / reductions), "layer", {at[i]})};
+          deps[i] = {timeline.compute(members[i], fmt::format(FMT_COMPILE("{}.l{}.{}"), tag, l, half), phase, piece,
+                                      layer_flops * (1.0 / reductions), "layer", {at[i]})};
         }
         at = comm.add(CollectiveKind::kAllReduce, fmt::format(FMT_COMPILE("tp{}.{}.l{}.{}"), first, tag, l, half),
                       activation_elements, tp_plan, deps);
@@ -560,7 +562,7 @@ class MegatronBuilder {
   void run_chunk_context_parallel(int first, const std::vector<int>& members, bool forward, int vs,
                                   const std::string& tag, const char* phase, std::vector<TaskId>& at) {
     const KernelTimes& k = rank_state[members.front()].k;
-    const EdgeWork edge = edge_work(k, forward, vs);
+    const EdgeWork edge = edge_work(k, forward, vs, last_virtual, head_flops, tp);
     const TimePs block = forward ? k.attention_fwd : k.attention_bwd;
     const TimePs rest{(forward ? k.layer_fwd : k.layer_bwd).ps - block.ps};
     const sim::Flops attention = w.attention * (1.0 / tp);
@@ -572,14 +574,15 @@ class MegatronBuilder {
     const TimePs piece{rest.ps / reductions};
     const sim::Flops piece_flops{(all.count - block_flops.count * cp) / reductions};
     for (std::size_t i = 0; i < members.size(); ++i) {
-      if (edge.time.ps > 0) at[i] = compute(members[i], tag + ".edge", phase, edge.time, edge.flops, "gemm", {at[i]});
+      if (edge.time.ps > 0)
+        at[i] = timeline.compute(members[i], tag + ".edge", phase, edge.time, edge.flops, "gemm", {at[i]});
     }
     for (std::int64_t l = 0; l < split.of_virtual(vs); ++l) {
       for (int half = 0; half < reductions; ++half) {
         for (std::size_t i = 0; i < members.size(); ++i) {
           const int s = members[i];
           const std::string name = fmt::format(FMT_COMPILE("{}.l{}.{}"), tag, l, half);
-          at[i] = compute(s, name, phase, piece, piece_flops, "layer", {at[i]});
+          at[i] = timeline.compute(s, name, phase, piece, piece_flops, "layer", {at[i]});
           if (half == 0) at[i] = ring->run(s, forward, name, phase, block, block_flops, at[i]);
         }
         if (tp == 1) continue;
@@ -607,25 +610,19 @@ class MegatronBuilder {
         if (found == sim_of_rank.end()) continue;
         const int from = found->second;
         const TaskId sent = exit[from].at({forward, from_vs, mb});
-        const TaskId p2p = g.add(fmt::format(FMT_COMPILE("p2p.{}{}.mb{}.r{}to{}"), forward ? "act" : "grad", from_vs,
-                                             mb, from_rank, rs.rank),
-                                 phase::kCommunication,
-                                 TransferTask{p2p_route(from_rank, rs.rank), p2p_bytes, TimePs{0}, {}, {}}, {sent});
+        const TaskId p2p =
+            g.add(fmt::format(FMT_COMPILE("p2p.{}{}.mb{}.r{}to{}"), forward ? "act" : "grad", from_vs, mb, from_rank,
+                              rs.rank),
+                  phase::kCommunication,
+                  TransferTask{p2p_route(out.machine, in.topology, out.devices, layout.class_size, from_rank, rs.rank),
+                               p2p_bytes,
+                               TimePs{0},
+                               {},
+                               {}},
+                  {sent});
         g.add_dependency(start, p2p);
       }
     }
-  }
-
-  // The constraints of the pipeline transfer from rank `from` to rank `to`; with tensor-parallel
-  // classes, those of every member's transfer (from + t to to + t) back to back, so that a link
-  // several of them cross is shared as by that many flows.
-  [[nodiscard]] std::vector<sim::ConstraintId> p2p_route(int from, int to) const {
-    std::vector<sim::ConstraintId> route;
-    for (int t = 0; t < layout.class_size; ++t) {
-      const auto member = out.machine.transfer_route(in.topology, out.devices[from + t], out.devices[to + t]);
-      route.insert(route.end(), member.begin(), member.end());
-    }
-    return route;
   }
 
   // Data parallelism after the schedules (phases/pipeline_data_parallel.hpp): the gradients over
