@@ -8,6 +8,7 @@
 
 #include "models/experiment.hpp"
 #include "models/experiment/sections.hpp"
+#include "models/strategies/value_ranges.hpp"
 #include "models/transformer/model_parser.hpp"
 
 namespace offsim::models {
@@ -217,9 +218,9 @@ ExperimentSpec load_experiment(const std::filesystem::path& file, const std::vec
       // they differ: the config is what DeepSpeed would run.
       const auto adopt = [&](const std::optional<std::int64_t>& v, std::int64_t& field, const char* what) {
         if (!v) return;
-        if (*v < 1 || *v > kMaxBatch) {
+        if (!ranges::kBatch.contains(*v)) {
           ctx.error(from_strategy.at, "strategy.config",
-                    fmt::format("{} must be from 1 to {} (offsim's limit), got {}", what, kMaxBatch, *v));
+                    fmt::format("{}: {}, got {}", what, ranges::kBatch.expected(), *v));
           return;
         }
         if (*v != field) {

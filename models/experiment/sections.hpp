@@ -10,10 +10,6 @@
 
 namespace offsim::models {
 
-// The most micro-batches, and the largest micro-batch, of an iteration (a micro-batch of 65,536
-// sequences is 30 times the GPT-3 175B global batch).
-inline constexpr std::int64_t kMaxBatch = std::int64_t{1} << 16;
-
 // Training values a strategy section may carry (a DeepSpeed config's batch settings).
 struct TrainingFromStrategy {
   std::optional<std::int64_t> micro_batch;

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "models/strategies/value_ranges.hpp"
+
 namespace offsim::models {
 
 using sim::config::MapReader;
@@ -18,10 +20,9 @@ constexpr auto kDefaultSubGroupSize = static_cast<double>(deepspeed_defaults::kS
 constexpr bool kDefaultPinMemory = false;
 constexpr double kDefaultRatio = 1.0;
 constexpr int kDefaultBufferCount = 4;  // offload_optimizer.buffer_count
-// Batch sizes offsim reads (the training section's limit: 65,536) and sizes in elements (1e15,
-// a million times DeepSpeed's defaults), so that their products stay in 64-bit integers.
-constexpr std::int64_t kMaxBatch = std::int64_t{1} << 16;
-constexpr double kMaxElements = 1e15;
+// Every value's range is the native reader's (models/strategies/value_ranges.hpp).
+using sim::config::check_range;
+using sim::config::ValueRange;
 
 // "auto": a value the Hugging Face Trainer fills in from its own arguments.
 bool is_auto(const Node& n) {
@@ -53,7 +54,7 @@ class DsConfigReader {
 
  private:
   std::optional<std::int64_t> batch(const Node& n);
-  double zero_number(MapReader& z, const Node& zero, const char* key, double fallback);
+  double zero_number(MapReader& z, const Node& zero, const char* key, double fallback, const ValueRange<double>& range);
   std::int64_t sub_group_size(MapReader& z, const Node& zero);
   void read_legacy_cpu_offload(MapReader& z, const Node& zero, Runtime runtime);
   void read_optimizer_offload(MapReader& z, const Node& zero, Runtime runtime);
@@ -68,13 +69,10 @@ class DsConfigReader {
   bool fp16_ = false;  // fp16 mixed precision (no bf16 section enabled)
 };
 
-// A batch size within 1..kMaxBatch (nullopt with an error otherwise).
+// A batch size within ranges::kBatch (nullopt with an error otherwise).
 std::optional<std::int64_t> DsConfigReader::batch(const Node& n) {
   const auto v = n.as<std::int64_t>();
-  if (v && (*v < 1 || *v > kMaxBatch)) {
-    ctx_.error(n.location(), n.path(), fmt::format("expected 1 to {} (offsim's limit), got {}", kMaxBatch, *v));
-    return std::nullopt;
-  }
+  if (v && !check_range(ctx_, n.location(), n.path(), *v, ranges::kBatch)) return std::nullopt;
   return v;
 }
 
@@ -144,29 +142,22 @@ void DsConfigReader::read_precision(MapReader& r) {
   }
 }
 
-// A size in elements of the ZeRO section, its DeepSpeed default when left out.
-double DsConfigReader::zero_number(MapReader& z, const Node& zero, const char* key, double fallback) {
+// A size in elements of the ZeRO section within `range`, its DeepSpeed default when left out.
+double DsConfigReader::zero_number(MapReader& z, const Node& zero, const char* key, double fallback,
+                                   const ValueRange<double>& range) {
   if (!z.has(key)) {
     defaults_.push_back(fmt::format("{}={:g}", key, fallback));
     return fallback;
   }
   const auto v = z.required<double>(key);
-  if (v.valid && !(v.value >= 0.0 && v.value <= kMaxElements)) {
-    ctx_.error(v.loc, zero.child_path(key),
-               fmt::format("expected 0 to {:g} (offsim's limit), got {:g}", kMaxElements, v.value));
-    return fallback;
-  }
+  if (v.valid && !check_range(ctx_, v.loc, zero.child_path(key), v.value, range)) return fallback;
   return v.value;
 }
 
-// The optimizer offload's subgroup, in elements: at least one (a size of 0 made the update loop over
-// no elements forever; found by running the CLI on the fuzzer's inputs).
+// The optimizer offload's subgroup, in elements (ranges::kSubGroupElements).
 std::int64_t DsConfigReader::sub_group_size(MapReader& z, const Node& zero) {
-  const auto size = static_cast<std::int64_t>(zero_number(z, zero, "sub_group_size", kDefaultSubGroupSize));
-  if (size >= 1) return size;
-  const auto v = z.required<double>("sub_group_size");
-  ctx_.error(v.loc, zero.child_path("sub_group_size"), fmt::format("expected at least 1 element, got {:g}", v.value));
-  return static_cast<std::int64_t>(kDefaultSubGroupSize);
+  return static_cast<std::int64_t>(
+      zero_number(z, zero, "sub_group_size", kDefaultSubGroupSize, ranges::kSubGroupElements));
 }
 
 void DsConfigReader::read_zero(const std::optional<Node>& zero, const ZeroContext& zc) {
@@ -182,9 +173,7 @@ void DsConfigReader::read_zero(const std::optional<Node>& zero, const ZeroContex
   }
   MapReader z(*zero);
   const auto stage = z.required<int>("stage");
-  if (stage.valid && (stage.value < 0 || stage.value > 3)) {
-    ctx_.error(stage.loc, zero->child_path("stage"), fmt::format("expected 0 to 3, got {}", stage.value));
-  }
+  if (stage.valid) (void)check_range(ctx_, stage.loc, zero->child_path("stage"), stage.value, ranges::kZeroStage);
   dp.zero_stage = stage.value;
   const auto auto_size = [&](const char* key) {
     const auto v = z.child(key);
@@ -199,18 +188,20 @@ void DsConfigReader::read_zero(const std::optional<Node>& zero, const ZeroContex
   dp.reduce_bucket_elements =
       out_.auto_reduce_bucket
           ? 0
-          : static_cast<std::int64_t>(zero_number(z, *zero, "reduce_bucket_size", kDefaultReduceBucketSize));
+          : static_cast<std::int64_t>(
+                zero_number(z, *zero, "reduce_bucket_size", kDefaultReduceBucketSize, ranges::kReduceBucketElements));
   if (z.has("overlap_comm")) {
     dp.overlap_comm = z.required<bool>("overlap_comm").value;
   } else {
     dp.overlap_comm = dp.zero_stage == 3;  // DeepSpeed: None -> True iff stage 3
     defaults_.push_back(fmt::format("overlap_comm={}", dp.overlap_comm));
   }
-  dp.param_persistence_threshold = out_.auto_persistence_threshold
-                                       ? 0
-                                       : static_cast<std::int64_t>(zero_number(
-                                             z, *zero, "stage3_param_persistence_threshold",
-                                             static_cast<double>(DataParallelSpec::kDeepSpeedPersistenceThreshold)));
+  dp.param_persistence_threshold =
+      out_.auto_persistence_threshold
+          ? 0
+          : static_cast<std::int64_t>(zero_number(z, *zero, "stage3_param_persistence_threshold",
+                                                  static_cast<double>(DataParallelSpec::kDeepSpeedPersistenceThreshold),
+                                                  ranges::kPersistenceThreshold));
   read_legacy_cpu_offload(z, *zero, zc.runtime);
   read_optimizer_offload(z, *zero, zc.runtime);
   read_param_offload(z);
@@ -249,7 +240,18 @@ void DsConfigReader::read_optimizer_offload(MapReader& z, const Node& zero, Runt
     OptimizerOffload offload;
     offload.pin_memory = o.has("pin_memory") ? o.required<bool>("pin_memory").value : kDefaultPinMemory;
     if (!o.has("pin_memory")) defaults_.push_back(fmt::format("offload_optimizer.pin_memory={}", kDefaultPinMemory));
-    offload.ratio = o.has("ratio") ? o.required<double>("ratio").value : kDefaultRatio;
+    if (o.has("ratio")) {
+      const auto ratio = o.required<double>("ratio");
+      const std::string path = off->child_path("ratio");
+      if (ratio.valid && check_range(ctx_, ratio.loc, path, ratio.value, ranges::kOffloadRatio)) {
+        offload.ratio = ratio.value;
+        if (auto why = ranges::twin_flow_problem(dp.zero_stage, device == "nvme", ratio.value)) {
+          ctx_.error(ratio.loc, path, *why);
+        }
+      }
+    } else {
+      offload.ratio = kDefaultRatio;
+    }
     offload.sub_group_size = sub_group_size(z, zero);
     offload.runtime = runtime;
     if (device == "nvme") {
@@ -262,8 +264,14 @@ void DsConfigReader::read_optimizer_offload(MapReader& z, const Node& zero, Runt
       };
       offload.pipeline_read = flag("pipeline_read");
       offload.pipeline_write = flag("pipeline_write");
-      offload.buffer_count = o.has("buffer_count") ? o.required<int>("buffer_count").value : kDefaultBufferCount;
-      if (!o.has("buffer_count")) {
+      offload.buffer_count = kDefaultBufferCount;
+      if (o.has("buffer_count")) {
+        const auto buffers = o.required<int>("buffer_count");
+        if (buffers.valid &&
+            check_range(ctx_, buffers.loc, off->child_path("buffer_count"), buffers.value, ranges::kNvmeBufferCount)) {
+          offload.buffer_count = buffers.value;
+        }
+      } else {
         defaults_.push_back(fmt::format("offload_optimizer.buffer_count={}", kDefaultBufferCount));
       }
       if (dp.zero_stage != 3) ctx_.error(off->location(), off->path(), "NVMe optimizer offload needs stage 3");
