@@ -19,10 +19,13 @@
 #include "apps/offsim/exit_codes.hpp"
 #include "apps/offsim/heap.hpp"
 #include "offsim_git_hash.hpp"  // generated at every build: cmake/git_version.cmake
+#include "sim/report/atomic_file.hpp"
 
 int main(int argc, char** argv) {
   offsim::app::keep_freed_memory();
   offsim::app::back_heap_with_huge_pages();
+  // SIGINT / SIGTERM / SIGHUP remove the outputs' temporaries before ending the process.
+  offsim::sim::report::install_interrupt_cleanup();
   using namespace offsim;
   CLI::App app{"offsim: a discrete-event simulator of offloaded and partitioned distributed training of transformers"};
   app.set_version_flag("--version", fmt::format("offsim {} ({})", OFFSIM_VERSION, OFFSIM_GIT_HASH));

@@ -133,10 +133,10 @@ first_line "deepspeed dp: 0 is located" "$tmp/dp0.txt" \
 "$offsim" run tests/data/tiny-dp2.yaml --out "$tmp/regular/run" >/dev/null 2>"$tmp/out3.txt"
 check "--out under a regular file exits 3" 3 $?
 first_line "--out under a regular file names it" "$tmp/out3.txt" \
-  "error: filesystem error: cannot create directories: Not a directory [$tmp/regular/run]"
+  "error: cannot make the folder $tmp/regular/run: Not a directory"
 "$offsim" run tests/data/tiny-dp2.yaml --out /proc/offsim-cli-test >/dev/null 2>"$tmp/proc.txt"
 check "--out under /proc exits 3" 3 $?
-contains "--out under /proc names it" "$tmp/proc.txt" "error: filesystem error: cannot create directories:"
+contains "--out under /proc names it" "$tmp/proc.txt" "error: cannot make the folder /proc/offsim-cli-test:"
 printf 'name: s\nbase: %s/tests/data/tiny-dp2.yaml\naxes: [{key: training.micro_batch, values: [1]}]\n' "$PWD" >"$tmp/s.yaml"
 "$offsim" sweep "$tmp/s.yaml" --out "$tmp/regular/s.csv" >/dev/null 2>"$tmp/sweep3.txt"
 check "sweep --out under a regular file exits 3" 3 $?
