@@ -180,12 +180,23 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   search_cmd->add_flag("--resume", search_opts.resume, "keep the points already in --out/search.csv");
 
+  // Every command that reads configuration files takes --allow-include-outside, which widens what
+  // `!include` may name (sim/config/config_reader.hpp) for this process and the ones it starts.
+  bool allow_include_outside = false;
+  for (auto* cmd : {run_cmd, graph_cmd, topo_cmd, model_cmd, sweep_cmd, validate_cmd, check_cmd, search_cmd}) {
+    cmd->add_flag("--allow-include-outside", allow_include_outside,
+                  "let !include name files outside the experiment's folder and the project's configs/ (also: "
+                  "OFFSIM_ALLOW_INCLUDE_OUTSIDE=1)");
+  }
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     const int code = app.exit(e);
     return code == 0 ? 0 : app::kExitBadInput;
   }
+
+  if (allow_include_outside) ::setenv(sim::config::kAllowIncludeOutsideEnv, "1", 1);
 
   // A folder argument: as given; the default is also looked for in the parent folders, so that
   // `offsim validate` works from anywhere inside the repository.

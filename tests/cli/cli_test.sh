@@ -145,5 +145,21 @@ first_line "sweep --out names the file" "$tmp/sweep3.txt" "error: cannot write $
 first_line "beyond the clock names the duration" "$tmp/clock.txt" \
   "error: cannot simulate: a duration of 5e+07 s (2.5e+10 B at 500 B/s) does not fit: the simulated clock holds at most 9223372036854775807 ps (2^63 - 1 ps, about 106.75 days)"
 
+# Includes (issue 32): outside the experiment's folder and its project they are refused unless
+# widened; widened, a file that is not YAML or JSON is still refused without its lines shown.
+printf 'root:$y$j9T$secret:19000:0:99999:7:::\n' >"$tmp/shadow"
+printf 'name: x\nhardware: !include %s/shadow\n' "$tmp" >"$tmp/inc.yaml"
+"$offsim" run tests/config_errors/include-outside.yaml >/dev/null 2>"$tmp/inc1.txt"
+check "an include outside the project exits 2" 2 $?
+contains "an include outside names the flag" "$tmp/inc1.txt" "--allow-include-outside (or OFFSIM_ALLOW_INCLUDE_OUTSIDE=1) allows it"
+"$offsim" run "$tmp/inc.yaml" --allow-include-outside >/dev/null 2>"$tmp/inc2.txt"
+check "a widened include of a text file exits 2" 2 $?
+contains "a widened include of a text file is refused by its kind" "$tmp/inc2.txt" "is not a YAML or JSON file"
+if grep -q 'secret' "$tmp/inc1.txt" "$tmp/inc2.txt"; then
+  echo "FAIL: an include's error shows the included file's text"; failed=$((failed + 1))
+else passed=$((passed + 1)); fi
+OFFSIM_ALLOW_INCLUDE_OUTSIDE=1 "$offsim" run "$tmp/inc.yaml" >/dev/null 2>"$tmp/inc3.txt"
+contains "OFFSIM_ALLOW_INCLUDE_OUTSIDE=1 widens as the flag does" "$tmp/inc3.txt" "is not a YAML or JSON file"
+
 echo "cli: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -61,7 +61,7 @@ for i in $(seq 1 "$tries"); do
     got_none=$(( got_none + 1 ))
   else
     echo "FAIL: try $i (SIG$signal after ${delay} us, exit $rc): --out holds a partial or mixed set: $now"
-    ls -la "$out" 2>&1
+    ls -la "$out" "$tmp" 2>&1
     fail=1
   fi
 done
