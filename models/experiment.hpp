@@ -41,6 +41,7 @@ struct ExperimentSpec {
   ModelSpec model;
   TrainingSpec training;
   StrategySpec strategy;
+  sim::config::Location strategy_kind_at;  // where strategy.kind is given (for errors after loading)
   std::optional<CostSpec> cost;
   std::vector<std::pair<std::string, std::string>> effective;  // key path -> value, after overrides
   std::vector<sim::config::Diagnostic> warnings;

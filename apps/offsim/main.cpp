@@ -18,6 +18,7 @@
 #include "apps/offsim/commands.hpp"
 #include "apps/offsim/exit_codes.hpp"
 #include "apps/offsim/heap.hpp"
+#include "models/strategies/value_ranges.hpp"
 #include "offsim_git_hash.hpp"  // generated at every build: cmake/git_version.cmake
 #include "sim/report/atomic_file.hpp"
 
@@ -156,10 +157,13 @@ int main(int argc, char** argv) {
   search_cmd->add_option("--set", search_opts.overrides, "override a value of the base: --set key.path=value");
   search_cmd->add_option("--max-hbm", search_opts.max_hbm,
                          "HBM per GPU the run may use (e.g. \"64 GB\"; default: all)");
+  // The search's values are checked against the ranges the experiment readers use
+  // (models/strategies/value_ranges.hpp): a --tp or --micro-batch of 0 divided by zero.
+  const auto in_range = [](const auto& range) { return CLI::Range(range.min, range.max); };
   search_cmd->add_option("--gpus", search_opts.gpus, "GPUs to train on (default: the base experiment's)")
-      ->check(CLI::PositiveNumber);
+      ->check(in_range(models::ranges::kParallelSize));
   search_cmd->add_option("--max-nodes", search_opts.max_nodes, "search 1, 2, 4, ... nodes up to this many")
-      ->check(CLI::PositiveNumber);
+      ->check(in_range(models::ranges::kParallelSize));
   search_cmd
       ->add_option("--global-batch", search_opts.global_batch,
                    "sequences per iteration (default: the base experiment's)")
@@ -170,10 +174,14 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   search_cmd->add_option("--kind", search_opts.kinds, "strategy kinds (data_parallel, megatron; default both)")
       ->check(CLI::IsMember({"data_parallel", "megatron"}));
-  search_cmd->add_option("--tp", search_opts.tp, "tensor-parallel sizes (default 1, 2, 4, ... up to a node)");
-  search_cmd->add_option("--pp", search_opts.pp, "pipeline sizes (default: divisors of the layer count)");
-  search_cmd->add_option("--zero", search_opts.zero_stages, "ZeRO stages (default 0-3; Megatron 0-1)");
-  search_cmd->add_option("--micro-batch", search_opts.micro_batches, "micro-batch sizes (default 1, 2, 4, 8)");
+  search_cmd->add_option("--tp", search_opts.tp, "tensor-parallel sizes (default 1, 2, 4, ... up to a node)")
+      ->check(in_range(models::ranges::kParallelSize));
+  search_cmd->add_option("--pp", search_opts.pp, "pipeline sizes (default: divisors of the layer count)")
+      ->check(in_range(models::ranges::kParallelSize));
+  search_cmd->add_option("--zero", search_opts.zero_stages, "ZeRO stages (default 0-3; Megatron 0-1)")
+      ->check(in_range(models::ranges::kZeroStage));
+  search_cmd->add_option("--micro-batch", search_opts.micro_batches, "micro-batch sizes (default 1, 2, 4, 8)")
+      ->check(in_range(models::ranges::kBatch));
   search_cmd->add_option("--offload", search_opts.offload, "CPU optimizer offload: none, cpu or both (default both)")
       ->check(CLI::IsMember({"none", "cpu", "both"}));
   search_cmd->add_option("--jobs", search_opts.jobs, "points simulated at once (threads; default 1)")

@@ -47,10 +47,21 @@ int graph_command(const GraphOptions& options) {
 }
 
 int topo_command(const TopoOptions& options) {
-  std::vector<std::string> overrides = options.overrides;
-  if (options.nodes > 0) overrides.push_back(fmt::format("nodes={}", options.nodes));
-  sim::config::Context ctx(overrides);
-  auto machine = topo::parse_machine(ctx.load_root(options.file));
+  sim::config::Context ctx(options.overrides);
+  const sim::config::Node root = ctx.load_root(options.file);
+  if (options.nodes > 0) {
+    // Errors about it name the option as typed, not the override it becomes.
+    const sim::config::Location typed{fmt::format("--nodes {}", options.nodes), 0, 0};
+    if (!topo::describes_system(root)) {
+      throw sim::config::ConfigError({sim::config::Diagnostic{
+          typed, "",
+          fmt::format("{} describes one node; --nodes applies to a system file (node:, nodes:, network:), such as "
+                      "configs/hardware/frontier.yaml",
+                      options.file)}});
+    }
+    ctx.add_file_overrides({{fmt::format("nodes={}", options.nodes), typed, true}});
+  }
+  auto machine = topo::parse_machine(root);
   ctx.finish();
   if (!machine) throw sim::config::ConfigError({});  // unreachable: finish() threw for the errors
   if (!options.dot_file.empty()) {

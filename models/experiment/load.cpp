@@ -181,6 +181,7 @@ ExperimentSpec load_experiment(const std::filesystem::path& file, const std::vec
     TrainingFromStrategy from_strategy;
     if (auto n = r.required_child("strategy", "a strategy mapping with kind")) {
       if (auto s = parse_strategy(*n, hw ? &hw->topology : nullptr, &from_strategy)) {
+        spec.strategy_kind_at = from_strategy.kind_at;
         spec.strategy = *s;
         strategy_ok = true;
         // More than one rank needs the collectives the strategy runs.

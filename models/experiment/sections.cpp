@@ -20,9 +20,7 @@ using sim::config::Node;
 
 namespace {
 
-// The most ranks a strategy may ask for (tp x pp x dp): 14 x Frontier's 75,264 GCDs. A larger
-// product is refused before it overflows (docs/fuzzing.md).
-constexpr std::int64_t kMaxRanks = std::int64_t{1} << 20;
+using ranges::kMaxRanks;
 
 // The product of a strategy's parallel degrees (`what`: "tp x dp = 2 x 4"), or 0 with an error at
 // `loc` when it exceeds kMaxRanks.
@@ -711,6 +709,7 @@ std::optional<StrategySpec> parse_strategy(const Node& node, const topo::Topolog
   std::vector<std::string> names;
   for (const auto& k : strategy_kinds()) names.emplace_back(k.kind);
   const auto kind = r.choice("kind", names);
+  if (training) training->kind_at = kind.loc;
   // Level sizes for partitioning and collective stages: filled once the ranks are known.
   LevelSizes levels;
   if (topology) {

@@ -18,7 +18,9 @@ struct TrainingFromStrategy {
   std::optional<DeepSpeedImport> deepspeed;  // for its "auto" sizes, resolved with the model
   // Where the strategy gives its degrees, for the checks that need the model (check_against_model).
   sim::config::Location tp_at, pp_at, ep_at;
-  bool collective = false;  // kind: collective, which has no model or training (even when invalid)
+  bool collective = false;
+  sim::config::Location
+      kind_at;  // strategy.kind  // kind: collective, which has no model or training (even when invalid)
 };
 
 /// `training:`. `grad_accum_at` receives the location of grad_accum (for the strategy checks).

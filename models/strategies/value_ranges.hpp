@@ -20,6 +20,11 @@ using sim::config::ValueRange;
 // GPT-3 175B global batch; products of two of them and the ranks stay in 64-bit integers.
 inline constexpr ValueRange<std::int64_t> kBatch{1, std::int64_t{1} << 16, false, "offsim's limit"};
 
+// Ranks of a strategy (tp x pp x dp) and the sizes of its parallel dimensions: 14 x Frontier's
+// 75,264 GCDs. A larger product is refused before it overflows (docs/fuzzing.md).
+inline constexpr std::int64_t kMaxRanks = std::int64_t{1} << 20;
+inline constexpr ValueRange<std::int64_t> kParallelSize{1, kMaxRanks, false, "offsim's limit"};
+
 // ZeRO's stages (DeepSpeed runtime/zero/config.py, ZeroStageEnum 0-3).
 inline constexpr ValueRange<int> kZeroStage{0, 3, false, "ZeRO's stages"};
 

@@ -161,5 +161,21 @@ else passed=$((passed + 1)); fi
 OFFSIM_ALLOW_INCLUDE_OUTSIDE=1 "$offsim" run "$tmp/inc.yaml" >/dev/null 2>"$tmp/inc3.txt"
 contains "OFFSIM_ALLOW_INCLUDE_OUTSIDE=1 widens as the flag does" "$tmp/inc3.txt" "is not a YAML or JSON file"
 
+# Every exit 2 names where (issue 32): the option as the user typed it, or file:line:col: key.
+"$offsim" topo configs/hardware/frontier-node.yaml --nodes 2 >/dev/null 2>"$tmp/topo-nodes.txt"
+check "topo --nodes on a node file exits 2" 2 $?
+first_line "topo --nodes on a node file names the option typed" "$tmp/topo-nodes.txt" \
+  "--nodes 2: configs/hardware/frontier-node.yaml describes one node; --nodes applies to a system file (node:, nodes:, network:), such as configs/hardware/frontier.yaml"
+"$offsim" search configs/experiments/allgather-frontier.yaml --out "$tmp/search-coll" >/dev/null 2>"$tmp/search-coll.txt"
+check "search on a collective exits 2" 2 $?
+first_line "search on a collective names the file and key" "$tmp/search-coll.txt" \
+  "configs/experiments/allgather-frontier.yaml:14:9: strategy.kind: search needs a base experiment that trains (kind data_parallel, deepspeed or megatron), got collective"
+for bad in "--tp 0" "--micro-batch 0" "--zero 7"; do
+  # shellcheck disable=SC2086
+  "$offsim" search "$demo" $bad --out "$tmp/search-bad" >/dev/null 2>"$tmp/search-bad.txt"
+  check "search $bad exits 2 (it divided by zero)" 2 $?
+  contains "search $bad names the option" "$tmp/search-bad.txt" "${bad%% *}: Value"
+done
+
 echo "cli: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
