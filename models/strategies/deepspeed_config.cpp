@@ -315,7 +315,14 @@ void DsConfigReader::read_zero_plus_plus(MapReader& z, const Node& zero, const Z
   const bool quantized_weights = z.has("zero_quantized_weights") && z.required<bool>("zero_quantized_weights").value;
   const bool quantized_gradients =
       z.has("zero_quantized_gradients") && z.required<bool>("zero_quantized_gradients").value;
-  const int hpz = z.has("zero_hpz_partition_size") ? z.required<int>("zero_hpz_partition_size").value : 1;
+  int hpz = 1;
+  if (z.has("zero_hpz_partition_size")) {
+    const auto v = z.required<int>("zero_hpz_partition_size");
+    if (v.valid && check_range(ctx_, v.loc, zero.child_path("zero_hpz_partition_size"), std::int64_t{v.value},
+                               ranges::kParallelSize)) {
+      hpz = v.value;
+    }
+  }
   if (!quantized_weights && !quantized_gradients && hpz <= 1) return;
   if (dp.zero_stage != 3) ctx_.error(zero.location(), zero.path(), "ZeRO++ options need stage 3");
   if (zc.tp > 1) ctx_.error(zero.location(), zero.path(), "ZeRO++ options together with tp > 1 are not modelled");
