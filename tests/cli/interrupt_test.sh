@@ -9,7 +9,10 @@ offsim=$1
 cd "$2" || exit 1
 tries=${3:-12}
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+# Only this shell removes it: a signal that reaches the forked child before it runs offsim would
+# run an inherited EXIT trap there, and remove the folder under the test.
+main_pid=$BASHPID
+trap '[ "$BASHPID" = "$main_pid" ] && rm -rf "$tmp"' EXIT
 experiment=configs/experiments/gpt3-1.3b-dp8-frontier.yaml
 files="summary.json timeline.csv trace.json config.resolved.yaml"
 fail=0
@@ -61,7 +64,7 @@ for i in $(seq 1 "$tries"); do
     got_none=$(( got_none + 1 ))
   else
     echo "FAIL: try $i (SIG$signal after ${delay} us, exit $rc): --out holds a partial or mixed set: $now"
-    ls -la "$out" "$tmp" 2>&1
+    ls -la "$out" 2>&1
     fail=1
   fi
 done
