@@ -8,6 +8,7 @@
 
 #include <limits>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "models/experiment.hpp"
@@ -62,6 +63,20 @@ TEST(ValueRanges, NativeAndDeepSpeedReadersAgreeOnEverySharedKey) {
     }
   }
   EXPECT_GE(refused, 20);  // the test exercises refusals, not only values both take
+}
+
+// A strategy the builders refuse (a defence behind the readers) is bad input located at the
+// strategy, not an unlocated exit 2.
+TEST(ValueRanges, WhatTheBuildersRefuseIsLocatedAtTheStrategy) {
+  ExperimentSpec spec = load_experiment(testing::in_source("tests/data/tiny-dp2.yaml"), {});
+  std::get<DataParallelSpec>(spec.strategy).zero_stage = 7;  // past the readers, as no file can set it
+  try {
+    (void)run_experiment(spec);
+    ADD_FAILURE() << "expected a configuration error";
+  } catch (const sim::config::ConfigError& e) {
+    EXPECT_EQ(testing::relative_to_source(e.what()),
+              "tests/data/tiny-dp2.yaml:9:9: strategy: data_parallel: zero_stage must be 0 to 3");
+  }
 }
 
 // The messages name the range and why its bounds.
