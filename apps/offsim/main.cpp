@@ -192,9 +192,10 @@ int main(int argc, char** argv) {
   // `!include` may name (sim/config/config_reader.hpp) for this process and the ones it starts.
   bool allow_include_outside = false;
   for (auto* cmd : {run_cmd, graph_cmd, topo_cmd, model_cmd, sweep_cmd, validate_cmd, check_cmd, search_cmd}) {
-    cmd->add_flag("--allow-include-outside", allow_include_outside,
-                  "let !include name files outside the experiment's folder and the project's configs/ (also: "
-                  "OFFSIM_ALLOW_INCLUDE_OUTSIDE=1)");
+    cmd->add_flag(
+        "--allow-include-outside", allow_include_outside,
+        "let !include name files outside the experiment's folder and its project (the folder holding configs/); "
+        "also: OFFSIM_ALLOW_INCLUDE_OUTSIDE=1");
   }
 
   try {
