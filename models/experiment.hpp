@@ -41,6 +41,7 @@ struct ExperimentSpec {
   ModelSpec model;     // model.seq: the sequence length trained (training.seq); model.context: the model's
   TrainingSpec training;
   StrategySpec strategy;
+  sim::config::Location strategy_kind_at;  // where strategy.kind is given (for errors after loading)
   std::optional<CostSpec> cost;
   std::vector<std::pair<std::string, std::string>> effective;  // key path -> value, after overrides
   /// Values taken for keys the experiment left out that move the result ("training.seq=2048 (the

@@ -64,8 +64,10 @@ BaseFacts base_facts(const ExperimentSpec& base) {
     replicas = mg->dp;
     f.channels = mg->collectives.channels;
   } else {
-    throw std::invalid_argument(
-        "search needs a base experiment that trains (kind data_parallel, deepspeed or megatron)");
+    // Bad input, located at the key that makes it so (an exit 2 names where).
+    throw sim::config::ConfigError({sim::config::Diagnostic{
+        base.strategy_kind_at, "strategy.kind",
+        "search needs a base experiment that trains (kind data_parallel, deepspeed or megatron), got collective"}});
   }
   f.global_batch = base.training.micro_batch * base.training.grad_accum * replicas;
   // The base's order of a node's GPUs (Frontier's ring order, say), as local names.

@@ -85,6 +85,11 @@ std::optional<std::pair<std::string, std::vector<std::string>>> parse_key_values
     ctx.error(node.location(), node.path(), "expected values: [...] or range: {from, to, step}");
   }
   if (!key.valid) return std::nullopt;
+  if (key.value.find_first_not_of(" \t") == std::string::npos) {
+    // An empty key sets nothing: every point would be an error row.
+    ctx.error(key.loc, node.child_path("key"), "expected a key path such as training.micro_batch, got an empty key");
+    return std::nullopt;
+  }
   if (values.empty()) {
     // Said once: a range or values already reported have no values either.
     if (ctx.error_count() == errors_before) ctx.error(node.location(), node.path(), "the axis has no values");
@@ -146,7 +151,11 @@ Sweep load_sweep(const std::filesystem::path& file) {
           auto members = z.required_child("zip", "a list of {key, values}");
           std::size_t length = 0;
           bool ok = members.has_value();
-          if (members) {
+          if (members && members->is_sequence() && members->yaml().size() == 0) {
+            // No axis zipped: the grid would have no point at all.
+            ctx.error(members->location(), members->path(), "expected at least one {key, values} to zip");
+            ok = false;
+          } else if (members) {
             for (const auto& m : members->items()) {
               auto kv = parse_key_values(m);
               if (!kv) {
@@ -208,7 +217,8 @@ Sweep load_sweep(const std::filesystem::path& file) {
           f = {trim(text->substr(0, at)), op, trim(text->substr(at + std::string_view(op).size()))};
           break;
         }
-        if (f.op.empty()) {
+        if (f.op.empty() || f.value.empty()) {
+          // Without a value a filter would compare with "" and keep or drop every point silently.
           ctx.error(item.location(), item.path(),
                     fmt::format("expected \"key OP value\" (OP: <= >= == != < >), got \"{}\"", *text));
         } else if (std::find(sweep.keys.begin(), sweep.keys.end(), f.key) == sweep.keys.end()) {

@@ -321,6 +321,10 @@ void add_network(Topology& t, const NetworkSpec& net, int nodes, const std::vect
 
 }  // namespace
 
+bool describes_system(const Node& node) {
+  return node.yaml().IsMap() && node.yaml()["node"].IsDefined();
+}
+
 std::optional<NodeTopology> parse_machine(const Node& node) {
   auto& ctx = node.context();
   const std::size_t errors_before = ctx.error_count();

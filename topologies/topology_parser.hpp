@@ -53,4 +53,8 @@ inline std::size_t max_machine_elements = std::size_t{1} << 22;
 /// Returns nullopt if errors were recorded (the Context holds them).
 [[nodiscard]] std::optional<NodeTopology> parse_machine(const sim::config::Node& node);
 
+/// Whether `node` describes a system (node:, nodes:, network:), whose node count can be set,
+/// rather than one node.
+[[nodiscard]] bool describes_system(const sim::config::Node& node);
+
 }  // namespace offsim::topo

@@ -6,8 +6,10 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <stdexcept>
 
 #include "apps/offsim/commands.hpp"
@@ -15,6 +17,7 @@
 #include "models/experiment.hpp"
 #include "models/experiment/defaults.hpp"
 #include "models/transformer/model_parser.hpp"
+#include "sim/config/config_reader.hpp"
 
 namespace offsim::app {
 
@@ -114,6 +117,22 @@ int estimate_command(const EstimateOptions& o) {
       fs::remove_all(dir, ec);
     }
   } const remove{dir};
+  // The generated experiment in the temporary folder includes exactly the files the user named on
+  // the command line (machine, model, ds_config), wherever they are: the include policy (stay inside
+  // the experiment's folder or its project) would refuse them, so it is widened for this load only.
+  const char* previous = std::getenv(sim::config::kAllowIncludeOutsideEnv);
+  const std::optional<std::string> restore = previous ? std::optional<std::string>(previous) : std::nullopt;
+  ::setenv(sim::config::kAllowIncludeOutsideEnv, "1", 1);
+  struct RestoreEnv {
+    std::optional<std::string> value;
+    ~RestoreEnv() {
+      if (value) {
+        ::setenv(sim::config::kAllowIncludeOutsideEnv, value->c_str(), 1);
+      } else {
+        ::unsetenv(sim::config::kAllowIncludeOutsideEnv);
+      }
+    }
+  } const restore_env{restore};
   const models::ExperimentSpec spec = models::load_experiment(file, o.overrides);
   const models::ExperimentResult r = models::run_experiment(spec, {});
   const auto& dp = std::get<models::DataParallelSpec>(spec.strategy);

@@ -18,11 +18,15 @@
 #include "apps/offsim/commands.hpp"
 #include "apps/offsim/exit_codes.hpp"
 #include "apps/offsim/heap.hpp"
+#include "models/strategies/value_ranges.hpp"
 #include "offsim_git_hash.hpp"  // generated at every build: cmake/git_version.cmake
+#include "sim/report/atomic_file.hpp"
 
 int main(int argc, char** argv) {
   offsim::app::keep_freed_memory();
   offsim::app::back_heap_with_huge_pages();
+  // SIGINT / SIGTERM / SIGHUP remove the outputs' temporaries before ending the process.
+  offsim::sim::report::install_interrupt_cleanup();
   using namespace offsim;
   CLI::App app{"offsim: a discrete-event simulator of offloaded and partitioned distributed training of transformers"};
   app.set_version_flag("--version", fmt::format("offsim {} ({})", OFFSIM_VERSION, OFFSIM_GIT_HASH));
@@ -173,10 +177,13 @@ int main(int argc, char** argv) {
   search_cmd->add_option("--set", search_opts.overrides, "override a value of the base: --set key.path=value");
   search_cmd->add_option("--max-hbm", search_opts.max_hbm,
                          "HBM per GPU the run may use (e.g. \"64 GB\"; default: all)");
+  // The search's values are checked against the ranges the experiment readers use
+  // (models/strategies/value_ranges.hpp): a --tp or --micro-batch of 0 divided by zero.
+  const auto in_range = [](const auto& range) { return CLI::Range(range.min, range.max); };
   search_cmd->add_option("--gpus", search_opts.gpus, "GPUs to train on (default: the base experiment's)")
-      ->check(CLI::PositiveNumber);
+      ->check(in_range(models::ranges::kParallelSize));
   search_cmd->add_option("--max-nodes", search_opts.max_nodes, "search 1, 2, 4, ... nodes up to this many")
-      ->check(CLI::PositiveNumber);
+      ->check(in_range(models::ranges::kParallelSize));
   search_cmd
       ->add_option("--global-batch", search_opts.global_batch,
                    "sequences per iteration (default: the base experiment's)")
@@ -189,15 +196,29 @@ int main(int argc, char** argv) {
       ->add_option("--kind", search_opts.kinds,
                    "strategy kinds (data_parallel, megatron; default both, megatron alone when the base trains in fp8)")
       ->check(CLI::IsMember({"data_parallel", "megatron"}));
-  search_cmd->add_option("--tp", search_opts.tp, "tensor-parallel sizes (default 1, 2, 4, ... up to a node)");
-  search_cmd->add_option("--pp", search_opts.pp, "pipeline sizes (default: divisors of the layer count)");
-  search_cmd->add_option("--zero", search_opts.zero_stages, "ZeRO stages (default 0-3; Megatron 0-1)");
-  search_cmd->add_option("--micro-batch", search_opts.micro_batches, "micro-batch sizes (default 1, 2, 4, 8)");
+  search_cmd->add_option("--tp", search_opts.tp, "tensor-parallel sizes (default 1, 2, 4, ... up to a node)")
+      ->check(in_range(models::ranges::kParallelSize));
+  search_cmd->add_option("--pp", search_opts.pp, "pipeline sizes (default: divisors of the layer count)")
+      ->check(in_range(models::ranges::kParallelSize));
+  search_cmd->add_option("--zero", search_opts.zero_stages, "ZeRO stages (default 0-3; Megatron 0-1)")
+      ->check(in_range(models::ranges::kZeroStage));
+  search_cmd->add_option("--micro-batch", search_opts.micro_batches, "micro-batch sizes (default 1, 2, 4, 8)")
+      ->check(in_range(models::ranges::kBatch));
   search_cmd->add_option("--offload", search_opts.offload, "CPU optimizer offload: none, cpu or both (default both)")
       ->check(CLI::IsMember({"none", "cpu", "both"}));
   search_cmd->add_option("--jobs", search_opts.jobs, "points simulated at once (threads; default 1)")
       ->check(CLI::PositiveNumber);
   search_cmd->add_flag("--resume", search_opts.resume, "keep the points already in --out/search.csv");
+
+  // Every command that reads configuration files takes --allow-include-outside, which widens what
+  // `!include` may name (sim/config/config_reader.hpp) for this process and the ones it starts.
+  bool allow_include_outside = false;
+  for (auto* cmd : {run_cmd, graph_cmd, topo_cmd, model_cmd, sweep_cmd, validate_cmd, check_cmd, search_cmd}) {
+    cmd->add_flag(
+        "--allow-include-outside", allow_include_outside,
+        "let !include name files outside the experiment's folder and its project (the folder holding configs/); "
+        "also: OFFSIM_ALLOW_INCLUDE_OUTSIDE=1");
+  }
 
   try {
     app.parse(argc, argv);
@@ -205,6 +226,8 @@ int main(int argc, char** argv) {
     const int code = app.exit(e);
     return code == 0 ? 0 : app::kExitBadInput;
   }
+
+  if (allow_include_outside) ::setenv(sim::config::kAllowIncludeOutsideEnv, "1", 1);
 
   // A folder argument: as given; the default is also looked for in the parent folders, so that
   // `offsim validate` works from anywhere inside the repository.

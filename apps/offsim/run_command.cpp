@@ -26,13 +26,15 @@ int run_command(const RunOptions& options) {
   fmt::print("{}", models::text_report(spec, result));
   if (!options.out_dir.empty()) {
     const std::filesystem::path dir(options.out_dir);
-    std::filesystem::create_directories(dir);
-    sim::report::write_file_atomically(dir / "timeline.csv", result.timeline_csv);
-    sim::report::write_file_atomically(dir / "trace.json", result.trace_json);
-    sim::report::write_file_atomically(dir / "config.resolved.yaml", models::resolved_config_yaml(spec));
+    // The four files as one set: all written, then renamed into place together, so that an error
+    // or an interrupt leaves the previous complete set (sim/report/atomic_file.hpp).
+    sim::report::AtomicFileSet set(dir);
+    set.add("timeline.csv", result.timeline_csv);
+    set.add("trace.json", result.trace_json);
+    set.add("config.resolved.yaml", models::resolved_config_yaml(spec));
     // summary.json last: its presence means the run's outputs are complete.
-    sim::report::write_file_atomically(dir / "summary.json",
-                                       models::summary_json(spec, result, {OFFSIM_VERSION, OFFSIM_GIT_HASH}));
+    set.add("summary.json", models::summary_json(spec, result, {OFFSIM_VERSION, OFFSIM_GIT_HASH}));
+    set.commit();
     fmt::print("\nwrote {}/{{summary.json, timeline.csv, trace.json, config.resolved.yaml}}\n", dir.string());
   }
   return 0;
@@ -45,10 +47,21 @@ int graph_command(const GraphOptions& options) {
 }
 
 int topo_command(const TopoOptions& options) {
-  std::vector<std::string> overrides = options.overrides;
-  if (options.nodes > 0) overrides.push_back(fmt::format("nodes={}", options.nodes));
-  sim::config::Context ctx(overrides);
-  auto machine = topo::parse_machine(ctx.load_root(options.file));
+  sim::config::Context ctx(options.overrides);
+  const sim::config::Node root = ctx.load_root(options.file);
+  if (options.nodes > 0) {
+    // Errors about it name the option as typed, not the override it becomes.
+    const sim::config::Location typed{fmt::format("--nodes {}", options.nodes), 0, 0};
+    if (!topo::describes_system(root)) {
+      throw sim::config::ConfigError({sim::config::Diagnostic{
+          typed, "",
+          fmt::format("{} describes one node; --nodes applies to a system file (node:, nodes:, network:), such as "
+                      "configs/hardware/frontier.yaml",
+                      options.file)}});
+    }
+    ctx.add_file_overrides({{fmt::format("nodes={}", options.nodes), typed, true}});
+  }
+  auto machine = topo::parse_machine(root);
   ctx.finish();
   if (!machine) throw sim::config::ConfigError({});  // unreachable: finish() threw for the errors
   if (!options.dot_file.empty()) {

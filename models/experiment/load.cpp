@@ -12,6 +12,7 @@
 #include "models/experiment.hpp"
 #include "models/experiment/defaults.hpp"
 #include "models/experiment/sections.hpp"
+#include "models/strategies/value_ranges.hpp"
 #include "models/transformer/model_parser.hpp"
 
 namespace offsim::models {
@@ -329,6 +330,7 @@ ExperimentSpec load_experiment(const std::filesystem::path& file, const std::vec
     }
     if (auto n = r.required_child("strategy", "a strategy mapping with kind")) {
       if (auto s = parse_strategy(*n, hw ? &hw->topology : nullptr, &from_strategy)) {
+        spec.strategy_kind_at = from_strategy.kind_at;
         spec.strategy = *s;
         strategy_ok = true;
         // More than one rank needs the collectives the strategy runs.
@@ -373,9 +375,9 @@ ExperimentSpec load_experiment(const std::filesystem::path& file, const std::vec
       // they differ: the config is what DeepSpeed would run.
       const auto adopt = [&](const std::optional<std::int64_t>& v, std::int64_t& field, const char* what) {
         if (!v) return;
-        if (*v < 1 || *v > kMaxBatch) {
+        if (!ranges::kBatch.contains(*v)) {
           ctx.error(from_strategy.at, "strategy.config",
-                    fmt::format("{} must be from 1 to {} (offsim's limit), got {}", what, kMaxBatch, *v));
+                    fmt::format("{}: {}, got {}", what, ranges::kBatch.expected(), *v));
           return;
         }
         if (*v != field) {

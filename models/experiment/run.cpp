@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <stdexcept>
 
 #include "models/experiment.hpp"
 #include "models/strategies/layer_kernels.hpp"
@@ -22,11 +23,24 @@ IterationInputs inputs_of(const ExperimentSpec& spec, const CostModel& costs, bo
                          spec.collectives, spec.host,     link_statistics};
 }
 
+// The iteration's task graph. A strategy the builders refuse (std::invalid_argument: a shape the
+// machine cannot host that the readers let through) is bad input located at the strategy, so that
+// every exit 2 names where (issue 32).
+BuiltIteration build_located(const ExperimentSpec& spec, const IterationInputs& inputs) {
+  try {
+    return build_iteration(inputs, spec.strategy);
+  } catch (const std::invalid_argument& e) {
+    const sim::config::Location at =
+        spec.strategy_kind_at.file.empty() ? sim::config::Location{spec.file, 0, 0} : spec.strategy_kind_at;
+    throw sim::config::ConfigError({sim::config::Diagnostic{at, "strategy", e.what()}});
+  }
+}
+
 }  // namespace
 
 std::string dump_task_graph(const ExperimentSpec& spec, bool dot) {
   const CostModel costs(spec.device);
-  const BuiltIteration built = build_iteration(inputs_of(spec, costs), spec.strategy);
+  const BuiltIteration built = build_located(spec, inputs_of(spec, costs));
   return dot ? built.graph.to_dot(built.machine.platform) : built.graph.to_text(built.machine.platform);
 }
 
@@ -55,7 +69,7 @@ std::vector<LinkClassSummary> summarise_links(const std::vector<LinkStat>& stats
 ExperimentResult simulate_iteration(const ExperimentSpec& spec, const RunExperimentOptions& options) {
   const CostModel costs(spec.device);
   const bool link_statistics = options.link_statistics || options.outputs_over_time;
-  const BuiltIteration built = build_iteration(inputs_of(spec, costs, link_statistics), spec.strategy);
+  const BuiltIteration built = build_located(spec, inputs_of(spec, costs, link_statistics));
   const sim::RunResult run =
       sim::execute(built.machine.platform, built.graph, sim::ExecOptions{options.outputs_over_time});
 

@@ -13,18 +13,18 @@
 #include "models/experiment/defaults.hpp"
 #include "models/strategies/partitioning_parser.hpp"
 #include "models/strategies/pipeline_split.hpp"
+#include "models/strategies/value_ranges.hpp"
 
 namespace offsim::models {
 
+using sim::config::check_range;
 using sim::config::Context;
 using sim::config::MapReader;
 using sim::config::Node;
 
 namespace {
 
-// The most ranks a strategy may ask for (tp x pp x dp): 14 x Frontier's 75,264 GCDs. A larger
-// product is refused before it overflows (docs/fuzzing.md).
-constexpr std::int64_t kMaxRanks = std::int64_t{1} << 20;
+using ranges::kMaxRanks;
 
 // The product of a strategy's parallel degrees (`what`: "tp x dp = 2 x 4"), or 0 with an error at
 // `loc` when it exceeds kMaxRanks.
@@ -71,13 +71,8 @@ std::optional<TrainingSpec> parse_training(const Node& node, TrainingRead* read)
   const auto ga = defaulted("grad_accum") ? sim::config::Located<std::int64_t>{defaults::integer("training.grad_accum"),
                                                                                node.location(), true}
                                           : r.required<std::int64_t>("grad_accum");
-  if (mb.valid && mb.value < 1) ctx.error(mb.loc, node.child_path("micro_batch"), "expected a positive integer");
-  if (ga.valid && ga.value < 1) ctx.error(ga.loc, node.child_path("grad_accum"), "expected a positive integer");
   for (const auto& [v, key] : {std::pair{mb, "micro_batch"}, std::pair{ga, "grad_accum"}}) {
-    if (v.valid && v.value > kMaxBatch) {
-      ctx.error(v.loc, node.child_path(key),
-                fmt::format("expected at most {} (offsim's limit), got {}", kMaxBatch, v.value));
-    }
+    if (v.valid) (void)check_range(ctx, v.loc, node.child_path(key), v.value, ranges::kBatch);
   }
   t.micro_batch = mb.value;
   t.grad_accum = ga.value;
@@ -562,7 +557,7 @@ std::optional<StrategySpec> read_megatron(const Node& node, MapReader& r, const 
   mg.sequence_parallel = r.optional<bool>("sequence_parallel", defaults::flag("megatron.sequence_parallel")).value;
   (void)megatron_default("zero_stage");
   const auto zero = r.optional<int>("zero_stage", static_cast<int>(defaults::integer("megatron.zero_stage")));
-  if (zero.valid && zero.value != 0 && zero.value != 1) {
+  if (zero.valid && !ZeroPolicy::kMegatronStages.contains(zero.value)) {
     ctx.error(zero.loc, node.child_path("zero_stage"),
               fmt::format("expected 0 or 1 (Megatron's distributed optimizer) with pipelines, got {}", zero.value));
   }
@@ -616,12 +611,20 @@ sim::config::Location read_offload(const Node& node, MapReader& r, const sim::co
     offload_at = device.loc;
     OptimizerOffload offload;
     offload.pin_memory = o.required<bool>("pin_memory").value;
-    const auto ratio = o.optional<double>("ratio", 1.0);
-    if (ratio.valid) sim::config::check_fraction(ctx, ratio.loc, off->child_path("ratio"), ratio.value);
+    auto ratio = o.optional<double>("ratio", 1.0);
+    if (ratio.valid)
+      ratio.valid = check_range(ctx, ratio.loc, off->child_path("ratio"), ratio.value, ranges::kOffloadRatio);
+    if (ratio.valid && stage.valid) {
+      if (auto why = ranges::twin_flow_problem(stage.value, device.value == "nvme", ratio.value)) {
+        ctx.error(ratio.loc, off->child_path("ratio"), *why);
+      }
+    }
     offload.ratio = ratio.value;
     const auto sub = o.required<std::int64_t>("sub_group_size");
-    if (sub.valid && sub.value < 1)
-      ctx.error(sub.loc, off->child_path("sub_group_size"), "expected a positive integer");
+    if (sub.valid) {
+      (void)check_range(ctx, sub.loc, off->child_path("sub_group_size"), static_cast<double>(sub.value),
+                        ranges::kSubGroupElements);
+    }
     offload.sub_group_size = sub.value;
     const std::string default_runtime = "deepspeed-" + defaults::deepspeed_version();
     if (!r.has("runtime")) defaults_applied.push_back("strategy.runtime=" + default_runtime);
@@ -632,17 +635,14 @@ sim::config::Location read_offload(const Node& node, MapReader& r, const sim::co
       offload.pipeline_read = o.required<bool>("pipeline_read").value;
       offload.pipeline_write = o.required<bool>("pipeline_write").value;
       const auto buffers = o.required<int>("buffer_count");
-      if (buffers.valid && buffers.value < 1) {
-        ctx.error(buffers.loc, off->child_path("buffer_count"), "expected a positive count");
+      if (buffers.valid) {
+        (void)check_range(ctx, buffers.loc, off->child_path("buffer_count"), buffers.value, ranges::kNvmeBufferCount);
       }
       offload.buffer_count = buffers.value;
       if (stage.valid && stage.value != 3) {
         ctx.error(
             device.loc, off->child_path("device"),
             fmt::format("NVMe optimizer offload is implemented for zero_stage 3, got zero_stage {}", stage.value));
-      }
-      if (ratio.valid && ratio.value != 1.0) {
-        ctx.error(ratio.loc, off->child_path("ratio"), "Twin-Flow with an NVMe tier is not modelled");
       }
       dp.offload = offload;
     }
@@ -651,9 +651,6 @@ sim::config::Location read_offload(const Node& node, MapReader& r, const sim::co
         ctx.error(
             device.loc, off->child_path("device"),
             fmt::format("optimizer offload is implemented for zero_stage 2 and 3, got zero_stage {}", stage.value));
-      }
-      if (stage.valid && stage.value == 2 && ratio.valid && ratio.value != 1.0) {
-        ctx.error(ratio.loc, off->child_path("ratio"), "Twin-Flow (ratio < 1) is a ZeRO-3 feature in DeepSpeed");
       }
       dp.offload = offload;
     }
@@ -690,8 +687,9 @@ void read_zero3_keys(const Node& node, MapReader& r, const sim::config::Located<
   }
   const auto threshold = r.optional<std::int64_t>("param_persistence_threshold",
                                                   stage3 ? DataParallelSpec::kDeepSpeedPersistenceThreshold : 0);
-  if (threshold.valid && threshold.value < 0) {
-    ctx.error(threshold.loc, node.child_path("param_persistence_threshold"), "expected a count >= 0");
+  if (threshold.valid) {
+    (void)check_range(ctx, threshold.loc, node.child_path("param_persistence_threshold"),
+                      static_cast<double>(threshold.value), ranges::kPersistenceThreshold);
   }
   dp.param_persistence_threshold = threshold.value;
   const auto fetch = r.choice("zero3_fetch", {"prefetch", "blocking"}, "prefetch");
@@ -736,10 +734,7 @@ std::optional<StrategySpec> read_data_parallel(const Node& node, MapReader& r, c
   };
   if (!r.has("zero_stage")) ds_default("zero_stage", defaults::text("deepspeed.stage"));
   const auto stage = r.optional<int>("zero_stage", static_cast<int>(defaults::integer("deepspeed.stage")));
-  if (stage.valid && (stage.value < 0 || stage.value > 3)) {
-    ctx.error(stage.loc, node.child_path("zero_stage"),
-              fmt::format("expected one of {{0, 1, 2, 3}}, got {}", stage.value));
-  }
+  if (stage.valid) (void)check_range(ctx, stage.loc, node.child_path("zero_stage"), stage.value, ranges::kZeroStage);
   dp.zero_stage = stage.value;
   const auto degree = r.required<int>("dp");
   // Tensor parallelism under ZeRO (Megatron-DeepSpeed): dp replicas of tp ranks each.
@@ -765,8 +760,10 @@ std::optional<StrategySpec> read_data_parallel(const Node& node, MapReader& r, c
     ds_default("reduce_bucket_elements", defaults::text("deepspeed.reduce_bucket_size"));
   const auto bucket =
       r.optional<std::int64_t>("reduce_bucket_elements", defaults::integer("deepspeed.reduce_bucket_size"));
-  if (bucket.valid && bucket.value < 1)
-    ctx.error(bucket.loc, node.child_path("reduce_bucket_elements"), "expected a positive integer");
+  if (bucket.valid) {
+    (void)check_range(ctx, bucket.loc, node.child_path("reduce_bucket_elements"), static_cast<double>(bucket.value),
+                      ranges::kReduceBucketElements);
+  }
   dp.reduce_bucket_elements = bucket.value;
   if (r.has("overlap_comm")) {
     dp.overlap_comm = r.required<bool>("overlap_comm").value;
@@ -909,6 +906,7 @@ std::optional<StrategySpec> parse_strategy(const Node& node, const topo::Topolog
   std::vector<std::string> names;
   for (const auto& k : strategy_kinds()) names.emplace_back(k.kind);
   const auto kind = r.choice("kind", names);
+  if (training) training->kind_at = kind.loc;
   // Level sizes for partitioning and collective stages: filled once the ranks are known.
   LevelSizes levels;
   if (topology) {

@@ -10,9 +10,6 @@
 
 namespace offsim::models {
 
-// The most micro-batches, and the largest micro-batch, of an iteration (a micro-batch of 65,536
-// sequences is 30 times the GPT-3 175B global batch).
-inline constexpr std::int64_t kMaxBatch = std::int64_t{1} << 16;
 // The longest training.seq: the model readers' limit on sequence lengths (16,777,216 tokens).
 inline constexpr std::int64_t kMaxSeq = std::int64_t{1} << 24;
 
@@ -27,6 +24,7 @@ struct TrainingFromStrategy {
   sim::config::Location cp_at, split_at;  // megatron: cp, and the first key of an uneven pipeline split
   std::string split_key = "pp";
   bool collective = false;            // kind: collective, which has no model or training (even when invalid)
+  sim::config::Location kind_at;      // strategy.kind
   std::vector<std::string> defaults;  // strategy keys left out that took a default (key=value, whose)
   // In: the model when it was read before the strategy, so that a tp it cannot split over is
   // reported at tp (by its heads and widths), not as the rank count it makes.

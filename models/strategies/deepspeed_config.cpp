@@ -9,6 +9,8 @@
 
 #include "sim/config/did_you_mean.hpp"
 
+#include "models/strategies/value_ranges.hpp"
+
 namespace offsim::models {
 
 using sim::config::MapReader;
@@ -24,10 +26,9 @@ constexpr auto kDefaultSubGroupSize = static_cast<double>(deepspeed_defaults::kS
 constexpr bool kDefaultPinMemory = false;
 constexpr double kDefaultRatio = 1.0;
 constexpr int kDefaultBufferCount = 4;  // offload_optimizer.buffer_count
-// Batch sizes offsim reads (the training section's limit: 65,536) and sizes in elements (1e15,
-// a million times DeepSpeed's defaults), so that their products stay in 64-bit integers.
-constexpr std::int64_t kMaxBatch = std::int64_t{1} << 16;
-constexpr double kMaxElements = 1e15;
+// Every value's range is the native reader's (models/strategies/value_ranges.hpp).
+using sim::config::check_range;
+using sim::config::ValueRange;
 
 // Every key DeepSpeedZeroConfig accepts, by field name and alias (deepspeed/runtime/zero/config.py,
 // DeepSpeed 0.16 to 0.18): another key is refused, as DeepSpeed's pydantic model (extra="forbid") does.
@@ -158,7 +159,7 @@ class DsConfigReader {
 
  private:
   std::optional<std::int64_t> batch(const Node& n);
-  double zero_number(MapReader& z, const Node& zero, const char* key, double fallback);
+  double zero_number(MapReader& z, const Node& zero, const char* key, double fallback, const ValueRange<double>& range);
   std::int64_t sub_group_size(MapReader& z, const Node& zero);
   void read_legacy_cpu_offload(MapReader& z, const Node& zero, Runtime runtime);
   void read_optimizer_offload(MapReader& z, const Node& zero, Runtime runtime);
@@ -175,13 +176,10 @@ class DsConfigReader {
   Runtime runtime_ = Runtime::kDeepSpeed013;
 };
 
-// A batch size within 1..kMaxBatch (nullopt with an error otherwise).
+// A batch size within ranges::kBatch (nullopt with an error otherwise).
 std::optional<std::int64_t> DsConfigReader::batch(const Node& n) {
   const auto v = n.as<std::int64_t>();
-  if (v && (*v < 1 || *v > kMaxBatch)) {
-    ctx_.error(n.location(), n.path(), fmt::format("expected 1 to {} (offsim's limit), got {}", kMaxBatch, *v));
-    return std::nullopt;
-  }
+  if (v && !check_range(ctx_, n.location(), n.path(), *v, ranges::kBatch)) return std::nullopt;
   return v;
 }
 
@@ -265,29 +263,22 @@ void DsConfigReader::read_precision(MapReader& r) {
   }
 }
 
-// A size in elements of the ZeRO section, its DeepSpeed default when left out.
-double DsConfigReader::zero_number(MapReader& z, const Node& zero, const char* key, double fallback) {
+// A size in elements of the ZeRO section within `range`, its DeepSpeed default when left out.
+double DsConfigReader::zero_number(MapReader& z, const Node& zero, const char* key, double fallback,
+                                   const ValueRange<double>& range) {
   if (!z.has(key)) {
     defaults_.push_back(fmt::format("{}={:g}", key, fallback));
     return fallback;
   }
   const auto v = z.required<double>(key);
-  if (v.valid && !(v.value >= 0.0 && v.value <= kMaxElements)) {
-    ctx_.error(v.loc, zero.child_path(key),
-               fmt::format("expected 0 to {:g} (offsim's limit), got {:g}", kMaxElements, v.value));
-    return fallback;
-  }
+  if (v.valid && !check_range(ctx_, v.loc, zero.child_path(key), v.value, range)) return fallback;
   return v.value;
 }
 
-// The optimizer offload's subgroup, in elements: at least one (a size of 0 made the update loop over
-// no elements forever; found by running the CLI on the fuzzer's inputs).
+// The optimizer offload's subgroup, in elements (ranges::kSubGroupElements).
 std::int64_t DsConfigReader::sub_group_size(MapReader& z, const Node& zero) {
-  const auto size = static_cast<std::int64_t>(zero_number(z, zero, "sub_group_size", kDefaultSubGroupSize));
-  if (size >= 1) return size;
-  const auto v = z.required<double>("sub_group_size");
-  ctx_.error(v.loc, zero.child_path("sub_group_size"), fmt::format("expected at least 1 element, got {:g}", v.value));
-  return static_cast<std::int64_t>(kDefaultSubGroupSize);
+  return static_cast<std::int64_t>(
+      zero_number(z, zero, "sub_group_size", kDefaultSubGroupSize, ranges::kSubGroupElements));
 }
 
 void DsConfigReader::read_zero(const std::optional<Node>& zero, const ZeroContext& zc) {
@@ -303,9 +294,7 @@ void DsConfigReader::read_zero(const std::optional<Node>& zero, const ZeroContex
   }
   MapReader z(*zero);
   const auto stage = z.required<int>("stage");
-  if (stage.valid && (stage.value < 0 || stage.value > 3)) {
-    ctx_.error(stage.loc, zero->child_path("stage"), fmt::format("expected 0 to 3, got {}", stage.value));
-  }
+  if (stage.valid) (void)check_range(ctx_, stage.loc, zero->child_path("stage"), stage.value, ranges::kZeroStage);
   dp.zero_stage = stage.value;
   const auto auto_size = [&](const char* key) {
     const auto v = z.child(key);
@@ -320,7 +309,8 @@ void DsConfigReader::read_zero(const std::optional<Node>& zero, const ZeroContex
   dp.reduce_bucket_elements =
       out_.auto_reduce_bucket
           ? 0
-          : static_cast<std::int64_t>(zero_number(z, *zero, "reduce_bucket_size", kDefaultReduceBucketSize));
+          : static_cast<std::int64_t>(
+                zero_number(z, *zero, "reduce_bucket_size", kDefaultReduceBucketSize, ranges::kReduceBucketElements));
   if (z.has("overlap_comm")) {
     dp.overlap_comm = z.required<bool>("overlap_comm").value;
   } else {
@@ -329,12 +319,13 @@ void DsConfigReader::read_zero(const std::optional<Node>& zero, const ZeroContex
   }
   // Read at stage 3 only (DeepSpeed's stages 1-2 have no parameter partitions to persist); its
   // default is named only there.
-  dp.param_persistence_threshold = out_.auto_persistence_threshold ? 0
-                                   : dp.zero_stage == 3 || z.has("stage3_param_persistence_threshold")
-                                       ? static_cast<std::int64_t>(zero_number(
-                                             z, *zero, "stage3_param_persistence_threshold",
-                                             static_cast<double>(DataParallelSpec::kDeepSpeedPersistenceThreshold)))
-                                       : DataParallelSpec::kDeepSpeedPersistenceThreshold;
+  dp.param_persistence_threshold =
+      out_.auto_persistence_threshold ? 0
+      : dp.zero_stage == 3 || z.has("stage3_param_persistence_threshold")
+          ? static_cast<std::int64_t>(zero_number(z, *zero, "stage3_param_persistence_threshold",
+                                                  static_cast<double>(DataParallelSpec::kDeepSpeedPersistenceThreshold),
+                                                  ranges::kPersistenceThreshold))
+          : DataParallelSpec::kDeepSpeedPersistenceThreshold;
   read_legacy_cpu_offload(z, *zero, zc.runtime);
   read_optimizer_offload(z, *zero, zc.runtime);
   read_param_offload(z);
@@ -404,7 +395,18 @@ void DsConfigReader::read_optimizer_offload(MapReader& z, const Node& zero, Runt
     OptimizerOffload offload;
     offload.pin_memory = o.has("pin_memory") ? o.required<bool>("pin_memory").value : kDefaultPinMemory;
     if (!o.has("pin_memory")) defaults_.push_back(fmt::format("offload_optimizer.pin_memory={}", kDefaultPinMemory));
-    offload.ratio = o.has("ratio") ? o.required<double>("ratio").value : kDefaultRatio;
+    if (o.has("ratio")) {
+      const auto ratio = o.required<double>("ratio");
+      const std::string path = off->child_path("ratio");
+      if (ratio.valid && check_range(ctx_, ratio.loc, path, ratio.value, ranges::kOffloadRatio)) {
+        offload.ratio = ratio.value;
+        if (auto why = ranges::twin_flow_problem(dp.zero_stage, device == "nvme", ratio.value)) {
+          ctx_.error(ratio.loc, path, *why);
+        }
+      }
+    } else {
+      offload.ratio = kDefaultRatio;
+    }
     offload.sub_group_size = sub_group_size(z, zero);
     offload.runtime = runtime;
     if (device == "nvme") {
@@ -417,8 +419,14 @@ void DsConfigReader::read_optimizer_offload(MapReader& z, const Node& zero, Runt
       };
       offload.pipeline_read = flag("pipeline_read");
       offload.pipeline_write = flag("pipeline_write");
-      offload.buffer_count = o.has("buffer_count") ? o.required<int>("buffer_count").value : kDefaultBufferCount;
-      if (!o.has("buffer_count")) {
+      offload.buffer_count = kDefaultBufferCount;
+      if (o.has("buffer_count")) {
+        const auto buffers = o.required<int>("buffer_count");
+        if (buffers.valid &&
+            check_range(ctx_, buffers.loc, off->child_path("buffer_count"), buffers.value, ranges::kNvmeBufferCount)) {
+          offload.buffer_count = buffers.value;
+        }
+      } else {
         defaults_.push_back(fmt::format("offload_optimizer.buffer_count={}", kDefaultBufferCount));
       }
       if (dp.zero_stage != 3) ctx_.error(off->location(), off->path(), "NVMe optimizer offload needs stage 3");
@@ -462,7 +470,14 @@ void DsConfigReader::read_zero_plus_plus(MapReader& z, const Node& zero, const Z
   const bool quantized_weights = z.has("zero_quantized_weights") && z.required<bool>("zero_quantized_weights").value;
   const bool quantized_gradients =
       z.has("zero_quantized_gradients") && z.required<bool>("zero_quantized_gradients").value;
-  const int hpz = z.has("zero_hpz_partition_size") ? z.required<int>("zero_hpz_partition_size").value : 1;
+  int hpz = 1;
+  if (z.has("zero_hpz_partition_size")) {
+    const auto v = z.required<int>("zero_hpz_partition_size");
+    if (v.valid && check_range(ctx_, v.loc, zero.child_path("zero_hpz_partition_size"), std::int64_t{v.value},
+                               ranges::kParallelSize)) {
+      hpz = v.value;
+    }
+  }
   if (!quantized_weights && !quantized_gradients && hpz <= 1) return;
   if (dp.zero_stage != 3) ctx_.error(zero.location(), zero.path(), "ZeRO++ options need stage 3");
   if (zc.tp > 1) ctx_.error(zero.location(), zero.path(), "ZeRO++ options together with tp > 1 are not modelled");

@@ -2,8 +2,10 @@
 
 #include <fmt/format.h>
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
+#include <cstdlib>
 #include <ios>
 #include <tuple>
 #include <unordered_map>
@@ -14,7 +16,7 @@ namespace offsim::sim::config {
 
 namespace {
 
-// Includes nest at most this deep; deeper is reported as a probable include cycle.
+// Includes nest at most this deep (a cycle is found before: it repeats a file of its chain).
 constexpr int kMaxIncludeDepth = 16;
 // A configuration file is at most this large (the largest shipped one is 21 KB): a larger one is
 // refused before yaml-cpp spends minutes and gigabytes on it.
@@ -33,11 +35,38 @@ Location mark_location(const YAML::Node& node, const std::string& file, const Lo
   }
 }
 
+// A value as an error shows it: a scalar's first line, at most kShownChars characters (a file
+// read as one long scalar is never shown whole).
+constexpr std::size_t kShownChars = 80;
 std::string describe_found(const YAML::Node& n) {
   if (!n.IsDefined() || n.IsNull()) return "nothing (null)";
   if (n.IsMap()) return "a mapping";
   if (n.IsSequence()) return "a list";
-  return fmt::format("\"{}\"", n.Scalar());
+  const std::string& s = n.Scalar();
+  const std::size_t cut = std::min(s.find('\n'), kShownChars);
+  if (cut >= s.size()) return fmt::format("\"{}\"", s);
+  return fmt::format("\"{}...\"", s.substr(0, cut));
+}
+
+bool truthy_env(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr) return false;
+  const std::string_view s(v);
+  return s == "1" || s == "true" || s == "yes";
+}
+
+// Whether `file` is named as a configuration: .yaml, .yml or .json, in any case.
+bool configuration_file_name(const std::filesystem::path& file) {
+  std::string ext = file.extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return ext == ".yaml" || ext == ".yml" || ext == ".json";
+}
+
+// Whether `p` is `root` or inside it (both absolute and normal).
+bool inside(const std::filesystem::path& p, const std::filesystem::path& root) {
+  auto [r, q] = std::mismatch(root.begin(), root.end(), p.begin(), p.end());
+  return r == root.end();
 }
 
 // Why `name` cannot be read as a configuration file, or nullopt when it can be tried (a missing
@@ -149,8 +178,32 @@ void Context::add_file_overrides(const std::vector<Located<std::string>>& overri
   }
 }
 
+std::vector<std::filesystem::path> include_roots(const std::filesystem::path& root_file) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path folder = fs::absolute(root_file, ec).lexically_normal().parent_path();
+  std::vector<fs::path> roots{folder};
+  for (fs::path at = folder; !at.empty(); at = at.parent_path()) {
+    if (at.filename() == "configs" && at.has_parent_path()) {
+      roots.push_back(at.parent_path());
+      break;
+    }
+    if (fs::is_directory(at / "configs", ec)) {
+      roots.push_back(at);
+      break;
+    }
+    if (at == at.parent_path()) break;
+  }
+  if (roots.size() == 2 && inside(roots[0], roots[1])) roots.erase(roots.begin());
+  return roots;
+}
+
 Node Context::load_root(const std::filesystem::path& file) {
   const std::string name = file.string();
+  include_anywhere_ = truthy_env(kAllowIncludeOutsideEnv);
+  for (auto& r : include_roots(file)) {
+    if (std::find(include_roots_.begin(), include_roots_.end(), r) == include_roots_.end()) include_roots_.push_back(r);
+  }
   YAML::Node root;
   if (const auto why = cached(name) ? std::nullopt : unreadable(name, false)) {
     throw ConfigError({Diagnostic{Location{name, 0, 0}, "", *why}});
@@ -165,7 +218,8 @@ Node Context::load_root(const std::filesystem::path& file) {
   } catch (const std::ios_base::failure& e) {
     throw ConfigError({Diagnostic{Location{name, 0, 0}, "", fmt::format("cannot read the file: {}", e.what())}});
   }
-  return Node(*this, root, name, "", Location{name, 1, 1}, 0);
+  return Node(*this, root, name, "", Location{name, 1, 1},
+              std::make_shared<const std::vector<std::string>>(1, file.lexically_normal().string()));
 }
 
 void Context::error(const Location& loc, std::string_view key_path, std::string message) {
@@ -256,17 +310,54 @@ Node Context::include_file(const Node& parent, const std::string& child_path, co
   const std::filesystem::path target =
       std::filesystem::path(parent.file()).parent_path() / std::filesystem::path(tagged.Scalar());
   const std::string name = target.lexically_normal().string();
+  const auto broken = [&] {
+    return Node(*this, YAML::Node(), parent.file(), child_path, at, parent.includes()).as_broken();
+  };
+  const auto& chain = *parent.includes();
+  if (std::find(chain.begin(), chain.end(), name) != chain.end()) {
+    const auto first = std::find(chain.begin(), chain.end(), name);
+    std::vector<std::string> cycle(first, chain.end());
+    cycle.push_back(name);
+    error(at, child_path, fmt::format("!include: an include cycle: {}", fmt::join(cycle, " -> ")));
+    return broken();
+  }
   if (parent.include_depth() >= kMaxIncludeDepth) {
-    error(at, child_path, fmt::format("includes nest deeper than {} (an include cycle?)", kMaxIncludeDepth));
-    return Node(*this, YAML::Node(), parent.file(), child_path, at, parent.include_depth()).as_broken();
+    error(at, child_path, fmt::format("!include: includes nest deeper than {}", kMaxIncludeDepth));
+    return broken();
+  }
+  if (!include_anywhere_) {
+    std::error_code ec;
+    const auto real = std::filesystem::absolute(target, ec).lexically_normal();
+    const bool allowed = !ec && std::any_of(include_roots_.begin(), include_roots_.end(),
+                                            [&](const auto& root) { return inside(real, root); });
+    if (!allowed) {
+      error(at, child_path,
+            fmt::format("!include: '{}' is outside the experiment's folder and its project (the folder that "
+                        "holds configs/); --allow-include-outside (or {}=1) allows it",
+                        name, kAllowIncludeOutsideEnv));
+      return broken();
+    }
   }
   if (const auto why = cached(name) ? std::nullopt : unreadable(name, true)) {
     error(at, child_path, fmt::format("!include: '{}' {}", name, *why));
-    return Node(*this, YAML::Node(), parent.file(), child_path, at, parent.include_depth()).as_broken();
+    return broken();
+  }
+  if (!configuration_file_name(target)) {
+    // Refused before it is opened: a file of another kind (/etc/shadow reads as a mapping of its
+    // lines) would have its lines shown as unknown keys.
+    error(at, child_path, fmt::format("!include: '{}' is not a YAML or JSON file (.yaml, .yml, .json)", name));
+    return broken();
   }
   try {
     YAML::Node loaded = load_file(name);
-    return Node(*this, loaded, name, child_path, Location{name, 1, 1}, parent.include_depth() + 1);
+    if (!loaded.IsMap() && !loaded.IsSequence()) {
+      // Not a configuration (a text file read as one scalar): its text is not shown.
+      error(at, child_path, fmt::format("!include: '{}' is not a YAML mapping or list", name));
+      return broken();
+    }
+    auto includes = std::make_shared<std::vector<std::string>>(chain);
+    includes->push_back(name);
+    return Node(*this, loaded, name, child_path, Location{name, 1, 1}, std::move(includes));
   } catch (const YAML::BadFile&) {
     // A file of that folder with a similar name, as the suggestion (a missing or mistyped file).
     std::vector<std::string> siblings;
@@ -286,7 +377,7 @@ Node Context::include_file(const Node& parent, const std::string& child_path, co
   } catch (const std::ios_base::failure& e) {
     error(at, child_path, fmt::format("!include: cannot read '{}': {}", name, e.what()));
   }
-  return Node(*this, YAML::Node(), parent.file(), child_path, at, parent.include_depth()).as_broken();
+  return broken();
 }
 
 void Context::alias_overrides(const std::string& list_path, const std::string& alias, std::size_t index) {
@@ -311,7 +402,7 @@ std::optional<Node> Context::resolve(const Node& parent, std::string_view key, c
   known_paths_.insert(path);
   if (auto it = overrides_.find(path); it != overrides_.end()) {
     it->second.used = true;
-    return Node(*this, it->second.value, parent.file(), path, Location{it->second.where, 0, 0}, parent.include_depth());
+    return Node(*this, it->second.value, parent.file(), path, Location{it->second.where, 0, 0}, parent.includes());
   }
   if (found != nullptr) {
     const Location at = mark_location(*found, parent.file(), parent.location());
@@ -322,26 +413,25 @@ std::optional<Node> Context::resolve(const Node& parent, std::string_view key, c
       }
       return include_file(parent, path, *found, at);
     }
-    return Node(*this, *found, parent.file(), path, at, parent.include_depth());
+    return Node(*this, *found, parent.file(), path, at, parent.includes());
   }
   // Absent from the file, but an override sets something beneath it: an empty mapping stands in.
   const std::string prefix = path + ".";
   for (const auto& [key_path, o] : overrides_) {
     if (key_path.starts_with(prefix)) {
-      return Node(*this, YAML::Node(YAML::NodeType::Map), parent.file(), path, parent.location(),
-                  parent.include_depth());
+      return Node(*this, YAML::Node(YAML::NodeType::Map), parent.file(), path, parent.location(), parent.includes());
     }
   }
   return std::nullopt;
 }
 
-Node::Node(Context& ctx, YAML::Node yaml, std::string file, std::string path, Location loc, int include_depth)
+Node::Node(Context& ctx, YAML::Node yaml, std::string file, std::string path, Location loc, IncludeChain includes)
     : ctx_(&ctx),
       yaml_(std::move(yaml)),
       file_(std::move(file)),
       path_(std::move(path)),
       loc_(std::move(loc)),
-      include_depth_(include_depth) {}
+      includes_(std::move(includes)) {}
 
 std::string Node::child_path(std::string_view key) const {
   return path_.empty() ? std::string(key) : fmt::format("{}.{}", path_, key);

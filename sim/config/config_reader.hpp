@@ -8,6 +8,10 @@
 // - A MapReader reports the keys it was not asked for as unknown, with a did-you-mean.
 //   `source` and `notes` keys are allowed everywhere: they document where a number comes from.
 // - `key: !include relative/path.yaml` splices another file in; its values are located in it.
+//   An include resolves inside the root file's folder tree or its project (the folder holding configs/) only
+//   (include_roots below) unless OFFSIM_ALLOW_INCLUDE_OUTSIDE=1 (the CLI's --allow-include-outside
+//   sets it); it must name a .yaml, .yml or .json file holding a mapping or a list, or it is
+//   refused without its text being shown; a cycle is named by its chain (a.yaml -> b.yaml -> a.yaml).
 // - `--set key.path=value` overrides replace the value at that path (the value is read as YAML,
 //   so `--set strategy.devices=[0,1]` works). An override that matches no key is an error.
 //
@@ -90,6 +94,19 @@ class ConfigError : public std::runtime_error {
 
 class Node;
 
+/// The environment variable that lets `!include` name any file (1, true or yes).
+inline constexpr const char* kAllowIncludeOutsideEnv = "OFFSIM_ALLOW_INCLUDE_OUTSIDE";
+
+/// The folders a root file's includes may resolve in: the root's own folder (and below), and its
+/// project: the folder that holds the nearest configs/ folder among the root's folder and its
+/// parents (the repository, for every file offsim ships; its tests/data too). Paths are compared
+/// as written, made absolute and normal (`..` taken out); links inside these folders are
+/// followed, being their owner's choice.
+[[nodiscard]] std::vector<std::filesystem::path> include_roots(const std::filesystem::path& root_file);
+
+/// The files an include went through, from the root file to the file of a node.
+using IncludeChain = std::shared_ptr<const std::vector<std::string>>;
+
 class Context {
  public:
   /// `overrides` are the raw "key.path=value" strings of --set.
@@ -160,18 +177,21 @@ class Context {
   std::vector<std::pair<std::string, std::string>> effective_;
   std::set<std::string> known_paths_;
   std::vector<std::shared_ptr<const std::vector<std::string>>> noted_paths_;  // note_known_paths
+  std::vector<std::filesystem::path> include_roots_;                          // of every root loaded (include_roots)
+  bool include_anywhere_ = false;                                             // OFFSIM_ALLOW_INCLUDE_OUTSIDE
 };
 
 /// A located view of one YAML value.
 class Node {
  public:
-  Node(Context& ctx, YAML::Node yaml, std::string file, std::string path, Location loc, int include_depth);
+  Node(Context& ctx, YAML::Node yaml, std::string file, std::string path, Location loc, IncludeChain includes);
 
   [[nodiscard]] const std::string& path() const { return path_; }
   [[nodiscard]] const Location& location() const { return loc_; }
   [[nodiscard]] const std::string& file() const { return file_; }
   [[nodiscard]] Context& context() const { return *ctx_; }
-  [[nodiscard]] int include_depth() const { return include_depth_; }
+  [[nodiscard]] int include_depth() const { return static_cast<int>(includes_->size()) - 1; }
+  [[nodiscard]] const IncludeChain& includes() const { return includes_; }
   [[nodiscard]] bool is_map() const { return yaml_.IsMap(); }
   [[nodiscard]] bool is_sequence() const { return yaml_.IsSequence(); }
   [[nodiscard]] bool is_scalar() const { return yaml_.IsScalar(); }
@@ -199,7 +219,7 @@ class Node {
   std::string file_;
   std::string path_;
   Location loc_;
-  int include_depth_;
+  IncludeChain includes_;
   bool broken_ = false;
 };
 

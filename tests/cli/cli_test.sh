@@ -161,10 +161,10 @@ first_line "deepspeed dp: 0 is located" "$tmp/dp0.txt" \
 "$offsim" run tests/data/tiny-dp2.yaml --out "$tmp/regular/run" >/dev/null 2>"$tmp/out3.txt"
 check "--out under a regular file exits 3" 3 $?
 first_line "--out under a regular file names it" "$tmp/out3.txt" \
-  "error: filesystem error: cannot create directories: Not a directory [$tmp/regular/run]"
+  "error: cannot make the folder $tmp/regular/run: Not a directory"
 "$offsim" run tests/data/tiny-dp2.yaml --out /proc/offsim-cli-test >/dev/null 2>"$tmp/proc.txt"
 check "--out under /proc exits 3" 3 $?
-contains "--out under /proc names it" "$tmp/proc.txt" "error: filesystem error: cannot create directories:"
+contains "--out under /proc names it" "$tmp/proc.txt" "error: cannot make the folder /proc/offsim-cli-test:"
 printf 'name: s\nbase: %s/tests/data/tiny-dp2.yaml\naxes: [{key: training.micro_batch, values: [1]}]\n' "$PWD" >"$tmp/s.yaml"
 "$offsim" sweep "$tmp/s.yaml" --out "$tmp/regular/s.csv" >/dev/null 2>"$tmp/sweep3.txt"
 check "sweep --out under a regular file exits 3" 3 $?
@@ -172,6 +172,38 @@ first_line "sweep --out names the file" "$tmp/sweep3.txt" "error: cannot write $
 "$offsim" run tests/data/clock-limit-collective.yaml >/dev/null 2>"$tmp/clock.txt"; check "beyond the clock exits 3" 3 $?
 first_line "beyond the clock names the duration" "$tmp/clock.txt" \
   "error: cannot simulate: a duration of 5e+07 s (2.5e+10 B at 500 B/s) does not fit: the simulated clock holds at most 9223372036854775807 ps (2^63 - 1 ps, about 106.75 days)"
+
+# Includes (issue 32): outside the experiment's folder and its project they are refused unless
+# widened; widened, a file that is not YAML or JSON is still refused without its lines shown.
+printf 'root:$y$j9T$secret:19000:0:99999:7:::\n' >"$tmp/shadow"
+printf 'name: x\nhardware: !include %s/shadow\n' "$tmp" >"$tmp/inc.yaml"
+"$offsim" run tests/config_errors/include-outside.yaml >/dev/null 2>"$tmp/inc1.txt"
+check "an include outside the project exits 2" 2 $?
+contains "an include outside names the flag" "$tmp/inc1.txt" "--allow-include-outside (or OFFSIM_ALLOW_INCLUDE_OUTSIDE=1) allows it"
+"$offsim" run "$tmp/inc.yaml" --allow-include-outside >/dev/null 2>"$tmp/inc2.txt"
+check "a widened include of a text file exits 2" 2 $?
+contains "a widened include of a text file is refused by its kind" "$tmp/inc2.txt" "is not a YAML or JSON file"
+if grep -q 'secret' "$tmp/inc1.txt" "$tmp/inc2.txt"; then
+  echo "FAIL: an include's error shows the included file's text"; failed=$((failed + 1))
+else passed=$((passed + 1)); fi
+OFFSIM_ALLOW_INCLUDE_OUTSIDE=1 "$offsim" run "$tmp/inc.yaml" >/dev/null 2>"$tmp/inc3.txt"
+contains "OFFSIM_ALLOW_INCLUDE_OUTSIDE=1 widens as the flag does" "$tmp/inc3.txt" "is not a YAML or JSON file"
+
+# Every exit 2 names where (issue 32): the option as the user typed it, or file:line:col: key.
+"$offsim" topo configs/hardware/frontier-node.yaml --nodes 2 >/dev/null 2>"$tmp/topo-nodes.txt"
+check "topo --nodes on a node file exits 2" 2 $?
+first_line "topo --nodes on a node file names the option typed" "$tmp/topo-nodes.txt" \
+  "--nodes 2: configs/hardware/frontier-node.yaml describes one node; --nodes applies to a system file (node:, nodes:, network:), such as configs/hardware/frontier.yaml"
+"$offsim" search configs/experiments/allgather-frontier.yaml --out "$tmp/search-coll" >/dev/null 2>"$tmp/search-coll.txt"
+check "search on a collective exits 2" 2 $?
+first_line "search on a collective names the file and key" "$tmp/search-coll.txt" \
+  "configs/experiments/allgather-frontier.yaml:14:9: strategy.kind: search needs a base experiment that trains (kind data_parallel, deepspeed or megatron), got collective"
+for bad in "--tp 0" "--micro-batch 0" "--zero 7"; do
+  # shellcheck disable=SC2086
+  "$offsim" search "$demo" $bad --out "$tmp/search-bad" >/dev/null 2>"$tmp/search-bad.txt"
+  check "search $bad exits 2 (it divided by zero)" 2 $?
+  contains "search $bad names the option" "$tmp/search-bad.txt" "${bad%% *}: Value"
+done
 
 echo "cli: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -32,56 +32,13 @@
 #include "models/sweep.hpp"
 #include "models/transformer/model_parser.hpp"
 #include "sim/config/config_reader.hpp"
+#include "tests/fuzz/fuzz_common.hpp"
 #include "topologies/topology_parser.hpp"
 
 namespace {
 
 namespace fs = std::filesystem;
-
-fs::path g_root;         // the per-process temporary folder
-fs::path g_input;        // <root>/configs/experiments/fuzz.yaml
-bool g_verbose = false;  // OFFSIM_FUZZ_VERBOSE=1: print each input's errors
-
-void remove_root() {
-  std::error_code ec;
-  if (!g_root.empty()) fs::remove_all(g_root, ec);
-}
-
-// Links every file of `from` (not its subfolders) into `to`; the first of a name wins.
-void link_files(const fs::path& from, const fs::path& to) {
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(from, ec)) {
-    if (!entry.is_regular_file()) continue;
-    const fs::path link = to / entry.path().filename();
-    if (!fs::exists(link, ec)) fs::create_symlink(entry.path(), link, ec);
-  }
-}
-
-void set_up() {
-  const fs::path source = OFFSIM_SOURCE_DIR;
-  std::string pattern = (fs::temp_directory_path() / "offsim-fuzz-XXXXXX").string();
-  if (mkdtemp(pattern.data()) == nullptr) {
-    std::perror("offsim fuzz: mkdtemp");
-    std::abort();
-  }
-  g_root = pattern;
-  std::atexit(remove_root);
-  const fs::path configs = g_root / "configs";
-  fs::create_directories(configs / "experiments");
-  for (const char* dir : {"hardware", "models", "calibration", "strategies", "sweeps", "validation", "regression"}) {
-    fs::create_directory_symlink(source / "configs" / dir, configs / dir);
-  }
-  // Same-folder includes of the seeds: experiments (and their scale/ subfolder), machines
-  // (`node: !include frontier-node.yaml`), tests/data (`hardware: !include two-gpu-node.yaml`).
-  for (const char* dir : {"configs/experiments", "configs/hardware", "configs/models", "tests/data"}) {
-    link_files(source / dir, configs / "experiments");
-  }
-  fs::create_directory_symlink(source / "configs" / "experiments" / "scale", configs / "experiments" / "scale");
-  // tests/config_errors/*.yaml include ../../configs/...: from experiments/ that is <tmp>/configs;
-  // and ../data/... (tests/data): <tmp>/configs/data.
-  fs::create_directory_symlink(source / "tests" / "data", configs / "data");
-  g_input = configs / "experiments" / "fuzz.yaml";
-}
+using namespace offsim_fuzz;
 
 enum class Reader { kExperiment, kMachine, kModel, kSweep };
 
@@ -132,14 +89,7 @@ extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
-  {
-    std::ofstream out(g_input, std::ios::binary | std::ios::trunc);
-    out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    if (!out) {
-      std::perror("offsim fuzz: cannot write the input file");
-      std::abort();
-    }
-  }
+  write_input(text);
   // The shipped files an input includes (calibration tables, machines, models) are parsed once
   // per process, and the machines and tables read from them kept as a sweep keeps them (ReadCache,
   // keyed by file, place and the overrides reaching in): most of an experiment's reading time. The

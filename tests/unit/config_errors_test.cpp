@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <regex>
 #include <sstream>
 
@@ -37,11 +38,30 @@ std::string read_file(const fs::path& p) {
   return ss.str();
 }
 
+// The include policy as a user gets it, whatever the test process's environment (the unit tests
+// run with OFFSIM_ALLOW_INCLUDE_OUTSIDE=1 for their temporary experiments).
+class DefaultIncludePolicy {
+ public:
+  DefaultIncludePolicy() {
+    if (const char* v = std::getenv(sim::config::kAllowIncludeOutsideEnv)) saved_ = v;
+    ::unsetenv(sim::config::kAllowIncludeOutsideEnv);
+  }
+  ~DefaultIncludePolicy() {
+    if (saved_) ::setenv(sim::config::kAllowIncludeOutsideEnv, saved_->c_str(), 1);
+  }
+  DefaultIncludePolicy(const DefaultIncludePolicy&) = delete;
+  DefaultIncludePolicy& operator=(const DefaultIncludePolicy&) = delete;
+
+ private:
+  std::optional<std::string> saved_;
+};
+
 // Loads every case of `folder` (files ending in one of `extensions`, not its subfolders) with
 // `load` and compares the error with the case's .expected file. Returns the number of cases.
 std::size_t check_golden(const fs::path& folder, const std::vector<std::string>& extensions,
                          const std::function<void(const fs::path&)>& load) {
   const bool update = std::getenv("OFFSIM_UPDATE_GOLDEN") != nullptr;
+  const DefaultIncludePolicy policy;
   std::vector<fs::path> cases;
   for (const auto& entry : fs::directory_iterator(fs::path(OFFSIM_SOURCE_DIR) / folder)) {
     if (!entry.is_regular_file()) continue;

@@ -7,7 +7,9 @@
 namespace offsim::models {
 
 ZeroPartitioning ZeroPolicy::partitioning_of_stage(int stage) {
-  if (stage < 0 || stage > 3) throw std::invalid_argument(fmt::format("zero_stage must be 0 to 3, got {}", stage));
+  if (!kStages.contains(stage)) {
+    throw std::invalid_argument(fmt::format("zero_stage: {}, got {}", kStages.expected(), stage));
+  }
   return {stage >= 1, stage >= 2, stage >= 3};
 }
 
@@ -32,8 +34,8 @@ ZeroPolicy ZeroPolicy::deepspeed(int stage, std::optional<bool> fp32_grad_accum,
 }
 
 ZeroPolicy ZeroPolicy::megatron(int stage, std::optional<bool> fp32_grad_accum) {
-  if (stage < 0 || stage > 1) {
-    throw std::invalid_argument(fmt::format("megatron: zero_stage must be 0 or 1, got {}", stage));
+  if (!kMegatronStages.contains(stage)) {
+    throw std::invalid_argument(fmt::format("megatron: zero_stage: {}, got {}", kMegatronStages.expected(), stage));
   }
   ZeroPolicy p;
   p.stage_ = stage;

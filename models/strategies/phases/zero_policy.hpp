@@ -23,6 +23,7 @@
 #include "models/collectives/plan.hpp"
 #include "models/placement/state_placement.hpp"
 #include "models/transformer/precision.hpp"
+#include "sim/config/value_range.hpp"
 
 namespace offsim::models {
 
@@ -38,6 +39,12 @@ enum class OptimizerEngine {
 
 class ZeroPolicy {
  public:
+  /// ZeRO's stages (DeepSpeed runtime/zero/config.py, ZeroStageEnum 0-3): the one definition every
+  /// reader checks zero_stage against (models/strategies/value_ranges.hpp) and the policy enforces.
+  static constexpr sim::config::ValueRange<int> kStages{0, 3, false, "ZeRO's stages"};
+  /// Megatron-LM's: 0, or 1 for its distributed optimizer.
+  static constexpr sim::config::ValueRange<int> kMegatronStages{0, 1, false, "Megatron's distributed optimizer"};
+
   /// DeepSpeed's engine, by stage and gradient accumulation dtype (nullopt: its default, engine.py
   /// get_data_types: fp32 for bf16 without ZeRO, the model's bf16 under ZeRO), and at stages 2-3
   /// the dtype of the reduce-scatter (communication_data_type, FSDP's reduce_dtype). At stages 0-1

@@ -1,0 +1,163 @@
+// libFuzzer harness that reads, builds and simulates an experiment and checks the simulator's
+// invariants (docs/fuzzing.md; issue 32: a ds_config ratio of -1 crashed `run` although 5 M
+// executions of the readers' harness had passed, because that harness never simulates).
+//
+// The input is the text of one experiment YAML, written to <tmp>/configs/experiments/fuzz.yaml
+// (tests/fuzz/fuzz_common.hpp) so the seeds' `!include`s resolve. An input that loads is built and,
+// when small (kMaxTasks tasks, kMaxRanks ranks: the fuzzer's time goes to many small runs, not a
+// few large ones), simulated; then these must hold, or the harness aborts (a crash for libFuzzer):
+//   - no SimulationError: no negative reservation, no release of more than a tenant holds, no
+//     deadlock, time never going back (the engine throws these);
+//   - every task ran once: ready <= start <= end <= makespan for every task, and the compute units
+//     ran as many tasks as the graph has compute tasks;
+//   - time is monotone along the graph: a task becomes ready no earlier than each dependency ends;
+//   - memory returns to its start: every tenant the iteration frees (activations, gathered
+//     parameters, buffers) is freed of all it took, so a pool ends holding its states (the tenants
+//     never freed) only; every pool's timeline goes forward in time and never below zero;
+//   - the whole run (run_experiment, its summary and report) ends in a result.
+// Bad input ends in ConfigError (exit 2), std::invalid_argument (a strategy the machine cannot
+// host: exit 2) or SimulationLimit (beyond the 64-bit clock: exit 3), as the CLI maps them; any
+// other exception escapes and aborts.
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "models/cost/cost_model.hpp"
+#include "models/experiment.hpp"
+#include "sim/config/config_reader.hpp"
+#include "sim/core/errors.hpp"
+#include "sim/exec/executor.hpp"
+#include "tests/fuzz/fuzz_common.hpp"
+#include "topologies/topology_parser.hpp"
+
+namespace {
+
+using namespace offsim_fuzz;
+using offsim::sim::TaskGraph;
+
+// What the harness simulates: graphs of at most this many tasks, strategies of at most this many
+// ranks (larger inputs are read and built, not simulated: a 10 s hang limit under the sanitizers).
+constexpr std::size_t kMaxTasks = 20000;
+constexpr std::size_t kMaxRanks = 64;
+
+[[noreturn]] void broken(const std::string& what) {
+  std::fprintf(stderr, "offsim fuzz: invariant broken: %s\n", what.c_str());
+  std::abort();
+}
+
+std::size_t ranks_of(const offsim::models::StrategySpec& s) {
+  return std::visit([](const auto& spec) { return spec.devices.size(); }, s);
+}
+
+// The invariants of one run of `graph` (see the file's comment).
+void check_run(const TaskGraph& graph, const offsim::sim::Platform& platform, const offsim::sim::RunResult& run) {
+  const auto& records = run.tasks;
+  if (records.size() != graph.size()) broken("a record per task");
+  std::uint64_t compute_tasks = 0;
+  // Per pool and tenant: bytes allocated, bytes freed.
+  std::map<std::pair<std::uint32_t, std::string>, std::pair<std::int64_t, std::int64_t>> tenants;
+  for (const auto& t : graph.tasks()) {
+    const auto& r = records[t.id.index];
+    const std::string name(graph.name(t));
+    if (!(r.ready.ps >= 0 && r.ready <= r.start && r.start <= r.end && r.end <= run.makespan)) {
+      broken("task '" + name + "' ran outside 0 <= ready <= start <= end <= makespan");
+    }
+    for (const auto d : graph.deps(t)) {
+      if (records[d.index].end > r.ready) broken("task '" + name + "' was ready before a dependency ended");
+    }
+    if (std::holds_alternative<offsim::sim::ComputeTask>(t.body)) ++compute_tasks;
+    if (const auto* a = std::get_if<offsim::sim::AllocTask>(&t.body))
+      tenants[{a->pool, a->tenant}].first += a->bytes.count;
+    if (const auto* f = std::get_if<offsim::sim::FreeTask>(&t.body))
+      tenants[{f->pool, f->tenant}].second += f->bytes.count;
+  }
+  std::uint64_t ran = 0;
+  for (const auto& u : run.units) ran += u.tasks_run;
+  if (ran != compute_tasks) broken("the compute units ran another number of tasks than the graph holds");
+  // Memory returns to its start: a tenant the iteration frees (activations, gathered parameters,
+  // buffers) is freed of all it took; the others (the model states) stay, as the next iteration
+  // finds them. A pool then ends holding its states only.
+  std::vector<std::int64_t> states(platform.pools.size(), 0);
+  for (const auto& [key, bytes] : tenants) {
+    const auto& [taken, freed] = bytes;
+    if (freed != 0 && taken != freed) {
+      broken("tenant '" + key.second + "' of pool " + platform.pools[key.first].name + " took " +
+             std::to_string(taken) + " B and freed " + std::to_string(freed) + " B");
+    }
+    if (freed == 0) states[key.first] += taken;
+  }
+  for (std::size_t p = 0; p < run.pools.size(); ++p) {
+    const auto& pool = run.pools[p];
+    offsim::sim::TimePs last{0};
+    for (const auto& s : pool.timeline) {
+      if (s.time < last) broken("pool " + pool.name + "'s timeline goes back in time");
+      if (s.used.count < 0) broken("pool " + pool.name + " holds a negative number of bytes");
+      last = s.time;
+    }
+    if (!pool.timeline.empty() && pool.timeline.back().used.count != states[p]) {
+      broken("pool " + pool.name + "'s timeline ends at other bytes than its states hold");
+    }
+  }
+}
+
+void simulate(const std::filesystem::path& file, offsim::models::ReadCache& reads) {
+  using namespace offsim::models;
+  const ExperimentSpec spec = load_experiment(file, {}, &reads);
+  if (ranks_of(spec.strategy) > kMaxRanks) {
+    if (g_verbose) std::fprintf(stderr, "not simulated: %zu ranks\n", ranks_of(spec.strategy));
+    return;
+  }
+  const CostModel costs(spec.device);
+  const IterationInputs inputs{spec.model, spec.training, spec.hardware.topology, costs, spec.collectives,
+                               spec.host,  true};
+  const BuiltIteration built = build_iteration(inputs, spec.strategy);
+  if (built.graph.size() > kMaxTasks) {
+    if (g_verbose) std::fprintf(stderr, "not simulated: %zu tasks\n", built.graph.size());
+    return;
+  }
+  const offsim::sim::RunResult run = offsim::sim::execute(built.machine.platform, built.graph);
+  check_run(built.graph, built.machine.platform, run);
+  if (g_verbose) std::fprintf(stderr, "simulated: %zu tasks, invariants hold\n", built.graph.size());
+  // The whole path a user runs: the run (with its extrapolation), the summary and the report.
+  const ExperimentResult result = run_experiment(spec, {true});
+  (void)summary_json(spec, result, {"fuzz", "fuzz"});
+  (void)text_report(spec, result);
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
+  set_up();
+  g_verbose = std::getenv("OFFSIM_FUZZ_VERBOSE") != nullptr;
+  // As in the readers' harness: machines of at most 64 K devices and links under the sanitizers.
+  offsim::topo::max_machine_elements = std::size_t{1} << 16;
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  const std::string_view text(reinterpret_cast<const char*>(data), size);
+  write_input(text);
+  // The shipped files are parsed once per process, as in the readers' harness.
+  static offsim::sim::config::ScopedFileCache shipped_files;
+  static offsim::models::ReadCache shipped_reads;
+  shipped_files.forget(g_input.string());
+  shipped_reads.forget(g_input.string());
+  try {
+    simulate(g_input, shipped_reads);
+  } catch (const offsim::sim::config::ConfigError& e) {
+    if (g_verbose) std::fprintf(stderr, "%s\n", e.what());
+  } catch (const std::invalid_argument& e) {
+    // A strategy the machine cannot host, caught by the builders (exit 2).
+    if (g_verbose) std::fprintf(stderr, "%s\n", e.what());
+  } catch (const offsim::sim::SimulationLimit& e) {
+    // Beyond the 64-bit clock (exit 3): a result of the input, not a bug.
+    if (g_verbose) std::fprintf(stderr, "%s\n", e.what());
+  }
+  return 0;
+}
