@@ -11,7 +11,7 @@ DeepSpeedEstimate deepspeed_model_states_estimate(const DeepSpeedEstimatorInput&
   const double per_node = in.gpus_per_node;
   const double buffer = in.additional_buffer_factor;
   DeepSpeedEstimate out;
-  if (in.stage == 2) {
+  if (in.partitioned.gradients && !in.partitioned.parameters) {
     // stage_1_and_2.py, estimate_zero2_model_states_mem_needs.
     if (in.cpu_offload) {
       out.gpu_bytes = 2.0 * params;
@@ -22,7 +22,7 @@ DeepSpeedEstimate deepspeed_model_states_estimate(const DeepSpeedEstimatorInput&
     }
     return out;
   }
-  if (in.stage != 3) return out;
+  if (!in.partitioned.parameters) return out;
   // stage3.py, estimate_zero3_model_states_mem_needs.
   const double gpus_factor = 1.0 / in.nodes;
   const double largest_layer_memory = 4.0 * static_cast<double>(in.largest_layer_params);

@@ -6,10 +6,14 @@
 // buffers) with DeepSpeed's additional_buffer_factor of 1.5 on the CPU side.
 #include <cstdint>
 
+#include "models/placement/state_placement.hpp"
+
 namespace offsim::models {
 
 struct DeepSpeedEstimatorInput {
-  int stage = 3;  // 2 or 3
+  // What the ZeRO stage partitions (ZeroPolicy): gradients but not parameters is ZeRO-2's
+  // estimator, parameters ZeRO-3's; DeepSpeed has none for the others.
+  ZeroPartitioning partitioned{true, true, true};
   std::int64_t total_params = 0;
   std::int64_t largest_layer_params = 0;  // the largest module's own parameters (stage 3)
   int gpus_per_node = 1;
@@ -25,7 +29,7 @@ struct DeepSpeedEstimate {
   double cpu_bytes = 0.0;  // per node
 };
 
-/// The estimate for stage 2 or 3; {0, 0} for other stages (DeepSpeed has no estimator for them).
+/// The estimate for ZeRO-2 or ZeRO-3; {0, 0} for other stages (DeepSpeed has no estimator for them).
 [[nodiscard]] DeepSpeedEstimate deepspeed_model_states_estimate(const DeepSpeedEstimatorInput& in);
 
 }  // namespace offsim::models

@@ -16,6 +16,7 @@
 #include "models/deepspeed_estimator.hpp"
 #include "models/experiment.hpp"
 #include "models/experiment/defaults.hpp"
+#include "models/strategies/phases/zero_policy.hpp"
 #include "models/transformer/model_parser.hpp"
 #include "sim/config/config_reader.hpp"
 
@@ -151,14 +152,17 @@ int estimate_command(const EstimateOptions& o) {
   fmt::print("\n");
 
   models::DeepSpeedEstimatorInput in;
-  in.stage = dp.zero_stage;
   in.total_params = params.total;
   in.largest_layer_params = largest_layer(spec.model);
   in.gpus_per_node = std::min(o.gpus, per_node);
   in.nodes = nodes;
   in.cpu_offload = dp.offload.has_value() && !dp.offload->nvme;
   in.cpu_offload_params = dp.offload_param;
-  const bool estimator = dp.zero_stage == 2 || dp.zero_stage == 3;
+  // DeepSpeed's estimators cover its two ZeRO optimizers that partition gradients (stage_1_and_2.py
+  // at stage 2, stage3.py).
+  const models::ZeroPolicy policy = models::ZeroPolicy::deepspeed(dp.zero_stage, dp.fp32_grad_accum, false);
+  const bool estimator = policy.partitioned().gradients;
+  in.partitioned = policy.partitioned();
   const models::DeepSpeedEstimate ds_estimate = models::deepspeed_model_states_estimate(in);
   fmt::print("{:<26} {:<22} {:<28} {}\n", "memory", "offsim: model states", "offsim: peak (all)",
              "DeepSpeed's estimator (model states)");
@@ -179,8 +183,9 @@ int estimate_command(const EstimateOptions& o) {
     fmt::print(
         "(DeepSpeed: deepspeed/runtime/zero/{} with zero_init, additional_buffer_factor 1.5, largest layer {} "
         "parameters)\n",
-        dp.zero_stage == 2 ? "stage_1_and_2.py estimate_zero2_model_states_mem_needs"
-                           : "stage3.py estimate_zero3_model_states_mem_needs",
+        policy.engine() == models::OptimizerEngine::kZeroStage3
+            ? "stage3.py estimate_zero3_model_states_mem_needs"
+            : "stage_1_and_2.py estimate_zero2_model_states_mem_needs",
         in.largest_layer_params);
   }
   fmt::print("\nfeasible                   {}\n", r.feasible ? "yes" : "NO");

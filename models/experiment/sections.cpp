@@ -588,9 +588,12 @@ std::optional<StrategySpec> read_megatron(const Node& node, MapReader& r, const 
     }
   } else if (topology) {
     const auto gpus = topology->devices_of(topo::DeviceKind::kGpu);
-    if (ranks > gpus.size() && tp_ok) {
-      ctx.error(node.location(), node.path(),
-                fmt::format("{} = {} ranks but the machine has {} GPUs", product, ranks, gpus.size()));
+    if (ranks > gpus.size()) {
+      // (a tp the model cannot split over is reported at tp, not as the ranks it makes)
+      if (tp_ok) {
+        ctx.error(node.location(), node.path(),
+                  fmt::format("{} = {} ranks but the machine has {} GPUs", product, ranks, gpus.size()));
+      }
     } else {
       for (std::size_t i = 0; i < ranks; ++i) mg.devices.push_back(topology->device(gpus[i]).name);
     }
@@ -605,6 +608,8 @@ sim::config::Location read_offload(const Node& node, MapReader& r, const sim::co
                                    DataParallelSpec& dp, std::vector<std::string>& defaults_applied) {
   auto& ctx = node.context();
   sim::config::Location offload_at = node.location();
+  // What the stage partitions (nullopt: an invalid stage, reported already).
+  const auto partitioned = stage.valid ? ZeroPolicy::partitioning_if_valid(stage.value) : std::nullopt;
   if (auto off = r.child("offload_optimizer")) {
     MapReader o(*off);
     const auto device = o.choice("device", {"cpu", "nvme", "none"});
@@ -639,7 +644,7 @@ sim::config::Location read_offload(const Node& node, MapReader& r, const sim::co
         (void)check_range(ctx, buffers.loc, off->child_path("buffer_count"), buffers.value, ranges::kNvmeBufferCount);
       }
       offload.buffer_count = buffers.value;
-      if (stage.valid && stage.value != 3) {
+      if (partitioned && !partitioned->parameters) {
         ctx.error(
             device.loc, off->child_path("device"),
             fmt::format("NVMe optimizer offload is implemented for zero_stage 3, got zero_stage {}", stage.value));
@@ -647,7 +652,7 @@ sim::config::Location read_offload(const Node& node, MapReader& r, const sim::co
       dp.offload = offload;
     }
     if (device.value == "cpu") {
-      if (stage.valid && stage.value != 2 && stage.value != 3) {
+      if (partitioned && !partitioned->gradients) {
         ctx.error(
             device.loc, off->child_path("device"),
             fmt::format("optimizer offload is implemented for zero_stage 2 and 3, got zero_stage {}", stage.value));
@@ -660,7 +665,7 @@ sim::config::Location read_offload(const Node& node, MapReader& r, const sim::co
     const auto device = o.choice("device", {"cpu", "none"});
     const auto pin = o.required<bool>("pin_memory");
     if (device.valid && device.value == "cpu") {
-      if (stage.valid && stage.value != 3) {
+      if (partitioned && !partitioned->parameters) {
         ctx.error(device.loc, op->child_path("device"),
                   fmt::format("parameter offload needs zero_stage 3, got zero_stage {}", stage.value));
       } else if (!dp.offload) {
@@ -681,7 +686,8 @@ void read_zero3_keys(const Node& node, MapReader& r, const sim::config::Located<
                      const NameDefault& ds_default) {
   auto& ctx = node.context();
   // Used at stage 3 only; DeepSpeed's default there (recorded in the effective configuration).
-  const bool stage3 = stage.valid && stage.value == 3;
+  const auto partitioned = stage.valid ? ZeroPolicy::partitioning_if_valid(stage.value) : std::nullopt;
+  const bool stage3 = partitioned && partitioned->parameters;
   if (stage3 && !r.has("param_persistence_threshold")) {
     ds_default("param_persistence_threshold", fmt::format("{}", DataParallelSpec::kDeepSpeedPersistenceThreshold));
   }
@@ -736,6 +742,8 @@ std::optional<StrategySpec> read_data_parallel(const Node& node, MapReader& r, c
   const auto stage = r.optional<int>("zero_stage", static_cast<int>(defaults::integer("deepspeed.stage")));
   if (stage.valid) (void)check_range(ctx, stage.loc, node.child_path("zero_stage"), stage.value, ranges::kZeroStage);
   dp.zero_stage = stage.value;
+  // What the stage partitions (nullopt: an invalid stage, reported above).
+  const auto partitioned = stage.valid ? ZeroPolicy::partitioning_if_valid(stage.value) : std::nullopt;
   const auto degree = r.required<int>("dp");
   // Tensor parallelism under ZeRO (Megatron-DeepSpeed): dp replicas of tp ranks each.
   const auto tp = r.optional<int>("tp", 1);
@@ -768,7 +776,8 @@ std::optional<StrategySpec> read_data_parallel(const Node& node, MapReader& r, c
   if (r.has("overlap_comm")) {
     dp.overlap_comm = r.required<bool>("overlap_comm").value;
   } else {
-    dp.overlap_comm = stage.valid && stage.value == 3;  // DeepSpeed's overlap_comm_valid: None -> stage 3
+    // DeepSpeed's overlap_comm_valid: None -> True iff stage 3.
+    dp.overlap_comm = partitioned && partitioned->parameters;
     ds_default("overlap_comm", dp.overlap_comm ? "true" : "false");
   }
   // DeepSpeed's data_types.grad_accum_dtype: fp32 at stages 0-1 is its BF16_Optimizer; bf16 at
@@ -777,7 +786,7 @@ std::optional<StrategySpec> read_data_parallel(const Node& node, MapReader& r, c
     const auto accum = r.choice("grad_accum_dtype", {"fp32", "bf16"});
     if (accum.valid) {
       dp.fp32_grad_accum = accum.value == "fp32";
-      if (*dp.fp32_grad_accum && stage.valid && stage.value >= 2) {
+      if (*dp.fp32_grad_accum && partitioned && partitioned->gradients) {
         ctx.error(accum.loc, node.child_path("grad_accum_dtype"),
                   "fp32 gradient accumulation is modelled at zero_stage 0-1 (DeepSpeed's BF16_Optimizer); stages 2-3 "
                   "keep bf16 gradient partitions");
@@ -791,7 +800,7 @@ std::optional<StrategySpec> read_data_parallel(const Node& node, MapReader& r, c
   if (r.has("gradient_reduce_dtype")) {
     const auto reduce = r.choice("gradient_reduce_dtype", {"fp32", "bf16"});
     if (reduce.valid && reduce.value == "fp32") {
-      if (stage.valid && stage.value < 2) {
+      if (partitioned && !partitioned->gradients) {
         ctx.error(reduce.loc, node.child_path("gradient_reduce_dtype"),
                   "applies to zero_stage 2-3 (at stages 0-1 the reduction follows grad_accum_dtype)");
       }
@@ -841,7 +850,7 @@ std::optional<StrategySpec> read_data_parallel(const Node& node, MapReader& r, c
     levels.ranks = static_cast<int>(dp.devices.size());
     if (dp.tp > 1) {
       ctx.error(part->location(), part->path(), "hierarchical partitioning together with tp > 1 is not modelled");
-    } else if (stage.valid && stage.value != 3) {
+    } else if (partitioned && !partitioned->parameters) {
       ctx.error(part->location(), part->path(),
                 fmt::format("hierarchical partitioning applies to zero_stage 3, got zero_stage {}", stage.value));
     } else if (levels.ranks > 0) {

@@ -9,6 +9,7 @@
 
 #include "sim/config/did_you_mean.hpp"
 
+#include "models/strategies/phases/zero_policy.hpp"
 #include "models/strategies/value_ranges.hpp"
 
 namespace offsim::models {
@@ -143,6 +144,11 @@ struct ZeroContext {
 class DsConfigReader {
  public:
   DsConfigReader(const Node& node, DeepSpeedImport& out) : node_(node), ctx_(node.context()), out_(out) {}
+  // What the ZeRO stage read so far partitions (phases/zero_policy.hpp); nothing for a stage out of
+  // range, which is reported at its key.
+  [[nodiscard]] ZeroPartitioning zero_partitioned() const {
+    return ZeroPolicy::partitioning_if_valid(out_.strategy.zero_stage).value_or(ZeroPartitioning{});
+  }
 
   void read_batch_sizes(MapReader& r, std::size_t devices, int tp);
   void read_precision(MapReader& r);
@@ -314,14 +320,15 @@ void DsConfigReader::read_zero(const std::optional<Node>& zero, const ZeroContex
   if (z.has("overlap_comm")) {
     dp.overlap_comm = z.required<bool>("overlap_comm").value;
   } else {
-    dp.overlap_comm = dp.zero_stage == 3;  // DeepSpeed: None -> True iff stage 3
+    // DeepSpeed: None -> True iff stage 3.
+    dp.overlap_comm = zero_partitioned().parameters;
     defaults_.push_back(fmt::format("overlap_comm={}", dp.overlap_comm));
   }
   // Read at stage 3 only (DeepSpeed's stages 1-2 have no parameter partitions to persist); its
   // default is named only there.
   dp.param_persistence_threshold =
       out_.auto_persistence_threshold ? 0
-      : dp.zero_stage == 3 || z.has("stage3_param_persistence_threshold")
+      : zero_partitioned().parameters || z.has("stage3_param_persistence_threshold")
           ? static_cast<std::int64_t>(zero_number(z, *zero, "stage3_param_persistence_threshold",
                                                   static_cast<double>(DataParallelSpec::kDeepSpeedPersistenceThreshold),
                                                   ranges::kPersistenceThreshold))
@@ -365,7 +372,7 @@ void DsConfigReader::read_legacy_cpu_offload(MapReader& z, const Node& zero, Run
         z.has("cpu_offload_use_pin_memory") ? z.required<bool>("cpu_offload_use_pin_memory").value : kDefaultPinMemory;
     defaults_.push_back(
         fmt::format("{} (legacy) read as offload_param: {{device: cpu, pin_memory: {}}}", key, dp.param_pin_memory));
-    if (dp.zero_stage != 3) ctx_.error(legacy.loc, zero.child_path(key), "parameter offload needs stage 3");
+    if (!zero_partitioned().parameters) ctx_.error(legacy.loc, zero.child_path(key), "parameter offload needs stage 3");
   }
   if (!z.has("cpu_offload") || z.has("offload_optimizer")) return;
   DataParallelSpec& dp = out_.strategy;
@@ -379,7 +386,7 @@ void DsConfigReader::read_legacy_cpu_offload(MapReader& z, const Node& zero, Run
   offload.runtime = runtime;
   defaults_.push_back(fmt::format("cpu_offload (legacy) read as offload_optimizer: {{device: cpu, pin_memory: {}}}",
                                   offload.pin_memory));
-  if (dp.zero_stage != 2 && dp.zero_stage != 3) {
+  if (!zero_partitioned().gradients) {
     ctx_.error(legacy.loc, zero.child_path("cpu_offload"), "optimizer offload is implemented for stages 2 and 3");
   }
   dp.offload = offload;
@@ -429,9 +436,10 @@ void DsConfigReader::read_optimizer_offload(MapReader& z, const Node& zero, Runt
       } else {
         defaults_.push_back(fmt::format("offload_optimizer.buffer_count={}", kDefaultBufferCount));
       }
-      if (dp.zero_stage != 3) ctx_.error(off->location(), off->path(), "NVMe optimizer offload needs stage 3");
+      if (!zero_partitioned().parameters)
+        ctx_.error(off->location(), off->path(), "NVMe optimizer offload needs stage 3");
     }
-    if (dp.zero_stage != 2 && dp.zero_stage != 3) {
+    if (!zero_partitioned().gradients) {
       ctx_.error(off->location(), off->path(), "optimizer offload is implemented for stages 2 and 3");
     }
     dp.offload = offload;
@@ -449,7 +457,7 @@ void DsConfigReader::read_param_offload(MapReader& z) {
   if (device.valid && device.value != "none") {
     if (device.value == "nvme") {
       ctx_.error(device.loc, op->child_path("device"), "parameter offload to NVMe is not modelled (cpu is)");
-    } else if (dp.zero_stage != 3) {
+    } else if (!zero_partitioned().parameters) {
       ctx_.error(device.loc, op->child_path("device"), "parameter offload needs stage 3");
     } else if (!dp.offload) {
       ctx_.error(device.loc, op->child_path("device"),
@@ -479,7 +487,7 @@ void DsConfigReader::read_zero_plus_plus(MapReader& z, const Node& zero, const Z
     }
   }
   if (!quantized_weights && !quantized_gradients && hpz <= 1) return;
-  if (dp.zero_stage != 3) ctx_.error(zero.location(), zero.path(), "ZeRO++ options need stage 3");
+  if (!zero_partitioned().parameters) ctx_.error(zero.location(), zero.path(), "ZeRO++ options need stage 3");
   if (zc.tp > 1) ctx_.error(zero.location(), zero.path(), "ZeRO++ options together with tp > 1 are not modelled");
   Partitioning p;
   p.shard_ranks = levels.ranks;
@@ -532,7 +540,7 @@ void DsConfigReader::read_data_types(MapReader& r) {
   if (r.has("communication_data_type")) {
     const auto comm = r.choice("communication_data_type", {"fp32", "fp16", "bf16"});
     if (comm.valid && comm.value == "fp32") {
-      if (dp.zero_stage >= 2 && !dp.offload) {
+      if (zero_partitioned().gradients && !dp.offload) {
         dp.fp32_gradient_reduce = true;
       } else {
         ignored_.push_back("communication_data_type=fp32 (modelled at stages 2-3 without optimizer offload only)");
@@ -544,7 +552,7 @@ void DsConfigReader::read_data_types(MapReader& r) {
     return;
   }
   dp.fp32_grad_accum = *dtype == "fp32";
-  if (*dp.fp32_grad_accum && dp.zero_stage >= 2) {
+  if (*dp.fp32_grad_accum && zero_partitioned().gradients) {
     dp.fp32_grad_accum.reset();
     ignored_.push_back("data_types.grad_accum_dtype=fp32 (fp32 accumulation is modelled at stages 0-1 only)");
   }

@@ -49,13 +49,16 @@ inline constexpr ValueRange<double> kOffloadRatio{0, 1, false, "DeepSpeed's rang
 inline constexpr ValueRange<int> kNvmeBufferCount{1, 1000, false, "offsim's limit"};
 
 /// Why an optimizer offload's Twin-Flow ratio cannot be simulated at `zero_stage` (with the
-/// states on NVMe when `nvme`), or nullopt when it can: DeepSpeed splits the subgroups at stage 3
-/// only (stage3.py; stage 2 updates the whole partition on the CPU), and offsim does not model
+/// states on NVMe when `nvme`), or nullopt when it can: DeepSpeed splits the subgroups in stage3.py
+/// only (stage_1_and_2.py updates the whole partition on the CPU), and offsim does not model
 /// Twin-Flow with an NVMe tier.
 [[nodiscard]] inline std::optional<std::string> twin_flow_problem(int zero_stage, bool nvme, double ratio) {
   if (ratio == 1.0) return std::nullopt;
   if (nvme) return "Twin-Flow with an NVMe tier is not modelled";
-  if (zero_stage == 2) return "Twin-Flow (ratio < 1) is a ZeRO-3 feature in DeepSpeed";
+  const auto partitioned = ZeroPolicy::partitioning_if_valid(zero_stage);
+  if (partitioned && partitioned->gradients && !partitioned->parameters) {
+    return "Twin-Flow (ratio < 1) is a ZeRO-3 feature in DeepSpeed";
+  }
   return std::nullopt;
 }
 

@@ -13,6 +13,7 @@
 #include "models/experiment.hpp"
 #include "models/experiment/defaults.hpp"
 #include "models/strategies/deepspeed_config.hpp"
+#include "models/strategies/phases/zero_policy.hpp"
 
 namespace offsim::models {
 namespace {
@@ -169,7 +170,7 @@ TEST(NewUser, DeepSpeedsEstimatorsAsItsSourceComputesThem) {
   in.gpus_per_node = 8;
   in.nodes = 2;
   // ZeRO-2 without offload: GPU 4 P + 16 P / 16 = 5e9; CPU P x 4 x 8 x 1.5 = 48e9.
-  in.stage = 2;
+  in.partitioned = ZeroPolicy::partitioning_of_stage(2);
   auto e = deepspeed_model_states_estimate(in);
   EXPECT_DOUBLE_EQ(e.gpu_bytes, 5e9);
   EXPECT_DOUBLE_EQ(e.cpu_bytes, 48e9);
@@ -179,7 +180,7 @@ TEST(NewUser, DeepSpeedsEstimatorsAsItsSourceComputesThem) {
   EXPECT_DOUBLE_EQ(e.gpu_bytes, 2e9);
   EXPECT_DOUBLE_EQ(e.cpu_bytes, 96e9);
   // ZeRO-3 without offload, zero_init: GPU 4 L + 18 P / 16 = 0.4e9 + 1.125e9; CPU L x 4 x 8 x 1.5.
-  in.stage = 3;
+  in.partitioned = ZeroPolicy::partitioning_of_stage(3);
   in.cpu_offload = false;
   e = deepspeed_model_states_estimate(in);
   EXPECT_DOUBLE_EQ(e.gpu_bytes, 1.525e9);

@@ -59,8 +59,14 @@ class ZeroPolicy {
   /// set to 16 bits (fp16 training's default, --grad-reduce-in-bf16), the optimizer partitioned at
   /// stage 1 (its distributed optimizer). Throws std::invalid_argument outside 0-1.
   [[nodiscard]] static ZeroPolicy megatron(int stage, std::optional<bool> fp32_grad_accum);
-  /// What stage `stage` (0-3) partitions, whatever the framework (tests, reports).
+  /// What stage `stage` (0-3) partitions, whatever the framework (tests, reports). Throws
+  /// std::invalid_argument outside kStages.
   [[nodiscard]] static ZeroPartitioning partitioning_of_stage(int stage);
+  /// The same for a reader, which has reported an out-of-range stage already: nullopt then.
+  [[nodiscard]] static std::optional<ZeroPartitioning> partitioning_if_valid(int stage) {
+    if (!kStages.contains(stage)) return std::nullopt;
+    return partitioning_of_stage(stage);
+  }
 
   /// The stage as named, for reports and labels only.
   [[nodiscard]] int stage() const { return stage_; }
