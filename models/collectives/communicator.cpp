@@ -175,124 +175,130 @@ TaskId Communicator::add_kernel(const std::string& name, int s, Bytes bytes, std
                     TransferTask{{}, Bytes{0}, costs_.memory_bound_time(bytes), {}, {}}, deps);
 }
 
+void Communicator::Progress::advance(const std::vector<TaskId>& stage_done) {
+  for (int s = 0; s < sims; ++s) first[s] = {stage_done[s]};
+  done = stage_done;
+  advanced = true;
+}
+
 std::vector<TaskId> Communicator::add(CollectiveKind kind, const std::string& name, std::int64_t elements,
                                       const CollectivePlan& plan, const std::vector<std::vector<TaskId>>& deps,
                                       const std::vector<bool>& participants) {
-  const int sims = layout_.simulated_ranks();
   active_ = participants;
-  std::vector<std::vector<TaskId>> first = deps;
-  std::vector<TaskId> done(sims);
-  bool advanced = false;  // some stage (or buffer task) ran: each rank's result is one task
-  const auto advance = [&](const std::vector<TaskId>& stage_done) {
-    for (int s = 0; s < sims; ++s) first[s] = {stage_done[s]};
-    done = stage_done;
-    advanced = true;
-  };
-  const Quantization& q = plan.quantization;
-  std::int64_t held = elements;  // elements each rank holds before the next stage
+  const int sims = layout_.simulated_ranks();
+  Progress progress{sims, deps, std::vector<TaskId>(sims), false};
   if (plan.algorithm == StageAlgorithm::kTree) {
     if (kind != CollectiveKind::kAllReduce)
       throw std::invalid_argument(name + ": the tree algorithm runs all-reduce only");
-    for (std::size_t j = 0; j < plan.stages.size(); ++j) {
-      if (plan.stages[j].group() < 2) continue;
-      advance(add_tree_stage(fmt::format(FMT_COMPILE("{}.tree{}"), name, j), plan.stages[j],
-                             plan.quantization.wire_bytes(elements), first));
-    }
-    for (int s = 0; s < sims; ++s) {
-      done[s] = graph_.add(rank_task_name(name, ".done", s), phase::kCommunication, BarrierTask{}, first[s]);
-    }
-    return done;
+    add_tree_stages(name, elements, plan, progress);
+    return add_done_barriers(name, progress);
   }
+  const Quantization& q = plan.quantization;
   // Quantized collectives hold their wire data in a send and a receive buffer of the whole
   // buffer's quantized size while they run.
   const Bytes quantized_buffers{q.quantized() ? 2 * q.wire_bytes(elements) : 0};
-  if (q.quantized()) {
-    std::vector<TaskId> allocated(sims);
-    for (int s = 0; s < sims; ++s) {
-      allocated[s] = quantization_buffer(name + ".alloc.quantized", s, quantized_buffers, false, first[s]);
-    }
-    advance(allocated);
-  }
+  if (q.quantized()) add_quantization_buffers(name + ".alloc.quantized", quantized_buffers, false, progress);
+  std::int64_t held = elements;  // elements each rank holds before the next stage
   if (kind == CollectiveKind::kReduceScatter || kind == CollectiveKind::kAllReduce) {
-    for (std::size_t j = 0; j < plan.stages.size(); ++j) {
-      const Band& band = plan.stages[j];
-      const int g = band.group();
-      if (g < 2) continue;
-      const std::int64_t share = ceil_div(held, g);
-      const std::string stage = fmt::format(FMT_COMPILE("{}.rs{}"), name, j);
-      if (q.quantized()) {
-        // Quantize the buffer; after the exchange, dequantize the g shares received and reduce.
-        std::vector<TaskId> quantized(sims);
-        for (int s = 0; s < sims; ++s) {
-          quantized[s] = add_kernel(stage + ".quantize", s, Bytes{held * 2 + q.wire_bytes(held)}, first[s]);
-        }
-        advance(quantized);
-      }
-      std::vector<TaskId> exchanged = add_stage(stage, "reduce_scatter", band, plan, share, first);
-      if (q.quantized()) {
-        for (int s = 0; s < sims; ++s) {
-          exchanged[s] = add_kernel(stage + ".dequantize_reduce", s, Bytes{q.wire_bytes(held) + share * 2},
-                                    std::span<const TaskId>(&exchanged[s], 1));
-        }
-      }
-      advance(exchanged);
-      held = share;
-    }
+    held = add_reduce_scatter_stages(name, held, plan, progress);
   }
   if (kind == CollectiveKind::kAllGather || kind == CollectiveKind::kAllReduce) {
-    // An all-reduce gathers back over its bands in reverse order.
-    const std::size_t bands = plan.stages.size();
-    const auto band_of = [&](std::size_t j) -> const Band& {
-      return plan.stages[kind == CollectiveKind::kAllReduce ? bands - 1 - j : j];
-    };
-    if (kind == CollectiveKind::kAllGather) {
-      for (const auto& b : plan.stages) held = ceil_div(held, std::max(1, b.group()));
-    }
-    const bool quantized_gather = q.quantized() && kind == CollectiveKind::kAllGather;
-    if (quantized_gather) {
-      std::vector<TaskId> quantized(sims);
-      for (int s = 0; s < sims; ++s) {
-        quantized[s] = add_kernel(name + ".quantize", s, Bytes{held * 2 + q.wire_bytes(held)}, first[s]);
-      }
-      advance(quantized);
-    }
-    // The gathers of a quantized reduction (qgZ's all-reduce) move bf16: the plan without its
-    // quantization, copied once per collective that needs it.
-    std::optional<CollectivePlan> unquantized;
-    if (!quantized_gather && q.quantized()) {
-      unquantized = plan;
-      unquantized->quantization = Quantization{};
-    }
-    const CollectivePlan& gather = unquantized ? *unquantized : plan;
-    for (std::size_t j = 0; j < bands; ++j) {
-      const int g = band_of(j).group();
-      if (g < 2) continue;
-      advance(add_stage(fmt::format(FMT_COMPILE("{}.ag{}"), name, j), "all_gather", band_of(j), gather, held, first));
-      held *= g;
-    }
-    if (quantized_gather) {
-      std::vector<TaskId> dequantized(sims);
-      for (int s = 0; s < sims; ++s) {
-        dequantized[s] = add_kernel(name + ".dequantize", s, Bytes{q.wire_bytes(held) + held * 2}, first[s]);
-      }
-      advance(dequantized);
-    }
+    add_all_gather_stages(kind, name, held, plan, progress);
   }
-  if (q.quantized()) {
-    std::vector<TaskId> freed(sims);
-    for (int s = 0; s < sims; ++s) {
-      freed[s] = quantization_buffer(name + ".free.quantized", s, quantized_buffers, true, first[s]);
-    }
-    advance(freed);
-  }
+  if (q.quantized()) add_quantization_buffers(name + ".free.quantized", quantized_buffers, true, progress);
   // An analytic collective ends with its last stage's one task per rank: no barrier after it (a TP
   // all-reduce per layer piece would otherwise add a third of its tasks). Flow-level stages end with
   // their own barriers too, but their names are what golden graphs and traces show, so they keep
   // the collective's. Nothing to move (one rank, or groups of one): the result is ready when the
   // inputs are.
-  if (advanced && options_.fidelity == Fidelity::kAnalytic) return done;
-  for (int s = 0; s < sims; ++s) {
-    done[s] = graph_.add(rank_task_name(name, ".done", s), phase::kCommunication, BarrierTask{}, first[s]);
+  if (progress.advanced && options_.fidelity == Fidelity::kAnalytic) return progress.done;
+  return add_done_barriers(name, progress);
+}
+
+void Communicator::add_tree_stages(const std::string& name, std::int64_t elements, const CollectivePlan& plan,
+                                   Progress& progress) {
+  for (std::size_t j = 0; j < plan.stages.size(); ++j) {
+    if (plan.stages[j].group() < 2) continue;
+    progress.advance(add_tree_stage(fmt::format(FMT_COMPILE("{}.tree{}"), name, j), plan.stages[j],
+                                    plan.quantization.wire_bytes(elements), progress.first));
+  }
+}
+
+void Communicator::add_quantization_buffers(const std::string& name, Bytes bytes, bool release, Progress& progress) {
+  std::vector<TaskId> buffers(progress.sims);
+  for (int s = 0; s < progress.sims; ++s) {
+    buffers[s] = quantization_buffer(name, s, bytes, release, progress.first[s]);
+  }
+  progress.advance(buffers);
+}
+
+void Communicator::add_kernels(const std::string& name, Bytes bytes, Progress& progress) {
+  std::vector<TaskId> kernels(progress.sims);
+  for (int s = 0; s < progress.sims; ++s) {
+    kernels[s] = add_kernel(name, s, bytes, progress.first[s]);
+  }
+  progress.advance(kernels);
+}
+
+std::int64_t Communicator::add_reduce_scatter_stages(const std::string& name, std::int64_t held,
+                                                     const CollectivePlan& plan, Progress& progress) {
+  const Quantization& q = plan.quantization;
+  for (std::size_t j = 0; j < plan.stages.size(); ++j) {
+    const Band& band = plan.stages[j];
+    const int g = band.group();
+    if (g < 2) continue;
+    const std::int64_t share = ceil_div(held, g);
+    const std::string stage = fmt::format(FMT_COMPILE("{}.rs{}"), name, j);
+    // Quantize the buffer; after the exchange, dequantize the g shares received and reduce.
+    if (q.quantized()) add_kernels(stage + ".quantize", Bytes{held * 2 + q.wire_bytes(held)}, progress);
+    std::vector<TaskId> exchanged = add_stage(stage, "reduce_scatter", band, plan, share, progress.first);
+    if (q.quantized()) {
+      for (int s = 0; s < progress.sims; ++s) {
+        exchanged[s] = add_kernel(stage + ".dequantize_reduce", s, Bytes{q.wire_bytes(held) + share * 2},
+                                  std::span<const TaskId>(&exchanged[s], 1));
+      }
+    }
+    progress.advance(exchanged);
+    held = share;
+  }
+  return held;
+}
+
+void Communicator::add_all_gather_stages(CollectiveKind kind, const std::string& name, std::int64_t held,
+                                         const CollectivePlan& plan, Progress& progress) {
+  const Quantization& q = plan.quantization;
+  // An all-reduce gathers back over its bands in reverse order.
+  const std::size_t bands = plan.stages.size();
+  const auto band_of = [&](std::size_t j) -> const Band& {
+    return plan.stages[kind == CollectiveKind::kAllReduce ? bands - 1 - j : j];
+  };
+  if (kind == CollectiveKind::kAllGather) {
+    for (const auto& b : plan.stages) held = ceil_div(held, std::max(1, b.group()));
+  }
+  const bool quantized_gather = q.quantized() && kind == CollectiveKind::kAllGather;
+  if (quantized_gather) add_kernels(name + ".quantize", Bytes{held * 2 + q.wire_bytes(held)}, progress);
+  // The gathers of a quantized reduction (qgZ's all-reduce) move bf16: the plan without its
+  // quantization, copied once per collective that needs it.
+  std::optional<CollectivePlan> unquantized;
+  if (!quantized_gather && q.quantized()) {
+    unquantized = plan;
+    unquantized->quantization = Quantization{};
+  }
+  const CollectivePlan& gather = unquantized ? *unquantized : plan;
+  for (std::size_t j = 0; j < bands; ++j) {
+    const int g = band_of(j).group();
+    if (g < 2) continue;
+    progress.advance(add_stage(fmt::format(FMT_COMPILE("{}.ag{}"), name, j), "all_gather", band_of(j), gather, held,
+                               progress.first));
+    held *= g;
+  }
+  if (quantized_gather) add_kernels(name + ".dequantize", Bytes{q.wire_bytes(held) + held * 2}, progress);
+}
+
+std::vector<TaskId> Communicator::add_done_barriers(const std::string& name, const Progress& progress) {
+  std::vector<TaskId> done(progress.sims);
+  for (int s = 0; s < progress.sims; ++s) {
+    done[s] = graph_.add(rank_task_name(name, ".done", s), phase::kCommunication, BarrierTask{}, progress.first[s]);
   }
   return done;
 }

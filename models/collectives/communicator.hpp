@@ -79,6 +79,35 @@ class Communicator {
   };
   // The ranks simulated index s stands for inside the block: itself and its class's other members.
   [[nodiscard]] std::vector<int> class_of(int s) const;
+  // The steps of one collective while add() builds it, per simulated rank: what its next step
+  // waits for (first) and its latest step's task (done).
+  struct Progress {
+    int sims;  // simulated ranks
+    std::vector<std::vector<sim::TaskId>> first;
+    std::vector<sim::TaskId> done;
+    bool advanced = false;  // some stage (or buffer task) ran: each rank's result is one task
+    // Every rank's next step waits for its task of the step just added (`stage_done`).
+    void advance(const std::vector<sim::TaskId>& stage_done);
+  };
+  // The stages of a tree all-reduce, one per band of more than one rank (add_tree_stage).
+  void add_tree_stages(const std::string& name, std::int64_t elements, const CollectivePlan& plan, Progress& progress);
+  // Every rank allocates (or, `release`, frees) its quantized send and receive buffers of `bytes`.
+  void add_quantization_buffers(const std::string& name, sim::Bytes bytes, bool release, Progress& progress);
+  // Every rank runs one kernel of `bytes` of HBM traffic on its communication side (add_kernel).
+  void add_kernels(const std::string& name, sim::Bytes bytes, Progress& progress);
+  // The reduce-scatter stages over the plan's bands in order, each quantized (and dequantized and
+  // reduced after its exchange) when the plan is. `held`: the elements each rank holds before the
+  // first stage. Returns what each rank holds after the last (its share).
+  std::int64_t add_reduce_scatter_stages(const std::string& name, std::int64_t held, const CollectivePlan& plan,
+                                         Progress& progress);
+  // The all-gather stages: an all-gather's over the bands in order, quantized once before the
+  // first and dequantized once after the last when the plan is; an all-reduce's in reverse order
+  // and in bf16. `held`: what each rank holds before them (an all-gather: `elements`, of which
+  // each rank's share is taken here).
+  void add_all_gather_stages(CollectiveKind kind, const std::string& name, std::int64_t held,
+                             const CollectivePlan& plan, Progress& progress);
+  // "<name>.done": per rank a barrier on its last step, the collective's result.
+  std::vector<sim::TaskId> add_done_barriers(const std::string& name, const Progress& progress);
   // One stage of `kind` (reduce-scatter or all-gather) moving `per_peer` bf16 elements to each
   // peer (ring: per chunk). Returns per simulated rank the barrier of its completion.
   std::vector<sim::TaskId> add_stage(const std::string& name, const std::string& collective, const Band& band,

@@ -405,6 +405,117 @@ DeviceCosts::Fp8Costs parse_fp8_costs(const Node& node, const std::string& devic
   return f;
 }
 
+// parse_device_costs, step 1: peak: {matrix_bf16, memory_bandwidth}, both positive.
+void parse_peaks(const Node& peak, DeviceCosts& d) {
+  auto& ctx = peak.context();
+  MapReader p(peak);
+  const auto matrix = p.required<sim::FlopRate>("matrix_bf16");
+  if (matrix.valid && !(matrix.value.flops_per_s > 0.0)) {
+    ctx.error(matrix.loc, peak.child_path("matrix_bf16"), "expected a positive FLOP rate");
+  }
+  d.peak_matrix_bf16 = matrix.value;
+  const auto memory = p.required<sim::Bandwidth>("memory_bandwidth");
+  if (memory.valid && !(memory.value.bytes_per_s > 0.0)) {
+    ctx.error(memory.loc, peak.child_path("memory_bandwidth"), "expected a positive bandwidth");
+  }
+  d.memory_bandwidth = memory.value;
+}
+
+// gemm.shape_from: !include y.gemm.yaml -- another device's measured grid: its efficiency by shape
+// relative to its best shape, times this device's best-shape efficiency (no grid of its own).
+void add_shape_from_table(const Node& other, DeviceCosts& d) {
+  auto m = parse_measured_costs(other);
+  if (!m) return;
+  if (m->gemm.empty()) {
+    other.context().error(other.location(), other.path(), "the included table has no gemm efficiency_table");
+    return;
+  }
+  double best = 0.0;
+  for (const auto& p : m->gemm) best = std::max(best, p.efficiency);
+  for (auto p : m->gemm) {
+    p.efficiency = d.gemm_efficiency * p.efficiency / best;
+    d.gemm_table.push_back(p);
+  }
+  d.gemm_shape_from = m->device_kind;
+}
+
+// gemm.measured: !include x.gemm.yaml -- a table written by `offsim calibrate` from gemm_bench
+// rows, for this device kind and relative to this table's peak.
+void add_measured_gemm_table(const Node& measured, DeviceCosts& d) {
+  auto& ctx = measured.context();
+  auto m = parse_measured_costs(measured);
+  if (!m) return;
+  if (m->device_kind != d.device_kind) {
+    ctx.error(measured.location(), measured.child_path("device_kind"),
+              fmt::format("the measured GEMM table is for '{}', this table for '{}'", m->device_kind, d.device_kind));
+  } else if (m->gemm.empty()) {
+    ctx.error(measured.location(), measured.path(), "the included table has no gemm efficiency_table");
+  } else if (m->gemm_peak && std::abs(m->gemm_peak->flops_per_s / d.peak_matrix_bf16.flops_per_s - 1.0) > 1e-3) {
+    ctx.error(measured.location(), measured.child_path("gemm"),
+              fmt::format("its efficiencies are relative to {}, this table's peak is {}",
+                          sim::format_flop_rate(*m->gemm_peak), sim::format_flop_rate(d.peak_matrix_bf16)));
+  } else {
+    d.gemm_table.insert(d.gemm_table.end(), m->gemm.begin(), m->gemm.end());
+  }
+}
+
+// parse_device_costs, step 2: gemm: {efficiency, efficiency_table, shape_from or measured, tiling}.
+void parse_gemm_costs(const Node& gemm, DeviceCosts& d) {
+  MapReader g(gemm);
+  d.gemm_efficiency = fraction(g, gemm, "efficiency");
+  if (auto table = g.child("efficiency_table")) d.gemm_table = parse_gemm_table(*table);
+  if (auto other = g.child("shape_from")) add_shape_from_table(*other, d);
+  if (auto measured = g.child("measured"); measured && g.has("shape_from")) {
+    gemm.context().error(measured->location(), measured->path(),
+                         "give either a measured table or shape_from (another device's shapes), not both");
+  } else if (measured) {
+    add_measured_gemm_table(*measured, d);
+  }
+  if (auto tiling = g.child("tiling")) d.gemm_tiling = parse_gemm_tiling(*tiling);
+}
+
+// memory_bound.kernels: !include ../calibration/x.kernels.yaml -- {source,
+// relative_to_streaming: {name: {forward, backward}}}, positive relative efficiencies.
+void parse_kernel_efficiencies(const Node& kernels, DeviceCosts& d) {
+  auto& ctx = kernels.context();
+  MapReader k(kernels);
+  (void)k.required<std::string>("source");
+  (void)k.optional<std::string>("command", "");
+  auto table = k.required_child("relative_to_streaming", "a mapping of kernel name to {forward, backward}");
+  if (!table) return;
+  MapReader t(*table);
+  for (const char* name : kElementwiseKernelClasses) {
+    const auto found = t.child(name);
+    if (!found) continue;
+    const Node& entry = *found;
+    MapReader e(entry);
+    DeviceCosts::KernelEfficiency eff;
+    for (auto [key, field] : {std::pair{"forward", &eff.forward}, {"backward", &eff.backward}}) {
+      const auto v = e.required<double>(key);
+      if (v.valid && !(v.value > 0.0)) {
+        ctx.error(v.loc, entry.child_path(key),
+                  fmt::format("expected a positive relative efficiency, got {}", v.value));
+      }
+      *field = v.value;
+    }
+    d.kernel_efficiency[name] = eff;
+  }
+}
+
+// parse_device_costs, step 3: memory_bound: {efficiency, source, kernel_launch, kernels}.
+void parse_memory_bound_costs(const Node& mem, DeviceCosts& d) {
+  MapReader m(mem);
+  d.memory_efficiency = fraction(m, mem, "efficiency");
+  (void)m.required<std::string>("source");
+  if (auto launch = m.child("kernel_launch")) {
+    if (auto t = launch->as<sim::TimePs>()) {
+      if (*t < sim::TimePs{0}) mem.context().error(launch->location(), launch->path(), "expected a non-negative time");
+      d.kernel_launch = *t;
+    }
+  }
+  if (auto kernels = m.child("kernels")) parse_kernel_efficiencies(*kernels, d);
+}
+
 }  // namespace
 
 std::optional<DeviceCosts> parse_device_costs(const Node& node) {
@@ -413,99 +524,9 @@ std::optional<DeviceCosts> parse_device_costs(const Node& node) {
   MapReader r(node);
   DeviceCosts d;
   d.device_kind = r.required<std::string>("device_kind").value;
-  if (auto peak = r.required_child("peak", "a mapping with matrix_bf16 and memory_bandwidth")) {
-    MapReader p(*peak);
-    const auto matrix = p.required<sim::FlopRate>("matrix_bf16");
-    if (matrix.valid && !(matrix.value.flops_per_s > 0.0)) {
-      ctx.error(matrix.loc, peak->child_path("matrix_bf16"), "expected a positive FLOP rate");
-    }
-    d.peak_matrix_bf16 = matrix.value;
-    const auto memory = p.required<sim::Bandwidth>("memory_bandwidth");
-    if (memory.valid && !(memory.value.bytes_per_s > 0.0)) {
-      ctx.error(memory.loc, peak->child_path("memory_bandwidth"), "expected a positive bandwidth");
-    }
-    d.memory_bandwidth = memory.value;
-  }
-  if (auto gemm = r.required_child("gemm", "a mapping with efficiency")) {
-    MapReader g(*gemm);
-    d.gemm_efficiency = fraction(g, *gemm, "efficiency");
-    if (auto table = g.child("efficiency_table")) d.gemm_table = parse_gemm_table(*table);
-    // shape_from: !include y.gemm.yaml -- another device's measured grid: its efficiency by shape
-    // relative to its best shape, times this device's best-shape efficiency (no grid of its own).
-    if (auto other = g.child("shape_from")) {
-      if (auto m = parse_measured_costs(*other)) {
-        if (m->gemm.empty()) {
-          ctx.error(other->location(), other->path(), "the included table has no gemm efficiency_table");
-        } else {
-          double best = 0.0;
-          for (const auto& p : m->gemm) best = std::max(best, p.efficiency);
-          for (auto p : m->gemm) {
-            p.efficiency = d.gemm_efficiency * p.efficiency / best;
-            d.gemm_table.push_back(p);
-          }
-          d.gemm_shape_from = m->device_kind;
-        }
-      }
-    }
-    // measured: !include x.gemm.yaml -- a table written by `offsim calibrate` from gemm_bench rows.
-    if (auto measured = g.child("measured"); measured && g.has("shape_from")) {
-      ctx.error(measured->location(), measured->path(),
-                "give either a measured table or shape_from (another device's shapes), not both");
-    } else if (measured) {
-      if (auto m = parse_measured_costs(*measured)) {
-        if (m->device_kind != d.device_kind) {
-          ctx.error(
-              measured->location(), measured->child_path("device_kind"),
-              fmt::format("the measured GEMM table is for '{}', this table for '{}'", m->device_kind, d.device_kind));
-        } else if (m->gemm.empty()) {
-          ctx.error(measured->location(), measured->path(), "the included table has no gemm efficiency_table");
-        } else if (m->gemm_peak && std::abs(m->gemm_peak->flops_per_s / d.peak_matrix_bf16.flops_per_s - 1.0) > 1e-3) {
-          ctx.error(measured->location(), measured->child_path("gemm"),
-                    fmt::format("its efficiencies are relative to {}, this table's peak is {}",
-                                sim::format_flop_rate(*m->gemm_peak), sim::format_flop_rate(d.peak_matrix_bf16)));
-        } else {
-          d.gemm_table.insert(d.gemm_table.end(), m->gemm.begin(), m->gemm.end());
-        }
-      }
-    }
-    if (auto tiling = g.child("tiling")) d.gemm_tiling = parse_gemm_tiling(*tiling);
-  }
-  if (auto mem = r.child("memory_bound")) {
-    MapReader m(*mem);
-    d.memory_efficiency = fraction(m, *mem, "efficiency");
-    (void)m.required<std::string>("source");
-    if (auto launch = m.child("kernel_launch")) {
-      if (auto t = launch->as<sim::TimePs>()) {
-        if (*t < sim::TimePs{0}) ctx.error(launch->location(), launch->path(), "expected a non-negative time");
-        d.kernel_launch = *t;
-      }
-    }
-    // kernels: !include ../calibration/x.kernels.yaml -- {source, relative_to_streaming: {name: {forward, backward}}}
-    if (auto kernels = m.child("kernels")) {
-      MapReader k(*kernels);
-      (void)k.required<std::string>("source");
-      (void)k.optional<std::string>("command", "");
-      if (auto table = k.required_child("relative_to_streaming", "a mapping of kernel name to {forward, backward}")) {
-        MapReader t(*table);
-        for (const char* name : kElementwiseKernelClasses) {
-          const auto found = t.child(name);
-          if (!found) continue;
-          const Node& entry = *found;
-          MapReader e(entry);
-          DeviceCosts::KernelEfficiency eff;
-          for (auto [key, field] : {std::pair{"forward", &eff.forward}, {"backward", &eff.backward}}) {
-            const auto v = e.required<double>(key);
-            if (v.valid && !(v.value > 0.0)) {
-              ctx.error(v.loc, entry.child_path(key),
-                        fmt::format("expected a positive relative efficiency, got {}", v.value));
-            }
-            *field = v.value;
-          }
-          d.kernel_efficiency[name] = eff;
-        }
-      }
-    }
-  }
+  if (auto peak = r.required_child("peak", "a mapping with matrix_bf16 and memory_bandwidth")) parse_peaks(*peak, d);
+  if (auto gemm = r.required_child("gemm", "a mapping with efficiency")) parse_gemm_costs(*gemm, d);
+  if (auto mem = r.child("memory_bound")) parse_memory_bound_costs(*mem, d);
   if (auto fp8 = r.child("fp8")) d.fp8 = parse_fp8_costs(*fp8, d.device_kind);
   if (auto fa = r.child("flash_attention")) {
     MapReader f(*fa);
@@ -568,101 +589,126 @@ std::optional<sim::Bandwidth> MeasuredCosts::measured_bus_bandwidth(const std::s
   return sim::Bandwidth{at(*lo) + t * (at(*hi) - at(*lo))};
 }
 
+namespace {
+
+// A fit's quality ({rows, max_relative_residual, note}), kept for the reader; not used by the model.
+void read_fit(MapReader& m) {
+  if (auto fit = m.child("fit")) {
+    MapReader f(*fit);
+    (void)f.optional<int>("rows", 0);
+    (void)f.optional<double>("max_relative_residual", 0.0);
+    (void)f.optional<std::string>("note", "");
+  }
+}
+
+// A collective fit's measured curve: [bytes, "bus bandwidth"] points, positive, sizes ascending.
+void parse_measured_points(const Node& points, CollectiveFit& fit) {
+  auto& ctx = points.context();
+  for (const auto& point : points.items()) {
+    const auto pair = point.items();
+    if (pair.size() != 2) {
+      ctx.error(point.location(), point.path(), "expected [bytes, \"bus bandwidth\"]");
+      continue;
+    }
+    const auto bytes = pair[0].as<double>();
+    const auto bw = pair[1].as<sim::Bandwidth>();
+    if (!bytes || !bw) continue;
+    if (!(*bytes > 0.0) || !(bw->bytes_per_s > 0.0)) {
+      ctx.error(point.location(), point.path(), "expected a positive size and bandwidth");
+      continue;
+    }
+    if (!fit.measured.empty() && *bytes <= fit.measured.back().first) {
+      ctx.error(point.location(), point.path(), "expected sizes in ascending order");
+      continue;
+    }
+    fit.measured.emplace_back(*bytes, bw->bytes_per_s);
+  }
+}
+
+// One collective fit: {ranks, nodes, step_latency, bus_bandwidth, fit, measured}.
+CollectiveFit parse_collective_fit(const Node& item) {
+  auto& ctx = item.context();
+  MapReader f(item);
+  CollectiveFit fit;
+  const auto ranks = f.required<int>("ranks");
+  if (ranks.valid && ranks.value < 2) ctx.error(ranks.loc, item.child_path("ranks"), "expected at least 2 ranks");
+  fit.ranks = ranks.value;
+  const auto nodes = f.optional<int>("nodes", 0);
+  if (nodes.valid && nodes.value < 0) ctx.error(nodes.loc, item.child_path("nodes"), "expected a count >= 1");
+  fit.nodes = nodes.value;
+  fit.step_latency = f.required<sim::TimePs>("step_latency").value;
+  const auto busbw = f.required<sim::Bandwidth>("bus_bandwidth");
+  if (busbw.valid && !(busbw.value.bytes_per_s > 0.0)) {
+    ctx.error(busbw.loc, item.child_path("bus_bandwidth"), "expected a positive bandwidth");
+  }
+  fit.bus_bandwidth = busbw.value;
+  read_fit(f);
+  if (auto points = f.child("measured")) parse_measured_points(*points, fit);
+  return fit;
+}
+
+// parse_measured_costs, step 1: collectives: {all_gather, reduce_scatter, all_reduce: [fit, ...]}.
+void parse_collective_fits(const Node& coll, MeasuredCosts& c) {
+  MapReader cr(coll);
+  for (const char* name : {"all_gather", "reduce_scatter", "all_reduce"}) {
+    auto list = cr.child(name);
+    if (!list) continue;
+    auto& fits = c.collectives[name];
+    for (const auto& item : list->items()) fits.push_back(parse_collective_fit(item));
+  }
+}
+
+// parse_measured_costs, step 2: copies: {h2d_pinned, ...: {latency, bandwidth, fit}}.
+void parse_copy_fits(const Node& copies, MeasuredCosts& c) {
+  MapReader cr(copies);
+  for (const char* name : {"h2d_pinned", "h2d_pageable", "d2h_pinned", "d2h_pageable", "peer"}) {
+    auto item = cr.child(name);
+    if (!item) continue;
+    MapReader f(*item);
+    const auto latency = f.required<sim::TimePs>("latency");
+    const auto bandwidth = f.required<sim::Bandwidth>("bandwidth");
+    if (bandwidth.valid && !(bandwidth.value.bytes_per_s > 0.0)) {
+      copies.context().error(bandwidth.loc, item->child_path("bandwidth"), "expected a positive bandwidth");
+    }
+    c.copies[name] = CopyFit{latency.value, bandwidth.value};
+    read_fit(f);
+  }
+}
+
+// parse_measured_costs, step 3: a host rate table (cpu_adam, cpu_upcast, cpu_downcast):
+// [{threads, params_per_s, rows}, ...].
+void parse_cpu_rate_fits(const Node& list, std::vector<CpuRateFit>& fits) {
+  auto& ctx = list.context();
+  for (const auto& item : list.items()) {
+    MapReader f(item);
+    const auto threads = f.required<int>("threads");
+    if (threads.valid && threads.value < 1) {
+      ctx.error(threads.loc, item.child_path("threads"), fmt::format("expected >= 1, got {}", threads.value));
+    }
+    const auto rate = f.required<double>("params_per_s");
+    if (rate.valid && !(rate.value >= 1.0)) {
+      // At least one parameter a second: slower rates leave the simulated clock.
+      ctx.error(rate.loc, item.child_path("params_per_s"),
+                fmt::format("expected a rate of at least 1 parameter per second, got {}", rate.value));
+    }
+    fits.push_back({threads.value, rate.value});
+    (void)f.optional<int>("rows", 0);
+  }
+}
+
+}  // namespace
+
 std::optional<MeasuredCosts> parse_measured_costs(const Node& node) {
   auto& ctx = node.context();
   const std::size_t errors_before = ctx.error_count();
   MapReader r(node);
   MeasuredCosts c;
   c.device_kind = r.required<std::string>("device_kind").value;
-  const auto read_fit = [](MapReader& m) {
-    if (auto fit = m.child("fit")) {
-      MapReader f(*fit);  // fit quality, kept for the reader; not used by the model
-      (void)f.optional<int>("rows", 0);
-      (void)f.optional<double>("max_relative_residual", 0.0);
-      (void)f.optional<std::string>("note", "");
-    }
-  };
-  if (auto coll = r.child("collectives")) {
-    MapReader cr(*coll);
-    for (const char* name : {"all_gather", "reduce_scatter", "all_reduce"}) {
-      auto list = cr.child(name);
-      if (!list) continue;
-      auto& fits = c.collectives[name];
-      for (const auto& item : list->items()) {
-        MapReader f(item);
-        CollectiveFit fit;
-        const auto ranks = f.required<int>("ranks");
-        if (ranks.valid && ranks.value < 2) ctx.error(ranks.loc, item.child_path("ranks"), "expected at least 2 ranks");
-        fit.ranks = ranks.value;
-        const auto nodes = f.optional<int>("nodes", 0);
-        if (nodes.valid && nodes.value < 0) ctx.error(nodes.loc, item.child_path("nodes"), "expected a count >= 1");
-        fit.nodes = nodes.value;
-        fit.step_latency = f.required<sim::TimePs>("step_latency").value;
-        const auto busbw = f.required<sim::Bandwidth>("bus_bandwidth");
-        if (busbw.valid && !(busbw.value.bytes_per_s > 0.0)) {
-          ctx.error(busbw.loc, item.child_path("bus_bandwidth"), "expected a positive bandwidth");
-        }
-        fit.bus_bandwidth = busbw.value;
-        read_fit(f);
-        if (auto points = f.child("measured")) {
-          for (const auto& point : points->items()) {
-            const auto pair = point.items();
-            if (pair.size() != 2) {
-              ctx.error(point.location(), point.path(), "expected [bytes, \"bus bandwidth\"]");
-              continue;
-            }
-            const auto bytes = pair[0].as<double>();
-            const auto bw = pair[1].as<sim::Bandwidth>();
-            if (!bytes || !bw) continue;
-            if (!(*bytes > 0.0) || !(bw->bytes_per_s > 0.0)) {
-              ctx.error(point.location(), point.path(), "expected a positive size and bandwidth");
-              continue;
-            }
-            if (!fit.measured.empty() && *bytes <= fit.measured.back().first) {
-              ctx.error(point.location(), point.path(), "expected sizes in ascending order");
-              continue;
-            }
-            fit.measured.emplace_back(*bytes, bw->bytes_per_s);
-          }
-        }
-        fits.push_back(fit);
-      }
-    }
-  }
-  if (auto copies = r.child("copies")) {
-    MapReader cr(*copies);
-    for (const char* name : {"h2d_pinned", "h2d_pageable", "d2h_pinned", "d2h_pageable", "peer"}) {
-      auto item = cr.child(name);
-      if (!item) continue;
-      MapReader f(*item);
-      const auto latency = f.required<sim::TimePs>("latency");
-      const auto bandwidth = f.required<sim::Bandwidth>("bandwidth");
-      if (bandwidth.valid && !(bandwidth.value.bytes_per_s > 0.0)) {
-        ctx.error(bandwidth.loc, item->child_path("bandwidth"), "expected a positive bandwidth");
-      }
-      c.copies[name] = CopyFit{latency.value, bandwidth.value};
-      read_fit(f);
-    }
-  }
+  if (auto coll = r.child("collectives")) parse_collective_fits(*coll, c);
+  if (auto copies = r.child("copies")) parse_copy_fits(*copies, c);
   for (auto [key, fits] :
        {std::pair{"cpu_adam", &c.cpu_adam}, {"cpu_upcast", &c.cpu_upcast}, {"cpu_downcast", &c.cpu_downcast}}) {
-    auto list = r.child(key);
-    if (!list) continue;
-    for (const auto& item : list->items()) {
-      MapReader f(item);
-      const auto threads = f.required<int>("threads");
-      if (threads.valid && threads.value < 1) {
-        ctx.error(threads.loc, item.child_path("threads"), fmt::format("expected >= 1, got {}", threads.value));
-      }
-      const auto rate = f.required<double>("params_per_s");
-      if (rate.valid && !(rate.value >= 1.0)) {
-        // At least one parameter a second: slower rates leave the simulated clock.
-        ctx.error(rate.loc, item.child_path("params_per_s"),
-                  fmt::format("expected a rate of at least 1 parameter per second, got {}", rate.value));
-      }
-      fits->push_back({threads.value, rate.value});
-      (void)f.optional<int>("rows", 0);
-    }
+    if (auto list = r.child(key)) parse_cpu_rate_fits(*list, *fits);
   }
   if (auto work = r.child("cpu_work")) {
     MapReader w(*work);

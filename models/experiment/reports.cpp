@@ -221,7 +221,11 @@ std::string summary_json(const ExperimentSpec& spec, const ExperimentResult& r, 
   return j.str();
 }
 
-std::string text_report(const ExperimentSpec& spec, const ExperimentResult& r) {
+namespace {
+
+// Step 1: the title (what runs on which machine), the sequence and batch, and the defaults the
+// experiment did not give.
+std::string report_header(const ExperimentSpec& spec, const ExperimentResult& r) {
   std::string out;
   if (const auto* c = std::get_if<CollectiveSpec>(&spec.strategy)) {
     out += fmt::format("offsim: {}  (a collective of {} over {} ranks on {})\n\n", spec.name,
@@ -244,8 +248,13 @@ std::string text_report(const ExperimentSpec& spec, const ExperimentResult& r) {
       out += fmt::format("{:<21}{}\n", i == 0 ? "defaults applied" : "", spec.defaults_applied[i]);
     }
   }
-  out += fmt::format("feasible             {}\n", r.feasible ? "yes" : "NO");
-  // Pools that overflow alike (every GPU of a data-parallel group) are named on one line.
+  return out;
+}
+
+// Step 2: whether the run fits, and each overflow; pools that overflow alike (every GPU of a
+// data-parallel group) are named on one line.
+std::string feasibility_lines(const ExperimentResult& r) {
+  std::string out = fmt::format("feasible             {}\n", r.feasible ? "yes" : "NO");
   std::vector<std::pair<std::string, std::vector<std::string>>> overflows;  // what, which pools
   for (const auto& reason : r.infeasible_reasons) {
     const auto space = reason.find(' ');
@@ -267,11 +276,16 @@ std::string text_report(const ExperimentSpec& spec, const ExperimentResult& r) {
                          pools.size() > kNamed ? ", ..." : "", what);
     }
   }
-  // An infeasible run's figures are what it would do with enough memory: said on each line.
+  return out;
+}
+
+// Step 3: the headline figures: the iteration time, then a collective's bus bandwidth or a
+// training run's throughput, model states and MFU. An infeasible run's figures are what it would
+// do with enough memory: said on each line.
+std::string headline_figures(const ExperimentSpec& spec, const ExperimentResult& r) {
   const std::string if_it_fit = r.feasible ? "" : "  (if it fit: it does not)";
-  out += fmt::format("iteration time       {}{}\n", sim::format_time(r.iteration_time), if_it_fit);
-  const auto* collective = std::get_if<CollectiveSpec>(&spec.strategy);
-  if (collective) {
+  std::string out = fmt::format("iteration time       {}{}\n", sim::format_time(r.iteration_time), if_it_fit);
+  if (const auto* collective = std::get_if<CollectiveSpec>(&spec.strategy)) {
     out += fmt::format("bus bandwidth        {} (as nccl-tests report it)\n\n",
                        sim::format_bandwidth(sim::Bandwidth{bus_bandwidth(*collective, r)}));
   } else {
@@ -282,16 +296,18 @@ std::string text_report(const ExperimentSpec& spec, const ExperimentResult& r) {
     out += fmt::format("MFU                  {:.1f}% of {}{}\n\n", 100.0 * r.mfu,
                        sim::format_flop_rate(spec.device.peak_matrix_bf16), if_it_fit);
   }
+  return out;
+}
 
+// Step 4: the tables of rank 0's phases, the memory kinds' fullest pools and the link classes,
+// shares of the iteration time `total` (seconds).
+std::string breakdown_tables(const ExperimentResult& r, double total) {
   sim::report::TextTable phases({"phase (rank 0)", "time", "share"});
-  const double total = r.iteration_time.seconds();
-  const PhaseTime* largest = nullptr;
   for (const auto& p : r.phases) {
     phases.add_row({p.phase, sim::format_time(p.time),
                     fmt::format("{:.1f}%", total > 0 ? 100.0 * p.time.seconds() / total : 0.0)});
-    if (!largest || p.time > largest->time) largest = &p;
   }
-  out += phases.str() + "\n";
+  std::string out = phases.str() + "\n";
 
   sim::report::TextTable memory({"memory", "fullest pool", "peak", "capacity", "use"});
   for (const auto& m : r.memory) {
@@ -308,36 +324,62 @@ std::string text_report(const ExperimentSpec& spec, const ExperimentResult& r) {
                    sim::format_bandwidth(sim::Bandwidth{l.peak_bytes_per_s})});
   }
   out += links.str() + "\n";
+  return out;
+}
 
-  if (spec.cost && !collective) {
-    const CostFigures f = cost_figures(*spec.cost, r);
-    const std::string& cur = spec.cost->currency;
-    out += fmt::format("cost                 {} node{}: {:.4g} node-hours per iteration", r.nodes,
-                       r.nodes == 1 ? "" : "s", f.node_hours_per_iteration);
-    if (f.energy_kwh_per_iteration) out += fmt::format(", {:.4g} kWh", *f.energy_kwh_per_iteration);
-    if (f.price_per_iteration) out += fmt::format(", {:.4g} {}", *f.price_per_iteration, cur);
-    out += "\n";
-    if (f.energy_kwh_per_million_tokens || f.price_per_million_tokens) {
-      out += "per million tokens  ";
-      if (f.energy_kwh_per_million_tokens) out += fmt::format(" {:.4g} kWh", *f.energy_kwh_per_million_tokens);
-      if (f.price_per_million_tokens) out += fmt::format(" {:.4g} {}", *f.price_per_million_tokens, cur);
-      out += "\n";
-    }
-    if (f.time_to_train_s) {
-      out += fmt::format("to train on {:.3g} tokens: {:.1f} days, {:.4g} node-hours", *spec.cost->token_budget,
-                         *f.time_to_train_s / 86400.0, *f.node_hours_to_train);
-      if (f.energy_kwh_to_train) out += fmt::format(", {:.4g} MWh", *f.energy_kwh_to_train / 1000.0);
-      if (f.price_to_train) out += fmt::format(", {:.4g} {}", *f.price_to_train, cur);
-      out += "\n";
-    }
+// Step 5: what an iteration costs (node-hours, energy, price), per million tokens, and to train
+// on the token budget.
+std::string cost_lines(const CostSpec& cost, const ExperimentResult& r) {
+  const CostFigures f = cost_figures(cost, r);
+  const std::string& cur = cost.currency;
+  std::string out = fmt::format("cost                 {} node{}: {:.4g} node-hours per iteration", r.nodes,
+                                r.nodes == 1 ? "" : "s", f.node_hours_per_iteration);
+  if (f.energy_kwh_per_iteration) out += fmt::format(", {:.4g} kWh", *f.energy_kwh_per_iteration);
+  if (f.price_per_iteration) out += fmt::format(", {:.4g} {}", *f.price_per_iteration, cur);
+  out += "\n";
+  if (f.energy_kwh_per_million_tokens || f.price_per_million_tokens) {
+    out += "per million tokens  ";
+    if (f.energy_kwh_per_million_tokens) out += fmt::format(" {:.4g} kWh", *f.energy_kwh_per_million_tokens);
+    if (f.price_per_million_tokens) out += fmt::format(" {:.4g} {}", *f.price_per_million_tokens, cur);
     out += "\n";
   }
-  if (largest && total > 0 && !collective) {
-    out += fmt::format("bottleneck: {} takes {:.0f}% of the iteration", largest->phase,
-                       100.0 * largest->time.seconds() / total);
-    const double exposed = r.phase_seconds(phase::kExposedCommunication);
-    out += fmt::format("; communication left exposed after backward is {:.1f}%.\n", 100.0 * exposed / total);
+  if (f.time_to_train_s) {
+    out += fmt::format("to train on {:.3g} tokens: {:.1f} days, {:.4g} node-hours", *cost.token_budget,
+                       *f.time_to_train_s / 86400.0, *f.node_hours_to_train);
+    if (f.energy_kwh_to_train) out += fmt::format(", {:.4g} MWh", *f.energy_kwh_to_train / 1000.0);
+    if (f.price_to_train) out += fmt::format(", {:.4g} {}", *f.price_to_train, cur);
+    out += "\n";
   }
+  out += "\n";
+  return out;
+}
+
+// Step 6: the bottleneck: rank 0's largest phase (the first of equals) and the communication
+// left exposed after backward, as shares of the iteration time `total` (seconds).
+std::string bottleneck_line(const ExperimentResult& r, double total) {
+  const PhaseTime* largest = nullptr;
+  for (const auto& p : r.phases) {
+    if (!largest || p.time > largest->time) largest = &p;
+  }
+  if (!largest || !(total > 0)) return "";
+  std::string out = fmt::format("bottleneck: {} takes {:.0f}% of the iteration", largest->phase,
+                                100.0 * largest->time.seconds() / total);
+  const double exposed = r.phase_seconds(phase::kExposedCommunication);
+  out += fmt::format("; communication left exposed after backward is {:.1f}%.\n", 100.0 * exposed / total);
+  return out;
+}
+
+}  // namespace
+
+std::string text_report(const ExperimentSpec& spec, const ExperimentResult& r) {
+  const bool collective = std::holds_alternative<CollectiveSpec>(spec.strategy);
+  const double total = r.iteration_time.seconds();
+  std::string out = report_header(spec, r);
+  out += feasibility_lines(r);
+  out += headline_figures(spec, r);
+  out += breakdown_tables(r, total);
+  if (spec.cost && !collective) out += cost_lines(*spec.cost, r);
+  if (!collective) out += bottleneck_line(r, total);
   out += "\napproximations in this model:\n";
   for (const auto& a : r.approximations) out += fmt::format("  - {}\n", a);
   for (const auto& w : spec.warnings) out += fmt::format("warning: {}\n", w.str());

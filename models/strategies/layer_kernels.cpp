@@ -98,28 +98,30 @@ std::string fp8_approximation(const Fp8Training& f) {
 constexpr double kFlashBackwardOverForward = 2.5;
 
 namespace {
-KernelTimes uniform_kernel_times(const IterationInputs& in, const ModelSpec& m, std::int64_t params_on_rank,
-                                 std::int64_t tp, bool sequence_parallel, std::int64_t ep) {
-  const auto& t = in.training;
-  const auto& c = in.costs;
-  const std::int64_t tokens = t.micro_batch * m.seq;
-  // GEMMs by shape on one rank of the tensor-parallel group (Megatron's column/row split).
-  // Backward runs the two gradient GEMMs of each forward one, each with its own shape; flash attention's fused
-  // backward core costs kFlashBackwardOverForward forward cores.
-  TimePs gemms_fwd{0}, gemms_bwd{0};
-  TimePs attention_core{0};
-  KernelTimes k;
+// The layer's GEMM times on one rank, summed by where they run.
+struct LayerGemmTimes {
+  TimePs forward{0}, backward{0};
+  TimePs attention_core{0};                // forward Q K^T and softmax . V (or flash attention's core)
+  TimePs fp8_forward{0}, fp8_backward{0};  // FP8 casts and their amax bookkeeping
+};
+
+// Step 1: the layer's GEMMs by shape on one rank of the tensor-parallel group (Megatron's
+// column/row split). Backward runs the two gradient GEMMs of each forward one, each with its own
+// shape; flash attention's fused backward core costs kFlashBackwardOverForward forward cores.
+// Under FP8 (Transformer Engine, fp8.hpp) the projections add their cast kernels, their amax
+// bookkeeping, and each weight's cast once per iteration spread over its micro-batches. Adds the
+// attention's and the experts' shares to `k`.
+LayerGemmTimes layer_gemm_times(const CostModel& c, const TrainingSpec& t, const ModelSpec& m, std::int64_t tp,
+                                std::int64_t ep, KernelTimes& k) {
+  LayerGemmTimes out;
   const auto& measured_flash = c.device().flash_attention;
-  // FP8 (Transformer Engine, fp8.hpp): the cast kernels, their amax bookkeeping, and each weight's
-  // cast once per iteration spread over its micro-batches.
-  TimePs fp8_fwd{0}, fp8_bwd{0};
   for (const auto& g : layer_gemms(m, t.micro_batch, tp, ep)) {
     if (t.fp8 && runs_in_fp8(g)) {
       const Fp8LayerGemm f = fp8_gemm_times(c, *t.fp8, g, t.grad_accum);
-      gemms_fwd += f.forward;
-      gemms_bwd += f.backward;
-      fp8_fwd += f.casts_forward;
-      fp8_bwd += f.casts_backward;
+      out.forward += f.forward;
+      out.backward += f.backward;
+      out.fp8_forward += f.casts_forward;
+      out.fp8_backward += f.casts_backward;
       if (g.expert) {
         k.experts_fwd += f.forward + f.casts_forward;
         k.experts_bwd += f.backward + f.casts_backward;
@@ -133,58 +135,85 @@ KernelTimes uniform_kernel_times(const IterationInputs& in, const ModelSpec& m, 
       const double peak = c.device().peak_matrix_bf16.flops_per_s;
       const double flops = g.flops();
       const TimePs fwd = sim::duration_of(flops, peak * measured_flash->forward, "FLOP");
-      gemms_fwd += fwd;
-      attention_core += fwd;
+      out.forward += fwd;
+      out.attention_core += fwd;
       const TimePs bwd = sim::duration_of(kFlashBackwardOverForward * flops, peak * measured_flash->backward, "FLOP");
-      gemms_bwd += bwd;
+      out.backward += bwd;
       k.attention_bwd += bwd;
       continue;
     }
     const TimePs d = c.gemm_time(g, fused);
-    gemms_fwd += d;
-    if (g.attention_core) attention_core += d;
+    out.forward += d;
+    if (g.attention_core) out.attention_core += d;
     if (fused) {
       const TimePs bwd{std::llround(kFlashBackwardOverForward * static_cast<double>(d.ps))};
-      gemms_bwd += bwd;
+      out.backward += bwd;
       k.attention_bwd += bwd;
       continue;
     }
     const TimePs b = gradient_gemms_time(c, g);
-    gemms_bwd += b;
+    out.backward += b;
     if (g.attention_core) k.attention_bwd += b;
     if (g.expert) {
       k.experts_fwd += d;
       k.experts_bwd += b;
     }
   }
-  // Non-GEMM kernels one by one (transformer.hpp, layer_elementwise_kernels): each streams its
-  // bytes at the device's measured efficiency for its kind, never faster than a kernel launch.
-  TimePs elementwise_fwd{0}, elementwise_bwd{0}, attention_elementwise{0};
+  return out;
+}
+
+// The layer's non-GEMM kernel times on one rank.
+struct LayerElementwiseTimes {
+  TimePs forward{0}, backward{0};
+  TimePs attention{0};  // forward kernels of the s x s attention (recomputed by selective recompute)
+};
+
+// Step 2: the non-GEMM kernels one by one (transformer.hpp, layer_elementwise_kernels): each
+// streams its bytes at the device's measured efficiency for its kind, never faster than a kernel
+// launch. Adds the attention's and the experts' shares to `k`.
+LayerElementwiseTimes layer_elementwise_times(const CostModel& c, const TrainingSpec& t, const ModelSpec& m,
+                                              std::int64_t tp, bool sequence_parallel, std::int64_t ep,
+                                              KernelTimes& k) {
+  LayerElementwiseTimes out;
   for (const auto& kernel :
        layer_elementwise_kernels(m, t.micro_batch, tp, t.attention_kernels(), sequence_parallel, ep)) {
     if (kernel.forward_bytes > 0.0) {
       const TimePs d = c.memory_bound_time(Bytes{static_cast<std::int64_t>(kernel.forward_bytes)}, kernel.kernel);
-      elementwise_fwd += d;
-      if (kernel.attention_core) attention_elementwise += d;
+      out.forward += d;
+      if (kernel.attention_core) out.attention += d;
       if (kernel.expert) k.experts_fwd += d;
     }
     if (kernel.backward_bytes > 0.0) {
       const TimePs d =
           c.memory_bound_time(Bytes{static_cast<std::int64_t>(kernel.backward_bytes)}, kernel.kernel, true);
-      elementwise_bwd += d;
+      out.backward += d;
       if (kernel.attention_core) k.attention_bwd += d;
       if (kernel.expert) k.experts_bwd += d;
     }
   }
-  const TimePs layer_fwd = gemms_fwd + elementwise_fwd + fp8_fwd;
-  elementwise_bwd += fp8_bwd;
+  return out;
+}
+
+// Step 3: the layer's forward and backward from its GEMMs and other kernels, backward including
+// what the recomputation policy runs again (the whole forward, or selective recompute's attention).
+void combine_layer_times(const TrainingSpec& t, const LayerGemmTimes& gemms, const LayerElementwiseTimes& elementwise,
+                         KernelTimes& k) {
+  const TimePs layer_fwd = gemms.forward + elementwise.forward + gemms.fp8_forward;
+  const TimePs elementwise_bwd = elementwise.backward + gemms.fp8_backward;
   TimePs recompute{0};
   if (t.recompute == Recompute::kFull) recompute = layer_fwd;
-  if (t.recompute == Recompute::kSelective) recompute = attention_core + attention_elementwise;
+  if (t.recompute == Recompute::kSelective) recompute = gemms.attention_core + elementwise.attention;
   k.layer_fwd = layer_fwd;
-  k.attention_fwd = attention_core + attention_elementwise;
+  k.attention_fwd = gemms.attention_core + elementwise.attention;
   if (t.recompute != Recompute::kNone) k.attention_bwd += k.attention_fwd;
-  k.layer_bwd = recompute + gemms_bwd + elementwise_bwd;
+  k.layer_bwd = recompute + gemms.backward + elementwise_bwd;
+}
+
+// Step 4: the output layer (logits GEMM, the logits' traffic and any soft-capping), the
+// embedding's lookup and its gradient, and the optimizer step over the rank's parameters.
+void head_embedding_and_adam_times(const CostModel& c, const TrainingSpec& t, const ModelSpec& m,
+                                   std::int64_t params_on_rank, std::int64_t tp, KernelTimes& k) {
+  const std::int64_t tokens = t.micro_batch * m.seq;
   const GemmShape head = head_gemm(m, t.micro_batch, tp);
   const Bytes logits{tokens * ((m.vocab + tp - 1) / tp) * kLogitBytesPerElement};
   k.head_fwd = c.gemm_time(head) + c.memory_bound_time(logits);
@@ -201,6 +230,17 @@ KernelTimes uniform_kernel_times(const IterationInputs& in, const ModelSpec& m, 
   k.embed_fwd = c.memory_bound_time(Bytes{tokens * m.hidden * kBf16Bytes});
   k.embed_bwd = c.memory_bound_time(Bytes{tokens * m.hidden * kBf16Bytes * 2});
   k.adam = c.memory_bound_time(Bytes{params_on_rank * kAdamTrafficBytesPerParam});
+}
+
+KernelTimes uniform_kernel_times(const IterationInputs& in, const ModelSpec& m, std::int64_t params_on_rank,
+                                 std::int64_t tp, bool sequence_parallel, std::int64_t ep) {
+  const auto& t = in.training;
+  const auto& c = in.costs;
+  KernelTimes k;
+  const LayerGemmTimes gemms = layer_gemm_times(c, t, m, tp, ep, k);
+  const LayerElementwiseTimes elementwise = layer_elementwise_times(c, t, m, tp, sequence_parallel, ep, k);
+  combine_layer_times(t, gemms, elementwise, k);
+  head_embedding_and_adam_times(c, t, m, params_on_rank, tp, k);
   return k;
 }
 }  // namespace

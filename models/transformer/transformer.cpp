@@ -202,47 +202,57 @@ std::vector<GemmShape> layer_gemms(const ModelSpec& m, std::int64_t micro_batch,
   return gemms;
 }
 
-std::vector<ElementwiseKernel> layer_elementwise_kernels(const ModelSpec& m, std::int64_t micro_batch, std::int64_t tp,
-                                                         AttentionKernels attention, bool sequence_parallel,
-                                                         std::int64_t ep) {
-  const double t = static_cast<double>(micro_batch * m.seq);  // tokens
-  // Hidden-state elements a rank's norms, dropouts and residual adds touch: all of them, or its
-  // 1/tp of the sequence under sequence parallelism.
-  const double e = t * static_cast<double>(m.hidden) / (sequence_parallel ? static_cast<double>(tp) : 1.0);
-  const double scores = static_cast<double>(micro_batch * (m.heads / tp)) * static_cast<double>(m.seq) *
-                        static_cast<double>(m.attention_span());
-  const double q = static_cast<double>(m.q_width() / tp);
-  const double kv = static_cast<double>(m.kv_width() / tp);
-  std::vector<ElementwiseKernel> k;
-  // Norms: read x, write y; backward reads x and dy, writes dx (2 B each).
-  for (int n = 0; n < m.norms_per_layer(); ++n) k.push_back({"layernorm", 4.0 * e, 6.0 * e});
+namespace {
+
+// The sizes the layer's non-GEMM kernels run over on one rank, in elements.
+struct ElementwiseSizes {
+  double t;       // tokens
+  double e;       // hidden-state elements a rank's norms, dropouts and residual adds touch
+  double scores;  // attention scores of the rank's heads
+  double q;       // the rank's query width
+  double kv;      // the rank's key (or value) width
+};
+
+// Step 1: the norms. Per layer: read x, write y; backward reads x and dy, writes dx (2 B each).
+// With multi-head latent attention the latents' norms too, with QK norm Q's and K's.
+void add_norm_kernels(const ModelSpec& m, const ElementwiseSizes& z, std::vector<ElementwiseKernel>& k) {
+  for (int n = 0; n < m.norms_per_layer(); ++n) k.push_back({"layernorm", 4.0 * z.e, 6.0 * z.e});
   if (m.mla()) {
     // The latents' RMSNorms (q_a_layernorm, kv_a_layernorm), whole on every rank.
     k.push_back(
-        {"layernorm", 4.0 * t * static_cast<double>(m.q_lora_rank), 6.0 * t * static_cast<double>(m.q_lora_rank)});
-    k.push_back(
-        {"layernorm", 4.0 * t * static_cast<double>(m.kv_lora_rank), 6.0 * t * static_cast<double>(m.kv_lora_rank)});
+        {"layernorm", 4.0 * z.t * static_cast<double>(m.q_lora_rank), 6.0 * z.t * static_cast<double>(m.q_lora_rank)});
+    k.push_back({"layernorm", 4.0 * z.t * static_cast<double>(m.kv_lora_rank),
+                 6.0 * z.t * static_cast<double>(m.kv_lora_rank)});
   }
   if (m.qk_norm) {
     // Q's and K's per-head RMSNorm (Qwen3): a norm kernel each over this rank's heads, not split
     // by sequence parallelism (it runs inside the attention block).
-    k.push_back({"layernorm", 4.0 * t * q, 6.0 * t * q});
-    k.push_back({"layernorm", 4.0 * t * kv, 6.0 * t * kv});
+    k.push_back({"layernorm", 4.0 * z.t * z.q, 6.0 * z.t * z.q});
+    k.push_back({"layernorm", 4.0 * z.t * z.kv, 6.0 * z.t * z.kv});
   }
-  if (m.position == PositionKind::kRope) {
-    // Rotary embedding of Q and K as eager PyTorch runs it (Hugging Face's and Megatron-DeepSpeed's
-    // apply_rotary_pos_emb: x * cos + rotate_half(x) * sin, rotate_half = cat(-x2, x1), cos and sin
-    // cached in x's dtype). Forward per element: x * cos (read, write: 4 B), the negated half
-    // (2 B), the concatenation (4 B), the product with sin (4 B), the sum (read two, write one:
-    // 6 B): 20 B. Backward: the two products (4 B each), the negated half (2 B), the halves
-    // stacked back (4 B) and the two paths' gradients summed (6 B): 20 B. A fused rotary kernel
-    // (Transformer Engine, flash-attn) reads and writes once: 4 B. With rotary positions on part
-    // of each head (GPT-NeoX, Phi), the rotated slice costs the above and the slices are joined
-    // again (read, write: 4 B over the whole width), and split back in backward alike.
-    const double qk = t * (q + kv);
-    const double bytes = 20.0 * m.rotary_fraction * qk + (m.rotary_fraction < 1.0 ? 4.0 * qk : 0.0);
-    k.push_back({"activation", bytes, bytes});
-  }
+}
+
+// Step 2: the rotary embedding of Q and K, for models with rotary positions.
+void add_rotary_kernel(const ModelSpec& m, const ElementwiseSizes& z, std::vector<ElementwiseKernel>& k) {
+  if (m.position != PositionKind::kRope) return;
+  // Rotary embedding of Q and K as eager PyTorch runs it (Hugging Face's and Megatron-DeepSpeed's
+  // apply_rotary_pos_emb: x * cos + rotate_half(x) * sin, rotate_half = cat(-x2, x1), cos and sin
+  // cached in x's dtype). Forward per element: x * cos (read, write: 4 B), the negated half
+  // (2 B), the concatenation (4 B), the product with sin (4 B), the sum (read two, write one:
+  // 6 B): 20 B. Backward: the two products (4 B each), the negated half (2 B), the halves
+  // stacked back (4 B) and the two paths' gradients summed (6 B): 20 B. A fused rotary kernel
+  // (Transformer Engine, flash-attn) reads and writes once: 4 B. With rotary positions on part
+  // of each head (GPT-NeoX, Phi), the rotated slice costs the above and the slices are joined
+  // again (read, write: 4 B over the whole width), and split back in backward alike.
+  const double qk = z.t * (z.q + z.kv);
+  const double bytes = 20.0 * m.rotary_fraction * qk + (m.rotary_fraction < 1.0 ? 4.0 * qk : 0.0);
+  k.push_back({"activation", bytes, bytes});
+}
+
+// Step 3: the kernels that turn the attention scores into probabilities, where the attention
+// kernels leave them to run on their own (soft-capping, scaling, masking, softmax, dropout).
+void add_attention_score_kernels(const ModelSpec& m, AttentionKernels attention, double scores,
+                                 std::vector<ElementwiseKernel>& k) {
   if (m.attention_softcap && attention != AttentionKernels::kFlash) {
     // cap x tanh(scores / cap) as eager PyTorch runs it (Gemma2's eager attention: divide, tanh,
     // multiply): three passes over the scores, read and write each; backward alike.
@@ -266,6 +276,10 @@ std::vector<ElementwiseKernel> layer_elementwise_kernels(const ModelSpec& m, std
     k.push_back({"attention_softmax", (2.0 * unmasked + 2.0) * scores, (4.0 * unmasked + 2.0) * scores, true});
     if (m.dropout) k.push_back({"dropout", 5.0 * scores, 5.0 * scores, true});
   }
+}
+
+// Step 4: the dropouts and the residual adds on the hidden state, after attention and after the MLP.
+void add_dropout_and_residual_kernels(const ModelSpec& m, double e, std::vector<ElementwiseKernel>& k) {
   if (m.dropout) {
     // After the attention projection and after the MLP: read x, write y and a 1 B mask; backward
     // reads dy and the mask, writes dx.
@@ -276,59 +290,100 @@ std::vector<ElementwiseKernel> layer_elementwise_kernels(const ModelSpec& m, std
   // residual and the branch gradients meet they are summed: one add of the same size.
   k.push_back({"residual_add", 6.0 * e, 6.0 * e});
   k.push_back({"residual_add", 6.0 * e, 6.0 * e});
-  // The MLP activation on f elements of this rank, as eager PyTorch runs it. GeLU: y = gelu(x)
-  // (read x, write y), dx = dy * gelu'(x) (read dy and x, write dx). Gated (SwiGLU, GeGLU):
-  // s = silu(g) (read, write), then y = s * u (read two, write one): 10 B per element; backward
-  // du = dy * s and ds = dy * u (read two, write one each), then dg = silu'(g) * ds (read ds and
-  // g, write dg): 18 B. Megatron's fused gate/up projection adds the split's concatenation of dg
-  // and du in backward, not counted here.
-  const auto activation = [&](double f) {
-    if (m.ffn_kind == FfnKind::kGelu) return ElementwiseKernel{"activation", 4.0 * f, 6.0 * f};
-    return ElementwiseKernel{"activation", 10.0 * f, 18.0 * f};
-  };
+}
+
+// The MLP activation on f elements of this rank, as eager PyTorch runs it. GeLU: y = gelu(x)
+// (read x, write y), dx = dy * gelu'(x) (read dy and x, write dx). Gated (SwiGLU, GeGLU):
+// s = silu(g) (read, write), then y = s * u (read two, write one): 10 B per element; backward
+// du = dy * s and ds = dy * u (read two, write one each), then dg = silu'(g) * ds (read ds and
+// g, write dg): 18 B. Megatron's fused gate/up projection adds the split's concatenation of dg
+// and du in backward, not counted here.
+ElementwiseKernel mlp_activation(const ModelSpec& m, double f) {
+  if (m.ffn_kind == FfnKind::kGelu) return ElementwiseKernel{"activation", 4.0 * f, 6.0 * f};
+  return ElementwiseKernel{"activation", 10.0 * f, 18.0 * f};
+}
+
+// Step 5 (mixture of experts): the router's softmax, and for each of the rank's experts its
+// tokens' gather, activation and scatter-add, then the shared experts' activation. Returns the
+// elements the MLP's GEMMs write on this rank (for bias gradients).
+double add_expert_kernels(const ModelSpec& m, std::int64_t micro_batch, std::int64_t tp, std::int64_t ep,
+                          const ElementwiseSizes& z, std::vector<ElementwiseKernel>& k) {
+  // As eager PyTorch runs a mixture of experts (Hugging Face's Mixtral block): the router's
+  // softmax and top-k over tokens x experts (fp32 logits), then expert by expert: gather its
+  // tokens (index_select: read, write), its activation, and scale-and-add its output into the
+  // layer output (index_add: read the output and the accumulator, write it). Backward scatters
+  // the input gradients back the same way. Copies run at the device's plain copy efficiency.
   const double gated = m.ffn_kind == FfnKind::kSwiglu ? 2.0 : 1.0;
-  double mlp_outputs = 0.0;  // elements the MLP's GEMMs write on this rank (for bias gradients)
-  if (!m.moe()) {
-    const double f = t * static_cast<double>(m.ffn / tp);
-    k.push_back(activation(f));
-    mlp_outputs = gated * f + e;
-  } else {
-    // As eager PyTorch runs a mixture of experts (Hugging Face's Mixtral block): the router's
-    // softmax and top-k over tokens x experts (fp32 logits), then expert by expert: gather its
-    // tokens (index_select: read, write), its activation, and scale-and-add its output into the
-    // layer output (index_add: read the output and the accumulator, write it). Backward scatters
-    // the input gradients back the same way. Copies run at the device's plain copy efficiency.
-    const double router = t * static_cast<double>(m.experts);
-    k.push_back({"attention_softmax", 8.0 * router, 8.0 * router});
-    const double routed = static_cast<double>(tokens_per_expert(m, micro_batch * m.seq * ep));
-    // The busiest expert (routing_imbalance) is one of this rank's: its kernels run its tokens.
-    const double busiest = static_cast<double>(busiest_expert_tokens(m, micro_batch * m.seq * ep));
-    const std::int64_t local_experts = m.experts / ep;
-    double expert_tokens = 0.0;
-    for (std::int64_t x = 0; x < local_experts; ++x) {
-      const double rows = x == 0 ? busiest : routed;
-      const double rows_hidden = rows * static_cast<double>(m.hidden);
-      expert_tokens += rows;
-      k.push_back({"", 4.0 * rows_hidden, 6.0 * rows_hidden, false, true});
-      ElementwiseKernel act = activation(rows * static_cast<double>(m.ffn / tp));
-      act.expert = true;
-      k.push_back(act);
-      k.push_back({"residual_add", 6.0 * rows_hidden, 6.0 * rows_hidden, false, true});
-    }
-    const double f = expert_tokens * static_cast<double>(m.ffn / tp);
-    mlp_outputs = gated * f + expert_tokens * static_cast<double>(m.hidden);
-    if (m.shared_ffn > 0) {
-      const double shared = t * static_cast<double>(m.shared_ffn / tp);
-      k.push_back(activation(shared));
-      mlp_outputs += gated * shared + e;
-    }
+  const double router = z.t * static_cast<double>(m.experts);
+  k.push_back({"attention_softmax", 8.0 * router, 8.0 * router});
+  const double routed = static_cast<double>(tokens_per_expert(m, micro_batch * m.seq * ep));
+  // The busiest expert (routing_imbalance) is one of this rank's: its kernels run its tokens.
+  const double busiest = static_cast<double>(busiest_expert_tokens(m, micro_batch * m.seq * ep));
+  const std::int64_t local_experts = m.experts / ep;
+  double expert_tokens = 0.0;
+  for (std::int64_t x = 0; x < local_experts; ++x) {
+    const double rows = x == 0 ? busiest : routed;
+    const double rows_hidden = rows * static_cast<double>(m.hidden);
+    expert_tokens += rows;
+    k.push_back({"", 4.0 * rows_hidden, 6.0 * rows_hidden, false, true});
+    ElementwiseKernel act = mlp_activation(m, rows * static_cast<double>(m.ffn / tp));
+    act.expert = true;
+    k.push_back(act);
+    k.push_back({"residual_add", 6.0 * rows_hidden, 6.0 * rows_hidden, false, true});
   }
-  if (m.linear_bias || m.qkv_bias) {
-    // Bias gradients: a column sum of each biased GEMM's output gradient (read once).
-    double outputs = t * (q + 2.0 * kv);
-    if (m.linear_bias) outputs += e + mlp_outputs;
-    k.push_back({"bias_grad", 0.0, 2.0 * outputs});
+  const double f = expert_tokens * static_cast<double>(m.ffn / tp);
+  double mlp_outputs = gated * f + expert_tokens * static_cast<double>(m.hidden);
+  if (m.shared_ffn > 0) {
+    const double shared = z.t * static_cast<double>(m.shared_ffn / tp);
+    k.push_back(mlp_activation(m, shared));
+    mlp_outputs += gated * shared + z.e;
   }
+  return mlp_outputs;
+}
+
+// Step 5: the MLP's activation (a dense MLP's, or the experts'). Returns the elements the MLP's
+// GEMMs write on this rank (for bias gradients).
+double add_mlp_kernels(const ModelSpec& m, std::int64_t micro_batch, std::int64_t tp, std::int64_t ep,
+                       const ElementwiseSizes& z, std::vector<ElementwiseKernel>& k) {
+  if (m.moe()) return add_expert_kernels(m, micro_batch, tp, ep, z, k);
+  const double gated = m.ffn_kind == FfnKind::kSwiglu ? 2.0 : 1.0;
+  const double f = z.t * static_cast<double>(m.ffn / tp);
+  k.push_back(mlp_activation(m, f));
+  return gated * f + z.e;
+}
+
+// Step 6: the bias gradients, a column sum of each biased GEMM's output gradient (read once).
+void add_bias_gradient_kernel(const ModelSpec& m, const ElementwiseSizes& z, double mlp_outputs,
+                              std::vector<ElementwiseKernel>& k) {
+  if (!m.linear_bias && !m.qkv_bias) return;
+  double outputs = z.t * (z.q + 2.0 * z.kv);
+  if (m.linear_bias) outputs += z.e + mlp_outputs;
+  k.push_back({"bias_grad", 0.0, 2.0 * outputs});
+}
+
+}  // namespace
+
+std::vector<ElementwiseKernel> layer_elementwise_kernels(const ModelSpec& m, std::int64_t micro_batch, std::int64_t tp,
+                                                         AttentionKernels attention, bool sequence_parallel,
+                                                         std::int64_t ep) {
+  const double t = static_cast<double>(micro_batch * m.seq);  // tokens
+  const ElementwiseSizes z{
+      t,
+      // Hidden-state elements a rank's norms, dropouts and residual adds touch: all of them, or its
+      // 1/tp of the sequence under sequence parallelism.
+      t * static_cast<double>(m.hidden) / (sequence_parallel ? static_cast<double>(tp) : 1.0),
+      static_cast<double>(micro_batch * (m.heads / tp)) * static_cast<double>(m.seq) *
+          static_cast<double>(m.attention_span()),
+      static_cast<double>(m.q_width() / tp),
+      static_cast<double>(m.kv_width() / tp),
+  };
+  std::vector<ElementwiseKernel> k;
+  add_norm_kernels(m, z, k);
+  add_rotary_kernel(m, z, k);
+  add_attention_score_kernels(m, attention, z.scores, k);
+  add_dropout_and_residual_kernels(m, z.e, k);
+  const double mlp_outputs = add_mlp_kernels(m, micro_batch, tp, ep, z, k);
+  add_bias_gradient_kernel(m, z, mlp_outputs, k);
   return k;
 }
 
