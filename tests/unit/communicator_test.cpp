@@ -1,6 +1,7 @@
 // Hierarchical collectives, quantized wire formats, the analytic fidelity and rank symmetry
 // (models/collectives/communicator.hpp), on slices of the shipped Frontier machine.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -21,7 +22,7 @@ const std::string kRoot = OFFSIM_SOURCE_DIR;
 
 // Writes an experiment on `nodes` Frontier nodes with the given strategy body; returns its path.
 std::string write_experiment(const std::string& name, int nodes, const std::string& strategy, bool with_model) {
-  const fs::path dir = fs::temp_directory_path() / "offsim-communicator-test";
+  const fs::path dir = fs::temp_directory_path() / fmt::format("{}-{}", "offsim-communicator-test", ::getpid());
   fs::create_directories(dir);
   const fs::path file = dir / (name + ".yaml");
   std::ofstream out(file);

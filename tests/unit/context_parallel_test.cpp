@@ -3,6 +3,7 @@
 // builds, the parameters per stage, a closed-form iteration of an uneven pipeline, the ring's KV
 // bytes and the per-rank FLOPs, and a ring that cannot hide under attention.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <fmt/format.h>
 
@@ -152,7 +153,7 @@ TEST(ContextParallel, RingStepsCarryTheKvBlockAndRanksDoHalfTheFlops) {
 }
 
 std::string h100_experiment(const std::string& name, const std::string& body) {
-  const fs::path dir = fs::temp_directory_path() / "offsim-context-parallel-test";
+  const fs::path dir = fs::temp_directory_path() / fmt::format("{}-{}", "offsim-context-parallel-test", ::getpid());
   fs::create_directories(dir);
   const fs::path file = dir / (name + ".yaml");
   std::ofstream(file) << fmt::format(

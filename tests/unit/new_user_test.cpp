@@ -1,6 +1,7 @@
 // A new user's first hour (issue 34): the smallest experiment runs on defaults that are named,
 // training.seq decides the sequence length, DeepSpeed's defaults and estimators are DeepSpeed's.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -23,7 +24,7 @@ const std::string kRoot = OFFSIM_SOURCE_DIR;
 
 // An experiment written to a temporary folder, `body` after the name line ({0}: the source folder).
 fs::path experiment(const std::string& file, const std::string& body) {
-  const fs::path dir = fs::temp_directory_path() / "offsim-new-user";
+  const fs::path dir = fs::temp_directory_path() / fmt::format("{}-{}", "offsim-new-user", ::getpid());
   fs::create_directories(dir);
   std::ofstream(dir / file) << fmt::format(fmt::runtime("name: new-user\n" + body), kRoot);
   return dir / file;
@@ -116,7 +117,7 @@ TEST(NewUser, TheDefaultsFileAgreesWithTheConstantsThatMirrorIt) {
 }
 
 TEST(NewUser, DeepSpeedDefaultsAreNamedForTheRuntimeAndStage) {
-  const fs::path dir = fs::temp_directory_path() / "offsim-new-user";
+  const fs::path dir = fs::temp_directory_path() / fmt::format("{}-{}", "offsim-new-user", ::getpid());
   fs::create_directories(dir);
   std::ofstream(dir / "z1.json")
       << R"({"bf16": {"enabled": true}, "zero_optimization": {"stage": 1, "stage3_param_persitance_threshold": 10}})";

@@ -22,8 +22,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// One folder per test process: ctest runs each test as its own process, two at a time, and two
+// tests writing the same tiny.yaml made one read it half written.
 fs::path scratch() {
-  const fs::path dir = fs::temp_directory_path() / "offsim-sweep-test";
+  const fs::path dir = fs::temp_directory_path() / fmt::format("offsim-sweep-test-{}", ::getpid());
   fs::create_directories(dir);
   return dir;
 }
