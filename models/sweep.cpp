@@ -128,114 +128,134 @@ const std::vector<const Figure*> kCsvFigures = [] {
   return out;
 }();
 
-}  // namespace
-
-Sweep load_sweep(const std::filesystem::path& file) {
-  sim::config::Context ctx;
-  const Node root = ctx.load_root(file);
-  Sweep sweep;
-  std::vector<Axis> axes;
-  std::vector<Filter> filters;
-  std::filesystem::path base;
-  {
-    MapReader r(root);
-    sweep.name = r.required<std::string>("name").value;
-    if (auto b = r.child("base")) {
-      if (auto v = b->as<std::string>()) base = file.parent_path() / *v;
-    }
-    if (auto list = r.required_child("axes", "a list of {key, values} or {zip: [...]}")) {
-      for (const auto& item : list->items()) {
-        Axis axis;
-        if (item.is_map() && item.yaml()["zip"]) {
-          MapReader z(item);
-          auto members = z.required_child("zip", "a list of {key, values}");
-          std::size_t length = 0;
-          bool ok = members.has_value();
-          if (members && members->is_sequence() && members->yaml().size() == 0) {
-            // No axis zipped: the grid would have no point at all.
-            ctx.error(members->location(), members->path(), "expected at least one {key, values} to zip");
-            ok = false;
-          } else if (members) {
-            for (const auto& m : members->items()) {
-              auto kv = parse_key_values(m);
-              if (!kv) {
-                ok = false;
-                continue;
-              }
-              if (!axis.keys.empty() && kv->second.size() != length) {
-                ctx.error(m.location(), m.path(),
-                          fmt::format("zipped axes need the same number of values: {} has {}, {} has {}",
-                                      axis.keys.front(), length, kv->first, kv->second.size()));
-                ok = false;
-                continue;
-              }
-              length = kv->second.size();
-              axis.keys.push_back(kv->first);
-              axis.values.resize(length);
-              for (std::size_t i = 0; i < length; ++i) axis.values[i].push_back(kv->second[i]);
-            }
-          }
-          if (!ok) continue;
-        } else if (auto kv = parse_key_values(item)) {
-          axis.keys.push_back(kv->first);
-          for (auto& v : kv->second) axis.values.push_back({v});
-        } else {
-          continue;
-        }
-        for (const auto& k : axis.keys) {
-          if (std::find(sweep.keys.begin(), sweep.keys.end(), k) != sweep.keys.end()) {
-            ctx.error(item.location(), item.path(), fmt::format("key '{}' is swept twice", k));
-          }
-          sweep.keys.push_back(k);
-        }
-        axes.push_back(std::move(axis));
+// Step of read_axis: `{zip: [{key, values}, ...]}` into `axis`, one value per member at each
+// index; false (errors already reported) when a member is bad, none is given or lengths differ.
+bool read_zip_axis(sim::config::Context& ctx, const Node& item, Axis& axis) {
+  MapReader z(item);
+  auto members = z.required_child("zip", "a list of {key, values}");
+  std::size_t length = 0;
+  bool ok = members.has_value();
+  if (members && members->is_sequence() && members->yaml().size() == 0) {
+    // No axis zipped: the grid would have no point at all.
+    ctx.error(members->location(), members->path(), "expected at least one {key, values} to zip");
+    ok = false;
+  } else if (members) {
+    for (const auto& m : members->items()) {
+      auto kv = parse_key_values(m);
+      if (!kv) {
+        ok = false;
+        continue;
       }
-    }
-    std::size_t points = 1;
-    for (const auto& a : axes) {
-      points *= a.values.size();
-      if (points > kMaxSweepPoints) {
-        ctx.error(root.location(), "axes",
-                  fmt::format("the axes make more than {} points (offsim's limit): split the sweep", kMaxSweepPoints));
-        axes.clear();
-        break;
+      if (!axis.keys.empty() && kv->second.size() != length) {
+        ctx.error(m.location(), m.path(),
+                  fmt::format("zipped axes need the same number of values: {} has {}, {} has {}", axis.keys.front(),
+                              length, kv->first, kv->second.size()));
+        ok = false;
+        continue;
       }
-    }
-    if (auto where = r.child("where")) {
-      for (const auto& item : where->items()) {
-        const auto text = item.as<std::string>();
-        if (!text) continue;
-        Filter f;
-        for (const char* op : {"<=", ">=", "==", "!=", "<", ">"}) {
-          const auto at = text->find(op);
-          if (at == std::string::npos) continue;
-          const auto trim = [](std::string s) {
-            s.erase(0, s.find_first_not_of(' '));
-            s.erase(s.find_last_not_of(' ') + 1);
-            return s;
-          };
-          f = {trim(text->substr(0, at)), op, trim(text->substr(at + std::string_view(op).size()))};
-          break;
-        }
-        if (f.op.empty() || f.value.empty()) {
-          // Without a value a filter would compare with "" and keep or drop every point silently.
-          ctx.error(item.location(), item.path(),
-                    fmt::format("expected \"key OP value\" (OP: <= >= == != < >), got \"{}\"", *text));
-        } else if (std::find(sweep.keys.begin(), sweep.keys.end(), f.key) == sweep.keys.end()) {
-          ctx.error(item.location(), item.path(), fmt::format("'{}' is not a swept key", f.key));
-        } else {
-          filters.push_back(f);
-        }
-      }
-    }
-    const bool swaps_experiment = std::find(sweep.keys.begin(), sweep.keys.end(), "experiment") != sweep.keys.end();
-    if (base.empty() && !swaps_experiment) {
-      ctx.error(root.location(), "base", "a sweep needs base: EXPERIMENT.yaml or an axis with key: experiment");
+      length = kv->second.size();
+      axis.keys.push_back(kv->first);
+      axis.values.resize(length);
+      for (std::size_t i = 0; i < length; ++i) axis.values[i].push_back(kv->second[i]);
     }
   }
-  ctx.finish();
+  return ok;
+}
 
-  // The grid, last axis fastest.
+// Step of read_axes: one entry of `axes:`, a single {key, values|range} or a zip; nullopt when
+// it has errors (already reported).
+std::optional<Axis> read_axis(sim::config::Context& ctx, const Node& item) {
+  Axis axis;
+  if (item.is_map() && item.yaml()["zip"]) {
+    if (!read_zip_axis(ctx, item, axis)) return std::nullopt;
+  } else if (auto kv = parse_key_values(item)) {
+    axis.keys.push_back(kv->first);
+    for (auto& v : kv->second) axis.values.push_back({v});
+  } else {
+    return std::nullopt;
+  }
+  return axis;
+}
+
+// Step 1 of load_sweep: the `axes:` list; each good axis's keys are appended to sweep.keys in
+// column order (a key swept twice is an error).
+std::vector<Axis> read_axes(sim::config::Context& ctx, MapReader& r, Sweep& sweep) {
+  std::vector<Axis> axes;
+  if (auto list = r.required_child("axes", "a list of {key, values} or {zip: [...]}")) {
+    for (const auto& item : list->items()) {
+      auto axis = read_axis(ctx, item);
+      if (!axis) continue;
+      for (const auto& k : axis->keys) {
+        if (std::find(sweep.keys.begin(), sweep.keys.end(), k) != sweep.keys.end()) {
+          ctx.error(item.location(), item.path(), fmt::format("key '{}' is swept twice", k));
+        }
+        sweep.keys.push_back(k);
+      }
+      axes.push_back(std::move(*axis));
+    }
+  }
+  return axes;
+}
+
+// Step 2 of load_sweep: axes whose grid passes kMaxSweepPoints are an error, and are dropped so
+// that no grid is built.
+void limit_points(sim::config::Context& ctx, const Node& root, std::vector<Axis>& axes) {
+  std::size_t points = 1;
+  for (const auto& a : axes) {
+    points *= a.values.size();
+    if (points > kMaxSweepPoints) {
+      ctx.error(root.location(), "axes",
+                fmt::format("the axes make more than {} points (offsim's limit): split the sweep", kMaxSweepPoints));
+      axes.clear();
+      break;
+    }
+  }
+}
+
+// Step of read_filters: "key OP value" split at its first operator (tried in the order <= >= ==
+// != < >), blanks trimmed; an empty op when the text has none.
+Filter parse_filter(const std::string& text) {
+  Filter f;
+  for (const char* op : {"<=", ">=", "==", "!=", "<", ">"}) {
+    const auto at = text.find(op);
+    if (at == std::string::npos) continue;
+    const auto trim = [](std::string s) {
+      s.erase(0, s.find_first_not_of(' '));
+      s.erase(s.find_last_not_of(' ') + 1);
+      return s;
+    };
+    f = {trim(text.substr(0, at)), op, trim(text.substr(at + std::string_view(op).size()))};
+    break;
+  }
+  return f;
+}
+
+// Step 3 of load_sweep: the `where:` filters, each on a swept key.
+std::vector<Filter> read_filters(sim::config::Context& ctx, MapReader& r, const std::vector<std::string>& keys) {
+  std::vector<Filter> filters;
+  if (auto where = r.child("where")) {
+    for (const auto& item : where->items()) {
+      const auto text = item.as<std::string>();
+      if (!text) continue;
+      const Filter f = parse_filter(*text);
+      if (f.op.empty() || f.value.empty()) {
+        // Without a value a filter would compare with "" and keep or drop every point silently.
+        ctx.error(item.location(), item.path(),
+                  fmt::format("expected \"key OP value\" (OP: <= >= == != < >), got \"{}\"", *text));
+      } else if (std::find(keys.begin(), keys.end(), f.key) == keys.end()) {
+        ctx.error(item.location(), item.path(), fmt::format("'{}' is not a swept key", f.key));
+      } else {
+        filters.push_back(f);
+      }
+    }
+  }
+  return filters;
+}
+
+// Step 4 of load_sweep: the grid, last axis fastest, into sweep.points; points the filters drop
+// are skipped and the kept ones numbered from 0. An `experiment` axis replaces `base`.
+void add_grid_points(const std::vector<Axis>& axes, const std::vector<Filter>& filters,
+                     const std::filesystem::path& base, const std::filesystem::path& file, Sweep& sweep) {
   std::size_t total = 1;
   for (const auto& a : axes) total *= a.values.size();
   std::size_t index = 0;
@@ -263,6 +283,33 @@ Sweep load_sweep(const std::filesystem::path& file) {
     p.index = index++;
     sweep.points.push_back(std::move(p));
   }
+}
+
+}  // namespace
+
+Sweep load_sweep(const std::filesystem::path& file) {
+  sim::config::Context ctx;
+  const Node root = ctx.load_root(file);
+  Sweep sweep;
+  std::vector<Axis> axes;
+  std::vector<Filter> filters;
+  std::filesystem::path base;
+  {
+    MapReader r(root);
+    sweep.name = r.required<std::string>("name").value;
+    if (auto b = r.child("base")) {
+      if (auto v = b->as<std::string>()) base = file.parent_path() / *v;
+    }
+    axes = read_axes(ctx, r, sweep);
+    limit_points(ctx, root, axes);
+    filters = read_filters(ctx, r, sweep.keys);
+    const bool swaps_experiment = std::find(sweep.keys.begin(), sweep.keys.end(), "experiment") != sweep.keys.end();
+    if (base.empty() && !swaps_experiment) {
+      ctx.error(root.location(), "base", "a sweep needs base: EXPERIMENT.yaml or an axis with key: experiment");
+    }
+  }
+  ctx.finish();
+  add_grid_points(axes, filters, base, file, sweep);
   return sweep;
 }
 

@@ -280,6 +280,136 @@ static void check_fp8(Context& ctx, const ExperimentSpec& spec, bool strategy_ok
   }
 }
 
+namespace {
+
+// What the model, strategy and training steps of load_experiment hand on to the next.
+struct SectionsRead {
+  bool needs_model = true;  // false for a collective benchmark
+  bool strategy_ok = false, model_ok = false, training_ok = false;
+  TrainingFromStrategy from_strategy;
+};
+
+// Step 1 of load_experiment: `set: [key.path=value, ...]` in the file, overrides like --set (which
+// wins), for example to take a slice of a large machine: set: ["hardware.nodes=2"].
+void add_file_set(Context& ctx, MapReader& r) {
+  if (auto set = r.child("set")) {
+    std::vector<sim::config::Located<std::string>> entries;
+    for (const auto& item : set->items()) {
+      if (auto v = item.as<std::string>()) entries.push_back({*v, item.location(), true});
+    }
+    ctx.add_file_overrides(entries);
+  }
+}
+
+// Step 3 of load_experiment: an override naming the machine's GPU kind (no key) is told why
+// (gpu_kind_note).
+void note_gpu_kind_overrides(Context& ctx, const std::optional<topo::NodeTopology>& hw,
+                             const std::optional<Node>& hw_node) {
+  for (const char* key : {"hardware.device", "hardware.device_kind", "hardware.gpu"}) {
+    if (hw && hw_node && !ctx.override_texts_under(key).empty()) {
+      ctx.note_unknown_override(key, gpu_kind_note(*hw, hw_node->file()));
+    }
+  }
+}
+
+// Step 4 of load_experiment: the model before the strategy (when the experiment has one), so that
+// the strategy's tp is checked against its heads and widths where it is read.
+void read_model(MapReader& r, ExperimentSpec& spec, SectionsRead& read) {
+  if (!r.has("model")) return;
+  const std::optional<Node> model_node = r.child("model");
+  if (!model_node) return;
+  if (auto m = parse_model(*model_node)) {
+    spec.model = *m;
+    read.model_ok = true;
+    read.from_strategy.model = &spec.model;
+  }
+}
+
+// Step 5 of load_experiment: the strategy; more than one rank needs the collectives it runs
+// (reduce_scatter, all_gather) in the calibration given at `collectives_loc`.
+void read_strategy(Context& ctx, MapReader& r, const topo::NodeTopology* hw,
+                   const sim::config::Location& collectives_loc, ExperimentSpec& spec, SectionsRead& read) {
+  auto n = r.required_child("strategy", "a strategy mapping with kind");
+  if (!n) return;
+  if (auto s = parse_strategy(*n, hw ? &hw->topology : nullptr, &read.from_strategy)) {
+    spec.strategy_kind_at = read.from_strategy.kind_at;
+    spec.strategy = *s;
+    read.strategy_ok = true;
+    std::size_t ranks = 0;
+    if (const auto* dp = std::get_if<DataParallelSpec>(&*s)) ranks = dp->devices.size();
+    if (const auto* mg = std::get_if<MegatronSpec>(&*s)) ranks = mg->devices.size();
+    if (const auto* c = std::get_if<CollectiveSpec>(&*s)) {
+      ranks = c->devices.size();
+      read.needs_model = false;
+    }
+    for (const char* needed : {"reduce_scatter", "all_gather"}) {
+      if (ranks > 1 && !spec.collectives.roofline_collectives && !spec.collectives.collectives.contains(needed)) {
+        ctx.error(collectives_loc, "calibration.collectives",
+                  fmt::format("no {} fits (the strategy over {} ranks needs them)", needed, ranks));
+      }
+    }
+  }
+  if (read.from_strategy.collective) read.needs_model = false;
+}
+
+// Step of read_training: a DeepSpeed config's batch settings win over the training section, with
+// a warning when they differ: the config is what DeepSpeed would run.
+void adopt_deepspeed_batch(Context& ctx, const TrainingFromStrategy& from_strategy, TrainingSpec& training) {
+  const auto adopt = [&](const std::optional<std::int64_t>& v, std::int64_t& field, const char* what) {
+    if (!v) return;
+    if (!ranges::kBatch.contains(*v)) {
+      ctx.error(from_strategy.at, "strategy.config",
+                fmt::format("{}: {}, got {}", what, ranges::kBatch.expected(), *v));
+      return;
+    }
+    if (*v != field) {
+      ctx.warning(from_strategy.at, "strategy.config",
+                  fmt::format("{} {} from the DeepSpeed config replaces training's {}", what, *v, field));
+    }
+    field = *v;
+  };
+  adopt(from_strategy.micro_batch, training.micro_batch, "train_micro_batch_size_per_gpu");
+  adopt(from_strategy.grad_accum, training.grad_accum, "gradient_accumulation_steps");
+}
+
+// Step 6 of load_experiment (training a model, not a collective benchmark): the model required,
+// the training section read, the defaults recorded, the DeepSpeed config's batch adopted, then the
+// checks of the strategy against the model and of fp8 against the device.
+void read_training(Context& ctx, MapReader& r, ExperimentSpec& spec, SectionsRead& read) {
+  const TrainingFromStrategy& from_strategy = read.from_strategy;
+  sim::config::Location grad_accum_at = r.node().location();
+  if (!r.has("model")) (void)r.required_child("model", "a model (usually !include ../models/x.yaml)");
+  TrainingRead training_read;
+  std::optional<Node> training_node = r.required_child(
+      "training", "a mapping with micro_batch, and seq where the model's context is longer than 8,192 tokens");
+  if (training_node) {
+    if (auto t = parse_training(*training_node, &training_read)) {
+      spec.training = *t;
+      read.training_ok = true;
+    }
+    grad_accum_at = training_read.grad_accum_at;
+  }
+  if (read.model_ok && training_node) apply_sequence_length(ctx, *training_node, training_read, spec);
+  spec.defaults_applied.insert(spec.defaults_applied.end(), training_read.defaults.begin(),
+                               training_read.defaults.end());
+  spec.defaults_applied.insert(spec.defaults_applied.end(), from_strategy.defaults.begin(),
+                               from_strategy.defaults.end());
+  if (from_strategy.deepspeed) {
+    for (const auto& d : from_strategy.deepspeed->defaults) spec.defaults_applied.push_back("strategy.config." + d);
+  }
+  adopt_deepspeed_batch(ctx, from_strategy, spec.training);
+  if (auto* dp = std::get_if<DataParallelSpec>(&spec.strategy); dp && from_strategy.deepspeed) {
+    resolve_deepspeed_auto(*from_strategy.deepspeed, spec.model.hidden, *dp);
+  }
+  if (read.strategy_ok && read.model_ok && read.training_ok) {
+    check_against_model(ctx, spec.strategy, spec.model, spec.training, from_strategy, grad_accum_at);
+  }
+  if (read.training_ok && spec.training.fp8) check_fp8(ctx, spec, read.strategy_ok);
+}
+
+}  // namespace
+
+// The steps in file order, each reporting its errors and going on, so that one run lists them all.
 ExperimentSpec load_experiment(const std::filesystem::path& file, const std::vector<std::string>& overrides,
                                ReadCache* cache) {
   Context ctx(overrides);
@@ -288,114 +418,22 @@ ExperimentSpec load_experiment(const std::filesystem::path& file, const std::vec
   spec.file = file.string();
   {
     MapReader r(root);
-    // `set: [key.path=value, ...]` in the file: overrides like --set (which wins), for example to
-    // take a slice of a large machine: set: ["hardware.nodes=2"].
-    if (auto set = r.child("set")) {
-      std::vector<sim::config::Located<std::string>> entries;
-      for (const auto& item : set->items()) {
-        if (auto v = item.as<std::string>()) entries.push_back({*v, item.location(), true});
-      }
-      ctx.add_file_overrides(entries);
-    }
+    add_file_set(ctx, r);
     spec.name = r.required<std::string>("name").value;
+    // Step 2: the machine, then the calibration tables (the experiment's or the machine's own).
     std::optional<topo::NodeTopology> hw;
-    sim::config::Location collectives_loc = root.location();
     std::optional<Node> hw_node;
     if (auto n = r.required_child("hardware", "a machine description (usually !include ../hardware/x.yaml)")) {
       hw_node = n;
       hw = read_through<topo::NodeTopology>(*n, cache, topo::parse_machine);
     }
-    collectives_loc = read_calibration(r, root, hw_node, hw ? &*hw : nullptr, cache, spec);
-    for (const char* key : {"hardware.device", "hardware.device_kind", "hardware.gpu"}) {
-      if (hw && hw_node && !ctx.override_texts_under(key).empty()) {
-        ctx.note_unknown_override(key, gpu_kind_note(*hw, hw_node->file()));
-      }
-    }
-    bool needs_model = true;
-    bool strategy_ok = false, model_ok = false, training_ok = false;
-    sim::config::Location grad_accum_at = root.location();
-    TrainingFromStrategy from_strategy;
-    // The model before the strategy (when the experiment has one), so that the strategy's tp is
-    // checked against its heads and widths where it is read.
-    std::optional<Node> model_node;
-    if (r.has("model")) {
-      model_node = r.child("model");
-      if (model_node) {
-        if (auto m = parse_model(*model_node)) {
-          spec.model = *m;
-          model_ok = true;
-          from_strategy.model = &spec.model;
-        }
-      }
-    }
-    if (auto n = r.required_child("strategy", "a strategy mapping with kind")) {
-      if (auto s = parse_strategy(*n, hw ? &hw->topology : nullptr, &from_strategy)) {
-        spec.strategy_kind_at = from_strategy.kind_at;
-        spec.strategy = *s;
-        strategy_ok = true;
-        // More than one rank needs the collectives the strategy runs.
-        std::size_t ranks = 0;
-        if (const auto* dp = std::get_if<DataParallelSpec>(&*s)) ranks = dp->devices.size();
-        if (const auto* mg = std::get_if<MegatronSpec>(&*s)) ranks = mg->devices.size();
-        if (const auto* c = std::get_if<CollectiveSpec>(&*s)) {
-          ranks = c->devices.size();
-          needs_model = false;
-        }
-        for (const char* needed : {"reduce_scatter", "all_gather"}) {
-          if (ranks > 1 && !spec.collectives.roofline_collectives && !spec.collectives.collectives.contains(needed)) {
-            ctx.error(collectives_loc, "calibration.collectives",
-                      fmt::format("no {} fits (the strategy over {} ranks needs them)", needed, ranks));
-          }
-        }
-      }
-      if (from_strategy.collective) needs_model = false;
-    }
+    const sim::config::Location collectives_loc = read_calibration(r, root, hw_node, hw ? &*hw : nullptr, cache, spec);
+    note_gpu_kind_overrides(ctx, hw, hw_node);
+    SectionsRead read;
+    read_model(r, spec, read);
+    read_strategy(ctx, r, hw ? &*hw : nullptr, collectives_loc, spec, read);
     // A collective benchmark has no model; training a model needs one.
-    if (needs_model) {
-      if (!r.has("model")) (void)r.required_child("model", "a model (usually !include ../models/x.yaml)");
-      TrainingRead training_read;
-      std::optional<Node> training_node = r.required_child(
-          "training", "a mapping with micro_batch, and seq where the model's context is longer than 8,192 tokens");
-      if (training_node) {
-        if (auto t = parse_training(*training_node, &training_read)) {
-          spec.training = *t;
-          training_ok = true;
-        }
-        grad_accum_at = training_read.grad_accum_at;
-      }
-      if (model_ok && training_node) apply_sequence_length(ctx, *training_node, training_read, spec);
-      spec.defaults_applied.insert(spec.defaults_applied.end(), training_read.defaults.begin(),
-                                   training_read.defaults.end());
-      spec.defaults_applied.insert(spec.defaults_applied.end(), from_strategy.defaults.begin(),
-                                   from_strategy.defaults.end());
-      if (from_strategy.deepspeed) {
-        for (const auto& d : from_strategy.deepspeed->defaults) spec.defaults_applied.push_back("strategy.config." + d);
-      }
-      // A DeepSpeed config's batch settings win over the training section, with a warning when
-      // they differ: the config is what DeepSpeed would run.
-      const auto adopt = [&](const std::optional<std::int64_t>& v, std::int64_t& field, const char* what) {
-        if (!v) return;
-        if (!ranges::kBatch.contains(*v)) {
-          ctx.error(from_strategy.at, "strategy.config",
-                    fmt::format("{}: {}, got {}", what, ranges::kBatch.expected(), *v));
-          return;
-        }
-        if (*v != field) {
-          ctx.warning(from_strategy.at, "strategy.config",
-                      fmt::format("{} {} from the DeepSpeed config replaces training's {}", what, *v, field));
-        }
-        field = *v;
-      };
-      adopt(from_strategy.micro_batch, spec.training.micro_batch, "train_micro_batch_size_per_gpu");
-      adopt(from_strategy.grad_accum, spec.training.grad_accum, "gradient_accumulation_steps");
-      if (auto* dp = std::get_if<DataParallelSpec>(&spec.strategy); dp && from_strategy.deepspeed) {
-        resolve_deepspeed_auto(*from_strategy.deepspeed, spec.model.hidden, *dp);
-      }
-      if (strategy_ok && model_ok && training_ok) {
-        check_against_model(ctx, spec.strategy, spec.model, spec.training, from_strategy, grad_accum_at);
-      }
-      if (training_ok && spec.training.fp8) check_fp8(ctx, spec, strategy_ok);
-    }
+    if (read.needs_model) read_training(ctx, r, spec, read);
     if (auto c = r.child("cost")) spec.cost = parse_cost(*c);
     if (hw) spec.hardware = std::move(*hw);
   }

@@ -65,57 +65,42 @@ std::vector<LinkClassSummary> summarise_links(const std::vector<LinkStat>& stats
   return links;
 }
 
-// One simulated iteration of the experiment as it is.
-ExperimentResult simulate_iteration(const ExperimentSpec& spec, const RunExperimentOptions& options) {
-  const CostModel costs(spec.device);
-  const bool link_statistics = options.link_statistics || options.outputs_over_time;
-  const BuiltIteration built = build_located(spec, inputs_of(spec, costs, link_statistics));
-  const sim::RunResult run =
-      sim::execute(built.machine.platform, built.graph, sim::ExecOptions{options.outputs_over_time});
+// Step of simulate_iteration: the number of distinct nodes the ranks run on.
+std::size_t node_count(const ExperimentSpec& spec, const BuiltIteration& built) {
+  std::vector<int> nodes;
+  for (const auto d : built.devices) nodes.push_back(spec.hardware.topology.device(d).node);
+  std::sort(nodes.begin(), nodes.end());
+  return static_cast<std::size_t>(std::unique(nodes.begin(), nodes.end()) - nodes.begin());
+}
 
-  ExperimentResult r;
-  r.iteration_time = run.makespan;
-  r.ranks = built.devices.size();
-  r.simulated_ranks = static_cast<std::size_t>(built.simulated_ranks);
-  r.model_states_per_device = built.model_states_per_device;
-  {
-    std::vector<int> nodes;
-    for (const auto d : built.devices) nodes.push_back(spec.hardware.topology.device(d).node);
-    std::sort(nodes.begin(), nodes.end());
-    r.nodes = static_cast<std::size_t>(std::unique(nodes.begin(), nodes.end()) - nodes.begin());
+// Step of simulate_iteration: the approximations a mixture-of-experts model adds (routing, and
+// the dense first layers costed as a mean).
+void add_moe_approximations(const ModelSpec& m, std::vector<std::string>& approximations) {
+  if (m.routing_imbalance > 1.0) {
+    approximations.push_back(fmt::format(
+        "mixture of experts: routing_imbalance {:g}: the busiest of the {} experts ({} per token) runs {:g} x the "
+        "mean tokens and sits on the simulated rank (the slowest rank sets the pace), the rank's other experts the "
+        "mean; the expert-parallel all-to-all carries the busiest rank's tokens; experts run one after another as "
+        "eager PyTorch does",
+        m.routing_imbalance, m.experts, m.experts_per_token, m.routing_imbalance));
+  } else {
+    approximations.push_back(fmt::format(
+        "mixture of experts: the router spreads tokens evenly over the {} experts ({} per token; routing_imbalance "
+        "1: no measured imbalance for this model), run one after another as eager PyTorch does; real routing is "
+        "uneven and the busiest expert sets the pace, so this is a lower bound on the MLP time",
+        m.experts, m.experts_per_token));
   }
-  r.tasks = built.graph.size();
-  r.events = run.events_processed;
-  r.approximations = built.approximations;
-  if (spec.training.fp8) r.approximations.push_back(fp8_approximation(*spec.training.fp8));
-  if (spec.model.moe()) {
-    const auto& m = spec.model;
-    if (m.routing_imbalance > 1.0) {
-      r.approximations.push_back(fmt::format(
-          "mixture of experts: routing_imbalance {:g}: the busiest of the {} experts ({} per token) runs {:g} x the "
-          "mean tokens and sits on the simulated rank (the slowest rank sets the pace), the rank's other experts the "
-          "mean; the expert-parallel all-to-all carries the busiest rank's tokens; experts run one after another as "
-          "eager PyTorch does",
-          m.routing_imbalance, m.experts, m.experts_per_token, m.routing_imbalance));
-    } else {
-      r.approximations.push_back(fmt::format(
-          "mixture of experts: the router spreads tokens evenly over the {} experts ({} per token; routing_imbalance "
-          "1: no measured imbalance for this model), run one after another as eager PyTorch does; real routing is "
-          "uneven and the busiest expert sets the pace, so this is a lower bound on the MLP time",
-          m.experts, m.experts_per_token));
-    }
-    if (m.dense_layers > 0) {
-      r.approximations.push_back(fmt::format(
-          "mixture of experts: the first {} layers are dense (width {}): each layer is costed as the mean of a dense "
-          "and a sparse layer, so a pipeline stage's work is the mean, not its own layers'",
-          m.dense_layers, m.dense_ffn));
-    }
+  if (m.dense_layers > 0) {
+    approximations.push_back(fmt::format(
+        "mixture of experts: the first {} layers are dense (width {}): each layer is costed as the mean of a dense "
+        "and a sparse layer, so a pipeline stage's work is the mean, not its own layers'",
+        m.dense_layers, m.dense_ffn));
   }
-  if (options.outputs_over_time) {
-    r.timeline_csv = sim::report::timeline_csv(run);
-    r.trace_json = sim::report::chrome_trace(built.machine.platform, built.graph, run);
-  }
+}
 
+// Step of simulate_iteration: rank 0's phase spans, and the time of each phase summed over its
+// spans (phases in order of first appearance).
+void add_phases(const BuiltIteration& built, const sim::RunResult& run, ExperimentResult& r) {
   for (const auto& span : built.spans) {
     const auto& first = run.tasks[span.first.index];
     const sim::TimePs begin = span.from_end ? first.end : first.start;
@@ -128,8 +113,11 @@ ExperimentResult simulate_iteration(const ExperimentSpec& spec, const RunExperim
       it->time += length;
     }
   }
+}
 
-  // Rank 0's GPU: its compute tasks, its memory, its host links.
+// Step of simulate_iteration: rank 0's GPU: its compute tasks, its memory, its host links.
+void add_rank0_views(const ExperimentSpec& spec, const BuiltIteration& built, const sim::RunResult& run,
+                     ExperimentResult& r) {
   const std::size_t device0 = built.devices.front();
   const std::uint32_t unit0 = *built.machine.unit_of_device[device0];
   for (const auto& t : built.graph.tasks()) {
@@ -156,7 +144,11 @@ ExperimentResult simulate_iteration(const ExperimentSpec& spec, const RunExperim
       r.rank0_d2h_capacity = out_of->capacity.bytes_per_s;
     }
   }
+}
 
+// Step of simulate_iteration: the rates over the iteration time (none for a zero-length one).
+void add_rates(const ExperimentSpec& spec, const BuiltIteration& built, const sim::RunResult& run,
+               ExperimentResult& r) {
   const double seconds = run.makespan.seconds();
   if (seconds > 0.0) {
     r.model_tflops_per_device = built.model_flops_per_device.count / seconds / 1e12;
@@ -164,8 +156,11 @@ ExperimentResult simulate_iteration(const ExperimentSpec& spec, const RunExperim
     r.tokens_per_s = built.tokens_per_iteration / seconds;
     r.mfu = built.model_flops_per_device.count / seconds / spec.device.peak_matrix_bf16.flops_per_s;
   }
+}
 
-  // Memory: per pool kind, the fullest pool; any overflow makes the configuration infeasible.
+// Step of simulate_iteration: memory per pool kind, the fullest pool; any overflow makes the
+// configuration infeasible, with the reason.
+void add_memory(const sim::RunResult& run, ExperimentResult& r) {
   for (const auto& pool : run.pools) {
     auto it = std::find_if(r.memory.begin(), r.memory.end(), [&](const auto& m) { return m.kind == pool.kind; });
     if (it == r.memory.end()) {
@@ -184,6 +179,36 @@ ExperimentResult simulate_iteration(const ExperimentSpec& spec, const RunExperim
                       sim::format_time(pool.overflow->time), fmt::join(tenants, ", ")));
     }
   }
+}
+
+// One simulated iteration of the experiment as it is: build and execute the task graph, then
+// read the result's figures off the run, step by step.
+ExperimentResult simulate_iteration(const ExperimentSpec& spec, const RunExperimentOptions& options) {
+  const CostModel costs(spec.device);
+  const bool link_statistics = options.link_statistics || options.outputs_over_time;
+  const BuiltIteration built = build_located(spec, inputs_of(spec, costs, link_statistics));
+  const sim::RunResult run =
+      sim::execute(built.machine.platform, built.graph, sim::ExecOptions{options.outputs_over_time});
+
+  ExperimentResult r;
+  r.iteration_time = run.makespan;
+  r.ranks = built.devices.size();
+  r.simulated_ranks = static_cast<std::size_t>(built.simulated_ranks);
+  r.model_states_per_device = built.model_states_per_device;
+  r.nodes = node_count(spec, built);
+  r.tasks = built.graph.size();
+  r.events = run.events_processed;
+  r.approximations = built.approximations;
+  if (spec.training.fp8) r.approximations.push_back(fp8_approximation(*spec.training.fp8));
+  if (spec.model.moe()) add_moe_approximations(spec.model, r.approximations);
+  if (options.outputs_over_time) {
+    r.timeline_csv = sim::report::timeline_csv(run);
+    r.trace_json = sim::report::chrome_trace(built.machine.platform, built.graph, run);
+  }
+  add_phases(built, run, r);
+  add_rank0_views(spec, built, run, r);
+  add_rates(spec, built, run, r);
+  add_memory(run, r);
   if (!link_statistics) return r;
   for (const auto& c : run.constraints) {
     r.link_stats.push_back({c.name, c.link_class, c.stats.bytes_carried, c.stats.busy_time, c.stats.peak_bytes_per_s});

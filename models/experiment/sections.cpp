@@ -476,46 +476,54 @@ std::optional<StrategySpec> read_deepspeed(const Node& node, MapReader& r, const
   return StrategySpec{imported->strategy};
 }
 
-// kind: megatron, 3D parallelism.
-std::optional<StrategySpec> read_megatron(const Node& node, MapReader& r, const topo::Topology* topology,
-                                          TrainingFromStrategy* training, LevelSizes /*levels*/,
-                                          std::size_t errors_before) {
+// Step of read_megatron: true when `key` is left out, so Megatron-LM's default
+// (configs/defaults.yaml) applies; the default is then named in the report.
+bool megatron_default(MapReader& r, const char* key, std::vector<std::string>& defaults_applied) {
+  if (r.has(key)) return false;
+  defaults_applied.push_back(
+      fmt::format("strategy.{}={} (Megatron-LM's default)", key, defaults::text(std::string("megatron.") + key)));
+  return true;
+}
+
+// Step of read_megatron: a degree (tp, pp, dp) >= 1, its location in `at`; dp is required, the
+// others take Megatron-LM's default.
+int megatron_degree(const Node& node, MapReader& r, const char* key, std::vector<std::string>& defaults_applied,
+                    sim::config::Location* at) {
   auto& ctx = node.context();
-  MegatronSpec mg;
-  // Keys left out take Megatron-LM's defaults (configs/defaults.yaml), named in the report.
-  std::vector<std::string> unused_defaults;
-  std::vector<std::string>& defaults_applied = training ? training->defaults : unused_defaults;
-  const auto megatron_default = [&](const char* key) {
-    if (r.has(key)) return false;
-    defaults_applied.push_back(
-        fmt::format("strategy.{}={} (Megatron-LM's default)", key, defaults::text(std::string("megatron.") + key)));
-    return true;
-  };
-  const auto positive = [&](const char* key, sim::config::Location* at) {
-    const bool defaulted = std::string_view(key) != "dp" && megatron_default(key);
-    const auto v = defaulted
-                       ? sim::config::Located<int>{static_cast<int>(defaults::integer(std::string("megatron.") + key)),
-                                                   node.location(), true}
-                       : r.required<int>(key);
-    if (v.valid && v.value < 1) ctx.error(v.loc, node.child_path(key), fmt::format("expected >= 1, got {}", v.value));
-    if (at) *at = v.loc;
-    return v.value;
-  };
+  const bool defaulted = std::string_view(key) != "dp" && megatron_default(r, key, defaults_applied);
+  const auto v = defaulted
+                     ? sim::config::Located<int>{static_cast<int>(defaults::integer(std::string("megatron.") + key)),
+                                                 node.location(), true}
+                     : r.required<int>(key);
+  if (v.valid && v.value < 1) ctx.error(v.loc, node.child_path(key), fmt::format("expected >= 1, got {}", v.value));
+  if (at) *at = v.loc;
+  return v.value;
+}
+
+// Step 1 of read_megatron: tp, pp, dp and cp (Megatron-Core's context_parallel_size, 1 when
+// absent); returns whether the model splits over tp.
+bool read_megatron_degrees(const Node& node, MapReader& r, TrainingFromStrategy* training,
+                           std::vector<std::string>& defaults_applied, MegatronSpec& mg) {
+  auto& ctx = node.context();
   sim::config::Location tp_at = node.location();
-  mg.tp = positive("tp", &tp_at);
+  mg.tp = megatron_degree(node, r, "tp", defaults_applied, &tp_at);
   if (training) training->tp_at = tp_at;
   const bool tp_ok = tp_splits_model(ctx, training, mg.tp, tp_at);
-  mg.pp = positive("pp", training ? &training->pp_at : nullptr);
-  mg.dp = positive("dp", nullptr);
-  // Context parallelism (Megatron-Core's context_parallel_size), 1 when absent.
+  mg.pp = megatron_degree(node, r, "pp", defaults_applied, training ? &training->pp_at : nullptr);
+  mg.dp = megatron_degree(node, r, "dp", defaults_applied, nullptr);
   const auto cp = r.optional<int>("cp", 1);
   if (cp.valid && cp.value < 1)
     ctx.error(cp.loc, node.child_path("cp"), fmt::format("expected >= 1, got {}", cp.value));
   mg.cp = cp.value;
   if (training) training->cp_at = cp.loc;
-  // Uneven pipeline splits (Megatron-Core's decoder_first/last_pipeline_num_layers and
-  // account_for_embedding/loss_in_pipeline_split).
-  // The split's errors are located at the first of its keys given (check_against_model).
+  return tp_ok;
+}
+
+// Step 2 of read_megatron: uneven pipeline splits (Megatron-Core's decoder_first/last_pipeline_num_layers
+// and account_for_embedding/loss_in_pipeline_split). The split's errors are located at the first
+// of its keys given (check_against_model).
+void read_pipeline_split(const Node& node, MapReader& r, TrainingFromStrategy* training, MegatronSpec& mg) {
+  auto& ctx = node.context();
   bool split_located = false;
   const auto locate_split = [&](const sim::config::Location& loc, const char* key) {
     if (training && !split_located) {
@@ -540,7 +548,15 @@ std::optional<StrategySpec> read_megatron(const Node& node, MapReader& r, const 
     *field = flag.value;
     locate_split(flag.loc, key);
   }
-  (void)megatron_default("schedule");
+}
+
+// Step 3 of read_megatron: the schedule (and the interleaved schedule's virtual stages),
+// sequence parallelism, the ZeRO stage, the optimizer and its gradient accumulation dtype, the
+// collective options and which ranks and micro-batches are simulated.
+void read_megatron_options(const Node& node, MapReader& r, std::vector<std::string>& defaults_applied,
+                           MegatronSpec& mg) {
+  auto& ctx = node.context();
+  (void)megatron_default(r, "schedule", defaults_applied);
   const auto schedule = r.choice("schedule", {"1f1b", "interleaved"}, defaults::text("megatron.schedule"));
   if (schedule.valid && schedule.value == "interleaved") {
     const auto v = r.required<int>("virtual_stages");
@@ -553,9 +569,9 @@ std::optional<StrategySpec> read_megatron(const Node& node, MapReader& r, const 
     // Left from an interleaved configuration (--set strategy.schedule=1f1b): named, not an error.
     ctx.warning(v->location(), v->path(), "ignored: the 1f1b schedule has one stage per rank");
   }
-  (void)megatron_default("sequence_parallel");
+  (void)megatron_default(r, "sequence_parallel", defaults_applied);
   mg.sequence_parallel = r.optional<bool>("sequence_parallel", defaults::flag("megatron.sequence_parallel")).value;
-  (void)megatron_default("zero_stage");
+  (void)megatron_default(r, "zero_stage", defaults_applied);
   const auto zero = r.optional<int>("zero_stage", static_cast<int>(defaults::integer("megatron.zero_stage")));
   if (zero.valid && !ZeroPolicy::kMegatronStages.contains(zero.value)) {
     ctx.error(zero.loc, node.child_path("zero_stage"),
@@ -573,6 +589,13 @@ std::optional<StrategySpec> read_megatron(const Node& node, MapReader& r, const 
   mg.collectives = parse_collective_options(r);
   mg.all_ranks = parse_all_ranks(r);
   mg.all_micro_batches = r.choice("simulate_micro_batches", {"steady_state", "all"}, "steady_state").value == "all";
+}
+
+// Step 4 of read_megatron: the ranks' devices, listed (as many as the degrees' product) or the
+// machine's first GPUs.
+void place_megatron_ranks(const Node& node, MapReader& r, const topo::Topology* topology, bool tp_ok,
+                          std::size_t errors_before, MegatronSpec& mg) {
+  auto& ctx = node.context();
   const std::string degrees = mg.cp > 1
                                   ? fmt::format("tp x cp x pp x dp = {} x {} x {} x {}", mg.tp, mg.cp, mg.pp, mg.dp)
                                   : fmt::format("tp x pp x dp = {} x {} x {}", mg.tp, mg.pp, mg.dp);
@@ -598,6 +621,21 @@ std::optional<StrategySpec> read_megatron(const Node& node, MapReader& r, const 
       for (std::size_t i = 0; i < ranks; ++i) mg.devices.push_back(topology->device(gpus[i]).name);
     }
   }
+}
+
+// kind: megatron, 3D parallelism.
+std::optional<StrategySpec> read_megatron(const Node& node, MapReader& r, const topo::Topology* topology,
+                                          TrainingFromStrategy* training, LevelSizes /*levels*/,
+                                          std::size_t errors_before) {
+  auto& ctx = node.context();
+  MegatronSpec mg;
+  // Keys left out take Megatron-LM's defaults (configs/defaults.yaml), named in the report.
+  std::vector<std::string> unused_defaults;
+  std::vector<std::string>& defaults_applied = training ? training->defaults : unused_defaults;
+  const bool tp_ok = read_megatron_degrees(node, r, training, defaults_applied, mg);
+  read_pipeline_split(node, r, training, mg);
+  read_megatron_options(node, r, defaults_applied, mg);
+  place_megatron_ranks(node, r, topology, tp_ok, errors_before, mg);
   if (ctx.error_count() != errors_before) return std::nullopt;
   return StrategySpec{mg};
 }
@@ -725,45 +763,59 @@ void read_zero3_keys(const Node& node, MapReader& r, const sim::config::Located<
   }
 }
 
-// kind: data_parallel, ZeRO 0-3 with offload, tp, ep and partitionings; also read for an unknown kind.
-std::optional<StrategySpec> read_data_parallel(const Node& node, MapReader& r, const topo::Topology* topology,
-                                               TrainingFromStrategy* training, LevelSizes levels,
-                                               std::size_t errors_before) {
+// What step 1 of read_data_parallel read that the later steps check against.
+struct DataParallelDegrees {
+  sim::config::Located<int> stage;   // zero_stage
+  sim::config::Located<int> degree;  // dp
+  sim::config::Located<int> ep;
+  int rank_count = 0;  // tp x dp (0 when dp is invalid)
+  bool tp_ok = false;  // whether the model splits over tp
+};
+
+// Step 1 of read_data_parallel: the ZeRO stage (DeepSpeed's default when absent), dp, tp
+// (Megatron-DeepSpeed's tensor parallelism under ZeRO: dp replicas of tp ranks each), sequence
+// parallelism and ep (experts over ep consecutive ranks, for mixture-of-experts models).
+template <class NameDefault>
+DataParallelDegrees read_dp_degrees(const Node& node, MapReader& r, TrainingFromStrategy* training,
+                                    DataParallelSpec& dp, const NameDefault& ds_default) {
   auto& ctx = node.context();
-  DataParallelSpec dp;
-  // Keys left out take DeepSpeed's defaults (configs/defaults.yaml), named in the report.
-  std::vector<std::string> unused_defaults;
-  std::vector<std::string>& defaults_applied = training ? training->defaults : unused_defaults;
-  const auto ds_default = [&](const char* key, const std::string& value) {
-    defaults_applied.push_back(
-        fmt::format("strategy.{}={} (DeepSpeed {}'s default)", key, value, defaults::deepspeed_version()));
-  };
+  DataParallelDegrees out;
   if (!r.has("zero_stage")) ds_default("zero_stage", defaults::text("deepspeed.stage"));
-  const auto stage = r.optional<int>("zero_stage", static_cast<int>(defaults::integer("deepspeed.stage")));
+  out.stage = r.optional<int>("zero_stage", static_cast<int>(defaults::integer("deepspeed.stage")));
+  const auto& stage = out.stage;
   if (stage.valid) (void)check_range(ctx, stage.loc, node.child_path("zero_stage"), stage.value, ranges::kZeroStage);
   dp.zero_stage = stage.value;
-  // What the stage partitions (nullopt: an invalid stage, reported above).
-  const auto partitioned = stage.valid ? ZeroPolicy::partitioning_if_valid(stage.value) : std::nullopt;
-  const auto degree = r.required<int>("dp");
-  // Tensor parallelism under ZeRO (Megatron-DeepSpeed): dp replicas of tp ranks each.
+  out.degree = r.required<int>("dp");
+  const auto& degree = out.degree;
   const auto tp = r.optional<int>("tp", 1);
   if (tp.valid && tp.value < 1)
     ctx.error(tp.loc, node.child_path("tp"), fmt::format("expected >= 1, got {}", tp.value));
   dp.tp = std::max(1, tp.value);
   if (training) training->tp_at = tp.loc;
-  const bool tp_ok = tp_splits_model(ctx, training, dp.tp, tp.loc);
+  out.tp_ok = tp_splits_model(ctx, training, dp.tp, tp.loc);
   dp.sequence_parallel = r.optional<bool>("sequence_parallel", false).value;
-  // Expert parallelism for mixture-of-experts models: experts over ep consecutive ranks.
-  const auto ep = r.optional<int>("ep", 1);
+  out.ep = r.optional<int>("ep", 1);
+  const auto& ep = out.ep;
   if (ep.valid && (ep.value < 1 || (degree.valid && degree.value % ep.value != 0))) {
     ctx.error(ep.loc, node.child_path("ep"),
               fmt::format("expected a divisor of dp ({}), got {}", degree.valid ? degree.value : 0, ep.value));
   }
   dp.ep = std::max(1, ep.value);
   if (training) training->ep_at = ep.loc;
-  const int rank_count = degree.valid ? checked_ranks(ctx, degree.loc, node.child_path("dp"), {degree.value, dp.tp},
-                                                      fmt::format("tp x dp = {} x {}", dp.tp, degree.value))
-                                      : 0;
+  out.rank_count = degree.valid ? checked_ranks(ctx, degree.loc, node.child_path("dp"), {degree.value, dp.tp},
+                                                fmt::format("tp x dp = {} x {}", dp.tp, degree.value))
+                                : 0;
+  return out;
+}
+
+// Step 2 of read_data_parallel: the gradients' bucket size, overlap_comm (DeepSpeed's defaults
+// when absent) and DeepSpeed's data_types.grad_accum_dtype: fp32 at stages 0-1 is its
+// BF16_Optimizer; bf16 at stage 0 stands for 16-bit gradients with a replicated optimizer
+// (FP16_Optimizer, PyTorch DDP).
+template <class NameDefault>
+void read_dp_gradients(const Node& node, MapReader& r, const std::optional<ZeroPartitioning>& partitioned,
+                       DataParallelSpec& dp, const NameDefault& ds_default) {
+  auto& ctx = node.context();
   if (!r.has("reduce_bucket_elements"))
     ds_default("reduce_bucket_elements", defaults::text("deepspeed.reduce_bucket_size"));
   const auto bucket =
@@ -780,8 +832,6 @@ std::optional<StrategySpec> read_data_parallel(const Node& node, MapReader& r, c
     dp.overlap_comm = partitioned && partitioned->parameters;
     ds_default("overlap_comm", dp.overlap_comm ? "true" : "false");
   }
-  // DeepSpeed's data_types.grad_accum_dtype: fp32 at stages 0-1 is its BF16_Optimizer; bf16 at
-  // stage 0 stands for 16-bit gradients with a replicated optimizer (FP16_Optimizer, PyTorch DDP).
   if (r.has("grad_accum_dtype")) {
     const auto accum = r.choice("grad_accum_dtype", {"fp32", "bf16"});
     if (accum.valid) {
@@ -793,9 +843,15 @@ std::optional<StrategySpec> read_data_parallel(const Node& node, MapReader& r, c
       }
     }
   }
-  read_zero3_keys(node, r, stage, dp, ds_default);
-  // FSDP's MixedPrecision.reduce_dtype, DeepSpeed's communication_data_type: at stages 2-3, where
-  // the gradient partitions are reduce-scattered; at 0-1 the reduction follows grad_accum_dtype.
+}
+
+// Step 4 of read_data_parallel: FSDP's MixedPrecision.reduce_dtype, DeepSpeed's
+// communication_data_type: at stages 2-3, where the gradient partitions are reduce-scattered; at
+// 0-1 the reduction follows grad_accum_dtype. Returns where fp32 reduction is asked for.
+std::optional<sim::config::Location> read_gradient_reduce_dtype(const Node& node, MapReader& r,
+                                                                const std::optional<ZeroPartitioning>& partitioned,
+                                                                DataParallelSpec& dp) {
+  auto& ctx = node.context();
   std::optional<sim::config::Location> fp32_reduce_at;
   if (r.has("gradient_reduce_dtype")) {
     const auto reduce = r.choice("gradient_reduce_dtype", {"fp32", "bf16"});
@@ -808,28 +864,31 @@ std::optional<StrategySpec> read_data_parallel(const Node& node, MapReader& r, c
       fp32_reduce_at = reduce.loc;
     }
   }
-  const sim::config::Location offload_at = read_offload(node, r, stage, dp, defaults_applied);
-  if (fp32_reduce_at && dp.offload) {
-    ctx.error(*fp32_reduce_at, node.child_path("gradient_reduce_dtype"),
-              "fp32 gradient reduction is not modelled with optimizer offload (DeepSpeed's offload recipes move bf16 "
-              "gradient partitions)");
-  }
+  return fp32_reduce_at;
+}
+
+// Step 6 of read_data_parallel: the ranks' devices, listed (tp x dp of them) or, the documented
+// default, the machine's GPUs in declaration order.
+void place_dp_ranks(const Node& node, MapReader& r, const topo::Topology* topology, const DataParallelDegrees& d,
+                    DataParallelSpec& dp) {
+  auto& ctx = node.context();
+  const auto& degree = d.degree;
+  const int rank_count = d.rank_count;
   const std::vector<std::size_t> gpus =
       topology ? topology->devices_of(topo::DeviceKind::kGpu) : std::vector<std::size_t>{};
   if (auto devices = parse_devices(r, node, topology, false)) {
     dp.devices = std::move(*devices);
     if (degree.valid && degree.value < 1) {
       ctx.error(degree.loc, node.child_path("dp"), fmt::format("expected >= 1, got {}", degree.value));
-    } else if (degree.valid && static_cast<int>(dp.devices.size()) != rank_count && tp_ok) {
+    } else if (degree.valid && static_cast<int>(dp.devices.size()) != rank_count && d.tp_ok) {
       ctx.error(degree.loc, node.child_path("dp"),
                 dp.tp == 1 ? fmt::format("the devices list {} ranks but dp is {}", dp.devices.size(), degree.value)
                            : fmt::format("the devices list {} ranks but tp x dp is {} x {} = {}", dp.devices.size(),
                                          dp.tp, degree.value, rank_count));
     }
   } else if (topology && degree.valid) {
-    // Documented default: ranks take the machine's GPUs in declaration order.
     if (degree.value < 1 || static_cast<std::size_t>(rank_count) > gpus.size()) {
-      if (degree.value < 1 || tp_ok) {  // (a tp the model cannot split over is reported at tp)
+      if (degree.value < 1 || d.tp_ok) {  // (a tp the model cannot split over is reported at tp)
         ctx.error(degree.loc, node.child_path("dp"),
                   dp.tp == 1 ? fmt::format("expected 1 to {} (the machine's GPUs), got {}", gpus.size(), degree.value)
                              : fmt::format("tp x dp = {} x {} = {} ranks but the machine has {} GPUs", dp.tp,
@@ -839,13 +898,13 @@ std::optional<StrategySpec> read_data_parallel(const Node& node, MapReader& r, c
       for (int i = 0; i < rank_count; ++i) dp.devices.push_back(topology->device(gpus[i]).name);
     }
   }
-  dp.collectives = parse_collective_options(r);
-  dp.all_ranks = parse_all_ranks(r);
-  if (dp.ep > 1 && (dp.tp > 1 || dp.offload || r.has("partitioning"))) {
-    ctx.error(ep.loc, node.child_path("ep"),
-              "expert parallelism together with tp > 1, a partitioning or optimizer offload is not modelled");
-  }
-  if (dp.offload && topology && !dp.devices.empty()) check_offload_hosts(ctx, *topology, dp, offload_at);
+}
+
+// Step 7 of read_data_parallel: the hierarchical partitioning (ZeRO++, MiCS, 3-level), at
+// zero_stage 3 without tp, over the ranks placed.
+void read_dp_partitioning(const Node& node, MapReader& r, const sim::config::Located<int>& stage,
+                          const std::optional<ZeroPartitioning>& partitioned, LevelSizes levels, DataParallelSpec& dp) {
+  auto& ctx = node.context();
   if (auto part = r.child("partitioning")) {
     levels.ranks = static_cast<int>(dp.devices.size());
     if (dp.tp > 1) {
@@ -857,6 +916,45 @@ std::optional<StrategySpec> read_data_parallel(const Node& node, MapReader& r, c
       dp.partitioning = parse_partitioning(*part, levels);
     }
   }
+}
+
+// kind: data_parallel, ZeRO 0-3 with offload, tp, ep and partitionings; also read for an unknown kind.
+std::optional<StrategySpec> read_data_parallel(const Node& node, MapReader& r, const topo::Topology* topology,
+                                               TrainingFromStrategy* training, LevelSizes levels,
+                                               std::size_t errors_before) {
+  auto& ctx = node.context();
+  DataParallelSpec dp;
+  // Keys left out take DeepSpeed's defaults (configs/defaults.yaml), named in the report.
+  std::vector<std::string> unused_defaults;
+  std::vector<std::string>& defaults_applied = training ? training->defaults : unused_defaults;
+  const auto ds_default = [&](const char* key, const std::string& value) {
+    defaults_applied.push_back(
+        fmt::format("strategy.{}={} (DeepSpeed {}'s default)", key, value, defaults::deepspeed_version()));
+  };
+  const DataParallelDegrees degrees = read_dp_degrees(node, r, training, dp, ds_default);
+  const auto& stage = degrees.stage;
+  // What the stage partitions (nullopt: an invalid stage, reported above).
+  const auto partitioned = stage.valid ? ZeroPolicy::partitioning_if_valid(stage.value) : std::nullopt;
+  read_dp_gradients(node, r, partitioned, dp, ds_default);
+  // Step 3: the ZeRO-3 keys.
+  read_zero3_keys(node, r, stage, dp, ds_default);
+  const std::optional<sim::config::Location> fp32_reduce_at = read_gradient_reduce_dtype(node, r, partitioned, dp);
+  // Step 5: the offload, which fp32 gradient reduction does not go with.
+  const sim::config::Location offload_at = read_offload(node, r, stage, dp, defaults_applied);
+  if (fp32_reduce_at && dp.offload) {
+    ctx.error(*fp32_reduce_at, node.child_path("gradient_reduce_dtype"),
+              "fp32 gradient reduction is not modelled with optimizer offload (DeepSpeed's offload recipes move bf16 "
+              "gradient partitions)");
+  }
+  place_dp_ranks(node, r, topology, degrees, dp);
+  dp.collectives = parse_collective_options(r);
+  dp.all_ranks = parse_all_ranks(r);
+  if (dp.ep > 1 && (dp.tp > 1 || dp.offload || r.has("partitioning"))) {
+    ctx.error(degrees.ep.loc, node.child_path("ep"),
+              "expert parallelism together with tp > 1, a partitioning or optimizer offload is not modelled");
+  }
+  if (dp.offload && topology && !dp.devices.empty()) check_offload_hosts(ctx, *topology, dp, offload_at);
+  read_dp_partitioning(node, r, stage, partitioned, levels, dp);
   if (ctx.error_count() != errors_before) return std::nullopt;
   return StrategySpec{dp};
 }

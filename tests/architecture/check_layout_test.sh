@@ -42,13 +42,13 @@ echo '#include "models/b/y.hpp"' >"$clean/models/a/x.cpp"
   echo 'const auto table = std::map<int, int>{{1, 2}, {3, 4}};'
   echo '}  // namespace n'
 } >"$clean/models/a/x.cpp"
-function_of "$clean/models/a/x.cpp" at_the_limit 150
+function_of "$clean/models/a/x.cpp" at_the_limit 100
 expect "a clean tree passes" 0 "layout holds" "$clean"
 
 long=$tmp/long
 cp -r "$clean" "$long"
-function_of "$long/models/b/y.cpp" too_long 151
-expect "a 151-line function is found" 1 "models/b/y.cpp:1: too_long is 151 lines" "$long"
+function_of "$long/models/b/y.cpp" too_long 101
+expect "a 101-line function is found" 1 "models/b/y.cpp:1: too_long is 101 lines" "$long"
 
 cycle=$tmp/cycle
 cp -r "$clean" "$cycle"
