@@ -293,7 +293,7 @@ class DataParallelBuilder {
   std::optional<GradientReduction> reduction;
   std::optional<LayerCompute> layers;  // each layer's compute and its collectives (phases/layer_compute.hpp)
   // Elements of each expert-parallel all-to-all (phases/layer_compute.hpp).
-  const std::int64_t dispatch_elements = busiest_rank_dispatch_elements(m, train.micro_batch * m.seq, ep);
+  const std::int64_t dispatch_elements = busiest_rank_dispatch_elements(m, train.micro_batch* m.seq, ep);
   std::vector<TaskId> last_backward;
   const sim::Flops head_flops = head_forward_flops(m, train.micro_batch) * (1.0 / tp);
 
