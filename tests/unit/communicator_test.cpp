@@ -1,7 +1,6 @@
 // Hierarchical collectives, quantized wire formats, the analytic fidelity and rank symmetry
 // (models/collectives/communicator.hpp), on slices of the shipped Frontier machine.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -12,6 +11,7 @@
 
 #include "models/collectives/communicator.hpp"
 #include "models/experiment.hpp"
+#include "tests/unit/source_paths.hpp"
 
 namespace offsim::models {
 namespace {
@@ -22,8 +22,7 @@ const std::string kRoot = OFFSIM_SOURCE_DIR;
 
 // Writes an experiment on `nodes` Frontier nodes with the given strategy body; returns its path.
 std::string write_experiment(const std::string& name, int nodes, const std::string& strategy, bool with_model) {
-  const fs::path dir = fs::temp_directory_path() / fmt::format("{}-{}", "offsim-communicator-test", ::getpid());
-  fs::create_directories(dir);
+  const fs::path dir = testing::scratch_folder("offsim-communicator-test");
   const fs::path file = dir / (name + ".yaml");
   std::ofstream out(file);
   out << fmt::format(

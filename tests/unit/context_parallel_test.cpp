@@ -3,7 +3,6 @@
 // builds, the parameters per stage, a closed-form iteration of an uneven pipeline, the ring's KV
 // bytes and the per-rank FLOPs, and a ring that cannot hide under attention.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <fmt/format.h>
 
@@ -17,6 +16,7 @@
 #include "models/experiment.hpp"
 #include "models/strategies/context_parallel.hpp"
 #include "models/strategies/pipeline_split.hpp"
+#include "tests/unit/source_paths.hpp"
 
 namespace offsim::models {
 namespace {
@@ -153,8 +153,7 @@ TEST(ContextParallel, RingStepsCarryTheKvBlockAndRanksDoHalfTheFlops) {
 }
 
 std::string h100_experiment(const std::string& name, const std::string& body) {
-  const fs::path dir = fs::temp_directory_path() / fmt::format("{}-{}", "offsim-context-parallel-test", ::getpid());
-  fs::create_directories(dir);
+  const fs::path dir = testing::scratch_folder("offsim-context-parallel-test");
   const fs::path file = dir / (name + ".yaml");
   std::ofstream(file) << fmt::format(
       "name: {0}\n"

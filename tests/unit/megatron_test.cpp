@@ -2,7 +2,6 @@
 // interleaved schedules against their closed forms, and agreement with the data-parallel builder
 // where the two describe the same run.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -10,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "models/experiment.hpp"
+#include "tests/unit/source_paths.hpp"
 
 namespace offsim::models {
 namespace {
@@ -20,8 +20,7 @@ namespace fs = std::filesystem;
 // small imbalance (the head is about a third of a layer), and the point-to-point activations
 // (50 MB over Infinity Fabric, ~1 ms) are small next to a stage's compute (~1 s per micro-batch).
 std::string experiment(const std::string& name, const std::string& strategy, int micro_batches) {
-  const fs::path dir = fs::temp_directory_path() / fmt::format("{}-{}", "offsim-megatron-test", ::getpid());
-  fs::create_directories(dir);
+  const fs::path dir = testing::scratch_folder("offsim-megatron-test");
   const fs::path file = dir / (name + ".yaml");
   std::ofstream(file) << fmt::format(
       "name: {0}\n"
@@ -184,9 +183,7 @@ namespace {
 // GPT-3 1.3B with Megatron on two Frontier nodes: tp x pp ranks per replica, 2 replicas with
 // ZeRO-1 across them, `micro_batches` per replica; `extra` adds strategy keys (the schedule).
 std::string two_node_megatron(const std::string& name, int tp, int pp, int micro_batches, const std::string& extra) {
-  const fs::path file =
-      fs::temp_directory_path() / fmt::format("{}-{}", "offsim-megatron-test", ::getpid()) / (name + ".yaml");
-  fs::create_directories(file.parent_path());
+  const fs::path file = testing::scratch_folder("offsim-megatron-test") / (name + ".yaml");
   std::ofstream(file) << fmt::format(
       "name: {0}\n"
       "hardware: !include {1}/configs/hardware/frontier.yaml\n"

@@ -1,7 +1,6 @@
 // A new user's first hour (issue 34): the smallest experiment runs on defaults that are named,
 // training.seq decides the sequence length, DeepSpeed's defaults and estimators are DeepSpeed's.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -15,6 +14,7 @@
 #include "models/experiment/defaults.hpp"
 #include "models/strategies/deepspeed_config.hpp"
 #include "models/strategies/phases/zero_policy.hpp"
+#include "tests/unit/source_paths.hpp"
 
 namespace offsim::models {
 namespace {
@@ -24,8 +24,7 @@ const std::string kRoot = OFFSIM_SOURCE_DIR;
 
 // An experiment written to a temporary folder, `body` after the name line ({0}: the source folder).
 fs::path experiment(const std::string& file, const std::string& body) {
-  const fs::path dir = fs::temp_directory_path() / fmt::format("{}-{}", "offsim-new-user", ::getpid());
-  fs::create_directories(dir);
+  const fs::path dir = testing::scratch_folder("offsim-new-user");
   std::ofstream(dir / file) << fmt::format(fmt::runtime("name: new-user\n" + body), kRoot);
   return dir / file;
 }
@@ -117,8 +116,7 @@ TEST(NewUser, TheDefaultsFileAgreesWithTheConstantsThatMirrorIt) {
 }
 
 TEST(NewUser, DeepSpeedDefaultsAreNamedForTheRuntimeAndStage) {
-  const fs::path dir = fs::temp_directory_path() / fmt::format("{}-{}", "offsim-new-user", ::getpid());
-  fs::create_directories(dir);
+  const fs::path dir = testing::scratch_folder("offsim-new-user");
   std::ofstream(dir / "z1.json")
       << R"({"bf16": {"enabled": true}, "zero_optimization": {"stage": 1, "stage3_param_persitance_threshold": 10}})";
   const ExperimentSpec spec = load_experiment(

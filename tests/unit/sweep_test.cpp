@@ -16,18 +16,15 @@
 #include "models/experiment.hpp"
 #include "models/sweep.hpp"
 #include "sim/config/config_reader.hpp"
+#include "tests/unit/source_paths.hpp"
 
 namespace offsim::models {
 namespace {
 
 namespace fs = std::filesystem;
 
-// One folder per test process: ctest runs each test as its own process, two at a time, and two
-// tests writing the same tiny.yaml made one read it half written.
 fs::path scratch() {
-  const fs::path dir = fs::temp_directory_path() / fmt::format("offsim-sweep-test-{}", ::getpid());
-  fs::create_directories(dir);
-  return dir;
+  return testing::scratch_folder("offsim-sweep-test");
 }
 
 fs::path write(const std::string& name, const std::string& text) {
