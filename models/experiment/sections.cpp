@@ -829,7 +829,7 @@ void read_dp_gradients(const Node& node, MapReader& r, const std::optional<ZeroP
     dp.overlap_comm = r.required<bool>("overlap_comm").value;
   } else {
     // DeepSpeed's overlap_comm_valid: None -> True iff stage 3.
-    dp.overlap_comm = partitioned && partitioned->parameters;
+    dp.overlap_comm = partitioned && ZeroPolicy::deepspeed_default_overlap_comm(*partitioned);
     ds_default("overlap_comm", dp.overlap_comm ? "true" : "false");
   }
   if (r.has("grad_accum_dtype")) {

@@ -321,7 +321,7 @@ void DsConfigReader::read_zero(const std::optional<Node>& zero, const ZeroContex
     dp.overlap_comm = z.required<bool>("overlap_comm").value;
   } else {
     // DeepSpeed: None -> True iff stage 3.
-    dp.overlap_comm = zero_partitioned().parameters;
+    dp.overlap_comm = ZeroPolicy::deepspeed_default_overlap_comm(zero_partitioned());
     defaults_.push_back(fmt::format("overlap_comm={}", dp.overlap_comm));
   }
   // Read at stage 3 only (DeepSpeed's stages 1-2 have no parameter partitions to persist); its

@@ -73,7 +73,10 @@ class ZeroPolicy {
   [[nodiscard]] OptimizerEngine engine() const { return engine_; }
   /// DeepSpeed's default for overlap_comm when a ds_config leaves it out: on for stage 3 only
   /// (runtime/zero/config.py: overlap_comm None becomes True for DeepSpeedZeroOptimizer_Stage3).
-  [[nodiscard]] bool deepspeed_default_overlap_comm() const { return engine_ == OptimizerEngine::kZeroStage3; }
+  [[nodiscard]] bool deepspeed_default_overlap_comm() const { return deepspeed_default_overlap_comm(partitioned_); }
+  [[nodiscard]] static bool deepspeed_default_overlap_comm(const ZeroPartitioning& partitioned) {
+    return partitioned.parameters;
+  }
   /// What is partitioned over the shard group (for the optimizer, the data-parallel group).
   [[nodiscard]] const ZeroPartitioning& partitioned() const { return partitioned_; }
 
