@@ -126,6 +126,35 @@ void rename_into_place(const fs::path& tmp, const fs::path& path) {
   }
 }
 
+// A temporary's writer, from its name NAME.tmp.<pid>; 0 when the name is not one of ours.
+pid_t writer_of_temporary(const std::string& name) {
+  const auto dot = name.rfind(".tmp.");
+  if (dot == std::string::npos || dot + 5 == name.size()) return 0;
+  pid_t pid = 0;
+  for (std::size_t i = dot + 5; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9' || pid > 99'999'999) return 0;
+    pid = pid * 10 + (name[i] - '0');
+  }
+  return pid;
+}
+
+// Removes the temporaries a killed writer left in `dir` (SIGKILL, a power cut: no handler ran).
+// Only those whose process no longer exists: kill(pid, 0) fails with ESRCH. A live process with
+// that id, ours or another's (a reused id), keeps its files; so does a writer on another host
+// sharing the folder only if its id is alive here (two hosts writing one --out folder at once is
+// not supported anyway).
+void remove_stale_temporaries(const fs::path& dir) {
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const pid_t pid = writer_of_temporary(it->path().filename().string());
+    if (pid <= 0 || pid == ::getpid()) continue;
+    if (::kill(pid, 0) != 0 && errno == ESRCH) {
+      std::error_code ignored;
+      fs::remove(it->path(), ignored);
+    }
+  }
+}
+
 }  // namespace
 
 void write_file_atomically(const fs::path& path, std::string_view content) {
@@ -151,6 +180,8 @@ AtomicFileSet::AtomicFileSet(fs::path dir) : dir_(std::move(dir)) {
       release_slot(dir_slot_);
       throw OutputError(fmt::format("cannot make the folder {}: {}", dir_.string(), ec.message()));
     }
+  } else {
+    remove_stale_temporaries(dir_);
   }
 }
 

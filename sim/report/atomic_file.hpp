@@ -9,7 +9,9 @@
 //   new one, never a mix;
 // - on an interrupt, the handler install_interrupt_cleanup() installs removes the temporaries
 //   being written and a folder made for the set that is still empty, then ends the process by the
-//   same signal (the shell sees 130 for SIGINT, 143 for SIGTERM).
+//   same signal (the shell sees 130 for SIGINT, 143 for SIGTERM);
+// - a process killed outright (SIGKILL) runs no handler: its NAME.tmp.<pid> files stay until the
+//   next set is written into that folder, which removes every temporary whose process is gone.
 // The temporaries being written are the one piece of process-wide state here: a signal handler
 // can reach no other. They are kept in a fixed table read by the handler with async-signal-safe
 // calls only (unlink, rmdir).

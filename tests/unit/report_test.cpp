@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +12,7 @@
 #include "sim/report/csv.hpp"
 #include "sim/report/json_writer.hpp"
 #include "sim/report/text_table.hpp"
+#include "tests/unit/source_paths.hpp"
 
 namespace offsim::sim::report {
 namespace {
@@ -68,6 +70,29 @@ TEST(AtomicFile, ReplacesTheWholeFileAndLeavesNoTemporary) {
   EXPECT_EQ(ss.str(), "second\n");
   EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator{}), 1);
   EXPECT_THROW(write_file_atomically(dir / "no-such-dir" / "x.json", "x"), std::runtime_error);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(AtomicFile, ASetRemovesTheTemporariesOfAKilledWriterAndKeepsALiveOnes) {
+  const auto dir = offsim::testing::scratch_folder("atomic-stale");
+  // A process id that is certainly gone: a child that has exited and been waited for.
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ASSERT_GT(child, 0);
+  ASSERT_EQ(::waitpid(child, nullptr, 0), child);
+  const auto stale = dir / fmt::format("trace.json.tmp.{}", child);
+  const auto live = dir / fmt::format("trace.json.tmp.{}", ::getppid());  // our parent runs
+  const auto other = dir / "notes.tmp.txt";                               // not a temporary of ours
+  for (const auto& p : {stale, live, other}) std::ofstream(p) << "partial";
+  {
+    AtomicFileSet set(dir);
+    set.add("summary.json", "{}\n");
+    set.commit();
+  }
+  EXPECT_FALSE(std::filesystem::exists(stale));
+  EXPECT_TRUE(std::filesystem::exists(live));
+  EXPECT_TRUE(std::filesystem::exists(other));
+  EXPECT_TRUE(std::filesystem::exists(dir / "summary.json"));
   std::filesystem::remove_all(dir);
 }
 
