@@ -1,6 +1,6 @@
 #pragma once
 // Outputs written atomically, alone or as a set, and what an interrupt (SIGINT, SIGTERM, SIGHUP)
-// leaves of them (docs/outputs.md, "Interrupted runs"):
+// leaves of them (docs/extending.md, "An output"):
 // - every file is written to a temporary next to it (NAME.tmp.<pid>), flushed, then renamed over
 //   NAME: a reader sees the old file or the new one, never a partial one;
 // - a set of files (run --out: summary.json, timeline.csv, trace.json, config.resolved.yaml) is
