@@ -428,7 +428,7 @@ class MegatronBuilder {
         if (layout.class_size > 1) collapse_classes(tp_layouts.back(), tp);
         tp_comms.emplace(std::piecewise_construct, std::forward_as_tuple(first),
                          std::forward_as_tuple(g, out.machine, in.topology, tp_layouts.back(), in.collectives, in.costs,
-                                               spec.collectives, out.approximations));
+                                               in.collective_options(spec.collectives), out.approximations));
       }
     }
   }
