@@ -1,4 +1,4 @@
-// `offsim sweep` under an MPI launcher: loads offsim's MPI module and hands it the sweep
+// `offsim sweep` and `offsim search` under an MPI launcher: loads offsim's MPI module and hands it the sweep
 // (apps/offsim/distributed_sweep.hpp says why MPI lives in a module, ADR 0010 how it is found).
 #include <dlfcn.h>
 #include <fmt/format.h>

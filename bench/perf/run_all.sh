@@ -45,7 +45,7 @@ search() {
 }
 
 echo "offsim issue 35 benchmark, $(date -u '+%F %H:%M') UTC, $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "binary: $offsim ($(git rev-parse --short HEAD 2>/dev/null || echo '?'))"
+echo "binary: $offsim ($("$offsim" --version 2>/dev/null || echo 'no --version'))"
 echo
 echo "Megatron tp 8 search, GPT-3 175B on 1,024 A100 ($job):"
 declare -A rate
@@ -120,7 +120,7 @@ echo
 if [ -x "$bench" ]; then
   echo "engine event queue (BM_EventQueue, events/s):"
   "$bench" --benchmark_filter='BM_EventQueue/' --benchmark_min_time=0.2 2>/dev/null |
-    awk '/BM_EventQueue/ {for (i = 1; i <= NF; ++i) if ($i ~ /items_per_second=/) {sub("items_per_second=", "", $i); printf "  %-26s %s events/s\n", $1, $i}}'
+    awk '/BM_EventQueue/ {for (i = 1; i <= NF; ++i) if ($i ~ /items_per_second=/) {sub("items_per_second=", "", $i); sub("/s$", "", $i); printf "  %-26s %s events/s\n", $1, $i}}'
 else
   echo "engine bench: $bench not built (cmake --build build --target offsim_bench_perf)"
 fi
