@@ -36,7 +36,7 @@ measure() {
   for _ in 1 2 3; do once "$@"; done | sort -n |
     awk '{t[NR]=$1; c[NR]=$2; if ($3>m) m=$3} END {printf "%8.3f s (CPU %6.2f s)  %6.0f MB", t[2], c[2], m/1024}'
 }
-# a search of the job's Megatron tp 8 space into $1 with --jobs $2; prints "points wall cpu"
+# a search of the job's Megatron tp 8 space into $1 with --jobs $2; prints "points wall cpu rss_kb"
 search() {
   rm -rf "$1"
   local t
@@ -50,12 +50,13 @@ echo
 echo "Megatron tp 8 search, GPT-3 175B on 1,024 A100 ($job):"
 declare -A rate
 for jobs in 1 2; do
-  read -r points wall cpu _ < <(search "$tmp/search$jobs" "$jobs")
+  read -r points wall cpu rss < <(search "$tmp/search$jobs" "$jobs")
   rate[$jobs]=$(awk -v n="$points" -v t="$wall" 'BEGIN {printf "%.1f", n / t}')
-  awk -v n="$points" -v t="$wall" -v c="$cpu" -v j="$jobs" 'BEGIN {
-    printf "  --jobs %d: %d points in %.2f s: %.1f configs/s (CPU %.2f s: %.1f configs per CPU second)\n", j, n, t, n / t, c, n / c }'
+  awk -v n="$points" -v t="$wall" -v c="$cpu" -v j="$jobs" -v m="$rss" 'BEGIN {
+    printf "  --jobs %d: %d points in %.2f s: %.1f configs/s (CPU %.2f s: %.1f configs per CPU second), peak %.0f MB\n",
+      j, n, t, n / t, c, n / c, m / 1024 }'
 done
-awk -v a="${rate[1]}" -v b="${rate[2]}" 'BEGIN {printf "  2 jobs / 1 job: %.2fx\n", b / a}'
+awk -v a="${rate[1]}" -v b="${rate[2]}" 'BEGIN {printf "  2 jobs / 1 job (wall clock): %.2fx\n", b / a}'
 if cmp -s "$tmp/search1/search.csv" "$tmp/search2/search.csv" && cmp -s "$tmp/search1/pareto.csv" "$tmp/search2/pareto.csv"; then
   echo "  --jobs 2 gives the --jobs 1 files: yes"
 else
