@@ -45,6 +45,7 @@
 #include <map>
 #include <optional>
 #include <stdexcept>
+#include <tuple>
 
 #include "models/collectives/communicator.hpp"
 #include "models/placement/state_placement.hpp"
@@ -385,9 +386,9 @@ class MegatronBuilder {
   // folded into the latency of the transfer after them: the same transfers, starting and ending
   // at the same times (the flow network is touched at exactly those instants, so the shared
   // pipeline flows advance in the same steps and every figure is the same to the bit; the CSV
-  // rows are compared with full builds in tests/unit/megatron_test.cpp), a third fewer tasks. Not
-  // for runs that report links, a trace or rank 0's kernels (link_statistics), which are built
-  // in full.
+  // rows are compared with full builds in tests/unit/sweep_test.cpp), a third fewer tasks. Each
+  // TP group records its own (its all-reduces' rates are its own links'). Not for runs that
+  // report links, a trace or rank 0's kernels (link_statistics), which are built in full.
   const bool replayable = tp > 1 && cp == 1 && spec.collectives.fidelity == Fidelity::kAnalytic &&
                           !in.link_statistics && layout.class_size == tp;
   // A chain to replay: each transfer with the time before it (kernels, delays) in its latency,
@@ -396,7 +397,8 @@ class MegatronBuilder {
     std::vector<TransferTask> transfers;
     TimePs tail{0};
   };
-  std::map<std::pair<bool, int>, std::optional<Replay>> replays;  // by (forward, virtual stage)
+  // By (the TP group's first rank, forward, virtual stage).
+  std::map<std::tuple<int, bool, int>, std::optional<Replay>> replays;
 
   // The parameters of a rank of `stage` (its share of its TP group's).
   [[nodiscard]] std::int64_t params_of_stage(int stage) const {
@@ -561,7 +563,7 @@ class MegatronBuilder {
     }
     std::optional<Replay>* recording = nullptr;
     if (replayable && members.size() == 1) {
-      const auto [it, first_of_its_kind] = replays.try_emplace({forward, vs});
+      const auto [it, first_of_its_kind] = replays.try_emplace({first, forward, vs});
       if (!first_of_its_kind) {
         if (it->second) {
           replay(*it->second, members[0], tag, at[0]);
