@@ -417,8 +417,15 @@ SweepSummary run_sweep(const Sweep& sweep, const SweepOptions& options) {
   }
   std::ofstream append(options.out, std::ios::binary | std::ios::app);
   if (!append) throw sim::report::OutputError(fmt::format("cannot append to {}", options.out.string()));
+  // Rows reach the file in point order whatever the jobs: a finished row waits (in `ready`) for
+  // the rows before it, so the file is always a prefix of the final one (plus what --resume kept),
+  // and needs no rewrite at the end unless rows were already there. The lock guards that hand-off
+  // only (once per point); the simulation itself shares nothing between workers but the read-only
+  // machines and tables of ReadCache.
   std::mutex lock;
   std::atomic<std::size_t> next{0};
+  std::vector<std::optional<std::string>> ready(todo.size());
+  std::size_t written = 0;
   std::size_t finished = summary.skipped;
   ReadCache reads;  // every worker reads the machines and calibration tables through it
   const auto worker = [&] {
@@ -428,9 +435,15 @@ SweepSummary run_sweep(const Sweep& sweep, const SweepOptions& options) {
       if (i >= todo.size()) return;
       std::string row = run_sweep_point(sweep, *todo[i], &reads);
       const std::lock_guard guard(lock);
-      append << row;
-      append.flush();
-      rows.push_back(std::move(row));
+      ready[i] = std::move(row);
+      const std::size_t before = written;
+      while (written < todo.size() && ready[written]) {
+        append << *ready[written];
+        rows.push_back(std::move(*ready[written]));
+        ready[written].reset();
+        ++written;
+      }
+      if (written != before) append.flush();
       ++finished;
       if (options.progress) options.progress(finished, summary.points);
     }
@@ -446,8 +459,10 @@ SweepSummary run_sweep(const Sweep& sweep, const SweepOptions& options) {
   worker();
   for (auto& t : threads) t.join();
   append.close();
+  if (!append) throw sim::report::OutputError(fmt::format("cannot write {}", options.out.string()));
   summary.ran = todo.size();
-  write_sorted(sweep, options.out, std::move(rows));
+  // Without earlier rows the file is already the header and every row in point order.
+  if (summary.skipped > 0) write_sorted(sweep, options.out, std::move(rows));
   return summary;
 }
 

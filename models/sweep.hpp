@@ -71,8 +71,9 @@ struct SweepSummary {
   std::size_t ran = 0;
 };
 
-/// Runs the points not yet in `out` (when resuming), appending and flushing each row as it
-/// finishes, then rewrites `out` atomically with the rows sorted by index. Without --resume an
+/// Runs the points not yet in `out` (when resuming), appending the rows in point order (a row
+/// finished early waits for those before it) and flushing them; when rows were already there,
+/// rewrites `out` atomically at the end with all of them sorted by index. Without --resume an
 /// existing `out` is an error (nothing a user produced is overwritten by accident).
 SweepSummary run_sweep(const Sweep& sweep, const SweepOptions& options);
 

@@ -3,10 +3,12 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "apps/offsim/distributed_sweep.hpp"
 #include "apps/offsim/exit_codes.hpp"
 #include "sim/config/config_reader.hpp"
 #include "sim/core/errors.hpp"
@@ -142,7 +144,10 @@ struct Sweep;
 
 namespace offsim::app {
 /// Under mpirun (built with OFFSIM_WITH_MPI, more than one rank): runs the sweep across ranks,
-/// rank 0 appending each round's rows and writing the merged file. false when not distributed.
-bool run_distributed_sweep(const models::Sweep& sweep, const SweepCliOptions& options);
+/// rank 0 appending each round's rows and writing the merged file; returns this process's rank.
+/// nullopt when not distributed. `hooks`: members left empty take the sweep's own (the rows of
+/// options.out, the sorted file written there, the point simulated; distributed_sweep.hpp).
+std::optional<int> run_distributed_sweep(const models::Sweep& sweep, const SweepCliOptions& options,
+                                         DistributedSweepHooks hooks = {});
 
 }  // namespace offsim::app

@@ -27,13 +27,17 @@ struct DistributedSweepHooks {
   /// Runs the sweep point at this index (into Sweep::points) and returns its CSV row. Each rank
   /// keeps its parsed files and tables between calls.
   std::function<std::string(std::size_t)> run_point;
+  /// Optional: rank 0's closing line (points run now, ranks); without it the module prints the
+  /// sweep's ("sweep NAME: N points (... on R ranks) -> OUT").
+  std::function<void(std::size_t, int)> report;
 };
 
 /// The module's one entry point: runs the sweep across the launcher's ranks (rank 0 appending each
-/// round's rows to the output file, then writing it sorted). false when there is a single rank
-/// (the caller then runs the sweep on threads). Errors throw.
-using DistributedSweepEntry = bool(const models::Sweep& sweep, const SweepCliOptions& options,
-                                   const DistributedSweepHooks& hooks);
+/// round's rows to the output file, then writing it sorted) and returns this process's rank; -1
+/// when there is a single rank (the caller then runs the sweep on threads). Errors throw (on rank
+/// 0; the other ranks return).
+using DistributedSweepEntry = int(const models::Sweep& sweep, const SweepCliOptions& options,
+                                  const DistributedSweepHooks& hooks);
 inline constexpr const char* kDistributedSweepSymbol = "offsim_run_distributed_sweep";
 
 }  // namespace offsim::app

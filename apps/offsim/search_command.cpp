@@ -127,28 +127,73 @@ int search_or_throw(const SearchCliOptions& given) {
   if (options.offload == "cpu") space.offload = {true};
   const models::SearchPlan plan = models::plan_search(base, space, limits);
 
+  // The outputs are one set, search.csv and pareto.csv, renamed into place together once every
+  // point is simulated (AtomicFileSet, as run --out writes its files): an interrupted search leaves
+  // the previous complete set or none. Meanwhile each finished row is appended to a journal,
+  // search.partial.csv, which --resume continues and which is removed once the set is in place.
   fs::create_directories(options.out);
   const fs::path csv = fs::path(options.out) / "search.csv";
+  const fs::path journal = fs::path(options.out) / "search.partial.csv";
   models::Sweep sweep = models::search_sweep(options.experiment, plan);
   // The base's own overrides go with every point (before the point's strategy).
   for (auto& p : sweep.points)
     p.overrides.insert(p.overrides.begin(), options.overrides.begin(), options.overrides.end());
-  models::SweepOptions run;
-  run.out = csv;
-  run.jobs = options.jobs;
-  run.resume = options.resume;
-  const std::size_t already = options.resume && fs::exists(csv) ? models::finished_rows(sweep, csv).size() : 0;
-  if (options.resume) {
-    fmt::print("search: resuming {}: {} of {} points are there, {} to simulate\n", csv.string(), already,
-               sweep.points.size(), sweep.points.size() - std::min(already, sweep.points.size()));
+  // The rows already simulated: the journal's, or (resuming a search that finished) the complete
+  // set's, which then start the journal. Without --resume an earlier search is an error.
+  const auto rows_there = [&] {
+    if (!options.resume && fs::exists(csv)) {
+      throw std::runtime_error(
+          fmt::format("{} exists: pass --resume to continue it, or choose another --out", csv.string()));
+    }
+    if (options.resume && !fs::exists(journal) && fs::exists(csv)) {
+      models::write_sorted(sweep, journal, models::finished_rows(sweep, csv));
+    }
+    auto rows = models::finished_rows(sweep, journal);
+    if (options.resume) {
+      fmt::print("search: resuming {}: {} of {} points are there, {} to simulate\n", csv.string(), rows.size(),
+                 sweep.points.size(), sweep.points.size() - std::min(rows.size(), sweep.points.size()));
+    }
+    return rows;
+  };
+  if (!sweep.points.empty()) {
+    SweepCliOptions distributed;
+    distributed.out = journal.string();
+    distributed.resume = options.resume;
+    const auto rank = run_distributed_sweep(
+        sweep, distributed,
+        DistributedSweepHooks{
+            .finished_rows = rows_there, .write_sorted = {}, .run_point = {}, .report = [](std::size_t, int) {}});
+    if (rank.has_value() && *rank != 0) return 0;  // MPI: rank 0 writes the set and prints
+    if (!rank.has_value()) {
+      if (!options.resume && fs::exists(journal)) {
+        throw std::runtime_error(
+            fmt::format("{} exists: pass --resume to continue it, or choose another --out", journal.string()));
+      }
+      const std::size_t already = rows_there().size();
+      models::SweepOptions run;
+      run.out = journal;
+      run.jobs = options.jobs;
+      run.resume = true;  // the journal was checked above
+      Progress progress("search", already);
+      run.progress = [&](std::size_t done, std::size_t total) { progress(done, total); };
+      run.on_worker_start = back_thread_heap_with_huge_pages;
+      (void)models::run_sweep(sweep, run);
+    }
+  } else if (!options.resume && fs::exists(csv)) {
+    (void)rows_there();  // the same error as with points
   }
-  Progress progress("search", already);
-  run.progress = [&](std::size_t done, std::size_t total) { progress(done, total); };
-  run.on_worker_start = back_thread_heap_with_huge_pages;
-  if (!sweep.points.empty()) (void)models::run_sweep(sweep, run);
   const auto results =
-      sweep.points.empty() ? std::vector<models::SearchResult>{} : models::read_search_results(plan, csv, limits);
-  sim::report::write_file_atomically(fs::path(options.out) / "pareto.csv", pareto_csv(results));
+      sweep.points.empty() ? std::vector<models::SearchResult>{} : models::read_search_results(plan, journal, limits);
+  {
+    sim::report::AtomicFileSet set(options.out);
+    if (!sweep.points.empty()) {
+      std::ifstream in(journal, std::ios::binary);
+      set.add("search.csv", std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()));
+    }
+    set.add("pareto.csv", pareto_csv(results));  // last: its presence means the set is complete
+    set.commit();
+  }
+  if (!sweep.points.empty()) fs::remove(journal);
   fmt::print("{}", models::search_report(plan, results, limits));
   fmt::print("every simulated point: {}; the front: {}\n", csv.string(),
              (fs::path(options.out) / "pareto.csv").string());

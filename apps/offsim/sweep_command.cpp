@@ -32,7 +32,7 @@ int sweep_or_throw(const SweepCliOptions& options) {
   if (options.out.empty()) {
     if (options.best.empty()) throw std::runtime_error("give --out FILE (and --best METRIC to rank it)");
   } else if (!options.best_only) {
-    if (run_distributed_sweep(sweep, options)) {
+    if (run_distributed_sweep(sweep, options).has_value()) {
       // MPI: rank 0 wrote the file and prints; the others stay quiet.
       return 0;
     }

@@ -1,4 +1,4 @@
-// `offsim sweep` under an MPI launcher: loads offsim's MPI module and hands it the sweep
+// `offsim sweep` and `offsim search` under an MPI launcher: loads offsim's MPI module and hands it the sweep
 // (apps/offsim/distributed_sweep.hpp says why MPI lives in a module, ADR 0010 how it is found).
 #include <dlfcn.h>
 #include <fmt/format.h>
@@ -47,22 +47,28 @@ DistributedSweepEntry* load_mpi_module() {
 
 }  // namespace
 
-bool run_distributed_sweep(const models::Sweep& sweep, const SweepCliOptions& options) {
-  if (!under_mpi_launcher()) return false;
+std::optional<int> run_distributed_sweep(const models::Sweep& sweep, const SweepCliOptions& options,
+                                         DistributedSweepHooks hooks) {
+  if (!under_mpi_launcher()) return std::nullopt;
 #ifndef OFFSIM_MPI_MODULE
   (void)sweep;
   (void)options;
-  return false;  // built without MPI: each process runs the sweep on its own threads
+  (void)hooks;
+  return std::nullopt;  // built without MPI: each process runs the sweep on its own threads
 #else
   DistributedSweepEntry* entry = load_mpi_module();
   const sim::config::ScopedFileCache files;  // this rank parses the experiments' YAML once
   models::ReadCache reads;                   // and their machines and calibration tables
-  const DistributedSweepHooks hooks{
-      .finished_rows = [&] { return models::finished_rows(sweep, options.out); },
-      .write_sorted = [&](const std::vector<std::string>& rows) { models::write_sorted(sweep, options.out, rows); },
-      .run_point = [&](std::size_t point) { return models::run_sweep_point(sweep, sweep.points.at(point), &reads); },
-  };
-  return entry(sweep, options, hooks);
+  if (!hooks.finished_rows) hooks.finished_rows = [&] { return models::finished_rows(sweep, options.out); };
+  if (!hooks.write_sorted) {
+    hooks.write_sorted = [&](const std::vector<std::string>& rows) { models::write_sorted(sweep, options.out, rows); };
+  }
+  if (!hooks.run_point) {
+    hooks.run_point = [&](std::size_t point) { return models::run_sweep_point(sweep, sweep.points.at(point), &reads); };
+  }
+  const int rank = entry(sweep, options, hooks);
+  if (rank < 0) return std::nullopt;
+  return rank;
 #endif
 }
 

@@ -44,9 +44,9 @@ std::vector<std::string> gather_strings(const std::string& mine, int size) {
 
 // The entry point offsim finds with dlsym (kDistributedSweepSymbol); offsim calls it only under a
 // launcher (Open MPI's mpirun, or a PMI/PMIx one such as srun).
-extern "C" bool offsim_run_distributed_sweep(const offsim::models::Sweep& sweep,
-                                             const offsim::app::SweepCliOptions& options,
-                                             const offsim::app::DistributedSweepHooks& hooks) {
+extern "C" int offsim_run_distributed_sweep(const offsim::models::Sweep& sweep,
+                                            const offsim::app::SweepCliOptions& options,
+                                            const offsim::app::DistributedSweepHooks& hooks) {
   using namespace offsim::app;
   int initialized = 0;
   MPI_Initialized(&initialized);
@@ -57,7 +57,7 @@ extern "C" bool offsim_run_distributed_sweep(const offsim::models::Sweep& sweep,
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   if (size == 1) {
     MPI_Finalize();
-    return false;
+    return -1;
   }
   // Rank 0 decides what is left to run and tells the others (as a list of point indices).
   std::vector<std::string> rows;
@@ -86,7 +86,7 @@ extern "C" bool offsim_run_distributed_sweep(const offsim::models::Sweep& sweep,
   if (failed != 0) {
     MPI_Finalize();
     if (rank == 0) throw std::runtime_error(failure);
-    return true;
+    return rank;
   }
   int count = static_cast<int>(todo.size());
   MPI_Bcast(&count, 1, MPI_INT, 0, MPI_COMM_WORLD);
@@ -114,9 +114,13 @@ extern "C" bool offsim_run_distributed_sweep(const offsim::models::Sweep& sweep,
   if (rank == 0) {
     append.close();
     hooks.write_sorted(rows);
-    fmt::print("sweep {}: {} points ({} run now on {} ranks) -> {}\n", sweep.name, sweep.points.size(), count, size,
-               options.out);
+    if (hooks.report) {
+      hooks.report(static_cast<std::size_t>(count), size);
+    } else {
+      fmt::print("sweep {}: {} points ({} run now on {} ranks) -> {}\n", sweep.name, sweep.points.size(), count, size,
+                 options.out);
+    }
   }
   MPI_Finalize();
-  return true;
+  return rank;
 }

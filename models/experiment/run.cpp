@@ -284,7 +284,9 @@ ExperimentResult run_experiment(const ExperimentSpec& spec, const RunExperimentO
   if (!plan) return simulate_iteration(spec, options);
   ExperimentSpec shorter = spec;
   shorter.training.grad_accum = plan->m1;
-  const ExperimentResult r1 = simulate_iteration(shorter, {});
+  // The shorter run reports link activity only if the result does (its times are the same).
+  const ExperimentResult r1 =
+      simulate_iteration(shorter, RunExperimentOptions{.link_statistics = options.link_statistics});
   shorter.training.grad_accum = plan->m2;
   return extrapolate_steady_state(*plan, r1, simulate_iteration(shorter, options));
 }

@@ -43,7 +43,9 @@
 #include <deque>
 #include <limits>
 #include <map>
+#include <optional>
 #include <stdexcept>
+#include <tuple>
 
 #include "models/collectives/communicator.hpp"
 #include "models/placement/state_placement.hpp"
@@ -241,11 +243,12 @@ struct EdgeWork {
 // pieces, each with its TP all-reduce when tp > 1 (two analytic stages; flow-level ones add more,
 // and the graph then grows past the reserve as it would without one), and with cp > 1 its ring.
 [[nodiscard]] std::size_t estimated_tasks(const MegatronSpec& spec, std::int64_t layers, int sims, int micro_batches,
-                                          bool full_recompute) {
+                                          bool full_recompute, bool replayed) {
   constexpr std::size_t kTasksPerOperationPair = 8;
   constexpr std::size_t kTasksPerAllReduce = 2;
   const std::size_t pieces = static_cast<std::size_t>(2 + (full_recompute ? 4 : 2));
-  const std::size_t per_layer = spec.tp > 1 ? pieces * (1 + kTasksPerAllReduce) : 0;
+  // A replayed operation (MegatronBuilder::replayable) has no kernel task of its own.
+  const std::size_t per_layer = spec.tp > 1 ? pieces * ((replayed ? 0 : 1) + kTasksPerAllReduce) : 0;
   const std::size_t ring_tasks = spec.cp > 1 ? static_cast<std::size_t>(4 * spec.cp) : 0;
   const auto layers_per_chunk = static_cast<std::size_t>(layers / (spec.pp * spec.virtual_stages));
   const std::size_t per_pair = kTasksPerOperationPair + layers_per_chunk * (per_layer + ring_tasks);
@@ -295,7 +298,7 @@ class MegatronBuilder {
 
   // The iteration's tasks, phase by phase.
   BuiltIteration build() {
-    g.reserve(estimated_tasks(spec, m.layers, sims, micro_batches, train.recompute == Recompute::kFull));
+    g.reserve(estimated_tasks(spec, m.layers, sims, micro_batches, train.recompute == Recompute::kFull, replayable));
     const std::vector<TaskId> ready = place_states();
     run_schedules(ready);
     point_to_point();
@@ -374,6 +377,29 @@ class MegatronBuilder {
   // context parallelism its CP group's and theirs (gradient_group_plan).
   const CollectivePlan dp_plan;
 
+  // Replayed operations (issue 35). With analytic collectives and tensor-parallel classes (one
+  // simulated rank per TP group) and no link activity reported (a sweep's or search's point), an
+  // operation's compute is a chain on its rank alone: kernels on its GPU, which nothing else uses
+  // while the schedule runs (one operation at a time), and analytic all-reduces, fixed-rate
+  // transfers that share no link and credit none. The first operation of each kind (forward or
+  // backward, virtual stage) is built in full; the next ones replay its chain with the kernels
+  // folded into the latency of the transfer after them: the same transfers, starting and ending
+  // at the same times (the flow network is touched at exactly those instants, so the shared
+  // pipeline flows advance in the same steps and every figure is the same to the bit; the CSV
+  // rows are compared with full builds in tests/unit/sweep_test.cpp), a third fewer tasks. Each
+  // TP group records its own (its all-reduces' rates are its own links'). Not for runs that
+  // report links, a trace or rank 0's kernels (link_statistics), which are built in full.
+  const bool replayable = tp > 1 && cp == 1 && spec.collectives.fidelity == Fidelity::kAnalytic &&
+                          !in.link_statistics && layout.class_size == tp;
+  // A chain to replay: each transfer with the time before it (kernels, delays) in its latency,
+  // then the time after the last one. nullopt: the chain is not replayable (built in full).
+  struct Replay {
+    std::vector<TransferTask> transfers;
+    TimePs tail{0};
+  };
+  // By (the TP group's first rank, forward, virtual stage).
+  std::map<std::tuple<int, bool, int>, std::optional<Replay>> replays;
+
   // The parameters of a rank of `stage` (its share of its TP group's).
   [[nodiscard]] std::int64_t params_of_stage(int stage) const {
     std::int64_t n = split.of_stage(stage) * params.per_layer;
@@ -428,7 +454,7 @@ class MegatronBuilder {
         if (layout.class_size > 1) collapse_classes(tp_layouts.back(), tp);
         tp_comms.emplace(std::piecewise_construct, std::forward_as_tuple(first),
                          std::forward_as_tuple(g, out.machine, in.topology, tp_layouts.back(), in.collectives, in.costs,
-                                               spec.collectives, out.approximations));
+                                               in.collective_options(spec.collectives), out.approximations));
       }
     }
   }
@@ -535,6 +561,20 @@ class MegatronBuilder {
       }
       return;
     }
+    std::optional<Replay>* recording = nullptr;
+    if (replayable && members.size() == 1) {
+      const auto [it, first_of_its_kind] = replays.try_emplace({first, forward, vs});
+      if (!first_of_its_kind) {
+        if (it->second) {
+          replay(*it->second, members[0], tag, at[0]);
+          return;
+        }
+      } else {
+        recording = &it->second;
+      }
+    }
+    const std::size_t chain_begin = g.size();
+    const TaskId chain_start = at.front();
     Communicator& comm = tp_comms.at(first);
     const int reductions = forward ? 2 : tp_reductions_backward;
     const TimePs piece{layer.ps / reductions};
@@ -552,6 +592,56 @@ class MegatronBuilder {
         at = comm.add(CollectiveKind::kAllReduce, fmt::format(FMT_COMPILE("tp{}.{}.l{}.{}"), first, tag, l, half),
                       activation_elements, tp_plan, deps);
       }
+    }
+    if (recording != nullptr) *recording = record(chain_start, chain_begin, at.front(), rank_state[members[0]]);
+  }
+
+  // The chain of tasks [begin, end of the graph) from `start` to `last` as a Replay, when it is
+  // one (see `replayable`): each task depending on the one before alone, kernels on `rank`'s GPU,
+  // barriers, delays and fixed-rate transfers that hold no link and credit none.
+  [[nodiscard]] std::optional<Replay> record(TaskId start, std::size_t begin, TaskId last,
+                                             const RankState& rank) const {
+    const std::uint32_t unit = *out.machine.unit_of_device[rank.device];
+    Replay r;
+    TimePs before{0};  // since the last transfer
+    TaskId previous = start;
+    for (std::size_t i = begin; i < g.size(); ++i) {
+      const sim::Task& t = g.tasks()[i];
+      const auto deps = g.deps(t);
+      if (deps.size() != 1 || deps[0] != previous) return std::nullopt;
+      previous = t.id;
+      if (const auto* c = std::get_if<ComputeTask>(&t.body)) {
+        if (c->unit != unit) return std::nullopt;
+        before = before + c->duration;
+      } else if (const auto* x = std::get_if<TransferTask>(&t.body)) {
+        if (!x->route.empty() || !x->accounted.empty()) return std::nullopt;
+        if (x->bytes.count == 0) {
+          before = before + x->latency;  // a delay: it touches no flow
+        } else if (x->rate_bound) {
+          r.transfers.push_back(*x);
+          r.transfers.back().latency = before + x->latency;
+          before = TimePs{0};
+        } else {
+          return std::nullopt;
+        }
+      } else if (!std::holds_alternative<BarrierTask>(t.body)) {
+        return std::nullopt;  // memory, or anything else that is not a delay
+      }
+    }
+    if (previous != last) return std::nullopt;
+    r.tail = before;
+    return r;
+  }
+
+  // The recorded chain again on simulated rank s after `at` (which becomes its last task).
+  void replay(const Replay& r, int s, const std::string& tag, TaskId& at) {
+    for (std::size_t i = 0; i < r.transfers.size(); ++i) {
+      at = g.add(timeline.task_name(s, fmt::format(FMT_COMPILE("{}.replay{}"), tag, i)), phase::kCommunication,
+                 r.transfers[i], {at});
+    }
+    if (r.tail.ps > 0) {
+      at = g.add(timeline.task_name(s, tag + ".replay.tail"), phase::kCommunication,
+                 TransferTask{{}, Bytes{0}, r.tail, {}, {}}, {at});
     }
   }
 

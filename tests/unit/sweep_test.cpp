@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "models/experiment.hpp"
+#include "models/figures.hpp"
 #include "models/sweep.hpp"
 #include "sim/config/config_reader.hpp"
 #include "tests/unit/source_paths.hpp"
@@ -223,6 +224,42 @@ TEST(Sweep, PointsRunWithoutLinkStatisticsInTheSameTime) {
   EXPECT_GT(full.links.size(), 0u);
   EXPECT_TRUE(lean.link_stats.empty());
   EXPECT_TRUE(lean.links.empty());
+}
+
+TEST(Sweep, ReplayedMegatronOperationsGiveTheFullBuildsFigures) {
+  // A sweep's Megatron point with analytic collectives and tensor-parallel classes builds the
+  // first operation of each kind in full and replays its chain for the next ones, kernels folded
+  // into the latency of the transfer after them (megatron.cpp, `replayable`); a run that reports
+  // links is built in full. Every figure of the sweep row (iteration time, TFLOPS, MFU, tokens/s,
+  // exposed communication, model states, HBM peak), every phase and every memory peak must be the
+  // same to the bit, over pipelines of 2-16 stages, micro-batches 1-8, ZeRO 0 and 1, and the
+  // steady-state extrapolation; the replayed graphs must be smaller (the replay ran).
+  const std::string experiment =
+      fmt::format("{}/configs/experiments/scale/gpt3-175b-a100-1024.yaml", OFFSIM_SOURCE_DIR);
+  const std::vector<std::vector<std::string>> points = {
+      {"strategy.pp=2", "strategy.dp=64", "training.grad_accum=16", "strategy.zero_stage=0"},
+      {"strategy.pp=4", "strategy.dp=32", "training.micro_batch=8", "training.grad_accum=4"},
+      {"strategy.pp=8", "strategy.dp=16", "training.micro_batch=2", "training.grad_accum=32"},
+      {"strategy.pp=16", "strategy.dp=8", "training.grad_accum=128", "training.recompute=selective"},
+  };
+  for (const auto& overrides : points) {
+    SCOPED_TRACE(fmt::format("{}", fmt::join(overrides, " ")));
+    const ExperimentSpec spec = load_experiment(experiment, overrides);
+    const ExperimentResult full = run_experiment(spec);
+    const ExperimentResult replayed = run_experiment(spec, RunExperimentOptions{.link_statistics = false});
+    for (const Figure& f : headline_figures()) EXPECT_EQ(f.text(replayed), f.text(full)) << f.name;
+    EXPECT_EQ(replayed.iteration_time.ps, full.iteration_time.ps);
+    ASSERT_EQ(replayed.phases.size(), full.phases.size());
+    for (std::size_t i = 0; i < full.phases.size(); ++i) {
+      EXPECT_EQ(replayed.phases[i].phase, full.phases[i].phase);
+      EXPECT_EQ(replayed.phases[i].time.ps, full.phases[i].time.ps);
+    }
+    ASSERT_EQ(replayed.memory.size(), full.memory.size());
+    for (std::size_t i = 0; i < full.memory.size(); ++i)
+      EXPECT_EQ(replayed.memory[i].peak.count, full.memory[i].peak.count);
+    EXPECT_EQ(replayed.infeasible_reasons, full.infeasible_reasons);
+    EXPECT_LT(replayed.tasks, full.tasks);
+  }
 }
 
 TEST(ReadCache, MachinesAndTablesReadOncePerSetOfOverrides) {

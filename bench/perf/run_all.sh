@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# Every figure of issue 35's "done when", in one run (Release build; run from anywhere):
+#   - offsim search over the Megatron tp 8 space of GPT-3 175B on 1,024 A100
+#     (configs/experiments/scale/gpt3-175b-a100-1024.yaml --kind megatron --tp 8): configs/s with
+#     1 and 2 jobs, and whether `mpirun -np 2 offsim search` writes the single-process files;
+#   - that job in one run with flow fidelity (the documented default): time and peak RSS;
+#   - GPT-1T Megatron on all 9,408 Frontier nodes: time and peak RSS, without and with --out, and
+#     the size of the --out files;
+#   - the shipped sweep (configs/sweeps/frontier-partitioning.yaml): configs/s with 1 and 2 jobs;
+#   - the engine's event queue at 1 M queued events (bench/perf BM_EventQueue/1000000);
+#   - Calculon on the same GPT-3 175B job, when a copy of it is present (bench/perf/README.md).
+# Times are wall clock (GNU time; the median of 3 for single runs) and, since a shared machine's
+# load inflates wall clock, the CPU time (user + system) next to them. configs/s counts the
+# points simulated over the whole process (start, YAML, plan and outputs included).
+#   bench/perf/run_all.sh                 # ./build/offsim
+#   OFFSIM=/path/to/offsim bench/perf/run_all.sh
+#   CALCULON=/path/to/calculon bench/perf/run_all.sh   # default: bench/perf/calculon if present
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+offsim=${OFFSIM:-./build/offsim}
+bench=${OFFSIM_BENCH:-$(dirname "$offsim")/bench/perf/offsim_bench_perf}
+calculon=${CALCULON:-bench/perf/calculon}
+[ -x "$offsim" ] || { echo "build first: ./run build (or set OFFSIM)" >&2; exit 2; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+job=configs/experiments/scale/gpt3-175b-a100-1024.yaml
+gpt1t=configs/experiments/scale/gpt-1t-frontier-full.yaml
+
+# "wall cpu rss_kb" of one run of "$@" (its output discarded)
+once() {
+  /usr/bin/time -f "%e %U %S %M" -o "$tmp/t" "$@" >/dev/null 2>&1 || true
+  awk '{printf "%s %.2f %s\n", $1, $2 + $3, $4}' "$tmp/t"
+}
+# median wall and CPU seconds and max peak RSS (MB) of 3 runs of "$@"
+measure() {
+  for _ in 1 2 3; do once "$@"; done | sort -n |
+    awk '{t[NR]=$1; c[NR]=$2; if ($3>m) m=$3} END {printf "%8.3f s (CPU %6.2f s)  %6.0f MB", t[2], c[2], m/1024}'
+}
+# a search of the job's Megatron tp 8 space into $1 with --jobs $2; prints "points wall cpu rss_kb"
+search() {
+  rm -rf "$1"
+  local t
+  t=$(once "$offsim" search "$job" --kind megatron --tp 8 --out "$1" --jobs "$2")
+  echo "$(($(wc -l <"$1/search.csv") - 1)) $t"
+}
+
+echo "offsim issue 35 benchmark, $(date -u '+%F %H:%M') UTC, $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "binary: $offsim ($("$offsim" --version 2>/dev/null || echo 'no --version'))"
+echo
+echo "Megatron tp 8 search, GPT-3 175B on 1,024 A100 ($job):"
+declare -A rate
+for jobs in 1 2; do
+  read -r points wall cpu rss < <(search "$tmp/search$jobs" "$jobs")
+  rate[$jobs]=$(awk -v n="$points" -v t="$wall" 'BEGIN {printf "%.1f", n / t}')
+  awk -v n="$points" -v t="$wall" -v c="$cpu" -v j="$jobs" -v m="$rss" 'BEGIN {
+    printf "  --jobs %d: %d points in %.2f s: %.1f configs/s (CPU %.2f s: %.1f configs per CPU second), peak %.0f MB\n",
+      j, n, t, n / t, c, n / c, m / 1024 }'
+done
+awk -v a="${rate[1]}" -v b="${rate[2]}" 'BEGIN {printf "  2 jobs / 1 job (wall clock): %.2fx\n", b / a}'
+if cmp -s "$tmp/search1/search.csv" "$tmp/search2/search.csv" && cmp -s "$tmp/search1/pareto.csv" "$tmp/search2/pareto.csv"; then
+  echo "  --jobs 2 gives the --jobs 1 files: yes"
+else
+  echo "  --jobs 2 gives the --jobs 1 files: NO"
+fi
+if command -v mpirun >/dev/null; then
+  extra=()
+  [ "$(id -u)" -eq 0 ] && extra+=(--allow-run-as-root)
+  rm -rf "$tmp/search-mpi"
+  mpi_start=$(date +%s.%N)
+  mpirun "${extra[@]}" --oversubscribe -np 2 "$offsim" search "$job" --kind megatron --tp 8 --out "$tmp/search-mpi" \
+    >"$tmp/mpi.log" 2>&1 || true
+  mpi_end=$(date +%s.%N)
+  if cmp -s "$tmp/search1/search.csv" "$tmp/search-mpi/search.csv" &&
+    cmp -s "$tmp/search1/pareto.csv" "$tmp/search-mpi/pareto.csv"; then same=yes; else same=no; fi
+  awk -v s="$mpi_start" -v e="$mpi_end" -v y="$same" \
+    'BEGIN {printf "  mpirun -np 2 offsim search gives the single-process files: %s (%.2f s)\n", y, e - s}'
+else
+  echo "  mpirun -np 2 offsim search: no mpirun on this machine"
+fi
+echo
+printf "GPT-3 175B, 1,024 A100, one run, flow fidelity:    %s\n" \
+  "$(measure "$offsim" run "$job" --set strategy.collectives.fidelity=flow)"
+printf "GPT-3 175B, 1,024 A100, one run, analytic:         %s\n" "$(measure "$offsim" run "$job")"
+if [ -f "$calculon/bin/calculon" ]; then
+  # The same job for Calculon (its llm command: one execution of a model on a system); Calculon
+  # has no bfloat16 vector rate for the A100, so float16 (the same peak).
+  cat >"$tmp/calculon-exe.json" <<'JSON'
+{"num_procs": 1024, "tensor_par": 8, "pipeline_par": 8, "data_par": 16, "tensor_par_net": 0,
+ "pipeline_par_net": 1, "data_par_net": 1, "batch_size": 1024, "microbatch_size": 1,
+ "datatype": "float16", "fused_activation": true, "attention_type": "multihead",
+ "activation_recompute": "full", "pipeline_interleaving": 1, "optimizer_sharding": true,
+ "tensor_par_comm_type": "rs_ag", "tensor_par_overlap": "none", "seq_par_ag_redo": false,
+ "data_par_overlap": false, "weight_offload": false, "activations_offload": false,
+ "optimizer_offload": false, "training": true}
+JSON
+  python=${CALCULON_PYTHON:-python3}
+  printf "Calculon, the same job (%s llm):  %s\n" "$calculon" "$(measure env PYTHONPATH="$calculon" "$python" \
+    "$calculon/bin/calculon" llm "$calculon/models/gpt3-175B.json" "$tmp/calculon-exe.json" \
+    "$calculon/systems/a100_80g.json" "$tmp/calculon-stats.json")"
+  if [ -f "$tmp/calculon-stats.json" ]; then
+    echo "  (Calculon's batch time: $("$python" -c 'import json,sys; print(round(json.load(open(sys.argv[1]))["total_time"], 3))' \
+      "$tmp/calculon-stats.json" 2>/dev/null || echo '?') s)"
+  fi
+else
+  echo "Calculon: not found at $calculon (bench/perf/README.md says how to fetch it)"
+fi
+echo
+printf "GPT-1T Megatron, 9,408 Frontier nodes:             %s\n" "$(measure "$offsim" run "$gpt1t")"
+read -r wall cpu rss < <(once "$offsim" run "$gpt1t" --out "$tmp/g1t")
+printf "GPT-1T Megatron, 9,408 Frontier nodes, --out:      %8.3f s (CPU %6.2f s)  %6.0f MB (one run; the files: %s)\n" \
+  "$wall" "$cpu" "$(awk -v k="$rss" 'BEGIN {print k / 1024}')" "$(du -sh "$tmp/g1t" | cut -f1)"
+echo
+for jobs in 1 2; do
+  rm -f "$tmp/sweep.csv"
+  read -r wall cpu _ < <(once "$offsim" sweep configs/sweeps/frontier-partitioning.yaml --out "$tmp/sweep.csv" --jobs "$jobs")
+  points=$(($(wc -l <"$tmp/sweep.csv") - 1))
+  awk -v n="$points" -v t="$wall" -v c="$cpu" -v j="$jobs" 'BEGIN {
+    printf "shipped sweep, %d points, --jobs %d: %.3f s, %.0f configs/s (CPU %.3f s: %.0f configs per CPU second)\n", n, j, t, n / t, c, n / c }'
+done
+echo
+if [ -x "$bench" ]; then
+  echo "engine event queue (BM_EventQueue, events/s):"
+  "$bench" --benchmark_filter='BM_EventQueue/' --benchmark_min_time=0.2 2>/dev/null |
+    awk '/BM_EventQueue/ {for (i = 1; i <= NF; ++i) if ($i ~ /items_per_second=/) {sub("items_per_second=", "", $i); sub("/s$", "", $i); printf "  %-26s %s events/s\n", $1, $i}}'
+else
+  echo "engine bench: $bench not built (cmake --build build --target offsim_bench_perf)"
+fi
