@@ -380,6 +380,7 @@ void read_training(Context& ctx, MapReader& r, ExperimentSpec& spec, SectionsRea
   sim::config::Location grad_accum_at = r.node().location();
   if (!r.has("model")) (void)r.required_child("model", "a model (usually !include ../models/x.yaml)");
   TrainingRead training_read;
+  training_read.megatron = read.strategy_ok && std::holds_alternative<MegatronSpec>(spec.strategy);
   std::optional<Node> training_node = r.required_child(
       "training", "a mapping with micro_batch, and seq where the model's context is longer than 8,192 tokens");
   if (training_node) {
