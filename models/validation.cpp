@@ -288,6 +288,17 @@ ClaimRow evaluate(const Case& c, const Claim& claim, const ExperimentResult& r) 
   return row;
 }
 
+// Each timing row's 80% interval from the other groups' residuals (leave-one-group-out: the row's
+// own group never sizes its interval), and how many hold their measurement.
+void add_intervals(ValidationReport& report) {
+  for (auto& row : report.rows) {
+    if (!row.is_time()) continue;
+    row.interval = interval_for(report.residuals, row.mechanism, row.device, row.group);
+    report.timed += row.interval ? 1 : 0;
+    report.covered += row.covered() ? 1 : 0;
+  }
+}
+
 }  // namespace
 
 bool ValidationRow::within() const {
@@ -362,26 +373,15 @@ ValidationReport validate(const std::filesystem::path& dir) {
       if (!report.claims.back().holds && !claim.known_gap) report.passed = false;
     }
   }
-  // Each timing row's 80% interval from the other groups' residuals (leave-one-group-out: the
-  // row's own group never sizes its interval), and whether it holds the measurement.
-  for (auto& row : report.rows) {
-    if (!row.is_time()) continue;
-    row.interval = interval_for(report.residuals, row.mechanism, row.device, row.group);
-  }
+  add_intervals(report);
   std::map<std::string, ValidationGroup> groups;
   std::vector<std::string> order;
   for (const auto& row : report.rows) {
     if (!groups.contains(row.group)) order.push_back(row.group);
     auto& g = groups[row.group];
     g.name = row.group;
-    if (row.interval) {
-      ++g.timed;
-      ++report.timed;
-      if (row.covered()) {
-        ++g.covered;
-        ++report.covered;
-      }
-    }
+    g.timed += row.interval ? 1 : 0;
+    g.covered += row.covered() ? 1 : 0;
     g.all.add(row);
     report.overall_all.add(row);
     if (row.known_gap) {

@@ -135,6 +135,29 @@ void write_figure(sim::report::JsonWriter& j, const Figure& f, const ExperimentR
   }
 }
 
+// summary.json's interval_80: the 80% interval of the iteration time and throughput, from the
+// validation residuals (models/intervals.hpp): the measured value is expected inside for 80% of
+// runs like the pool's.
+void write_interval(sim::report::JsonWriter& j, const ExperimentSpec& spec, const ExperimentResult& r) {
+  if (const auto interval = prediction_interval(spec)) {
+    const double t = r.iteration_time.seconds();
+    j.key("interval_80").begin_object();
+    const auto range = [&j](const char* key, double low, double high) {
+      j.key(key).begin_array().value(low).value(high).end_array();
+    };
+    range("iteration_time_s", t * interval->low, t * interval->high);
+    if (!std::holds_alternative<CollectiveSpec>(spec.strategy)) {
+      // Throughput is work over time: the time's interval inverted.
+      range("tflops_per_device", r.tflops_per_device / interval->high, r.tflops_per_device / interval->low);
+      range("model_tflops_per_device", r.model_tflops_per_device / interval->high,
+            r.model_tflops_per_device / interval->low);
+    }
+    j.field("pool", interval->pool).field("pool_rows", static_cast<std::uint64_t>(interval->rows));
+    j.field("method", "split conformal on the validation residuals (configs/calibration/validation-residuals.csv)");
+    j.end_object();
+  }
+}
+
 }  // namespace
 
 std::string summary_json(const ExperimentSpec& spec, const ExperimentResult& r, const Provenance& p) {
@@ -155,25 +178,7 @@ std::string summary_json(const ExperimentSpec& spec, const ExperimentResult& r, 
   for (const auto& reason : r.infeasible_reasons) j.value(reason);
   j.end_array();
   for (const Figure* f : kSummaryFigures) write_figure(j, *f, r);
-  // The 80% interval of the iteration time and throughput, from the validation residuals
-  // (models/intervals.hpp): the measured value is expected inside for 80% of runs like the pool's.
-  if (const auto interval = prediction_interval(spec)) {
-    const double t = r.iteration_time.seconds();
-    j.key("interval_80").begin_object();
-    const auto range = [&j](const char* key, double low, double high) {
-      j.key(key).begin_array().value(low).value(high).end_array();
-    };
-    range("iteration_time_s", t * interval->low, t * interval->high);
-    if (!std::holds_alternative<CollectiveSpec>(spec.strategy)) {
-      // Throughput is work over time: the time's interval inverted.
-      range("tflops_per_device", r.tflops_per_device / interval->high, r.tflops_per_device / interval->low);
-      range("model_tflops_per_device", r.model_tflops_per_device / interval->high,
-            r.model_tflops_per_device / interval->low);
-    }
-    j.field("pool", interval->pool).field("pool_rows", static_cast<std::uint64_t>(interval->rows));
-    j.field("method", "split conformal on the validation residuals (configs/calibration/validation-residuals.csv)");
-    j.end_object();
-  }
+  write_interval(j, spec, r);
   if (const auto* c = std::get_if<CollectiveSpec>(&spec.strategy))
     j.field("bus_bandwidth_bytes_per_s", bus_bandwidth(*c, r));
   j.key("phases").begin_object();
