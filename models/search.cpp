@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <stdexcept>
 
 #include "models/placement/state_placement.hpp"
@@ -309,6 +310,13 @@ std::vector<SearchResult> read_search_results(const SearchPlan& plan, const std:
   const std::size_t index = column("index"), status = column("status"), tokens = column("tokens_per_s"),
                     tflops = column("tflops_per_device"), iteration = column("iteration_time_s"),
                     hbm = column("hbm_peak_bytes"), reason = column("reason");
+  // The iteration time's 80% interval, in CSVs that have it.
+  const auto optional_column = [&](const std::string& name) -> std::optional<std::size_t> {
+    const auto it = std::find(header.begin(), header.end(), name);
+    if (it == header.end()) return std::nullopt;
+    return static_cast<std::size_t>(it - header.begin());
+  };
+  const auto low = optional_column("iteration_time_low_s"), high = optional_column("iteration_time_high_s");
   std::vector<SearchResult> out;
   while (std::getline(in, line)) {
     const auto fields = parse_csv_line(line);
@@ -320,6 +328,10 @@ std::vector<SearchResult> read_search_results(const SearchPlan& plan, const std:
     r.status = fields[status];
     r.reason = fields[reason];
     if (r.status != "error") {
+      if (low && high && !fields[*low].empty() && !fields[*high].empty()) {
+        r.iteration_low_s = std::stod(fields[*low]);
+        r.iteration_high_s = std::stod(fields[*high]);
+      }
       r.tokens_per_s = std::stod(fields[tokens]);
       r.tflops_per_device = std::stod(fields[tflops]);
       r.iteration_s = std::stod(fields[iteration]);
@@ -385,16 +397,38 @@ std::string search_report(const SearchPlan& plan, const std::vector<SearchResult
                      best.candidate.label(), best.candidate.gpus, best.tokens_per_s, best.tflops_per_device,
                      sim::format_bytes(sim::Bytes{best.hbm_peak_bytes}));
   const std::string cost = limits.price_per_gpu_hour > 0.0 ? "cost / M tokens" : "GPU-h / M tokens";
-  sim::report::TextTable t(
-      {"Pareto front (throughput, cost, HBM)", "GPUs", "tokens/s", "TFLOPS/GPU", "peak HBM", cost, "vs fastest"});
+  // tokens/s's 80% interval: the iteration time's inverted (tokens per iteration are fixed).
+  const auto has_interval = [](const SearchResult& r) { return r.iteration_low_s > 0.0 && r.iteration_high_s > 0.0; };
+  const auto tokens_low = [](const SearchResult& r) { return r.tokens_per_s * r.iteration_s / r.iteration_high_s; };
+  const auto tokens_high = [](const SearchResult& r) { return r.tokens_per_s * r.iteration_s / r.iteration_low_s; };
+  const auto overlaps_fastest = [&](const SearchResult& r) {
+    return has_interval(r) && has_interval(best) && tokens_low(r) <= tokens_high(best) &&
+           tokens_low(best) <= tokens_high(r);
+  };
+  sim::report::TextTable t({"Pareto front (throughput, cost, HBM)", "GPUs", "tokens/s", "80% interval", "TFLOPS/GPU",
+                            "peak HBM", cost, "vs fastest"});
+  std::size_t overlapping = 0;
   for (const std::size_t i : front) {
     const SearchResult& r = results[i];
+    const bool overlap = i != front.front() && overlaps_fastest(r);
+    overlapping += overlap ? 1 : 0;
     t.add_row({r.candidate.label(), std::to_string(r.candidate.gpus), fmt::format("{:.0f}", r.tokens_per_s),
+               has_interval(r) ? fmt::format("{:.0f} to {:.0f}{}", tokens_low(r), tokens_high(r),
+                                             overlap ? " (overlaps fastest)" : "")
+                               : std::string("-"),
                fmt::format("{:.1f}", r.tflops_per_device), sim::format_bytes(sim::Bytes{r.hbm_peak_bytes}),
                fmt::format("{:.3g}", r.cost_per_million_tokens),
                fmt::format("{:+.1f}%", (r.tokens_per_s / best.tokens_per_s - 1.0) * 100.0)});
   }
   out += t.str();
+  if (has_interval(best)) {
+    out += overlapping > 0 ? fmt::format(
+                                 "{} other point{} of the front overlap{} the fastest's 80% interval: at 80% "
+                                 "the model cannot rank {} apart from the fastest\n",
+                                 overlapping, overlapping == 1 ? "" : "s", overlapping == 1 ? "s" : "",
+                                 overlapping == 1 ? "it" : "them")
+                           : "no other point of the front overlaps the fastest's 80% interval\n";
+  }
   out +=
       "(the model's mean error on its bounded validation rows is about 5%: points a few percent apart are ties; "
       "docs/validation.md)\n";

@@ -79,6 +79,9 @@ struct SearchResult {
   double iteration_s = 0.0;
   std::int64_t hbm_peak_bytes = 0;
   double cost_per_million_tokens = 0.0;  // GPU-hours x price (or GPU-hours)
+  // The iteration time's 80% interval (models/intervals.hpp); 0 when the CSV has none.
+  double iteration_low_s = 0.0;
+  double iteration_high_s = 0.0;
   std::string reason;
   bool within_limits = false;
 };

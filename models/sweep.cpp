@@ -8,12 +8,14 @@
 #include <cmath>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
 
 #include "models/experiment.hpp"
 #include "models/figures.hpp"
+#include "models/intervals.hpp"
 #include "sim/config/config_reader.hpp"
 #include "sim/report/atomic_file.hpp"
 #include "sim/report/csv.hpp"
@@ -318,6 +320,9 @@ std::string sweep_header(const Sweep& sweep) {
   for (const auto& k : sweep.keys) columns.push_back(csv_field(k));
   columns.emplace_back("status");
   for (const Figure* f : kCsvFigures) columns.emplace_back(f->name);
+  // The iteration time's 80% interval (models/intervals.hpp), for telling points apart.
+  columns.emplace_back("iteration_time_low_s");
+  columns.emplace_back("iteration_time_high_s");
   columns.emplace_back("reason");
   return fmt::format("{}\n", fmt::join(columns, ","));
 }
@@ -333,6 +338,7 @@ std::string run_sweep_point(const Sweep& sweep, const SweepPoint& point, ReadCac
   std::string status = "ok";
   std::string reason;
   std::vector<std::string> figures(kCsvFigures.size());
+  std::string low, high;  // the iteration time's 80% interval
   try {
     // Every strategy kind reads strategy.collectives: the sweep's fidelity is one more override
     // (and shows in the effective configuration like the axes).
@@ -348,12 +354,18 @@ std::string run_sweep_point(const Sweep& sweep, const SweepPoint& point, ReadCac
       reason = fmt::format("{}", fmt::join(r.infeasible_reasons, "; "));
     }
     for (std::size_t i = 0; i < kCsvFigures.size(); ++i) figures[i] = kCsvFigures[i]->text(r);
+    if (const auto interval = prediction_interval(spec)) {
+      low = fmt::format("{}", r.iteration_time.seconds() * interval->low);
+      high = fmt::format("{}", r.iteration_time.seconds() * interval->high);
+    }
   } catch (const std::exception& e) {
     status = "error";
     reason = e.what();
   }
   fields.push_back(status);
   fields.insert(fields.end(), figures.begin(), figures.end());
+  fields.push_back(low);
+  fields.push_back(high);
   fields.push_back(csv_field(reason));
   return fmt::format("{}\n", fmt::join(fields, ","));
 }
@@ -493,6 +505,24 @@ std::string best_points(const std::filesystem::path& csv, const std::string& met
   const std::size_t s = static_cast<std::size_t>(status - header.begin());
   const Figure* figure = find_figure(metric);
   const bool larger_is_better = figure != nullptr && figure->larger_is_better;
+  // The 80% interval of a metric that is the iteration time or a rate of it (larger is better:
+  // the time's interval inverted), from the iteration time's interval columns when the CSV has them.
+  const auto low_col = std::find(header.begin(), header.end(), "iteration_time_low_s");
+  const auto high_col = std::find(header.begin(), header.end(), "iteration_time_high_s");
+  const auto time_col = std::find(header.begin(), header.end(), "iteration_time_s");
+  const bool per_iteration = metric == "iteration_time_s" || metric == "tflops_per_device" ||
+                             metric == "model_tflops_per_device" || metric == "tokens_per_s" || metric == "mfu";
+  const bool with_interval =
+      per_iteration && low_col != header.end() && high_col != header.end() && time_col != header.end();
+  const auto interval_of =
+      [&](const std::pair<double, std::vector<std::string>>& row) -> std::optional<std::pair<double, double>> {
+    if (!with_interval) return std::nullopt;
+    const auto field = [&](auto col) { return as_number(row.second[static_cast<std::size_t>(col - header.begin())]); };
+    const auto lo = field(low_col), hi = field(high_col), t = field(time_col);
+    if (!lo || !hi || !t || *t <= 0.0) return std::nullopt;
+    if (!larger_is_better) return std::pair{row.first * *lo / *t, row.first * *hi / *t};
+    return std::pair{row.first * *t / *hi, row.first * *t / *lo};
+  };
   std::vector<std::pair<double, std::vector<std::string>>> ranked;
   while (std::getline(in, line)) {
     auto fields = parse_csv_line(line);
@@ -505,7 +535,14 @@ std::string best_points(const std::filesystem::path& csv, const std::string& met
   std::vector<std::string> columns(header.begin(), status);
   columns.push_back(metric);
   columns.push_back("vs best");
+  if (with_interval) columns.push_back("80% interval");
   sim::report::TextTable table(columns);
+  const auto best_interval = ranked.empty() ? std::nullopt : interval_of(ranked.front());
+  // Whether a row's interval overlaps the best's: at 80% the model cannot rank the two apart.
+  const auto overlaps_best = [&](std::size_t i) {
+    const auto row = interval_of(ranked[i]);
+    return best_interval && row && row->first <= best_interval->second && best_interval->first <= row->second;
+  };
   // How much worse than the best a value is, as a fraction (0 for the best).
   const auto behind = [&](double v) {
     const double best = ranked.front().first;
@@ -515,10 +552,25 @@ std::string best_points(const std::filesystem::path& csv, const std::string& met
     std::vector<std::string> row(ranked[i].second.begin(), ranked[i].second.begin() + static_cast<long>(s));
     row.push_back(rounded(ranked[i].first));
     row.push_back(i == 0 ? "best" : fmt::format("-{:.2f}%", 100.0 * behind(ranked[i].first)));
+    if (with_interval) {
+      const auto interval = interval_of(ranked[i]);
+      row.push_back(!interval ? std::string("-")
+                              : fmt::format("{} to {}{}", rounded(interval->first), rounded(interval->second),
+                                            i > 0 && overlaps_best(i) ? " (overlaps best)" : ""));
+    }
     table.add_row(row);
   }
   std::string out = fmt::format("best {} feasible points by {} ({} is better):\n{}", std::min(top, ranked.size()),
                                 metric, larger_is_better ? "larger" : "smaller", table.str());
+  if (best_interval) {
+    std::size_t overlapping = 0;
+    for (std::size_t i = 1; i < ranked.size(); ++i) overlapping += overlaps_best(i) ? 1 : 0;
+    out += overlapping > 0 ? fmt::format(
+                                 "the best's 80% interval overlaps those of {} other point{}: at 80% the model cannot "
+                                 "rank {} apart from the best (docs/validation.md, prediction intervals)\n",
+                                 overlapping, overlapping == 1 ? "" : "s", overlapping == 1 ? "it" : "them")
+                           : "no other point's 80% interval overlaps the best's\n";
+  }
   std::size_t tied = 0;
   for (std::size_t i = 1; i < ranked.size() && behind(ranked[i].first) <= tie; ++i) ++tied;
   if (tie > 0.0 && tied > 0) {

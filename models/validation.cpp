@@ -288,6 +288,17 @@ ClaimRow evaluate(const Case& c, const Claim& claim, const ExperimentResult& r) 
   return row;
 }
 
+// Each timing row's 80% interval from the other groups' residuals (leave-one-group-out: the row's
+// own group never sizes its interval), and how many hold their measurement.
+void add_intervals(ValidationReport& report) {
+  for (auto& row : report.rows) {
+    if (!row.is_time()) continue;
+    row.interval = interval_for(report.residuals, row.mechanism, row.device, row.group);
+    report.timed += row.interval ? 1 : 0;
+    report.covered += row.covered() ? 1 : 0;
+  }
+}
+
 }  // namespace
 
 bool ValidationRow::within() const {
@@ -312,36 +323,65 @@ ValidationReport validate(const std::filesystem::path& dir) {
   for (const auto& file : files) {
     const Case c = parse_case(file);
     ExperimentResult result;
+    std::string mechanism, device;
     if (!c.run.experiment.empty()) {
-      result = run_experiment(load_experiment(c.run.experiment, c.run.overrides), {!c.claims.empty()});
+      const ExperimentSpec spec = load_experiment(c.run.experiment, c.run.overrides);
+      mechanism = mechanism_of(spec);
+      device = device_family(spec);
+      result = run_experiment(spec, {!c.claims.empty()});
     }
     for (const auto& m : c.metrics) {
       if (m.ratio_figure) {
         const Getter figure = ratio_getter(*m.ratio_figure);
         const double predicted = figure(result_of(m.of)) / figure(result_of(m.over));
-        report.rows.push_back({c.name, c.group, m.name, m.measured, predicted, c.tolerance,
-                               m.known_gap ? m.known_gap : c.known_gap, true});
+        report.rows.push_back({c.name,
+                               c.group,
+                               m.name,
+                               m.measured,
+                               predicted,
+                               c.tolerance,
+                               m.known_gap ? m.known_gap : c.known_gap,
+                               true,
+                               false,
+                               {},
+                               {},
+                               std::nullopt});
         continue;
       }
       if (m.hbm_peak) {
-        report.rows.push_back({c.name, c.group, m.name, m.measured, hbm_peak.get(result), c.tolerance,
-                               m.known_gap ? m.known_gap : c.known_gap, false, true});
+        report.rows.push_back({c.name,
+                               c.group,
+                               m.name,
+                               m.measured,
+                               hbm_peak.get(result),
+                               c.tolerance,
+                               m.known_gap ? m.known_gap : c.known_gap,
+                               false,
+                               true,
+                               {},
+                               {},
+                               std::nullopt});
         continue;
       }
       report.rows.push_back({c.name, c.group, m.name, m.measured, predicted_of(m, result), c.tolerance,
-                             m.known_gap ? m.known_gap : c.known_gap, false});
+                             m.known_gap ? m.known_gap : c.known_gap, false, false, mechanism, device, std::nullopt});
+      report.residuals.push_back(
+          {c.group, c.name, m.name, mechanism, device, m.measured, report.rows.back().predicted_s});
     }
     for (const auto& claim : c.claims) {
       report.claims.push_back(evaluate(c, claim, result));
       if (!report.claims.back().holds && !claim.known_gap) report.passed = false;
     }
   }
+  add_intervals(report);
   std::map<std::string, ValidationGroup> groups;
   std::vector<std::string> order;
   for (const auto& row : report.rows) {
     if (!groups.contains(row.group)) order.push_back(row.group);
     auto& g = groups[row.group];
     g.name = row.group;
+    g.timed += row.interval ? 1 : 0;
+    g.covered += row.covered() ? 1 : 0;
     g.all.add(row);
     report.overall_all.add(row);
     if (row.known_gap) {
@@ -361,6 +401,7 @@ ValidationReport validate(const std::filesystem::path& dir) {
   }
   report.overall_all.finish();
   report.overall_bounded.finish();
+  if (report.timed > 0 && (report.coverage() < kCoverageMin || report.coverage() > kCoverageMax)) report.passed = false;
   return report;
 }
 
@@ -379,14 +420,18 @@ void ErrorSummary::finish() {
 }
 
 std::string validation_text(const ValidationReport& report) {
-  sim::report::TextTable t({"case", "metric", "measured", "predicted", "error", "status"});
+  sim::report::TextTable t({"case", "metric", "measured", "predicted", "error", "80% interval", "status"});
   for (const auto& r : report.rows) {
     const auto value = [&](double v) {
       if (r.is_bytes) return sim::format_bytes(sim::Bytes{static_cast<std::int64_t>(v)});
       return r.is_ratio ? fmt::format("{:.3f}x", v) : sim::format_time(sim::seconds_to_time(v));
     };
+    // The interval as the measurement's range relative to the prediction, and whether it held.
+    const std::string interval = r.interval ? fmt::format("{:+.0f}% .. {:+.0f}% {}", 100.0 * (r.interval->low - 1.0),
+                                                          100.0 * (r.interval->high - 1.0), r.covered() ? "in" : "OUT")
+                                            : std::string("-");
     t.add_row({r.case_name, r.metric, value(r.measured_s), value(r.predicted_s),
-               fmt::format("{:+.1f}%", 100.0 * r.error()),
+               fmt::format("{:+.1f}%", 100.0 * r.error()), interval,
                r.known_gap ? "known gap" : (r.within() ? "ok" : fmt::format("FAIL (> {:.0f}%)", 100.0 * r.tolerance))});
   }
   std::string out = t.str() + "\n";
@@ -399,16 +444,24 @@ std::string validation_text(const ValidationReport& report) {
     out += claims.str() + "\n";
   }
   // Every row first (known gaps included): a known gap is still an error.
-  sim::report::TextTable g(
-      {"group", "rows", "mean |error| (all)", "worst (all)", "bounded rows", "mean |error| (bounded)", "known gaps"});
+  sim::report::TextTable g({"group", "rows", "mean |error| (all)", "worst (all)", "bounded rows",
+                            "mean |error| (bounded)", "known gaps", "in 80% interval"});
   const auto percent = [](const ErrorSummary& e) {
     return e.rows ? fmt::format("{:.1f}%", 100.0 * e.mean_abs_error) : std::string("-");
   };
   for (const auto& grp : report.groups) {
     g.add_row({grp.name, std::to_string(grp.all.rows), percent(grp.all), grp.all.worst.empty() ? "-" : grp.all.worst,
-               std::to_string(grp.bounded.rows), percent(grp.bounded), std::to_string(grp.known_gaps)});
+               std::to_string(grp.bounded.rows), percent(grp.bounded), std::to_string(grp.known_gaps),
+               grp.timed ? fmt::format("{} of {}", grp.covered, grp.timed) : std::string("-")});
   }
   out += g.str();
+  if (report.timed > 0) {
+    out += fmt::format(
+        "\n80% intervals (split conformal, leave-one-group-out, pooled by mechanism and device; docs/validation.md): "
+        "{} of {} timing rows inside, {:.1f}% (required {:.0f}-{:.0f}%){}\n",
+        report.covered, report.timed, 100.0 * report.coverage(), 100.0 * kCoverageMin, 100.0 * kCoverageMax,
+        report.coverage() < kCoverageMin || report.coverage() > kCoverageMax ? ": COVERAGE OUT OF RANGE" : "");
+  }
   if (report.overall_all.rows > 0) {
     out += fmt::format("\nmean |error| over all {} rows: {:.1f}% (worst {})\n", report.overall_all.rows,
                        100.0 * report.overall_all.mean_abs_error, report.overall_all.worst);
@@ -450,6 +503,12 @@ std::string validation_json(const ValidationReport& report) {
   j.begin_object().field("passed", report.passed);
   summary("all_rows", report.overall_all);
   summary("bounded_rows", report.overall_bounded);
+  j.key("interval_coverage").begin_object();
+  j.field("method", "split conformal 80%, leave-one-group-out, pooled by mechanism and device (docs/validation.md)");
+  j.field("rows", static_cast<std::uint64_t>(report.timed))
+      .field("covered", static_cast<std::uint64_t>(report.covered));
+  j.field("fraction", report.coverage()).field("required_min", kCoverageMin).field("required_max", kCoverageMax);
+  j.end_object();
   j.key("rows").begin_array();
   for (const auto& r : report.rows) {
     j.begin_object().field("case", r.case_name).field("group", r.group).field("metric", r.metric);
@@ -461,6 +520,12 @@ std::string validation_json(const ValidationReport& report) {
       j.field("measured_s", r.measured_s).field("predicted_s", r.predicted_s);
     }
     j.field("error", r.error());
+    if (r.interval) {
+      j.key("interval_80").begin_object();
+      j.field("low_s", r.predicted_s * r.interval->low).field("high_s", r.predicted_s * r.interval->high);
+      j.field("pool", r.interval->pool).field("pool_rows", static_cast<std::uint64_t>(r.interval->rows));
+      j.field("covered", r.covered()).end_object();
+    }
     j.field("tolerance", r.tolerance);
     if (r.known_gap) {
       j.field("known_gap", *r.known_gap);
@@ -483,7 +548,10 @@ std::string validation_json(const ValidationReport& report) {
     j.begin_object().field("group", g.name);
     summary("all_rows", g.all);
     summary("bounded_rows", g.bounded);
-    j.field("known_gaps", static_cast<std::uint64_t>(g.known_gaps)).end_object();
+    j.field("known_gaps", static_cast<std::uint64_t>(g.known_gaps));
+    j.field("interval_rows", static_cast<std::uint64_t>(g.timed))
+        .field("interval_covered", static_cast<std::uint64_t>(g.covered));
+    j.end_object();
   }
   j.end_array().end_object();
   return j.str();

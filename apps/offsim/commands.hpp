@@ -125,7 +125,7 @@ int runtime_errors_are_bad_input(Command&& command) {
 int run_command(const RunOptions& options);
 int search_command(const SearchCliOptions& options);
 int sweep_command(const SweepCliOptions& options);
-int validate_command(const std::string& dir, bool json);
+int validate_command(const std::string& dir, bool json, const std::string& residuals_out);
 int check_command(const std::string& dir, bool update);
 int diff_command(const std::string& a, const std::string& b);
 int calibrate_command(const CalibrateCliOptions& options);

@@ -125,6 +125,10 @@ int main(int argc, char** argv) {
   auto* validate_dir_opt = validate_cmd->add_option(
       "dir", validate_dir, "folder of case files (default configs/validation, found from here or a parent folder)");
   validate_cmd->add_flag("--json", validate_json, "as JSON");
+  std::string validate_residuals;
+  validate_cmd->add_option("--residuals", validate_residuals,
+                           "also write the timing rows' residuals (the table the 80% prediction intervals are drawn "
+                           "from; shipped as configs/calibration/validation-residuals.csv) to this CSV, atomically");
 
   std::vector<std::string> diff_runs;
   auto* diff_cmd =
@@ -256,7 +260,7 @@ int main(int argc, char** argv) {
     if (*graph_cmd) return app::graph_command(graph);
     if (*topo_cmd) return app::topo_command(topo_opts);
     if (*model_cmd) return app::model_command(model_opts);
-    if (*validate_cmd) return app::validate_command(validate_dir, validate_json);
+    if (*validate_cmd) return app::validate_command(validate_dir, validate_json, validate_residuals);
     if (*cal_cmd) {
       // The command line is recorded in the table, with the program name as users type it and
       // arguments a shell would split or interpret ("25 GB/s", gcds=8|32) quoted, so it re-runs.

@@ -115,8 +115,11 @@ int calibrate_command(const CalibrateCliOptions& options) {
   return 0;
 }
 
-int validate_command(const std::string& dir, bool json) {
+int validate_command(const std::string& dir, bool json, const std::string& residuals_out) {
   const models::ValidationReport report = models::validate(dir);
+  // The residual table the prediction intervals are drawn from (configs/calibration/validation-residuals.csv).
+  if (!residuals_out.empty())
+    sim::report::write_file_atomically(residuals_out, models::residuals_csv(report.residuals));
   fmt::print("{}", json ? models::validation_json(report) : models::validation_text(report));
   return report.passed ? 0 : 1;
 }

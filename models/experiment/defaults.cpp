@@ -16,6 +16,11 @@ constexpr std::string_view kYaml =
 #include "defaults_yaml.inc"
     ;
 
+// configs/calibration/deepspeed-0.3-zero3-host.yaml, compiled in (CMakeLists.txt).
+constexpr std::string_view kDeepSpeed03Host =
+#include "deepspeed_0_3_zero3_host_yaml.inc"
+    ;
+
 struct Entry {
   std::string value;
   std::string source;
@@ -24,6 +29,7 @@ struct Entry {
 struct Table {
   std::map<std::string, Entry, std::less<>> entries;
   std::string deepspeed_version;
+  std::vector<std::string> runtimes;
 };
 
 // Every mapping with a `value:` is one default, named by its path.
@@ -43,6 +49,7 @@ const Table& table() {
     const YAML::Node root = YAML::Load(std::string(kYaml));
     collect(root, "", out);
     out.deepspeed_version = root["deepspeed"]["version"].Scalar();
+    for (const auto& kv : root["deepspeed_runtimes"]) out.runtimes.push_back(kv.first.Scalar());
     return out;
   }();
   return t;
@@ -77,6 +84,27 @@ const std::string& source(std::string_view path) {
 
 const std::string& deepspeed_version() {
   return table().deepspeed_version;
+}
+
+const std::vector<std::string>& deepspeed_runtimes() {
+  return table().runtimes;
+}
+
+const FetchHostCost& zero3_host_table(std::string_view name) {
+  static const FetchHostCost ds03 = [] {
+    const YAML::Node root = YAML::Load(std::string(kDeepSpeed03Host));
+    FetchHostCost cost;
+    cost.name = root["name"].Scalar();
+    const auto launch = [&](const char* key) {
+      return HostLaunchCost{sim::parse_time(root[key]["fixed"].Scalar()),
+                            sim::parse_time(root[key]["per_rank"].Scalar())};
+    };
+    cost.all_gather = launch("all_gather");
+    cost.reduce_scatter = launch("reduce_scatter");
+    return cost;
+  }();
+  if (name == "deepspeed-0.3-zero3-host") return ds03;
+  throw std::logic_error(fmt::format("no compiled-in stage-3 host table {}", name));
 }
 
 }  // namespace offsim::models::defaults

@@ -229,10 +229,24 @@ sim::config::Location read_calibration(MapReader& r, const Node& root, const std
         }
       }
     }
-    if (auto host = c.child("host")) {
+    // The experiment's calibration without a host or collectives table: the machine's, named
+    // (a machine names its measured tables so that including it gives them; roofline only when asked).
+    const auto machine_table = [&](const char* key) -> std::optional<Node> {
+      if (c.has(key) || calibration->path() != "calibration" || !machine_tables) return std::nullopt;
+      MapReader m(*machine_tables);
+      std::optional<Node> found = m.child(key);
+      (void)m.take_unread_keys();
+      if (found) spec.defaults_applied.push_back(fmt::format("calibration.{}=the machine's table", key));
+      return found;
+    };
+    std::optional<Node> host = c.child("host");
+    if (!host) host = machine_table("host");
+    if (host) {
       if (auto costs = read_through<MeasuredCosts>(*host, cache, parse_measured_costs)) spec.host = *costs;
     }
-    if (auto coll = c.child("collectives")) {
+    std::optional<Node> coll = c.child("collectives");
+    if (!coll) coll = machine_table("collectives");
+    if (coll) {
       if (coll->is_scalar()) {
         // `collectives: roofline`: the machine has no measured collectives; say so explicitly.
         if (coll->as<std::string>() == "roofline") {
@@ -380,6 +394,7 @@ void read_training(Context& ctx, MapReader& r, ExperimentSpec& spec, SectionsRea
   sim::config::Location grad_accum_at = r.node().location();
   if (!r.has("model")) (void)r.required_child("model", "a model (usually !include ../models/x.yaml)");
   TrainingRead training_read;
+  training_read.megatron = read.strategy_ok && std::holds_alternative<MegatronSpec>(spec.strategy);
   std::optional<Node> training_node = r.required_child(
       "training", "a mapping with micro_batch, and seq where the model's context is longer than 8,192 tokens");
   if (training_node) {

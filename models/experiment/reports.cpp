@@ -8,6 +8,7 @@
 
 #include "models/experiment.hpp"
 #include "models/figures.hpp"
+#include "models/intervals.hpp"
 #include "models/transformer/phases.hpp"
 #include "sim/report/json_writer.hpp"
 #include "sim/report/text_table.hpp"
@@ -134,6 +135,29 @@ void write_figure(sim::report::JsonWriter& j, const Figure& f, const ExperimentR
   }
 }
 
+// summary.json's interval_80: the 80% interval of the iteration time and throughput, from the
+// validation residuals (models/intervals.hpp): the measured value is expected inside for 80% of
+// runs like the pool's.
+void write_interval(sim::report::JsonWriter& j, const ExperimentSpec& spec, const ExperimentResult& r) {
+  if (const auto interval = prediction_interval(spec)) {
+    const double t = r.iteration_time.seconds();
+    j.key("interval_80").begin_object();
+    const auto range = [&j](const char* key, double low, double high) {
+      j.key(key).begin_array().value(low).value(high).end_array();
+    };
+    range("iteration_time_s", t * interval->low, t * interval->high);
+    if (!std::holds_alternative<CollectiveSpec>(spec.strategy)) {
+      // Throughput is work over time: the time's interval inverted.
+      range("tflops_per_device", r.tflops_per_device / interval->high, r.tflops_per_device / interval->low);
+      range("model_tflops_per_device", r.model_tflops_per_device / interval->high,
+            r.model_tflops_per_device / interval->low);
+    }
+    j.field("pool", interval->pool).field("pool_rows", static_cast<std::uint64_t>(interval->rows));
+    j.field("method", "split conformal on the validation residuals (configs/calibration/validation-residuals.csv)");
+    j.end_object();
+  }
+}
+
 }  // namespace
 
 std::string summary_json(const ExperimentSpec& spec, const ExperimentResult& r, const Provenance& p) {
@@ -154,6 +178,7 @@ std::string summary_json(const ExperimentSpec& spec, const ExperimentResult& r, 
   for (const auto& reason : r.infeasible_reasons) j.value(reason);
   j.end_array();
   for (const Figure* f : kSummaryFigures) write_figure(j, *f, r);
+  write_interval(j, spec, r);
   if (const auto* c = std::get_if<CollectiveSpec>(&spec.strategy))
     j.field("bus_bandwidth_bytes_per_s", bus_bandwidth(*c, r));
   j.key("phases").begin_object();
@@ -285,12 +310,24 @@ std::string feasibility_lines(const ExperimentResult& r) {
 std::string headline_figures(const ExperimentSpec& spec, const ExperimentResult& r) {
   const std::string if_it_fit = r.feasible ? "" : "  (if it fit: it does not)";
   std::string out = fmt::format("iteration time       {}{}\n", sim::format_time(r.iteration_time), if_it_fit);
+  const auto interval = prediction_interval(spec);
+  if (interval) {
+    const double t = r.iteration_time.seconds();
+    out += fmt::format("  80% interval       {} to {} (validation residuals of {}, {} rows)\n",
+                       sim::format_time(sim::seconds_to_time(t * interval->low)),
+                       sim::format_time(sim::seconds_to_time(t * interval->high)), interval->pool, interval->rows);
+  }
   if (const auto* collective = std::get_if<CollectiveSpec>(&spec.strategy)) {
     out += fmt::format("bus bandwidth        {} (as nccl-tests report it)\n\n",
                        sim::format_bandwidth(sim::Bandwidth{bus_bandwidth(*collective, r)}));
   } else {
     out += fmt::format("TFLOPS per device    {:.1f} with recomputation (Megatron's count), {:.1f} model{}\n",
                        r.tflops_per_device, r.model_tflops_per_device, if_it_fit);
+    if (interval) {
+      out += fmt::format("  80% interval       {:.1f} to {:.1f} ({:.1f} to {:.1f} model)\n",
+                         r.tflops_per_device / interval->high, r.tflops_per_device / interval->low,
+                         r.model_tflops_per_device / interval->high, r.model_tflops_per_device / interval->low);
+    }
     out += fmt::format("tokens per second    {:.0f} (whole job){}\n", r.tokens_per_s, if_it_fit);
     out += fmt::format("model states         {} per device\n", sim::format_bytes(r.model_states_per_device));
     out += fmt::format("MFU                  {:.1f}% of {}{}\n\n", 100.0 * r.mfu,

@@ -142,6 +142,10 @@ std::optional<TrainingSpec> parse_training(const Node& node, TrainingRead* read)
     (void)defaulted("flash_attention");
     t.flash_attention = defaults::flag("training.flash_attention");
   }
+  if (!r.child("fused_softmax") && out.megatron && !t.flash_attention) {  // (child: a --set counts)
+    t.fused_softmax = defaults::flag("megatron.masked_softmax_fusion");
+    if (t.fused_softmax) out.defaults.emplace_back("training.fused_softmax=true (Megatron-LM's masked_softmax_fusion)");
+  }
   if (t.fused_softmax && t.flash_attention) {
     ctx.error(fused_softmax.loc, node.child_path("fused_softmax"),
               "true needs flash_attention: false (the fused softmax runs on the attention scores, which flash "
@@ -643,7 +647,7 @@ std::optional<StrategySpec> read_megatron(const Node& node, MapReader& r, const 
 // data_parallel's offload_optimizer and offload_param; returns where the offload device is given
 // (the location of the checks that need the machine).
 sim::config::Location read_offload(const Node& node, MapReader& r, const sim::config::Located<int>& stage,
-                                   DataParallelSpec& dp, std::vector<std::string>& defaults_applied) {
+                                   const sim::config::Located<std::string>& runtime, DataParallelSpec& dp) {
   auto& ctx = node.context();
   sim::config::Location offload_at = node.location();
   // What the stage partitions (nullopt: an invalid stage, reported already).
@@ -669,9 +673,11 @@ sim::config::Location read_offload(const Node& node, MapReader& r, const sim::co
                         ranges::kSubGroupElements);
     }
     offload.sub_group_size = sub.value;
-    const std::string default_runtime = "deepspeed-" + defaults::deepspeed_version();
-    if (!r.has("runtime")) defaults_applied.push_back("strategy.runtime=" + default_runtime);
-    const auto runtime = r.choice("runtime", {"deepspeed-0.13", "deepspeed-0.16"}, default_runtime);
+    if (runtime.valid && runtime.value != "deepspeed-0.13" && runtime.value != "deepspeed-0.16") {
+      ctx.error(
+          runtime.loc, node.child_path("runtime"),
+          fmt::format("optimizer offload is modelled for deepspeed-0.13 and deepspeed-0.16, got {}", runtime.value));
+    }
     offload.runtime = runtime.value == "deepspeed-0.16" ? Runtime::kDeepSpeed016 : Runtime::kDeepSpeed013;
     if (device.value == "nvme") {
       offload.nvme = true;
@@ -720,8 +726,8 @@ sim::config::Location read_offload(const Node& node, MapReader& r, const sim::co
 // data_parallel's ZeRO-3 keys: the persistence threshold (DeepSpeed's default at stage 3, named
 // through `ds_default`), the fetch mode and the host's per-fetch costs.
 template <class NameDefault>
-void read_zero3_keys(const Node& node, MapReader& r, const sim::config::Located<int>& stage, DataParallelSpec& dp,
-                     const NameDefault& ds_default) {
+void read_zero3_keys(const Node& node, MapReader& r, const sim::config::Located<int>& stage, const std::string& runtime,
+                     DataParallelSpec& dp, const NameDefault& ds_default, std::vector<std::string>& defaults_applied) {
   auto& ctx = node.context();
   // Used at stage 3 only; DeepSpeed's default there (recorded in the effective configuration).
   const auto partitioned = stage.valid ? ZeroPolicy::partitioning_if_valid(stage.value) : std::nullopt;
@@ -736,12 +742,39 @@ void read_zero3_keys(const Node& node, MapReader& r, const sim::config::Located<
                       static_cast<double>(threshold.value), ranges::kPersistenceThreshold);
   }
   dp.param_persistence_threshold = threshold.value;
-  const auto fetch = r.choice("zero3_fetch", {"prefetch", "blocking"}, "prefetch");
-  if (fetch.valid && fetch.value == "blocking") {
-    if (!stage3) ctx.error(fetch.loc, node.child_path("zero3_fetch"), "applies to zero_stage 3 only");
+  // Left out at stage 3: the DeepSpeed release's (configs/defaults.yaml, deepspeed_runtimes), named
+  // in the report where it moves a result (blocking fetch, a host table).
+  const std::string runtime_key = "deepspeed_runtimes." + runtime;
+  const std::string& default_fetch = defaults::text(runtime_key + ".zero3_fetch");
+  const std::string& default_host = defaults::text(runtime_key + ".zero3_host");
+  const auto fetch = r.choice("zero3_fetch", {"prefetch", "blocking"}, stage3 ? default_fetch : "prefetch");
+  // (absent, `fetch` holds the default and is not `valid`)
+  if (fetch.value == "blocking") {
+    if (!stage3 && fetch.valid) ctx.error(fetch.loc, node.child_path("zero3_fetch"), "applies to zero_stage 3 only");
     dp.zero3_fetch = DataParallelSpec::Fetch::kBlocking;
   }
-  if (auto host = r.child("zero3_host")) {
+  // (child, not has: a key given with --set counts as given)
+  const bool fetch_given = r.child("zero3_fetch").has_value();
+  const bool host_given = r.child("zero3_host").has_value();
+  if (stage3 && !fetch_given && default_fetch != "prefetch") {
+    defaults_applied.push_back(fmt::format("strategy.zero3_fetch={} ({}'s stage 3)", default_fetch, runtime));
+  }
+  if (stage3 && !host_given && default_host != "none") {
+    dp.zero3_host = defaults::zero3_host_table(default_host);
+    defaults_applied.push_back(
+        fmt::format("strategy.zero3_host={} ({}'s stage-3 host launch costs)", default_host, runtime));
+  }
+  auto host = r.child("zero3_host");
+  if (host && host->is_scalar()) {
+    // `zero3_host: none`: the opt-out from the release's table.
+    if (host->as<std::string>() != "none") {
+      ctx.error(host->location(), host->path(),
+                "expected a host launch table (!include ../calibration/x.yaml) or \"none\"");
+    }
+    if (!stage3) ctx.error(host->location(), host->path(), "applies to zero_stage 3 only");
+    host.reset();
+  }
+  if (host) {
     if (!stage3) ctx.error(host->location(), host->path(), "applies to zero_stage 3 only");
     MapReader h(*host);
     DataParallelSpec::FetchHostCost cost;
@@ -936,11 +969,18 @@ std::optional<StrategySpec> read_data_parallel(const Node& node, MapReader& r, c
   // What the stage partitions (nullopt: an invalid stage, reported above).
   const auto partitioned = stage.valid ? ZeroPolicy::partitioning_if_valid(stage.value) : std::nullopt;
   read_dp_gradients(node, r, partitioned, dp, ds_default);
+  // The DeepSpeed release whose mechanics run: stage 3's fetch and host costs, the offload path.
+  // Left out, the release configs/defaults.yaml takes DeepSpeed's defaults from, named in the
+  // report where it decides something (stage 3, offload).
+  const std::string default_runtime = "deepspeed-" + defaults::deepspeed_version();
+  const auto runtime = r.choice("runtime", defaults::deepspeed_runtimes(), default_runtime);
   // Step 3: the ZeRO-3 keys.
-  read_zero3_keys(node, r, stage, dp, ds_default);
+  read_zero3_keys(node, r, stage, runtime.value, dp, ds_default, defaults_applied);
+  if (!r.child("runtime") && ((partitioned && partitioned->parameters) || r.has("offload_optimizer")))
+    defaults_applied.push_back("strategy.runtime=" + default_runtime);
   const std::optional<sim::config::Location> fp32_reduce_at = read_gradient_reduce_dtype(node, r, partitioned, dp);
   // Step 5: the offload, which fp32 gradient reduction does not go with.
-  const sim::config::Location offload_at = read_offload(node, r, stage, dp, defaults_applied);
+  const sim::config::Location offload_at = read_offload(node, r, stage, runtime, dp);
   if (fp32_reduce_at && dp.offload) {
     ctx.error(*fp32_reduce_at, node.child_path("gradient_reduce_dtype"),
               "fp32 gradient reduction is not modelled with optimizer offload (DeepSpeed's offload recipes move bf16 "

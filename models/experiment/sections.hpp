@@ -36,6 +36,9 @@ struct TrainingRead {
   sim::config::Location grad_accum_at;                    // (for the strategy checks)
   std::optional<sim::config::Located<std::int64_t>> seq;  // training.seq, when given
   std::vector<std::string> defaults;                      // keys left out that took a default (key=value)
+  // In: the strategy is Megatron-LM's, whose attention without flash fuses scale, mask and softmax
+  // by default (configs/defaults.yaml, megatron.masked_softmax_fusion).
+  bool megatron = false;
 };
 
 /// `training:`; keys left out take configs/defaults.yaml's values (named in `read->defaults`).

@@ -3,6 +3,7 @@
 // where the two describe the same run.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -324,6 +325,27 @@ TEST(Megatron, UnevenStagesFollowTheSlowestStage) {
   EXPECT_NEAR(
       static_cast<double>(u.model_states_per_device.count) / static_cast<double>(e.model_states_per_device.count),
       ratio, 1e-6);
+}
+
+// Megatron-LM fuses scale, mask and softmax unless told not to (--no-masked-softmax-fusion): a
+// megatron strategy without flash attention takes the fused softmax by default and names it;
+// training.fused_softmax: false opts out; a data_parallel run keeps PyTorch's separate kernels.
+TEST(Megatron, FusedSoftmaxIsTheDefaultWithoutFlashAttention) {
+  const std::string pp2 = std::string(OFFSIM_SOURCE_DIR) + "/tests/data/tiny-megatron-pp2.yaml";
+  const ExperimentSpec fused = load_experiment(pp2, {});
+  EXPECT_TRUE(fused.training.fused_softmax);
+  EXPECT_NE(std::find(fused.defaults_applied.begin(), fused.defaults_applied.end(),
+                      "training.fused_softmax=true (Megatron-LM's masked_softmax_fusion)"),
+            fused.defaults_applied.end());
+  const ExperimentSpec separate = load_experiment(pp2, {"training.fused_softmax=false"});
+  EXPECT_FALSE(separate.training.fused_softmax);
+  // The fused kernel reads and writes the scores once (the separate kernels several times).
+  EXPECT_LT(run_experiment(fused).iteration_time.ps, run_experiment(separate).iteration_time.ps);
+  const ExperimentSpec flash = load_experiment(pp2, {"training.flash_attention=true"});
+  EXPECT_FALSE(flash.training.fused_softmax);
+  const ExperimentSpec dp =
+      load_experiment(std::string(OFFSIM_SOURCE_DIR) + "/tests/data/tiny-dp2.yaml", {"training.flash_attention=false"});
+  EXPECT_FALSE(dp.training.fused_softmax);
 }
 
 }  // namespace

@@ -74,6 +74,24 @@ TEST(NewUser, TheSmallestExperimentRunsOnNamedDefaults) {
   EXPECT_NE(json.find("\"defaults_applied\": ["), std::string::npos);
 }
 
+// A machine names its measured tables: an experiment that gives only its own device table still
+// gets the machine's collectives (named), the same as writing them out; no roofline unless asked.
+TEST(NewUser, TheMachinesCollectivesComeWithItsOwnDeviceTable) {
+  const std::string body =
+      "hardware: !include {0}/configs/hardware/dgx-a100.yaml\n"
+      "model: !include {0}/configs/models/gpt3-1.3b.yaml\n"
+      "training: {{micro_batch: 4, seq: 2048}}\n"
+      "strategy: {{kind: data_parallel, dp: 8, zero_stage: 3}}\n"
+      "calibration:\n  device: !include {0}/configs/calibration/a100-80gb.yaml\n";
+  const ExperimentSpec own = load_experiment(experiment("own-device.yaml", body), {});
+  EXPECT_TRUE(has(own.defaults_applied, "calibration.collectives=the machine's table"));
+  EXPECT_FALSE(own.collectives.roofline_collectives);
+  const ExperimentSpec both = load_experiment(
+      experiment("both.yaml", body + "  collectives: !include {0}/configs/calibration/dgx-a100-nccl.yaml\n"), {});
+  EXPECT_FALSE(has(both.defaults_applied, "calibration.collectives=the machine's table"));
+  EXPECT_EQ(run_experiment(own).iteration_time.ps, run_experiment(both).iteration_time.ps);
+}
+
 TEST(NewUser, ALongContextModelNeedsTrainingSeq) {
   const std::string head =
       "hardware: !include {0}/configs/hardware/dgx-h100.yaml\n"

@@ -53,6 +53,19 @@ TEST(Search, EnumeratesTheStrategiesThatDivideAndPrunesByModelStates) {
   const auto results = read_search_results(plan, run.out, limits);
   ASSERT_EQ(results.size(), plan.simulated.size());
   for (const auto& r : results) EXPECT_EQ(r.status, "ok") << r.candidate.label() << ": " << r.reason;
+  // Each point carries its iteration time's 80% interval, and the report says which of the
+  // front's intervals overlap the fastest's.
+  for (const auto& r : results) {
+    EXPECT_GT(r.iteration_low_s, 0.0) << r.candidate.label();
+    EXPECT_LE(r.iteration_low_s, r.iteration_high_s) << r.candidate.label();
+  }
+  auto all_fit = results;  // (the report's front, as if every point fit under the HBM limit)
+  for (auto& r : all_fit) r.within_limits = true;
+  const std::string text = search_report(plan, all_fit, limits);
+  EXPECT_NE(text.find("80% interval"), std::string::npos) << text;
+  EXPECT_TRUE(text.find("overlaps the fastest's 80% interval") != std::string::npos ||
+              text.find("overlap the fastest's 80% interval") != std::string::npos)
+      << text;
 }
 
 TEST(Search, TheParetoFrontKeepsOnlyUndominatedPointsFastestFirst) {

@@ -197,6 +197,28 @@ TEST(Sweep, BestRanksFeasiblePointsByTheMetric) {
   EXPECT_EQ(best_points(csv, "tflops_per_device", 5, 0.05).find("tied"), std::string::npos);
 }
 
+// With the iteration time's 80% interval columns, --best gives each row's interval on the metric
+// (a rate's is the time's inverted) and says which overlap the best's. z: 2 s in [1.8, 2.4] s, so
+// 30 TFLOPS in [30 x 2 / 2.4, 30 x 2 / 1.8] = [25, 33.33]; x: 3 s in [2.7, 3.6] s, 10 TFLOPS in
+// [8.333, 11.11] (apart from z's); w: 2.2 s in [1.98, 2.64] s, 27 TFLOPS in [22.5, 30] (overlaps).
+TEST(Sweep, BestSaysWhichIntervalsOverlapTheBests) {
+  const fs::path csv = write("best-interval.csv",
+                             "index,a,status,tflops_per_device,iteration_time_s,iteration_time_low_s,"
+                             "iteration_time_high_s,reason\n"
+                             "0,x,ok,10,3,2.7,3.6,\n"
+                             "1,w,ok,27,2.2,1.98,2.64,\n"
+                             "2,z,ok,30,2,1.8,2.4,\n");
+  const std::string table = best_points(csv, "tflops_per_device", 5);
+  EXPECT_NE(table.find("25.00 to 33.33"), std::string::npos) << table;
+  EXPECT_NE(table.find("22.50 to 30.00 (overlaps best)"), std::string::npos) << table;
+  EXPECT_NE(table.find("8.333 to 11.11\n"), std::string::npos) << table;
+  EXPECT_NE(table.find("overlaps those of 1 other point:"), std::string::npos) << table;
+  const std::string by_time = best_points(csv, "iteration_time_s", 5);
+  EXPECT_NE(by_time.find("1.800 to 2.400"), std::string::npos) << by_time;
+  // Bytes have no interval.
+  EXPECT_EQ(best_points(csv, "iteration_time_low_s", 5).find("80% interval"), std::string::npos);
+}
+
 TEST(Sweep, BestPrintsFiguresToFourSignificantDigits) {
   const fs::path csv = write("best-rounded.csv",
                              "index,a,status,tflops_per_device,iteration_time_s,tokens_per_s,reason\n"
