@@ -211,7 +211,15 @@ sim::TimePs CostModel::memory_bound_time(sim::Bytes bytes, std::string_view kern
 
 std::vector<std::string> CostModel::approximations() const {
   std::vector<std::string> out;
-  if (!device_.gemm_shape_from.empty()) {
+  for (const auto& missing : device_.unmeasured) {
+    out.push_back(fmt::format("largest uncertainty on {}, not measured: {}", device_.device_kind, missing));
+  }
+  if (device_.gemm_shape_from == device_.device_kind) {
+    out.push_back(fmt::format(
+        "GEMMs on {}: its best-shape efficiency ({:.3f} of peak) times its own tuning table's shape dependence "
+        "(relative to that table's best shape; {} shapes, interpolated by work m n k)",
+        device_.device_kind, device_.gemm_efficiency, device_.gemm_table.size()));
+  } else if (!device_.gemm_shape_from.empty()) {
     out.push_back(fmt::format(
         "GEMMs on {}: its best-shape efficiency ({:.3f} of peak) times the shape dependence measured on {} (relative "
         "to that device's best shape), assumed to carry over",
@@ -534,6 +542,11 @@ std::optional<DeviceCosts> parse_device_costs(const Node& node) {
                                                               fraction(f, *fa, "backward_efficiency")};
     (void)f.required<std::string>("source");
     (void)f.optional<std::string>("derivation", "");
+  }
+  if (auto unmeasured = r.child("unmeasured")) {
+    for (const auto& item : unmeasured->items()) {
+      if (auto text = item.as<std::string>()) d.unmeasured.push_back(*text);
+    }
   }
   if (ctx.error_count() != errors_before) return std::nullopt;
   return d;

@@ -97,6 +97,10 @@ struct DeviceCosts {
     std::vector<GemmPoint> gemm_table;
   };
   std::optional<Fp8Costs> fp8;
+  // `unmeasured:` what a run on this device costs without any measurement of the device behind
+  // it (e.g. its attention kernels under the software of the runs it is checked against): the
+  // largest uncertainty of such a run, printed first among the approximations.
+  std::vector<std::string> unmeasured;
 };
 
 /// A fitted collective at one group size (offsim calibrate, ring model).

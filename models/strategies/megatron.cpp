@@ -743,6 +743,16 @@ class MegatronBuilder {
           "parallelism costed as the all-reduce it replaces");
     }
     out.approximations.push_back("pipeline: gradients reduced after the last backward (no overlap with the cool-down)");
+    if (spec.optimizer == MegatronSpec::Optimizer::kDeepSpeed && pp > 1) {
+      // Megatron-DeepSpeed with --deepspeed and PP > 1 runs DeepSpeed's PipelineEngine.
+      // First: with the device's unmeasured kernels, the largest uncertainty of such a run.
+      out.approximations.insert(
+          out.approximations.begin(),
+          "largest uncertainty of Megatron-DeepSpeed's pipeline, not measured: DeepSpeed's pipeline engine "
+          "(runtime/pipe/engine.py: its instruction loop, blocking point-to-point with shape metadata, DeepSpeed's "
+          "activation checkpointing) is costed as Megatron's 1F1B schedule; no measurement of the engine's "
+          "per-micro-batch costs is in our sources");
+    }
     if (!split.note.empty()) out.approximations.push_back(split.note);
     if (cp > 1) out.approximations.push_back(context_parallel_approximation(cp));
   }

@@ -268,6 +268,27 @@ TEST(ShippedCalibration, H100TablesAreWhatCalibrateWritesFromTheMeasurements) {
   expect_reproducible("configs/calibration/h100-sxm.gemm-fp8.yaml", fp8);
 }
 
+TEST(ShippedCalibration, Mi250xTensileShapeTableIsWhatCalibrateWritesFromThePublishedData) {
+  // configs/calibration/mi250x-gcd.gemm-tensile.yaml: rocBLAS's Tensile tuning logic for gfx90a
+  // (bench/data/mi250x-gemm-tensile.csv, written by bench/mi250x_tensile_gemm.py from
+  // bench/data/mi250x-published-figures.csv); mi250x-gcd.yaml takes its shape dependence.
+  CalibrateOptions o;
+  o.files = {"bench/data/mi250x-gemm-tensile.csv"};
+  o.device_kind = "mi250x-gcd";
+  o.peak = sim::FlopRate{191.5e12};
+  o.command_line =
+      "offsim calibrate bench/data/mi250x-gemm-tensile.csv --device mi250x-gcd --peak '191.5 TFLOP/s' --out "
+      "configs/calibration/mi250x-gcd.gemm-tensile.yaml";
+  expect_reproducible("configs/calibration/mi250x-gcd.gemm-tensile.yaml", o);
+  // The shape dependence the table carries, from the source rows (Tensile DeviceEfficiency, bf16,
+  // mean over layouts): 1024^3 (27.873 NN, 32.962 TN) = 30.42%, 8192^3 (81.936, 80.508, 81.541) =
+  // 81.33%: the cube falls to 0.374 of the large one's rate, as rocBLAS tuned it.
+  o.files = {testing::in_source("bench/data/mi250x-gemm-tensile.csv")};
+  const std::string table = calibrate(o);
+  EXPECT_NE(table.find("    1024   1024   1024   0.3042\n"), std::string::npos) << table;
+  EXPECT_NE(table.find("    8192   8192   8192   0.8133\n"), std::string::npos) << table;
+}
+
 TEST(ShippedCalibration, XeonHostTableIsWhatCalibrateWritesFromTheH100MachinesHost) {
   // configs/calibration/xeon-platinum-host.yaml: CPU Adam and casts by thread count and the copies
   // of 64 MiB and more, pinned and pageable, measured on the lent H100 machine's Xeon.

@@ -238,3 +238,34 @@ TEST(Fp8State, WeightCopiesAndScalingStateByTheirBytes) {
 
 }  // namespace
 }  // namespace offsim::models
+
+#include "tests/unit/source_paths.hpp"
+
+namespace offsim::models {
+namespace {
+
+TEST(CostModel, Mi250xTableTakesItsOwnTensileShapesAndNamesWhatIsUnmeasuredFirst) {
+  // configs/calibration/mi250x-gcd.yaml: best-shape 0.7676 (MAMF 147.0 / 191.5) times rocBLAS's
+  // Tensile shape dependence relative to its best shape (6400 x 8192 x 32768: 0.9625). 8192^3 is
+  // in the table at 0.8133, so it runs at 0.7676 x 0.8133 / 0.9625 of 191.5 TFLOP/s.
+  sim::config::Context ctx;
+  const auto costs = parse_device_costs(ctx.load_root(testing::in_source("configs/calibration/mi250x-gcd.yaml")));
+  ctx.finish();
+  ASSERT_TRUE(costs.has_value());
+  EXPECT_EQ(costs->gemm_shape_from, "mi250x-gcd");
+  EXPECT_EQ(costs->gemm_table.size(), 13u);
+  const CostModel c(*costs);
+  const double e = 0.7676 * 0.8133 / 0.9625;
+  EXPECT_NEAR(c.gemm_time(cube(8192)).seconds(), 2.0 * 8192.0 * 8192.0 * 8192.0 / (e * 191.5e12), 1e-9);
+  // 1024^3 (0.3042) runs at 0.374 of 8192^3's rate (0.8133): the MI250X's own small-shape loss.
+  EXPECT_GT(c.gemm_time(cube(1024)).seconds() / c.gemm_time(cube(8192)).seconds() * 512.0, 2.6);
+  // The missing measurements lead the approximations.
+  const auto notes = c.approximations();
+  ASSERT_GE(notes.size(), 3u);
+  EXPECT_TRUE(notes[0].starts_with("largest uncertainty on mi250x-gcd, not measured: the GEMM and kernel rates"));
+  EXPECT_TRUE(notes[1].starts_with("largest uncertainty on mi250x-gcd, not measured: flash attention"));
+  EXPECT_NE(notes[2].find("its own tuning table's shape dependence"), std::string::npos) << notes[2];
+}
+
+}  // namespace
+}  // namespace offsim::models
