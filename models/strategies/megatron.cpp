@@ -253,6 +253,33 @@ struct EdgeWork {
          static_cast<std::size_t>(spec.virtual_stages) * per_pair;
 }
 
+// Megatron-Core's overlapped DDP (OverlappedDataParallel) of a rank of `stage` holding `params`:
+// per chunk its backward pieces' gradient elements (one per layer, or the chunk when it runs as one
+// kernel: tp = cp = 1), the embedding's in the first chunk's input end, the head's in the last
+// chunk's output end, the rounding of the tensor-parallel share in the first chunk.
+[[nodiscard]] OverlappedDataParallel::RankChunks ddp_chunks(const MegatronSpec& spec, const ModelSpec& m,
+                                                            const ParameterCounts& params, const PipelineSplit& split,
+                                                            int stage, std::int64_t held) {
+  OverlappedDataParallel::RankChunks rc;
+  rc.bucketed = stage == 0;  // training.py: bucketing only on pipeline rank 0, first chunk
+  const int last_virtual = spec.pp * spec.virtual_stages - 1;
+  const bool one_kernel = spec.tp == 1 && spec.cp == 1;
+  std::int64_t total = 0;
+  for (int c = 0; c < spec.virtual_stages; ++c) {
+    const int vs = c * spec.pp + stage;
+    const std::int64_t layers = split.of_virtual(vs);
+    std::vector<std::int64_t> pieces(static_cast<std::size_t>(one_kernel ? 1 : layers),
+                                     params.per_layer / spec.tp * (one_kernel ? layers : 1));
+    if (vs == 0) pieces.back() += (params.embedding + params.position) / spec.tp;
+    if (vs == last_virtual)
+      pieces.front() += (params.final_norm + (m.tied_embeddings ? 0 : params.output_head)) / spec.tp;
+    for (const std::int64_t n : pieces) total += n;
+    rc.pieces.push_back(std::move(pieces));
+  }
+  rc.pieces.front().back() += held - total;
+  return rc;
+}
+
 // build_megatron in phases. The constructor checks the spec and works out the layout, the work
 // and states of one rank, each simulated rank's place and the TP communicators; build() adds the
 // iteration's tasks phase by phase: model states, each TP group's schedule of operations, the
@@ -291,12 +318,19 @@ class MegatronBuilder {
       ring.emplace(timeline, out.machine, in.topology, out.devices, RingAttention::Grid{tp, cp, layout.class_size},
                    spec.collectives.fidelity, in.link_statistics, ring_kv);
     }
+    if (spec.overlap_grad_reduce) {
+      std::vector<OverlappedDataParallel::RankChunks> chunks;
+      for (const RankState& rs : rank_state) chunks.push_back(ddp_chunks(spec, m, params, split, rs.stage, rs.params));
+      ddp.emplace(timeline, dp_comm, policy, dp_plan, dp, std::move(chunks),
+                  OverlappedDataParallel::Options{true, spec.overlap_param_gather, spec.bucket_size, micro_batches});
+    }
   }
 
   // The iteration's tasks, phase by phase.
   BuiltIteration build() {
     g.reserve(estimated_tasks(spec, m.layers, sims, micro_batches, train.recompute == Recompute::kFull));
     const std::vector<TaskId> ready = place_states();
+    if (ddp) ddp->gather_ahead(ready);
     run_schedules(ready);
     point_to_point();
     (void)g.add("iteration.end", "end", BarrierTask{}, data_parallel_step());
@@ -352,7 +386,8 @@ class MegatronBuilder {
     return work;
   }();
   const Bytes ring_kv = ring_kv_bytes(m, train.micro_batch, cp, tp);
-  std::optional<RingAttention> ring;  // context parallelism's ring attention (context_parallel.hpp)
+  std::optional<RingAttention> ring;          // context parallelism's ring attention (context_parallel.hpp)
+  std::optional<OverlappedDataParallel> ddp;  // Megatron-Core's overlap_grad_reduce / overlap_param_gather
   sim::Flops recomputed{};
   const sim::Flops head_flops = head_forward_flops(ml, train.micro_batch);
   const int tp_reductions_backward = train.recompute == Recompute::kFull ? 4 : 2;
@@ -491,7 +526,7 @@ class MegatronBuilder {
         at[i] = timeline.alloc(members[i], tag + ".alloc.loss", "setup", "activations", loss_workspace, {at[i]});
       }
     }
-    run_chunk(first, members, op.forward, vs, tag, phase, at);
+    run_chunk(first, members, op, vs, tag, phase, at);
     for (std::size_t i = 0; i < members.size(); ++i) {
       const int s = members[i];
       if (head) at[i] = timeline.release(s, tag + ".free.loss", "memory", "activations", loss_workspace, {at[i]});
@@ -514,10 +549,22 @@ class MegatronBuilder {
     return Bytes{stored.count * split.of_virtual(vs) + (vs == last_virtual ? logits.count : 0)};
   }
 
+  // Megatron-Core's overlapped DDP: the first micro-batch's forward piece k (its first kernel
+  // `start`) waits for its parameters' gather; the last one's backward piece k produces the
+  // gradients reduced (after `end`).
+  void ddp_start(int s, const Op& op, int vs, std::int64_t k, TaskId start) {
+    if (ddp && op.forward && op.micro_batch == 0) ddp->forward_piece(s, vs / pp, static_cast<std::size_t>(k), start);
+  }
+  void ddp_end(int s, const Op& op, int vs, std::int64_t k, TaskId end) {
+    if (ddp && !op.forward && op.micro_batch == micro_batches - 1)
+      ddp->backward_piece(s, vs / pp, static_cast<std::size_t>(k), end);
+  }
+
   // The chunk's compute on every member, after at. Each half-layer ends with a TP all-reduce;
   // without TP the chunk is one kernel per rank.
-  void run_chunk(int first, const std::vector<int>& members, bool forward, int vs, const std::string& tag,
+  void run_chunk(int first, const std::vector<int>& members, const Op& op, int vs, const std::string& tag,
                  const char* phase, std::vector<TaskId>& at) {
+    const bool forward = op.forward;
     const KernelTimes& k = rank_state[members.front()].k;
     const EdgeWork edge = edge_work(k, forward, vs, last_virtual, head_flops, tp);
     const TimePs layer = forward ? k.layer_fwd : k.layer_bwd;
@@ -525,13 +572,15 @@ class MegatronBuilder {
         (forward ? (w.gemm + w.attention) : (w.gemm + w.attention) * 2.0 + recomputed) * (1.0 / tp);
     const std::int64_t layers_per_chunk = split.of_virtual(vs);
     if (cp > 1) {
-      run_chunk_context_parallel(first, members, forward, vs, tag, phase, at);
+      run_chunk_context_parallel(first, members, op, vs, tag, phase, at);
       return;
     }
     if (tp == 1) {
       for (std::size_t i = 0; i < members.size(); ++i) {
         at[i] = timeline.compute(members[i], tag, phase, TimePs{layer.ps * layers_per_chunk} + edge.time,
                                  layer_flops * static_cast<double>(layers_per_chunk) + edge.flops, "layer", {at[i]});
+        ddp_start(members[i], op, vs, 0, at[i]);
+        ddp_end(members[i], op, vs, 0, at[i]);
       }
       return;
     }
@@ -539,8 +588,10 @@ class MegatronBuilder {
     const int reductions = forward ? 2 : tp_reductions_backward;
     const TimePs piece{layer.ps / reductions};
     for (std::size_t i = 0; i < members.size(); ++i) {
-      if (edge.time.ps > 0)
+      if (edge.time.ps > 0) {
         at[i] = timeline.compute(members[i], tag + ".edge", phase, edge.time, edge.flops, "gemm", {at[i]});
+        if (vs == 0) ddp_start(members[i], op, vs, 0, at[i]);  // the embedding: the first layer's bucket
+      }
     }
     for (std::int64_t l = 0; l < layers_per_chunk; ++l) {
       for (int half = 0; half < reductions; ++half) {
@@ -548,10 +599,12 @@ class MegatronBuilder {
         for (std::size_t i = 0; i < members.size(); ++i) {
           deps[i] = {timeline.compute(members[i], fmt::format(FMT_COMPILE("{}.l{}.{}"), tag, l, half), phase, piece,
                                       layer_flops * (1.0 / reductions), "layer", {at[i]})};
+          if (half == 0) ddp_start(members[i], op, vs, l, deps[i][0]);
         }
         at = comm.add(CollectiveKind::kAllReduce, fmt::format(FMT_COMPILE("tp{}.{}.l{}.{}"), first, tag, l, half),
                       activation_elements, tp_plan, deps);
       }
+      for (std::size_t i = 0; i < members.size(); ++i) ddp_end(members[i], op, vs, l, at[i]);
     }
   }
 
@@ -559,8 +612,9 @@ class MegatronBuilder {
   // the non-attention work split in equal pieces around the TP all-reduces (two forward, two or
   // four backward), the first piece followed by the layer's ring attention (cp blocks with the KV
   // passed around the CP group).
-  void run_chunk_context_parallel(int first, const std::vector<int>& members, bool forward, int vs,
+  void run_chunk_context_parallel(int first, const std::vector<int>& members, const Op& op, int vs,
                                   const std::string& tag, const char* phase, std::vector<TaskId>& at) {
+    const bool forward = op.forward;
     const KernelTimes& k = rank_state[members.front()].k;
     const EdgeWork edge = edge_work(k, forward, vs, last_virtual, head_flops, tp);
     const TimePs block = forward ? k.attention_fwd : k.attention_bwd;
@@ -574,8 +628,10 @@ class MegatronBuilder {
     const TimePs piece{rest.ps / reductions};
     const sim::Flops piece_flops{(all.count - block_flops.count * cp) / reductions};
     for (std::size_t i = 0; i < members.size(); ++i) {
-      if (edge.time.ps > 0)
+      if (edge.time.ps > 0) {
         at[i] = timeline.compute(members[i], tag + ".edge", phase, edge.time, edge.flops, "gemm", {at[i]});
+        if (vs == 0) ddp_start(members[i], op, vs, 0, at[i]);  // the embedding: the first layer's bucket
+      }
     }
     for (std::int64_t l = 0; l < split.of_virtual(vs); ++l) {
       for (int half = 0; half < reductions; ++half) {
@@ -583,6 +639,7 @@ class MegatronBuilder {
           const int s = members[i];
           const std::string name = fmt::format(FMT_COMPILE("{}.l{}.{}"), tag, l, half);
           at[i] = timeline.compute(s, name, phase, piece, piece_flops, "layer", {at[i]});
+          if (half == 0) ddp_start(s, op, vs, l, at[i]);
           if (half == 0) at[i] = ring->run(s, forward, name, phase, block, block_flops, at[i]);
         }
         if (tp == 1) continue;
@@ -592,6 +649,7 @@ class MegatronBuilder {
                                     fmt::format(FMT_COMPILE("tp{}.{}.l{}.{}"), first, tag, l, half),
                                     activation_elements, tp_plan, deps);
       }
+      for (std::size_t i = 0; i < members.size(); ++i) ddp_end(members[i], op, vs, l, at[i]);
     }
   }
 
@@ -629,7 +687,8 @@ class MegatronBuilder {
   // each rank's DP group (ranks tp x cp x pp apart and its CP group's, gradient_group_plan), Adam,
   // and the parameter all-gather where the optimizer is partitioned.
   std::vector<TaskId> data_parallel_step() {
-    PipelineDataParallel step{timeline, dp_comm, policy, dp_plan, dp, in.costs, micro_batches, {}, {}};
+    PipelineDataParallel step{timeline, dp_comm,       policy, dp_plan, dp,
+                              in.costs, micro_batches, {},     {},      ddp ? &*ddp : nullptr};
     for (const RankState& rs : rank_state) {
       step.params.push_back(rs.params);
       step.adam.push_back(rs.k.adam);
@@ -652,7 +711,13 @@ class MegatronBuilder {
           "tensor parallelism: each layer's compute split in equal halves around its all-reduces; sequence "
           "parallelism costed as the all-reduce it replaces");
     }
-    out.approximations.push_back("pipeline: gradients reduced after the last backward (no overlap with the cool-down)");
+    out.approximations.push_back(
+        ddp ? "pipeline: Megatron-Core's overlapped DDP (overlap_grad_reduce: buckets reduced as the last "
+              "micro-batch's "
+              "backward produces them, one layer's gradients at a time; overlap_param_gather: the previous step's "
+              "parameters gathered at the iteration's start in forward order, each layer's first forward waiting for "
+              "its bucket)"
+            : "pipeline: gradients reduced after the last backward (no overlap with the cool-down)");
     if (!split.note.empty()) out.approximations.push_back(split.note);
     if (cp > 1) out.approximations.push_back(context_parallel_approximation(cp));
   }

@@ -114,6 +114,13 @@ struct MegatronSpec {
   enum class Optimizer { kMegatron, kDeepSpeed };
   Optimizer optimizer = Optimizer::kMegatron;
   std::optional<bool> fp32_grad_accum;
+  // Megatron-Core's DistributedDataParallelConfig (phases/pipeline_data_parallel.hpp,
+  // OverlappedDataParallel): the gradients reduced in buckets of bucket_size elements as the last
+  // micro-batch's backward produces them, and (distributed optimizer) the updated parameters
+  // gathered before the next forwards use them. Both off by default, as in Megatron-Core.
+  bool overlap_grad_reduce = false;
+  bool overlap_param_gather = false;
+  std::int64_t bucket_size = 0;  // > 0 with overlap_grad_reduce (the readers apply Megatron-Core's default)
   std::vector<std::string> devices;
   CollectiveOptions collectives;
   bool all_ranks = false;
