@@ -30,7 +30,10 @@
 // - After the last backward (Megatron's optimizer; `optimizer: deepspeed` takes DeepSpeed's, see
 //   MegatronBuilder::policy): all-reduce of the rank's fp32 gradients (main_grad) over its DP
 //   group (ZeRO-0) or a reduce-scatter, Adam on 1/dp of them, and an all-gather of the updated parameters (ZeRO-1,
-//   Megatron's distributed optimizer). Adam on the GPU.
+//   Megatron's distributed optimizer). Adam on the GPU. With overlap_grad_reduce / overlap_param_gather,
+//   Megatron-Core's overlapped DDP instead (phases/pipeline_data_parallel.hpp, OverlappedDataParallel): each
+//   bucket reduced once the last micro-batch's backward produced it, the parameters gathered before the
+//   first micro-batch's forwards.
 // - Memory: bf16 parameters and fp32 gradients (main_grad: Megatron accumulates and all-reduces
 //   the gradients of bf16 training in fp32) of the rank's chunks, fp32 master + m + v (divided by
 //   dp at ZeRO-1), stored activations of each in-flight micro-batch (allocated by its forward,
@@ -280,6 +283,71 @@ struct EdgeWork {
   return rc;
 }
 
+// One TP communicator per (replica, stage) group of simulated ranks: ranks outside a TP group
+// never take part in its all-reduces.
+struct TensorParallelGroups {
+  std::deque<RankLayout> layouts;
+  std::map<int, Communicator> comms;  // by the group's first rank
+  [[nodiscard]] Communicator& at(int first) { return comms.at(first); }
+  // The group of `tp` ranks from `first` (once).
+  void add(int first, int tp, int class_size, BuiltIteration& out, const IterationInputs& in,
+           const CollectiveOptions& options) {
+    if (comms.contains(first)) return;
+    std::vector<std::size_t> group;
+    for (int t = 0; t < tp; ++t) group.push_back(out.devices[first + t]);
+    layouts.push_back(make_rank_layout(in.topology, group, true, nullptr));
+    if (class_size > 1) collapse_classes(layouts.back(), tp);
+    comms.emplace(std::piecewise_construct, std::forward_as_tuple(first),
+                  std::forward_as_tuple(out.graph, out.machine, in.topology, layouts.back(), in.collectives, in.costs,
+                                        options, out.approximations));
+  }
+};
+
+// What the report says of the pipeline (after the notes every strategy shares).
+[[nodiscard]] std::vector<std::string> pipeline_approximations(const MegatronSpec& spec, const PipelineSplit& split) {
+  std::vector<std::string> notes;
+  if (spec.tp > 1) {
+    notes.emplace_back(
+        "tensor parallelism: each layer's compute split in equal halves around its all-reduces; sequence "
+        "parallelism costed as the all-reduce it replaces");
+  }
+  notes.emplace_back(
+      spec.overlap_grad_reduce
+          ? "pipeline: Megatron-Core's overlapped DDP (overlap_grad_reduce: buckets reduced as the last micro-batch's "
+            "backward produces them, one layer's gradients at a time; overlap_param_gather: the previous step's "
+            "parameters gathered at the iteration's start in forward order, each layer's first forward waiting for "
+            "its bucket)"
+          : "pipeline: gradients reduced after the last backward (no overlap with the cool-down)");
+  if (!split.note.empty()) notes.push_back(split.note);
+  if (spec.cp > 1) notes.push_back(context_parallel_approximation(spec.cp));
+  return notes;
+}
+
+[[nodiscard]] OverlappedDataParallel::Options ddp_options(const MegatronSpec& spec, int micro_batches) {
+  return {spec.overlap_grad_reduce, spec.overlap_param_gather, spec.bucket_size, micro_batches};
+}
+
+// The parameters of a rank of `stage` (its share of its TP group's); the head is on `last_stage`.
+[[nodiscard]] std::int64_t stage_parameters(const ParameterCounts& params, const PipelineSplit& split,
+                                            const ModelSpec& m, int stage, int tp, int last_stage) {
+  std::int64_t n = split.of_stage(stage) * params.per_layer;
+  if (stage == 0) n += params.embedding + params.position;
+  if (stage == last_stage) n += params.final_norm + (m.tied_embeddings ? 0 : params.output_head);
+  return (n + tp - 1) / tp;
+}
+
+// The model states of a rank holding n parameters (models/placement): its parameters and
+// gradients whole, its optimizer share (over the dp group where partitioned), all on the GPU.
+[[nodiscard]] StatePlacement rank_model_states(std::int64_t n, const ZeroPolicy& policy, int dp) {
+  StateCounts c;
+  c.held = n;
+  c.sharded = n;
+  c.partitioned = policy.partitioned();
+  c.shard_ranks = dp;
+  c.gradient_buffers = policy.gradient_buffers();
+  return place_model_states(c, kBf16MixedPrecision);
+}
+
 // build_megatron in phases. The constructor checks the spec and works out the layout, the work
 // and states of one rank, each simulated rank's place and the TP communicators; build() adds the
 // iteration's tasks phase by phase: model states, each TP group's schedule of operations, the
@@ -321,8 +389,7 @@ class MegatronBuilder {
     if (spec.overlap_grad_reduce) {
       std::vector<OverlappedDataParallel::RankChunks> chunks;
       for (const RankState& rs : rank_state) chunks.push_back(ddp_chunks(spec, m, params, split, rs.stage, rs.params));
-      ddp.emplace(timeline, dp_comm, policy, dp_plan, dp, std::move(chunks),
-                  OverlappedDataParallel::Options{true, spec.overlap_param_gather, spec.bucket_size, micro_batches});
+      ddp.emplace(timeline, dp_comm, policy, dp_plan, dp, std::move(chunks), ddp_options(spec, micro_batches));
     }
   }
 
@@ -392,10 +459,7 @@ class MegatronBuilder {
   const sim::Flops head_flops = head_forward_flops(ml, train.micro_batch);
   const int tp_reductions_backward = train.recompute == Recompute::kFull ? 4 : 2;
 
-  // One TP communicator per (replica, stage) group of simulated ranks: ranks outside a TP group
-  // never take part in its all-reduces.
-  std::deque<RankLayout> tp_layouts;
-  std::map<int, Communicator> tp_comms;  // by the group's first rank
+  TensorParallelGroups tp_comms;
   const CollectivePlan tp_plan = Communicator::flat(tp);
   std::vector<RankState> rank_state;
   std::map<int, int> sim_of_rank;
@@ -409,28 +473,11 @@ class MegatronBuilder {
   // context parallelism its CP group's and theirs (gradient_group_plan).
   const CollectivePlan dp_plan;
 
-  // The parameters of a rank of `stage` (its share of its TP group's).
-  [[nodiscard]] std::int64_t params_of_stage(int stage) const {
-    std::int64_t n = split.of_stage(stage) * params.per_layer;
-    if (stage == 0) n += params.embedding + params.position;
-    if (stage == (last_virtual % pp)) n += params.final_norm + (m.tied_embeddings ? 0 : params.output_head);
-    return (n + tp - 1) / tp;
-  }
   // Of a rank's n parameters, those whose optimizer states it holds and updates: 1/dp of them
   // where the optimizer is partitioned (Megatron's distributed optimizer, DeepSpeed's ZeRO-1 and
   // BF16_Optimizer).
   [[nodiscard]] std::int64_t optimizer_share(std::int64_t n) const { return policy.updated_parameters(n, n, dp); }
-  // The model states of simulated rank s (models/placement): its parameters and gradients whole,
-  // its optimizer share, all on the GPU.
-  [[nodiscard]] StatePlacement states_of(int s) const {
-    StateCounts c;
-    c.held = rank_state[s].params;
-    c.sharded = rank_state[s].params;
-    c.partitioned = policy.partitioned();
-    c.shard_ranks = dp;
-    c.gradient_buffers = policy.gradient_buffers();
-    return place_model_states(c, kBf16MixedPrecision);
-  }
+  [[nodiscard]] StatePlacement states_of(int s) const { return rank_model_states(rank_state[s].params, policy, dp); }
   // The rank of TP rank t, context rank c of `stage` in `replica`.
   [[nodiscard]] int rank_of(int t, int c, int stage, int replica) const {
     return t + tp * (c + cp * (stage + pp * replica));
@@ -446,26 +493,16 @@ class MegatronBuilder {
       rs.stage = (rs.rank / (tp * cp)) % pp;
       rs.device = out.devices[rs.rank];
       (void)timeline.add_rank(rs.rank, *out.machine.unit_of_device[rs.device], *out.machine.pool_of_device[rs.device]);
-      rs.params = params_of_stage(rs.stage);
+      rs.params = stage_parameters(params, split, m, rs.stage, tp, last_virtual % pp);
       rs.k = kernel_times(local_in, optimizer_share(rs.params), tp, spec.sequence_parallel);
       sim_of_rank[rs.rank] = s;
     }
   }
 
   void make_tp_communicators() {
-    if (tp > 1) {
-      for (int s = 0; s < sims; ++s) {
-        const int first = rank_state[s].rank - rank_state[s].t;
-        if (tp_comms.contains(first)) continue;
-        std::vector<std::size_t> group;
-        for (int t = 0; t < tp; ++t) group.push_back(out.devices[first + t]);
-        tp_layouts.push_back(make_rank_layout(in.topology, group, true, nullptr));
-        if (layout.class_size > 1) collapse_classes(tp_layouts.back(), tp);
-        tp_comms.emplace(std::piecewise_construct, std::forward_as_tuple(first),
-                         std::forward_as_tuple(g, out.machine, in.topology, tp_layouts.back(), in.collectives, in.costs,
-                                               spec.collectives, out.approximations));
-      }
-    }
+    if (tp == 1) return;
+    for (const RankState& rs : rank_state)
+      tp_comms.add(rs.rank - rs.t, tp, layout.class_size, out, in, spec.collectives);
   }
 
   // Model states.
@@ -706,20 +743,7 @@ class MegatronBuilder {
     // largest over the ranks would change the shipped llama2-70b figure, so it is left as is.
     out.model_states_per_device = Bytes{states_of(0).gpu_model_states()};
     add_common_approximations(out, in, policy);
-    if (tp > 1) {
-      out.approximations.push_back(
-          "tensor parallelism: each layer's compute split in equal halves around its all-reduces; sequence "
-          "parallelism costed as the all-reduce it replaces");
-    }
-    out.approximations.push_back(
-        ddp ? "pipeline: Megatron-Core's overlapped DDP (overlap_grad_reduce: buckets reduced as the last "
-              "micro-batch's "
-              "backward produces them, one layer's gradients at a time; overlap_param_gather: the previous step's "
-              "parameters gathered at the iteration's start in forward order, each layer's first forward waiting for "
-              "its bucket)"
-            : "pipeline: gradients reduced after the last backward (no overlap with the cool-down)");
-    if (!split.note.empty()) out.approximations.push_back(split.note);
-    if (cp > 1) out.approximations.push_back(context_parallel_approximation(cp));
+    for (auto& note : pipeline_approximations(spec, split)) out.approximations.push_back(std::move(note));
   }
 };
 
