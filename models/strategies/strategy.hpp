@@ -1,7 +1,8 @@
 #pragma once
 // Training strategies turn (model, machine, costs, strategy) into the task graph of one training
-// iteration. The set of strategies is closed: StrategySpec is a std::variant and
-// build_iteration() visits it; `offsim list` prints the alternatives.
+// iteration. The set of strategies is closed: StrategySpec is a std::variant, and
+// strategy_registry.hpp holds one entry per alternative (its builder and what the call sites ask);
+// `offsim list` prints the kinds.
 #include <cstdint>
 #include <optional>
 #include <string>
