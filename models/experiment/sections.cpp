@@ -551,14 +551,16 @@ void read_pipeline_split(const Node& node, MapReader& r, TrainingFromStrategy* t
 }
 
 // Step of read_megatron_options: Megatron-Core's overlapped DDP (DistributedDataParallelConfig's
-// overlap_grad_reduce, overlap_param_gather and bucket_size; configs/defaults.yaml cites the
-// defaults). Read after zero_stage and optimizer.
+// overlap_grad_reduce, overlap_param_gather, align_param_gather and bucket_size;
+// configs/defaults.yaml cites the defaults). Read after zero_stage and optimizer.
 void read_megatron_overlap(const Node& node, MapReader& r, MegatronSpec& mg) {
   auto& ctx = node.context();
   const auto grad = r.optional<bool>("overlap_grad_reduce", defaults::flag("megatron.overlap_grad_reduce"));
   const auto param = r.optional<bool>("overlap_param_gather", defaults::flag("megatron.overlap_param_gather"));
+  const auto align = r.optional<bool>("align_param_gather", defaults::flag("megatron.align_param_gather"));
   mg.overlap_grad_reduce = grad.value;
   mg.overlap_param_gather = param.value;
+  mg.align_param_gather = align.value;
   if (grad.value && mg.optimizer != MegatronSpec::Optimizer::kMegatron) {
     ctx.error(grad.loc, node.child_path("overlap_grad_reduce"),
               "Megatron-Core's overlapped gradient reduction runs with optimizer: megatron");

@@ -324,7 +324,8 @@ struct TensorParallelGroups {
 }
 
 [[nodiscard]] OverlappedDataParallel::Options ddp_options(const MegatronSpec& spec, int micro_batches) {
-  return {spec.overlap_grad_reduce, spec.overlap_param_gather, spec.bucket_size, micro_batches};
+  return {spec.overlap_grad_reduce, spec.overlap_param_gather, spec.align_param_gather, spec.bucket_size,
+          micro_batches};
 }
 
 // The parameters of a rank of `stage` (its share of its TP group's); the head is on `last_stage`.
@@ -397,8 +398,8 @@ class MegatronBuilder {
   BuiltIteration build() {
     g.reserve(estimated_tasks(spec, m.layers, sims, micro_batches, train.recompute == Recompute::kFull));
     const std::vector<TaskId> ready = place_states();
-    if (ddp) ddp->gather_ahead(ready);
     run_schedules(ready);
+    if (ddp) ddp->gather(ready);
     point_to_point();
     (void)g.add("iteration.end", "end", BarrierTask{}, data_parallel_step());
     finish();
@@ -549,6 +550,7 @@ class MegatronBuilder {
       at[i] = g.add(fmt::format(FMT_COMPILE("r{}.{}.ready"), rank_state[s].rank, tag), "pipeline", BarrierTask{},
                     {previous[i]});
       entry[s][{op.forward, vs, op.micro_batch}] = at[i];
+      if (ddp && op.forward && op.micro_batch == 0) ddp->forward_chunk(s, vs / pp, at[i]);
     }
     const char* phase = op.forward ? phase::kForward : phase::kBackward;
     const bool head = vs == last_virtual;

@@ -121,7 +121,8 @@ struct MegatronSpec {
   // gathered before the next forwards use them. Both off by default, as in Megatron-Core.
   bool overlap_grad_reduce = false;
   bool overlap_param_gather = false;
-  std::int64_t bucket_size = 0;  // > 0 with overlap_grad_reduce (the readers apply Megatron-Core's default)
+  bool align_param_gather = false;  // every chunk's gathers issued ahead (else at its first forward)
+  std::int64_t bucket_size = 0;     // > 0 with overlap_grad_reduce (the readers apply Megatron-Core's default)
   std::vector<std::string> devices;
   CollectiveOptions collectives;
   bool all_ranks = false;

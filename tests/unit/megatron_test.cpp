@@ -335,7 +335,7 @@ namespace {
 // GPT-3 1.3B (24 layers) on one Frontier node, tp 2 x dp 2 with Megatron's distributed optimizer
 // (zero_stage 1): the TP pairs inside an MI250X package, the DP pairs across packages. `extra`
 // adds the overlap keys.
-std::string overlapped_ddp(const std::string& name, const std::string& extra) {
+std::string overlapped_ddp(const std::string& name, const std::string& extra, int pp = 1) {
   const fs::path file = testing::scratch_folder("offsim-megatron-test") / (name + ".yaml");
   std::ofstream(file) << fmt::format(
       "name: {0}\n"
@@ -346,9 +346,9 @@ std::string overlapped_ddp(const std::string& name, const std::string& extra) {
       "model: !include {1}/configs/models/gpt3-1.3b.yaml\n"
       "training: {{micro_batch: 1, grad_accum: 2, precision: bf16, recompute: full, flash_attention: true}}\n"
       "strategy:\n"
-      "  kind: megatron\n  tp: 2\n  pp: 1\n  dp: 2\n  schedule: 1f1b\n  sequence_parallel: false\n"
+      "  kind: megatron\n  tp: 2\n  pp: {3}\n  dp: 2\n  schedule: 1f1b\n  sequence_parallel: false\n"
       "  zero_stage: 1\n{2}",
-      name, OFFSIM_SOURCE_DIR, extra);
+      name, OFFSIM_SOURCE_DIR, extra, pp);
   return file.string();
 }
 
@@ -400,6 +400,39 @@ TEST(Megatron, OverlappedDistributedOptimizerHidesAllButTheEdgeBuckets) {
   // The exposed reduction is the last bucket's; no all-gather is left after the step.
   EXPECT_NEAR(phase_seconds_of(per_layer, "gradient_reduction"), f * R, 0.1 * f * R);
   EXPECT_EQ(phase_seconds_of(per_layer, "parameter_allgather"), 0.0);
+}
+
+TEST(Megatron, UnalignedParameterGathersWaitForEachStagesFirstForward) {
+  // tp 2 x pp 2 x dp 2 on the node's 8 GCDs, m = 2, one bucket per stage. 1F1B's critical path
+  // is G_0, F(s0), F(s1), B(s1), F(s1), B(s1), B(s0), then the step on stage 0 (its reduction, Adam, and
+  // without overlap its gather G_0).
+  // (1) align_param_gather: both stages gather at the iteration's start; stage 1's gather is hidden
+  //     under stage 0's first forward, stage 0's moves from the end to the start: T = T_plain.
+  // (2) Unaligned (Megatron-Core's default): stage 1 issues its gather only in its first forward's
+  //     pre-hook, on the critical path: T grows by stage 1's gather G_1 (its DP pairs cross other
+  //     Infinity Fabric links than stage 0's, so G_1 is not G_0 scaled; bounded here by G_0 scaled
+  //     by the stages' parameters, stage 1 holding fewer: 12 layers and the final norm against 12
+  //     layers and the tied embedding).
+  const std::string overlap =
+      "  overlap_grad_reduce: true\n  overlap_param_gather: true\n  bucket_size: 100000000000\n";
+  const ExperimentResult plain = run_experiment(load_experiment(overlapped_ddp("ddp-pp2-plain", "", 2), {}));
+  const ExperimentResult aligned = run_experiment(
+      load_experiment(overlapped_ddp("ddp-pp2-aligned", overlap + "  align_param_gather: true\n", 2), {}));
+  const ExperimentResult unaligned =
+      run_experiment(load_experiment(overlapped_ddp("ddp-pp2-unaligned", overlap, 2), {}));
+  const double t = plain.iteration_time.seconds();
+  EXPECT_NEAR(aligned.iteration_time.seconds(), t, 1e-9 * t);
+  // Stage 0's gather moved into its first forward.
+  EXPECT_NEAR(phase_seconds_of(aligned, "forward") - phase_seconds_of(plain, "forward"),
+              phase_seconds_of(plain, "parameter_allgather"), 1e-9 * t);
+  const double h = 2048;
+  const double layer = 12 * h * h + 13 * h;
+  const double p0 = 12 * layer + (50257 + 2048) * h;
+  const double p1 = 12 * layer + 2 * h;
+  const double g1_bound = phase_seconds_of(plain, "parameter_allgather") * p1 / p0;
+  const double grown = unaligned.iteration_time.seconds() - t;
+  EXPECT_GT(grown, 0.25 * g1_bound);
+  EXPECT_LE(grown, g1_bound);
 }
 
 }  // namespace

@@ -104,7 +104,9 @@ OverlappedDataParallel::OverlappedDataParallel(RankTimeline& ranks, Communicator
   items_.resize(static_cast<std::size_t>(sims));
   buckets_.resize(static_cast<std::size_t>(sims));
   ready_.resize(static_cast<std::size_t>(sims));
-  gathered_.resize(static_cast<std::size_t>(sims));
+  chunk_of_bucket_.resize(static_cast<std::size_t>(sims));
+  chunk_entry_.resize(static_cast<std::size_t>(sims));
+  gated_.resize(static_cast<std::size_t>(sims));
   std::map<std::vector<std::pair<std::int64_t, bool>>, std::size_t> group_of;
   for (int s = 0; s < sims; ++s) {
     const RankChunks& rc = chunks_[static_cast<std::size_t>(s)];
@@ -124,6 +126,12 @@ OverlappedDataParallel::OverlappedDataParallel(RankTimeline& ranks, Communicator
       items.back().closes_bucket = true;
     }
     buckets_[s] = GradientReduction::buckets_of(items, options_.bucket_size);
+    for (const auto& bucket : buckets_[s]) {
+      int chunk = 0;  // the chunk whose items the bucket ends in (a bucket never spans chunks)
+      while (chunk + 1 < static_cast<int>(rc.pieces.size()) && first_item_[s][chunk].first > bucket.last_item) ++chunk;
+      chunk_of_bucket_[s].push_back(chunk);
+    }
+    chunk_entry_[s].resize(rc.pieces.size());
     ready_[s].resize(items.size());
     std::vector<std::pair<std::int64_t, bool>> key;
     for (const auto& item : items) key.emplace_back(item.elements, item.closes_bucket);
@@ -145,34 +153,54 @@ std::size_t OverlappedDataParallel::bucket_of(int s, std::size_t item) const {
   return b;
 }
 
-void OverlappedDataParallel::gather_ahead(const std::vector<TaskId>& ready) {
-  if (!options_.overlap_param_gather || group_ranks_ <= 1) return;
-  const int sims = ranks_.size();
-  for (const auto& members : groups_) {
-    const auto& buckets = buckets_[static_cast<std::size_t>(members.front())];
-    std::vector<bool> taking_part(static_cast<std::size_t>(sims), false);
-    for (const int s : members) {
-      taking_part[static_cast<std::size_t>(s)] = true;
-      gathered_[static_cast<std::size_t>(s)].resize(buckets.size());
-    }
-    std::vector<TaskId> stream = ready;
-    // In the order the forwards use them: the first chunk's buckets first, each from its input
-    // end (the buckets were laid out in backward order).
-    for (std::size_t b = buckets.size(); b-- > 0;) {
-      stream = comm_.add(CollectiveKind::kAllGather,
-                         fmt::format(FMT_COMPILE("dp.parameters.r{}.bucket{}"), ranks_.slot(members.front()).rank, b),
-                         buckets[b].elements, group_plan_, ranks_.per_rank(stream), taking_part);
-      for (const int s : members) gathered_[static_cast<std::size_t>(s)][b] = stream[static_cast<std::size_t>(s)];
-    }
-  }
+void OverlappedDataParallel::forward_chunk(int s, int chunk, TaskId entry) {
+  chunk_entry_[static_cast<std::size_t>(s)][static_cast<std::size_t>(chunk)] = entry;
 }
 
 void OverlappedDataParallel::forward_piece(int s, int chunk, std::size_t k, TaskId task) {
   if (!options_.overlap_param_gather || group_ranks_ <= 1) return;
   const std::size_t pieces = chunks_[static_cast<std::size_t>(s)].pieces[static_cast<std::size_t>(chunk)].size();
   // The k-th piece forward is the (pieces - 1 - k)-th backward.
-  const std::size_t item = item_of(s, chunk, pieces - 1 - k);
-  ranks_.graph().add_dependency(task, gathered_[static_cast<std::size_t>(s)][bucket_of(s, item)]);
+  gated_[static_cast<std::size_t>(s)].emplace_back(bucket_of(s, item_of(s, chunk, pieces - 1 - k)), task);
+}
+
+void OverlappedDataParallel::gather(const std::vector<TaskId>& ready) {
+  if (!options_.overlap_param_gather || group_ranks_ <= 1) return;
+  const int sims = ranks_.size();
+  std::vector<std::vector<TaskId>> gathered(static_cast<std::size_t>(sims));
+  for (const auto& members : groups_) {
+    const int first = members.front();
+    const auto& buckets = buckets_[static_cast<std::size_t>(first)];
+    const auto& chunk_of = chunk_of_bucket_[static_cast<std::size_t>(first)];
+    std::vector<bool> taking_part(static_cast<std::size_t>(sims), false);
+    for (const int s : members) {
+      taking_part[static_cast<std::size_t>(s)] = true;
+      gathered[static_cast<std::size_t>(s)].resize(buckets.size());
+    }
+    std::vector<TaskId> stream = ready;
+    // In the order the forwards use them: the first chunk's buckets first, each from its input
+    // end (the buckets were laid out in backward order).
+    for (std::size_t b = buckets.size(); b-- > 0;) {
+      std::vector<std::vector<TaskId>> deps = ranks_.per_rank(stream);
+      const bool chunk_starts = b + 1 == buckets.size() || chunk_of[b + 1] != chunk_of[b];
+      if (!options_.align_param_gather && chunk_starts) {
+        // Unaligned: issued by the chunk's first forward pre-hook.
+        for (const int s : members) {
+          deps[static_cast<std::size_t>(s)].push_back(
+              chunk_entry_[static_cast<std::size_t>(s)][static_cast<std::size_t>(chunk_of[b])]);
+        }
+      }
+      stream = comm_.add(CollectiveKind::kAllGather,
+                         fmt::format(FMT_COMPILE("dp.parameters.r{}.bucket{}"), ranks_.slot(first).rank, b),
+                         buckets[b].elements, group_plan_, deps, taking_part);
+      for (const int s : members) gathered[static_cast<std::size_t>(s)][b] = stream[static_cast<std::size_t>(s)];
+    }
+  }
+  for (int s = 0; s < sims; ++s) {
+    for (const auto& [bucket, task] : gated_[static_cast<std::size_t>(s)]) {
+      ranks_.graph().add_dependency(task, gathered[static_cast<std::size_t>(s)][bucket]);
+    }
+  }
 }
 
 void OverlappedDataParallel::backward_piece(int s, int chunk, std::size_t k, TaskId done) {

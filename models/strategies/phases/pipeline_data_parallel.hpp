@@ -45,9 +45,13 @@ struct PipelineDataParallel {
 /// is_last_microbatch), the buckets one after another on the data-parallel stream, and the
 /// optimizer waits for all (finish_grad_sync). overlap_param_gather: the parameters a step updated
 /// are all-gathered per bucket before the next iteration's forwards use them (the forward
-/// pre-hooks' finish_param_sync), instead of right after the step; here, of one iteration in the
-/// steady state, the previous step's gathers run at its start, on the data-parallel stream in
-/// forward order, and the first micro-batch's forward of each layer waits for its bucket.
+/// pre-hooks' finish_param_sync), instead of right after the step: of one iteration in the steady
+/// state, the previous step's gathers run on the data-parallel stream in forward order and the
+/// first micro-batch's forward of each layer waits for its bucket. With align_param_gather every
+/// chunk's gathers are issued at the iteration's start (schedules.py's param_sync_func, issued
+/// ahead of each chunk); without it (Megatron-Core's default) a chunk's first bucket is issued only
+/// when its first forward reaches it (finish_param_sync dispatches a not-yet-dispatched bucket), the
+/// chunk's next buckets one after another behind it.
 class OverlappedDataParallel {
  public:
   /// A simulated rank's model chunks: per chunk (in model order) the elements of each piece of
@@ -60,6 +64,7 @@ class OverlappedDataParallel {
   struct Options {
     bool overlap_grad_reduce = false;
     bool overlap_param_gather = false;
+    bool align_param_gather = false;
     std::int64_t bucket_size = 0;
     std::int64_t micro_batches = 1;  // the last one's backward produces what is reduced
   };
@@ -68,10 +73,13 @@ class OverlappedDataParallel {
                          Options options);
 
   [[nodiscard]] const Options& options() const { return options_; }
-  /// overlap_param_gather: the gathers at the iteration's start, after each rank's `ready`.
-  void gather_ahead(const std::vector<sim::TaskId>& ready);
+  /// Rank s's first forward of `chunk` may start after `entry` (where its pre-hook runs).
+  void forward_chunk(int s, int chunk, sim::TaskId entry);
   /// Rank s's first forward of `chunk` starts its k-th piece in `task`: it waits for its bucket's gather.
   void forward_piece(int s, int chunk, std::size_t k, sim::TaskId task);
+  /// overlap_param_gather, once the schedule is built: the gathers after each rank's `ready`
+  /// (and, unaligned, each chunk's first forward), and the forward pieces waiting for them.
+  void gather(const std::vector<sim::TaskId>& ready);
   /// Rank s's last backward of `chunk` produced its k-th piece's gradients after `done`.
   void backward_piece(int s, int chunk, std::size_t k, sim::TaskId done);
   /// overlap_grad_reduce: the buckets reduced as their gradients exist; returns each rank's last
@@ -94,10 +102,12 @@ class OverlappedDataParallel {
   HostThreads host_threads_;  // GradientReduction's (Megatron's buckets launch no host work)
   // Per rank and chunk: its first item and whether each piece is an item of its own (bucketed).
   std::vector<std::vector<std::pair<std::size_t, bool>>> first_item_;
-  std::vector<std::vector<GradientReduction::Item>> items_;      // per rank
-  std::vector<std::vector<GradientReduction::Bucket>> buckets_;  // per rank
-  std::vector<std::vector<sim::TaskId>> ready_;                  // per rank, per item
-  std::vector<std::vector<sim::TaskId>> gathered_;               // per rank, per bucket
+  std::vector<std::vector<GradientReduction::Item>> items_;              // per rank
+  std::vector<std::vector<GradientReduction::Bucket>> buckets_;          // per rank
+  std::vector<std::vector<sim::TaskId>> ready_;                          // per rank, per item
+  std::vector<std::vector<int>> chunk_of_bucket_;                        // per rank, per bucket
+  std::vector<std::vector<sim::TaskId>> chunk_entry_;                    // per rank, per chunk
+  std::vector<std::vector<std::pair<std::size_t, sim::TaskId>>> gated_;  // per rank: (bucket, forward piece)
   // The ranks with the same items, reduced and gathered together (by their first rank).
   std::vector<std::vector<int>> groups_;
 };
