@@ -1023,8 +1023,8 @@ const std::vector<StrategyKind>& strategy_kinds() {
       {"megatron",
        "3D parallelism as Megatron-LM/DeepSpeed run it: tensor parallelism (column/row split, all-reduces per "
        "layer), context parallelism (cp: ring attention), pipeline stages with the 1F1B or interleaved schedule "
-       "(even or Megatron-Core's uneven splits), data-parallel replicas with ZeRO-0/1 (Megatron's optimizer or "
-       "DeepSpeed's)",
+       "(even or Megatron-Core's uneven splits), data-parallel replicas with ZeRO-0/1 (Megatron's optimizer, "
+       "its reduce-scatter and gather optionally overlapped with compute, or DeepSpeed's)",
        read_megatron},
       {"collective", "one all-gather, reduce-scatter or all-reduce over the listed ranks (collective benchmarks)",
        read_collective}};

@@ -271,8 +271,10 @@ struct EdgeWork {
   for (int c = 0; c < spec.virtual_stages; ++c) {
     const int vs = c * spec.pp + stage;
     const std::int64_t layers = split.of_virtual(vs);
-    std::vector<std::int64_t> pieces(static_cast<std::size_t>(one_kernel ? 1 : layers),
-                                     params.per_layer / spec.tp * (one_kernel ? layers : 1));
+    // A chunk without layers (an uneven split) is one piece: its edge's parameters, or none.
+    std::vector<std::int64_t> pieces(
+        static_cast<std::size_t>(one_kernel ? 1 : std::max<std::int64_t>(layers, 1)),
+        params.per_layer / spec.tp * (one_kernel ? layers : std::min<std::int64_t>(layers, 1)));
     if (vs == 0) pieces.back() += (params.embedding + params.position) / spec.tp;
     if (vs == last_virtual)
       pieces.front() += (params.final_norm + (m.tied_embeddings ? 0 : params.output_head)) / spec.tp;
@@ -645,6 +647,7 @@ class MegatronBuilder {
       }
       for (std::size_t i = 0; i < members.size(); ++i) ddp_end(members[i], op, vs, l, at[i]);
     }
+    for (std::size_t i = 0; i < members.size() && split.of_virtual(vs) == 0; ++i) ddp_end(members[i], op, vs, 0, at[i]);
   }
 
   // The chunk's compute on every member with context parallelism (context_parallel.hpp): per layer,
@@ -690,6 +693,7 @@ class MegatronBuilder {
       }
       for (std::size_t i = 0; i < members.size(); ++i) ddp_end(members[i], op, vs, l, at[i]);
     }
+    for (std::size_t i = 0; i < members.size() && split.of_virtual(vs) == 0; ++i) ddp_end(members[i], op, vs, 0, at[i]);
   }
 
   // Point-to-point: each operation's input comes from the same TP rank of the neighbouring virtual
