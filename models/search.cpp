@@ -12,6 +12,7 @@
 #include "models/strategies/deepspeed_config.hpp"
 #include "models/strategies/layer_kernels.hpp"
 #include "models/strategies/phases/zero_policy.hpp"
+#include "models/strategies/strategy_registry.hpp"
 #include "sim/report/csv.hpp"
 #include "sim/report/text_table.hpp"
 
@@ -54,22 +55,17 @@ BaseFacts base_facts(const ExperimentSpec& base) {
     f.hbm_capacity = topo.device(gpus.front()).memory->capacity.count;
   f.has_cpu = !topo.devices_of(topo::DeviceKind::kCpu).empty();
   f.nodes_vary = base.hardware.network_kind != "none";
-  std::vector<std::string> devices;
-  std::int64_t replicas = 1;
-  if (const auto* dp = std::get_if<DataParallelSpec>(&base.strategy)) {
-    devices = dp->devices;
-    replicas = static_cast<std::int64_t>(dp->devices.size()) / std::max(1, dp->tp);
-    f.channels = dp->collectives.channels;
-  } else if (const auto* mg = std::get_if<MegatronSpec>(&base.strategy)) {
-    devices = mg->devices;
-    replicas = mg->dp;
-    f.channels = mg->collectives.channels;
-  } else {
+  const StrategyKindEntry& kind = strategy_kind(base.strategy);
+  if (!kind.trains) {
     // Bad input, located at the key that makes it so (an exit 2 names where).
     throw sim::config::ConfigError({sim::config::Diagnostic{
         base.strategy_kind_at, "strategy.kind",
-        "search needs a base experiment that trains (kind data_parallel, deepspeed or megatron), got collective"}});
+        fmt::format("search needs a base experiment that trains (kind data_parallel, deepspeed or megatron), got {}",
+                    kind.name)}});
   }
+  const std::vector<std::string>& devices = kind.devices(base.strategy);
+  const std::int64_t replicas = kind.replicas(base.strategy);
+  f.channels = kind.channels(base.strategy);
   f.global_batch = base.training.micro_batch * base.training.grad_accum * replicas;
   // The base's order of a node's GPUs (Frontier's ring order, say), as local names.
   if (static_cast<int>(devices.size()) >= f.gpus_per_node && f.gpus_per_node > 0) {
@@ -234,7 +230,7 @@ SearchPlan plan_search(const ExperimentSpec& base, const SearchSpace& space, con
     }
     gpu_counts.push_back(*limits.gpus);
   } else {
-    gpu_counts.push_back(static_cast<int>(std::visit([](const auto& s) { return s.devices.size(); }, base.strategy)));
+    gpu_counts.push_back(static_cast<int>(strategy_kind(base.strategy).devices(base.strategy).size()));
   }
   const std::vector<std::int64_t> micro_batches =
       space.micro_batches.empty() ? std::vector<std::int64_t>{1, 2, 4, 8} : space.micro_batches;

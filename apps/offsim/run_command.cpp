@@ -5,6 +5,7 @@
 #include "models/cost/calibration.hpp"
 #include "models/experiment.hpp"
 #include "models/regression.hpp"
+#include "models/strategies/strategy_registry.hpp"
 #include "models/transformer/model_parser.hpp"
 #include "models/transformer/model_report.hpp"
 #include "models/validation.hpp"
@@ -18,10 +19,8 @@ int run_command(const RunOptions& options) {
   std::vector<std::string> overrides = options.overrides;
   if (options.all_ranks) overrides.push_back("strategy.simulate=all_ranks");
   models::ExperimentSpec spec = models::load_experiment(options.config, overrides);
-  // Only Megatron's schedules are extrapolated; for other strategies the flag changes nothing.
-  if (auto* mg = std::get_if<models::MegatronSpec>(&spec.strategy); mg && options.all_micro_batches) {
-    mg->all_micro_batches = true;
-  }
+  // Only pipeline schedules are extrapolated; for other strategies the flag changes nothing.
+  if (options.all_micro_batches) (void)models::strategy_kind(spec.strategy).simulate_all_micro_batches(spec.strategy);
   const models::ExperimentResult result = models::run_experiment(spec, {!options.out_dir.empty()});
   fmt::print("{}", models::text_report(spec, result));
   if (!options.out_dir.empty()) {

@@ -12,6 +12,7 @@
 #include "models/experiment.hpp"
 #include "models/experiment/defaults.hpp"
 #include "models/experiment/sections.hpp"
+#include "models/strategies/strategy_registry.hpp"
 #include "models/strategies/value_ranges.hpp"
 #include "models/transformer/model_parser.hpp"
 
@@ -287,7 +288,7 @@ static void check_fp8(Context& ctx, const ExperimentSpec& spec, bool strategy_ok
                           "({}); use fp8_recipe: delayed or current",
                           spec.device.device_kind, fp8->source));
   }
-  if (strategy_ok && !std::holds_alternative<MegatronSpec>(spec.strategy)) {
+  if (strategy_ok && !strategy_kind(spec.strategy).runs_transformer_engine) {
     ctx.error(f.at, path,
               "fp8 is modelled as Transformer Engine under Megatron-Core: it needs strategy kind megatron "
               "(FP8 with ZeRO / FSDP data parallelism is not modelled)");
@@ -349,13 +350,9 @@ void read_strategy(Context& ctx, MapReader& r, const topo::NodeTopology* hw,
     spec.strategy_kind_at = read.from_strategy.kind_at;
     spec.strategy = *s;
     read.strategy_ok = true;
-    std::size_t ranks = 0;
-    if (const auto* dp = std::get_if<DataParallelSpec>(&*s)) ranks = dp->devices.size();
-    if (const auto* mg = std::get_if<MegatronSpec>(&*s)) ranks = mg->devices.size();
-    if (const auto* c = std::get_if<CollectiveSpec>(&*s)) {
-      ranks = c->devices.size();
-      read.needs_model = false;
-    }
+    const StrategyKindEntry& kind = strategy_kind(*s);
+    const std::size_t ranks = kind.devices(*s).size();
+    if (!kind.trains) read.needs_model = false;
     for (const char* needed : {"reduce_scatter", "all_gather"}) {
       if (ranks > 1 && !spec.collectives.roofline_collectives && !spec.collectives.collectives.contains(needed)) {
         ctx.error(collectives_loc, "calibration.collectives",

@@ -9,6 +9,7 @@
 #include "models/experiment.hpp"
 #include "models/figures.hpp"
 #include "models/intervals.hpp"
+#include "models/strategies/strategy_registry.hpp"
 #include "models/transformer/phases.hpp"
 #include "sim/report/json_writer.hpp"
 #include "sim/report/text_table.hpp"
@@ -167,7 +168,7 @@ std::string summary_json(const ExperimentSpec& spec, const ExperimentResult& r, 
   j.field("experiment", spec.name);
   j.field("config_file", spec.file);
   write_figure(j, *kSummaryFeasible, r);
-  if (!std::holds_alternative<CollectiveSpec>(spec.strategy)) {
+  if (strategy_kind(spec.strategy).trains) {
     j.field("seq", spec.model.seq);
     j.field("model_context", spec.model.context > 0 ? spec.model.context : spec.model.seq);
   }
@@ -260,7 +261,7 @@ std::string report_header(const ExperimentSpec& spec, const ExperimentResult& r)
     out += fmt::format("offsim: {}  ({} with {:.3f} B parameters, {} ranks on {})\n\n", spec.name, spec.model.name,
                        static_cast<double>(params.total) / 1e9, r.ranks, spec.hardware.name);
   }
-  if (!std::holds_alternative<CollectiveSpec>(spec.strategy)) {
+  if (strategy_kind(spec.strategy).trains) {
     const std::int64_t context = spec.model.context > 0 ? spec.model.context : spec.model.seq;
     out += fmt::format("sequence length      {} tokens{}, micro-batch {}, {} micro-batch{} per step\n", spec.model.seq,
                        spec.model.seq == context ? " (the model's context)"
@@ -409,7 +410,7 @@ std::string bottleneck_line(const ExperimentResult& r, double total) {
 }  // namespace
 
 std::string text_report(const ExperimentSpec& spec, const ExperimentResult& r) {
-  const bool collective = std::holds_alternative<CollectiveSpec>(spec.strategy);
+  const bool collective = !strategy_kind(spec.strategy).trains;
   const double total = r.iteration_time.seconds();
   std::string out = report_header(spec, r);
   out += feasibility_lines(r);

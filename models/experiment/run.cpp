@@ -8,6 +8,7 @@
 
 #include "models/experiment.hpp"
 #include "models/strategies/layer_kernels.hpp"
+#include "models/strategies/strategy_registry.hpp"
 #include "sim/report/timeline.hpp"
 
 namespace offsim::models {
@@ -230,9 +231,9 @@ struct SteadyState {
   std::int64_t m1 = 0, m2 = 0, m = 0;
 };
 std::optional<SteadyState> steady_state_plan(const ExperimentSpec& spec) {
-  const auto* mg = std::get_if<MegatronSpec>(&spec.strategy);
-  if (mg == nullptr || mg->all_micro_batches) return std::nullopt;
-  const std::int64_t period = std::max(1, mg->pp);
+  const auto steady = strategy_kind(spec.strategy).steady_state_period(spec.strategy);
+  if (!steady) return std::nullopt;
+  const std::int64_t period = *steady;
   const std::int64_t m = spec.training.grad_accum;
   if (m <= 3 * period) return std::nullopt;
   return SteadyState{period, 2 * period, m};

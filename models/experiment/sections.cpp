@@ -554,6 +554,39 @@ void read_pipeline_split(const Node& node, MapReader& r, TrainingFromStrategy* t
   }
 }
 
+// Step of read_megatron_options: Megatron-Core's overlapped DDP (DistributedDataParallelConfig's
+// overlap_grad_reduce, overlap_param_gather, align_param_gather and bucket_size;
+// configs/defaults.yaml cites the defaults). Read after zero_stage and optimizer.
+void read_megatron_overlap(const Node& node, MapReader& r, MegatronSpec& mg) {
+  auto& ctx = node.context();
+  const auto grad = r.optional<bool>("overlap_grad_reduce", defaults::flag("megatron.overlap_grad_reduce"));
+  const auto param = r.optional<bool>("overlap_param_gather", defaults::flag("megatron.overlap_param_gather"));
+  const auto align = r.optional<bool>("align_param_gather", defaults::flag("megatron.align_param_gather"));
+  mg.overlap_grad_reduce = grad.value;
+  mg.overlap_param_gather = param.value;
+  mg.align_param_gather = align.value;
+  if (grad.value && mg.optimizer != MegatronSpec::Optimizer::kMegatron) {
+    ctx.error(grad.loc, node.child_path("overlap_grad_reduce"),
+              "Megatron-Core's overlapped gradient reduction runs with optimizer: megatron");
+  }
+  // megatron/training/arguments.py: --overlap-param-gather asserts the distributed optimizer and
+  // --overlap-grad-reduce.
+  if (param.value && (!grad.value || mg.zero_stage != 1)) {
+    ctx.error(param.loc, node.child_path("overlap_param_gather"),
+              "needs the distributed optimizer (zero_stage: 1) and overlap_grad_reduce: true, as Megatron-LM asserts");
+  }
+  if (r.has("bucket_size")) {
+    const auto size = r.required<std::int64_t>("bucket_size");
+    if (size.valid && size.value < 1)
+      ctx.error(size.loc, node.child_path("bucket_size"), fmt::format("expected >= 1, got {}", size.value));
+    mg.bucket_size = size.value;
+  } else {
+    // distributed_data_parallel.py: max(40,000,000, 1,000,000 x the data-parallel size).
+    mg.bucket_size = std::max(defaults::integer("megatron.bucket_size_min"),
+                              defaults::integer("megatron.bucket_size_per_dp_rank") * std::max(1, mg.dp));
+  }
+}
+
 // Step 3 of read_megatron: the schedule (and the interleaved schedule's virtual stages),
 // sequence parallelism, the ZeRO stage, the optimizer and its gradient accumulation dtype, the
 // collective options and which ranks and micro-batches are simulated.
@@ -590,6 +623,7 @@ void read_megatron_options(const Node& node, MapReader& r, std::vector<std::stri
     const auto accum = r.choice("grad_accum_dtype", {"fp32", "bf16"});
     if (accum.valid) mg.fp32_grad_accum = accum.value == "fp32";
   }
+  read_megatron_overlap(node, r, mg);
   mg.collectives = parse_collective_options(r);
   mg.all_ranks = parse_all_ranks(r);
   mg.all_micro_batches = r.choice("simulate_micro_batches", {"steady_state", "all"}, "steady_state").value == "all";
@@ -1029,8 +1063,8 @@ const std::vector<StrategyKind>& strategy_kinds() {
       {"megatron",
        "3D parallelism as Megatron-LM/DeepSpeed run it: tensor parallelism (column/row split, all-reduces per "
        "layer), context parallelism (cp: ring attention), pipeline stages with the 1F1B or interleaved schedule "
-       "(even or Megatron-Core's uneven splits), data-parallel replicas with ZeRO-0/1 (Megatron's optimizer or "
-       "DeepSpeed's)",
+       "(even or Megatron-Core's uneven splits), data-parallel replicas with ZeRO-0/1 (Megatron's optimizer, "
+       "its reduce-scatter and gather optionally overlapped with compute, or DeepSpeed's)",
        read_megatron},
       {"collective", "one all-gather, reduce-scatter or all-reduce over the listed ranks (collective benchmarks)",
        read_collective}};

@@ -319,11 +319,11 @@ class DataParallelBuilder {
       gather.emplace(timeline, comm, ParameterGather::Plans{part, expert_plan}, spec.zero3_fetch, spec.zero3_host,
                      *host_threads, spec.offload_param ? &*host : nullptr, spec.param_pin_memory);
     }
-    reduction.emplace(
-        timeline, comm, policy, gradient_items(m, params, ep, experts_per_layer_on_rank),
-        GradientReduction::Plans{replica_plan, expert_plan, part},
-        GradientReduction::Options{spec.reduce_bucket_elements, spec.overlap_comm, shard, replicas, spec.zero3_host},
-        *host_threads, host ? &*host : nullptr);
+    reduction.emplace(timeline, comm, policy, gradient_items(m, params, ep, experts_per_layer_on_rank),
+                      GradientReduction::Plans{replica_plan, expert_plan, part},
+                      GradientReduction::Options{
+                          spec.reduce_bucket_elements, spec.overlap_comm, shard, replicas, spec.zero3_host, {}, {}},
+                      *host_threads, host ? &*host : nullptr);
   }
 
   // Each rank's model states per memory tier (models/placement): at stage 3 each rank keeps its

@@ -30,7 +30,10 @@
 // - After the last backward (Megatron's optimizer; `optimizer: deepspeed` takes DeepSpeed's, see
 //   MegatronBuilder::policy): all-reduce of the rank's fp32 gradients (main_grad) over its DP
 //   group (ZeRO-0) or a reduce-scatter, Adam on 1/dp of them, and an all-gather of the updated parameters (ZeRO-1,
-//   Megatron's distributed optimizer). Adam on the GPU.
+//   Megatron's distributed optimizer). Adam on the GPU. With overlap_grad_reduce / overlap_param_gather,
+//   Megatron-Core's overlapped DDP instead (phases/pipeline_data_parallel.hpp, OverlappedDataParallel): each
+//   bucket reduced once the last micro-batch's backward produced it, the parameters gathered before the
+//   first micro-batch's forwards.
 // - Memory: bf16 parameters and fp32 gradients (main_grad: Megatron accumulates and all-reduces
 //   the gradients of bf16 training in fp32) of the rank's chunks, fp32 master + m + v (divided by
 //   dp at ZeRO-1), stored activations of each in-flight micro-batch (allocated by its forward,
@@ -51,6 +54,7 @@
 #include "models/placement/state_placement.hpp"
 #include "models/strategies/context_parallel.hpp"
 #include "models/strategies/layer_kernels.hpp"
+#include "models/strategies/phases/operation_replay.hpp"
 #include "models/strategies/phases/pipeline_data_parallel.hpp"
 #include "models/strategies/phases/rank_timeline.hpp"
 #include "models/strategies/phases/steps.hpp"
@@ -247,13 +251,129 @@ struct EdgeWork {
   constexpr std::size_t kTasksPerOperationPair = 8;
   constexpr std::size_t kTasksPerAllReduce = 2;
   const std::size_t pieces = static_cast<std::size_t>(2 + (full_recompute ? 4 : 2));
-  // A replayed operation (MegatronBuilder::replayable) has no kernel task of its own.
+  // A replayed operation (phases/operation_replay.hpp) has no kernel task of its own.
   const std::size_t per_layer = spec.tp > 1 ? pieces * ((replayed ? 0 : 1) + kTasksPerAllReduce) : 0;
   const std::size_t ring_tasks = spec.cp > 1 ? static_cast<std::size_t>(4 * spec.cp) : 0;
   const auto layers_per_chunk = static_cast<std::size_t>(layers / (spec.pp * spec.virtual_stages));
   const std::size_t per_pair = kTasksPerOperationPair + layers_per_chunk * (per_layer + ring_tasks);
   return static_cast<std::size_t>(sims) * static_cast<std::size_t>(micro_batches) *
          static_cast<std::size_t>(spec.virtual_stages) * per_pair;
+}
+
+// Megatron-Core's overlapped DDP (OverlappedDataParallel) of a rank of `stage` holding `params`:
+// per chunk its backward pieces' gradient elements (one per layer, or the chunk when it runs as one
+// kernel: tp = cp = 1), the embedding's in the first chunk's input end, the head's in the last
+// chunk's output end, the rounding of the tensor-parallel share in the first chunk.
+[[nodiscard]] OverlappedDataParallel::RankChunks ddp_chunks(const MegatronSpec& spec, const ModelSpec& m,
+                                                            const ParameterCounts& params, const PipelineSplit& split,
+                                                            int stage, std::int64_t held) {
+  OverlappedDataParallel::RankChunks rc;
+  rc.bucketed = stage == 0;  // training.py: bucketing only on pipeline rank 0, first chunk
+  const int last_virtual = spec.pp * spec.virtual_stages - 1;
+  const bool one_kernel = spec.tp == 1 && spec.cp == 1;
+  std::int64_t total = 0;
+  for (int c = 0; c < spec.virtual_stages; ++c) {
+    const int vs = c * spec.pp + stage;
+    const std::int64_t layers = split.of_virtual(vs);
+    // A chunk without layers (an uneven split) is one piece: its edge's parameters, or none.
+    std::vector<std::int64_t> pieces(
+        static_cast<std::size_t>(one_kernel ? 1 : std::max<std::int64_t>(layers, 1)),
+        params.per_layer / spec.tp * (one_kernel ? layers : std::min<std::int64_t>(layers, 1)));
+    if (vs == 0) pieces.back() += (params.embedding + params.position) / spec.tp;
+    if (vs == last_virtual)
+      pieces.front() += (params.final_norm + (m.tied_embeddings ? 0 : params.output_head)) / spec.tp;
+    for (const std::int64_t n : pieces) total += n;
+    rc.pieces.push_back(std::move(pieces));
+  }
+  rc.pieces.front().back() += held - total;
+  return rc;
+}
+
+// One TP communicator per (replica, stage) group of simulated ranks: ranks outside a TP group
+// never take part in its all-reduces.
+struct TensorParallelGroups {
+  std::deque<RankLayout> layouts;
+  std::map<int, Communicator> comms;  // by the group's first rank
+  [[nodiscard]] Communicator& at(int first) { return comms.at(first); }
+  // The group of `tp` ranks from `first` (once).
+  void add(int first, int tp, int class_size, BuiltIteration& out, const IterationInputs& in,
+           const CollectiveOptions& options) {
+    if (comms.contains(first)) return;
+    std::vector<std::size_t> group;
+    for (int t = 0; t < tp; ++t) group.push_back(out.devices[first + t]);
+    layouts.push_back(make_rank_layout(in.topology, group, true, nullptr));
+    if (class_size > 1) collapse_classes(layouts.back(), tp);
+    comms.emplace(std::piecewise_construct, std::forward_as_tuple(first),
+                  std::forward_as_tuple(out.graph, out.machine, in.topology, layouts.back(), in.collectives, in.costs,
+                                        options, out.approximations));
+  }
+};
+
+// The rank of TP rank t, context rank c of `stage` in `replica` (Megatron's order: tp fastest,
+// then cp, pp, dp).
+[[nodiscard]] int rank_of(const MegatronSpec& spec, int t, int c, int stage, int replica) {
+  return t + spec.tp * (c + spec.cp * (stage + spec.pp * replica));
+}
+
+// What the report says of the pipeline (after the notes every strategy shares).
+[[nodiscard]] std::vector<std::string> pipeline_approximations(const MegatronSpec& spec, const PipelineSplit& split) {
+  std::vector<std::string> notes;
+  if (spec.tp > 1) {
+    notes.emplace_back(
+        "tensor parallelism: each layer's compute split in equal halves around its all-reduces; sequence "
+        "parallelism costed as the all-reduce it replaces");
+  }
+  notes.emplace_back(
+      spec.overlap_grad_reduce
+          ? "pipeline: Megatron-Core's overlapped DDP (overlap_grad_reduce: buckets reduced as the last micro-batch's "
+            "backward produces them, one layer's gradients at a time; overlap_param_gather: the previous step's "
+            "parameters gathered at the iteration's start in forward order, each layer's first forward waiting for "
+            "its bucket)"
+          : "pipeline: gradients reduced after the last backward (no overlap with the cool-down)");
+  if (!split.note.empty()) notes.push_back(split.note);
+  if (spec.cp > 1) notes.push_back(context_parallel_approximation(spec.cp));
+  return notes;
+}
+
+// The pipeline's notes after the shared ones; with Megatron-DeepSpeed's --deepspeed and pp > 1
+// (DeepSpeed's PipelineEngine) first of all the engine's unmeasured costs: with the device's
+// unmeasured kernels, the largest uncertainty of such a run.
+void add_pipeline_approximations(BuiltIteration& out, const MegatronSpec& spec, const PipelineSplit& split) {
+  for (auto& note : pipeline_approximations(spec, split)) out.approximations.push_back(std::move(note));
+  if (spec.optimizer == MegatronSpec::Optimizer::kDeepSpeed && spec.pp > 1) {
+    out.approximations.insert(
+        out.approximations.begin(),
+        "largest uncertainty of Megatron-DeepSpeed's pipeline, not measured: DeepSpeed's pipeline engine "
+        "(runtime/pipe/engine.py: its instruction loop, blocking point-to-point with shape metadata, DeepSpeed's "
+        "activation checkpointing) is costed as Megatron's 1F1B schedule; no measurement of the engine's "
+        "per-micro-batch costs is in our sources");
+  }
+}
+
+[[nodiscard]] OverlappedDataParallel::Options ddp_options(const MegatronSpec& spec, int micro_batches) {
+  return {spec.overlap_grad_reduce, spec.overlap_param_gather, spec.align_param_gather, spec.bucket_size,
+          micro_batches};
+}
+
+// The parameters of a rank of `stage` (its share of its TP group's); the head is on `last_stage`.
+[[nodiscard]] std::int64_t stage_parameters(const ParameterCounts& params, const PipelineSplit& split,
+                                            const ModelSpec& m, int stage, int tp, int last_stage) {
+  std::int64_t n = split.of_stage(stage) * params.per_layer;
+  if (stage == 0) n += params.embedding + params.position;
+  if (stage == last_stage) n += params.final_norm + (m.tied_embeddings ? 0 : params.output_head);
+  return (n + tp - 1) / tp;
+}
+
+// The model states of a rank holding n parameters (models/placement): its parameters and
+// gradients whole, its optimizer share (over the dp group where partitioned), all on the GPU.
+[[nodiscard]] StatePlacement rank_model_states(std::int64_t n, const ZeroPolicy& policy, int dp) {
+  StateCounts c;
+  c.held = n;
+  c.sharded = n;
+  c.partitioned = policy.partitioned();
+  c.shard_ranks = dp;
+  c.gradient_buffers = policy.gradient_buffers();
+  return place_model_states(c, kBf16MixedPrecision);
 }
 
 // build_megatron in phases. The constructor checks the spec and works out the layout, the work
@@ -294,13 +414,20 @@ class MegatronBuilder {
       ring.emplace(timeline, out.machine, in.topology, out.devices, RingAttention::Grid{tp, cp, layout.class_size},
                    spec.collectives.fidelity, in.link_statistics, ring_kv);
     }
+    if (spec.overlap_grad_reduce) {
+      std::vector<OverlappedDataParallel::RankChunks> chunks;
+      for (const RankState& rs : rank_state) chunks.push_back(ddp_chunks(spec, m, params, split, rs.stage, rs.params));
+      ddp.emplace(timeline, dp_comm, policy, dp_plan, dp, std::move(chunks), ddp_options(spec, micro_batches));
+    }
   }
 
   // The iteration's tasks, phase by phase.
   BuiltIteration build() {
-    g.reserve(estimated_tasks(spec, m.layers, sims, micro_batches, train.recompute == Recompute::kFull, replayable));
+    g.reserve(
+        estimated_tasks(spec, m.layers, sims, micro_batches, train.recompute == Recompute::kFull, replays.enabled()));
     const std::vector<TaskId> ready = place_states();
     run_schedules(ready);
+    if (ddp) ddp->gather(ready);
     point_to_point();
     (void)g.add("iteration.end", "end", BarrierTask{}, data_parallel_step());
     finish();
@@ -355,15 +482,13 @@ class MegatronBuilder {
     return work;
   }();
   const Bytes ring_kv = ring_kv_bytes(m, train.micro_batch, cp, tp);
-  std::optional<RingAttention> ring;  // context parallelism's ring attention (context_parallel.hpp)
+  std::optional<RingAttention> ring;          // context parallelism's ring attention (context_parallel.hpp)
+  std::optional<OverlappedDataParallel> ddp;  // Megatron-Core's overlap_grad_reduce / overlap_param_gather
   sim::Flops recomputed{};
   const sim::Flops head_flops = head_forward_flops(ml, train.micro_batch);
   const int tp_reductions_backward = train.recompute == Recompute::kFull ? 4 : 2;
 
-  // One TP communicator per (replica, stage) group of simulated ranks: ranks outside a TP group
-  // never take part in its all-reduces.
-  std::deque<RankLayout> tp_layouts;
-  std::map<int, Communicator> tp_comms;  // by the group's first rank
+  TensorParallelGroups tp_comms;
   const CollectivePlan tp_plan = Communicator::flat(tp);
   std::vector<RankState> rank_state;
   std::map<int, int> sim_of_rank;
@@ -377,55 +502,16 @@ class MegatronBuilder {
   // context parallelism its CP group's and theirs (gradient_group_plan).
   const CollectivePlan dp_plan;
 
-  // Replayed operations (issue 35). With analytic collectives and tensor-parallel classes (one
-  // simulated rank per TP group) and no link activity reported (a sweep's or search's point), an
-  // operation's compute is a chain on its rank alone: kernels on its GPU, which nothing else uses
-  // while the schedule runs (one operation at a time), and analytic all-reduces, fixed-rate
-  // transfers that share no link and credit none. The first operation of each kind (forward or
-  // backward, virtual stage) is built in full; the next ones replay its chain with the kernels
-  // folded into the latency of the transfer after them: the same transfers, starting and ending
-  // at the same times (the flow network is touched at exactly those instants, so the shared
-  // pipeline flows advance in the same steps and every figure is the same to the bit; the CSV
-  // rows are compared with full builds in tests/unit/sweep_test.cpp), a third fewer tasks. Each
-  // TP group records its own (its all-reduces' rates are its own links'). Not for runs that
-  // report links, a trace or rank 0's kernels (link_statistics), which are built in full.
-  const bool replayable = tp > 1 && cp == 1 && spec.collectives.fidelity == Fidelity::kAnalytic &&
-                          !in.link_statistics && layout.class_size == tp;
-  // A chain to replay: each transfer with the time before it (kernels, delays) in its latency,
-  // then the time after the last one. nullopt: the chain is not replayable (built in full).
-  struct Replay {
-    std::vector<TransferTask> transfers;
-    TimePs tail{0};
-  };
-  // By (the TP group's first rank, forward, virtual stage).
-  std::map<std::tuple<int, bool, int>, std::optional<Replay>> replays;
+  // Replayed operations (phases/operation_replay.hpp); those the overlapped DDP hooks into
+  // (ddp_start, ddp_end) add tasks beside the chain and are built in full.
+  OperationReplays replays{tp > 1 && cp == 1 && spec.collectives.fidelity == Fidelity::kAnalytic &&
+                           !in.link_statistics && layout.class_size == tp};
 
-  // The parameters of a rank of `stage` (its share of its TP group's).
-  [[nodiscard]] std::int64_t params_of_stage(int stage) const {
-    std::int64_t n = split.of_stage(stage) * params.per_layer;
-    if (stage == 0) n += params.embedding + params.position;
-    if (stage == (last_virtual % pp)) n += params.final_norm + (m.tied_embeddings ? 0 : params.output_head);
-    return (n + tp - 1) / tp;
-  }
   // Of a rank's n parameters, those whose optimizer states it holds and updates: 1/dp of them
   // where the optimizer is partitioned (Megatron's distributed optimizer, DeepSpeed's ZeRO-1 and
   // BF16_Optimizer).
   [[nodiscard]] std::int64_t optimizer_share(std::int64_t n) const { return policy.updated_parameters(n, n, dp); }
-  // The model states of simulated rank s (models/placement): its parameters and gradients whole,
-  // its optimizer share, all on the GPU.
-  [[nodiscard]] StatePlacement states_of(int s) const {
-    StateCounts c;
-    c.held = rank_state[s].params;
-    c.sharded = rank_state[s].params;
-    c.partitioned = policy.partitioned();
-    c.shard_ranks = dp;
-    c.gradient_buffers = policy.gradient_buffers();
-    return place_model_states(c, kBf16MixedPrecision);
-  }
-  // The rank of TP rank t, context rank c of `stage` in `replica`.
-  [[nodiscard]] int rank_of(int t, int c, int stage, int replica) const {
-    return t + tp * (c + cp * (stage + pp * replica));
-  }
+  [[nodiscard]] StatePlacement states_of(int s) const { return rank_model_states(rank_state[s].params, policy, dp); }
 
   // Each simulated rank's place, parameters and kernel times.
   void place_ranks() {
@@ -437,26 +523,16 @@ class MegatronBuilder {
       rs.stage = (rs.rank / (tp * cp)) % pp;
       rs.device = out.devices[rs.rank];
       (void)timeline.add_rank(rs.rank, *out.machine.unit_of_device[rs.device], *out.machine.pool_of_device[rs.device]);
-      rs.params = params_of_stage(rs.stage);
+      rs.params = stage_parameters(params, split, m, rs.stage, tp, last_virtual % pp);
       rs.k = kernel_times(local_in, optimizer_share(rs.params), tp, spec.sequence_parallel);
       sim_of_rank[rs.rank] = s;
     }
   }
 
   void make_tp_communicators() {
-    if (tp > 1) {
-      for (int s = 0; s < sims; ++s) {
-        const int first = rank_state[s].rank - rank_state[s].t;
-        if (tp_comms.contains(first)) continue;
-        std::vector<std::size_t> group;
-        for (int t = 0; t < tp; ++t) group.push_back(out.devices[first + t]);
-        tp_layouts.push_back(make_rank_layout(in.topology, group, true, nullptr));
-        if (layout.class_size > 1) collapse_classes(tp_layouts.back(), tp);
-        tp_comms.emplace(std::piecewise_construct, std::forward_as_tuple(first),
-                         std::forward_as_tuple(g, out.machine, in.topology, tp_layouts.back(), in.collectives, in.costs,
-                                               in.collective_options(spec.collectives), out.approximations));
-      }
-    }
+    if (tp == 1) return;
+    for (const RankState& rs : rank_state)
+      tp_comms.add(rs.rank - rs.t, tp, layout.class_size, out, in, in.collective_options(spec.collectives));
   }
 
   // Model states.
@@ -503,6 +579,7 @@ class MegatronBuilder {
       at[i] = g.add(fmt::format(FMT_COMPILE("r{}.{}.ready"), rank_state[s].rank, tag), "pipeline", BarrierTask{},
                     {previous[i]});
       entry[s][{op.forward, vs, op.micro_batch}] = at[i];
+      if (ddp && op.forward && op.micro_batch == 0) ddp->forward_chunk(s, vs / pp, at[i]);
     }
     const char* phase = op.forward ? phase::kForward : phase::kBackward;
     const bool head = vs == last_virtual;
@@ -517,7 +594,7 @@ class MegatronBuilder {
         at[i] = timeline.alloc(members[i], tag + ".alloc.loss", "setup", "activations", loss_workspace, {at[i]});
       }
     }
-    run_chunk(first, members, op.forward, vs, tag, phase, at);
+    run_chunk(first, members, op, vs, tag, phase, at);
     for (std::size_t i = 0; i < members.size(); ++i) {
       const int s = members[i];
       if (head) at[i] = timeline.release(s, tag + ".free.loss", "memory", "activations", loss_workspace, {at[i]});
@@ -540,10 +617,22 @@ class MegatronBuilder {
     return Bytes{stored.count * split.of_virtual(vs) + (vs == last_virtual ? logits.count : 0)};
   }
 
+  // Megatron-Core's overlapped DDP: the first micro-batch's forward piece k (its first kernel
+  // `start`) waits for its parameters' gather; the last one's backward piece k produces the
+  // gradients reduced (after `end`).
+  void ddp_start(int s, const Op& op, int vs, std::int64_t k, TaskId start) {
+    if (ddp && op.forward && op.micro_batch == 0) ddp->forward_piece(s, vs / pp, static_cast<std::size_t>(k), start);
+  }
+  void ddp_end(int s, const Op& op, int vs, std::int64_t k, TaskId end) {
+    if (ddp && !op.forward && op.micro_batch == micro_batches - 1)
+      ddp->backward_piece(s, vs / pp, static_cast<std::size_t>(k), end);
+  }
+
   // The chunk's compute on every member, after at. Each half-layer ends with a TP all-reduce;
   // without TP the chunk is one kernel per rank.
-  void run_chunk(int first, const std::vector<int>& members, bool forward, int vs, const std::string& tag,
+  void run_chunk(int first, const std::vector<int>& members, const Op& op, int vs, const std::string& tag,
                  const char* phase, std::vector<TaskId>& at) {
+    const bool forward = op.forward;
     const KernelTimes& k = rank_state[members.front()].k;
     const EdgeWork edge = edge_work(k, forward, vs, last_virtual, head_flops, tp);
     const TimePs layer = forward ? k.layer_fwd : k.layer_bwd;
@@ -551,36 +640,32 @@ class MegatronBuilder {
         (forward ? (w.gemm + w.attention) : (w.gemm + w.attention) * 2.0 + recomputed) * (1.0 / tp);
     const std::int64_t layers_per_chunk = split.of_virtual(vs);
     if (cp > 1) {
-      run_chunk_context_parallel(first, members, forward, vs, tag, phase, at);
+      run_chunk_context_parallel(first, members, op, vs, tag, phase, at);
       return;
     }
     if (tp == 1) {
       for (std::size_t i = 0; i < members.size(); ++i) {
         at[i] = timeline.compute(members[i], tag, phase, TimePs{layer.ps * layers_per_chunk} + edge.time,
                                  layer_flops * static_cast<double>(layers_per_chunk) + edge.flops, "layer", {at[i]});
+        ddp_start(members[i], op, vs, 0, at[i]);
+        ddp_end(members[i], op, vs, 0, at[i]);
       }
       return;
     }
-    std::optional<Replay>* recording = nullptr;
-    if (replayable && members.size() == 1) {
-      const auto [it, first_of_its_kind] = replays.try_emplace({first, forward, vs});
-      if (!first_of_its_kind) {
-        if (it->second) {
-          replay(*it->second, members[0], tag, at[0]);
-          return;
-        }
-      } else {
-        recording = &it->second;
-      }
+    OperationReplays::Recording recording;
+    const bool hooked = ddp && (op.forward ? op.micro_batch == 0 : op.micro_batch == micro_batches - 1);
+    if (replays.enabled() && members.size() == 1 && !hooked) {
+      if (replays.replayed({first, forward, vs}, timeline, members[0], tag, at[0])) return;
+      recording = replays.start({first, forward, vs}, g, at.front());
     }
-    const std::size_t chain_begin = g.size();
-    const TaskId chain_start = at.front();
     Communicator& comm = tp_comms.at(first);
     const int reductions = forward ? 2 : tp_reductions_backward;
     const TimePs piece{layer.ps / reductions};
     for (std::size_t i = 0; i < members.size(); ++i) {
-      if (edge.time.ps > 0)
+      if (edge.time.ps > 0) {
         at[i] = timeline.compute(members[i], tag + ".edge", phase, edge.time, edge.flops, "gemm", {at[i]});
+        if (vs == 0) ddp_start(members[i], op, vs, 0, at[i]);  // the embedding: the first layer's bucket
+      }
     }
     for (std::int64_t l = 0; l < layers_per_chunk; ++l) {
       for (int half = 0; half < reductions; ++half) {
@@ -588,69 +673,24 @@ class MegatronBuilder {
         for (std::size_t i = 0; i < members.size(); ++i) {
           deps[i] = {timeline.compute(members[i], fmt::format(FMT_COMPILE("{}.l{}.{}"), tag, l, half), phase, piece,
                                       layer_flops * (1.0 / reductions), "layer", {at[i]})};
+          if (half == 0) ddp_start(members[i], op, vs, l, deps[i][0]);
         }
         at = comm.add(CollectiveKind::kAllReduce, fmt::format(FMT_COMPILE("tp{}.{}.l{}.{}"), first, tag, l, half),
                       activation_elements, tp_plan, deps);
       }
+      for (std::size_t i = 0; i < members.size(); ++i) ddp_end(members[i], op, vs, l, at[i]);
     }
-    if (recording != nullptr) *recording = record(chain_start, chain_begin, at.front(), rank_state[members[0]]);
-  }
-
-  // The chain of tasks [begin, end of the graph) from `start` to `last` as a Replay, when it is
-  // one (see `replayable`): each task depending on the one before alone, kernels on `rank`'s GPU,
-  // barriers, delays and fixed-rate transfers that hold no link and credit none.
-  [[nodiscard]] std::optional<Replay> record(TaskId start, std::size_t begin, TaskId last,
-                                             const RankState& rank) const {
-    const std::uint32_t unit = *out.machine.unit_of_device[rank.device];
-    Replay r;
-    TimePs before{0};  // since the last transfer
-    TaskId previous = start;
-    for (std::size_t i = begin; i < g.size(); ++i) {
-      const sim::Task& t = g.tasks()[i];
-      const auto deps = g.deps(t);
-      if (deps.size() != 1 || deps[0] != previous) return std::nullopt;
-      previous = t.id;
-      if (const auto* c = std::get_if<ComputeTask>(&t.body)) {
-        if (c->unit != unit) return std::nullopt;
-        before = before + c->duration;
-      } else if (const auto* x = std::get_if<TransferTask>(&t.body)) {
-        if (!x->route.empty() || !x->accounted.empty()) return std::nullopt;
-        if (x->bytes.count == 0) {
-          before = before + x->latency;  // a delay: it touches no flow
-        } else if (x->rate_bound) {
-          r.transfers.push_back(*x);
-          r.transfers.back().latency = before + x->latency;
-          before = TimePs{0};
-        } else {
-          return std::nullopt;
-        }
-      } else if (!std::holds_alternative<BarrierTask>(t.body)) {
-        return std::nullopt;  // memory, or anything else that is not a delay
-      }
-    }
-    if (previous != last) return std::nullopt;
-    r.tail = before;
-    return r;
-  }
-
-  // The recorded chain again on simulated rank s after `at` (which becomes its last task).
-  void replay(const Replay& r, int s, const std::string& tag, TaskId& at) {
-    for (std::size_t i = 0; i < r.transfers.size(); ++i) {
-      at = g.add(timeline.task_name(s, fmt::format(FMT_COMPILE("{}.replay{}"), tag, i)), phase::kCommunication,
-                 r.transfers[i], {at});
-    }
-    if (r.tail.ps > 0) {
-      at = g.add(timeline.task_name(s, tag + ".replay.tail"), phase::kCommunication,
-                 TransferTask{{}, Bytes{0}, r.tail, {}, {}}, {at});
-    }
+    for (std::size_t i = 0; i < members.size() && split.of_virtual(vs) == 0; ++i) ddp_end(members[i], op, vs, 0, at[i]);
+    replays.finish(recording, g, at.front(), *out.machine.unit_of_device[rank_state[members[0]].device]);
   }
 
   // The chunk's compute on every member with context parallelism (context_parallel.hpp): per layer,
   // the non-attention work split in equal pieces around the TP all-reduces (two forward, two or
   // four backward), the first piece followed by the layer's ring attention (cp blocks with the KV
   // passed around the CP group).
-  void run_chunk_context_parallel(int first, const std::vector<int>& members, bool forward, int vs,
+  void run_chunk_context_parallel(int first, const std::vector<int>& members, const Op& op, int vs,
                                   const std::string& tag, const char* phase, std::vector<TaskId>& at) {
+    const bool forward = op.forward;
     const KernelTimes& k = rank_state[members.front()].k;
     const EdgeWork edge = edge_work(k, forward, vs, last_virtual, head_flops, tp);
     const TimePs block = forward ? k.attention_fwd : k.attention_bwd;
@@ -664,8 +704,10 @@ class MegatronBuilder {
     const TimePs piece{rest.ps / reductions};
     const sim::Flops piece_flops{(all.count - block_flops.count * cp) / reductions};
     for (std::size_t i = 0; i < members.size(); ++i) {
-      if (edge.time.ps > 0)
+      if (edge.time.ps > 0) {
         at[i] = timeline.compute(members[i], tag + ".edge", phase, edge.time, edge.flops, "gemm", {at[i]});
+        if (vs == 0) ddp_start(members[i], op, vs, 0, at[i]);  // the embedding: the first layer's bucket
+      }
     }
     for (std::int64_t l = 0; l < split.of_virtual(vs); ++l) {
       for (int half = 0; half < reductions; ++half) {
@@ -673,6 +715,7 @@ class MegatronBuilder {
           const int s = members[i];
           const std::string name = fmt::format(FMT_COMPILE("{}.l{}.{}"), tag, l, half);
           at[i] = timeline.compute(s, name, phase, piece, piece_flops, "layer", {at[i]});
+          if (half == 0) ddp_start(s, op, vs, l, at[i]);
           if (half == 0) at[i] = ring->run(s, forward, name, phase, block, block_flops, at[i]);
         }
         if (tp == 1) continue;
@@ -682,7 +725,9 @@ class MegatronBuilder {
                                     fmt::format(FMT_COMPILE("tp{}.{}.l{}.{}"), first, tag, l, half),
                                     activation_elements, tp_plan, deps);
       }
+      for (std::size_t i = 0; i < members.size(); ++i) ddp_end(members[i], op, vs, l, at[i]);
     }
+    for (std::size_t i = 0; i < members.size() && split.of_virtual(vs) == 0; ++i) ddp_end(members[i], op, vs, 0, at[i]);
   }
 
   // Point-to-point: each operation's input comes from the same TP rank of the neighbouring virtual
@@ -695,22 +740,17 @@ class MegatronBuilder {
         const auto [forward, vs, mb] = key;
         const int from_vs = forward ? vs - 1 : vs + 1;
         if (from_vs < 0 || from_vs > last_virtual) continue;
-        const int from_rank = rank_of(rs.t, rs.c, from_vs % pp, replica);
+        const int from_rank = rank_of(spec, rs.t, rs.c, from_vs % pp, replica);
         const auto found = sim_of_rank.find(from_rank);
         if (found == sim_of_rank.end()) continue;
         const int from = found->second;
         const TaskId sent = exit[from].at({forward, from_vs, mb});
-        const TaskId p2p =
-            g.add(fmt::format(FMT_COMPILE("p2p.{}{}.mb{}.r{}to{}"), forward ? "act" : "grad", from_vs, mb, from_rank,
-                              rs.rank),
-                  phase::kCommunication,
-                  TransferTask{p2p_route(out.machine, in.topology, out.devices, layout.class_size, from_rank, rs.rank),
-                               p2p_bytes,
-                               TimePs{0},
-                               {},
-                               {}},
-                  {sent});
-        g.add_dependency(start, p2p);
+        TransferTask transfer{};
+        transfer.route = p2p_route(out.machine, in.topology, out.devices, layout.class_size, from_rank, rs.rank);
+        transfer.bytes = p2p_bytes;
+        const auto name = fmt::format(FMT_COMPILE("p2p.{}{}.mb{}.r{}to{}"), forward ? "act" : "grad", from_vs, mb,
+                                      from_rank, rs.rank);
+        g.add_dependency(start, g.add(name, phase::kCommunication, std::move(transfer), {sent}));
       }
     }
   }
@@ -719,7 +759,8 @@ class MegatronBuilder {
   // each rank's DP group (ranks tp x cp x pp apart and its CP group's, gradient_group_plan), Adam,
   // and the parameter all-gather where the optimizer is partitioned.
   std::vector<TaskId> data_parallel_step() {
-    PipelineDataParallel step{timeline, dp_comm, policy, dp_plan, dp, in.costs, micro_batches, {}, {}};
+    PipelineDataParallel step{timeline, dp_comm,       policy, dp_plan, dp,
+                              in.costs, micro_batches, {},     {},      ddp ? &*ddp : nullptr};
     for (const RankState& rs : rank_state) {
       step.params.push_back(rs.params);
       step.adam.push_back(rs.k.adam);
@@ -737,24 +778,7 @@ class MegatronBuilder {
     // largest over the ranks would change the shipped llama2-70b figure, so it is left as is.
     out.model_states_per_device = Bytes{states_of(0).gpu_model_states()};
     add_common_approximations(out, in, policy);
-    if (tp > 1) {
-      out.approximations.push_back(
-          "tensor parallelism: each layer's compute split in equal halves around its all-reduces; sequence "
-          "parallelism costed as the all-reduce it replaces");
-    }
-    out.approximations.push_back("pipeline: gradients reduced after the last backward (no overlap with the cool-down)");
-    if (spec.optimizer == MegatronSpec::Optimizer::kDeepSpeed && pp > 1) {
-      // Megatron-DeepSpeed with --deepspeed and PP > 1 runs DeepSpeed's PipelineEngine.
-      // First: with the device's unmeasured kernels, the largest uncertainty of such a run.
-      out.approximations.insert(
-          out.approximations.begin(),
-          "largest uncertainty of Megatron-DeepSpeed's pipeline, not measured: DeepSpeed's pipeline engine "
-          "(runtime/pipe/engine.py: its instruction loop, blocking point-to-point with shape metadata, DeepSpeed's "
-          "activation checkpointing) is costed as Megatron's 1F1B schedule; no measurement of the engine's "
-          "per-micro-batch costs is in our sources");
-    }
-    if (!split.note.empty()) out.approximations.push_back(split.note);
-    if (cp > 1) out.approximations.push_back(context_parallel_approximation(cp));
+    add_pipeline_approximations(out, spec, split);
   }
 };
 

@@ -5,18 +5,13 @@
 #include "models/collectives/communicator.hpp"
 #include "models/strategies/layer_kernels.hpp"
 #include "models/strategies/phases/zero_policy.hpp"
+#include "models/strategies/strategy_registry.hpp"
 #include "models/transformer/phases.hpp"
 
 namespace offsim::models {
 
 BuiltIteration build_iteration(const IterationInputs& in, const StrategySpec& strategy) {
-  struct Visitor {
-    const IterationInputs& in;
-    BuiltIteration operator()(const DataParallelSpec& s) const { return build_data_parallel(in, s); }
-    BuiltIteration operator()(const CollectiveSpec& s) const { return build_collective(in, s); }
-    BuiltIteration operator()(const MegatronSpec& s) const { return build_megatron(in, s); }
-  };
-  return std::visit(Visitor{in}, strategy);
+  return strategy_kind(strategy).build(in, strategy);
 }
 
 RankLayout lay_out_ranks(BuiltIteration& out, const topo::Topology& topology, const std::vector<std::string>& names,

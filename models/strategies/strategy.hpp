@@ -1,7 +1,8 @@
 #pragma once
 // Training strategies turn (model, machine, costs, strategy) into the task graph of one training
-// iteration. The set of strategies is closed: StrategySpec is a std::variant and
-// build_iteration() visits it; `offsim list` prints the alternatives.
+// iteration. The set of strategies is closed: StrategySpec is a std::variant, and
+// strategy_registry.hpp holds one entry per alternative (its builder and what the call sites ask);
+// `offsim list` prints the kinds.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -114,6 +115,14 @@ struct MegatronSpec {
   enum class Optimizer { kMegatron, kDeepSpeed };
   Optimizer optimizer = Optimizer::kMegatron;
   std::optional<bool> fp32_grad_accum;
+  // Megatron-Core's DistributedDataParallelConfig (phases/pipeline_data_parallel.hpp,
+  // OverlappedDataParallel): the gradients reduced in buckets of bucket_size elements as the last
+  // micro-batch's backward produces them, and (distributed optimizer) the updated parameters
+  // gathered before the next forwards use them. Both off by default, as in Megatron-Core.
+  bool overlap_grad_reduce = false;
+  bool overlap_param_gather = false;
+  bool align_param_gather = false;  // every chunk's gathers issued ahead (else at its first forward)
+  std::int64_t bucket_size = 0;     // > 0 with overlap_grad_reduce (the readers apply Megatron-Core's default)
   std::vector<std::string> devices;
   CollectiveOptions collectives;
   bool all_ranks = false;

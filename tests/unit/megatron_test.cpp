@@ -377,3 +377,129 @@ TEST(Megatron, DeepSpeedsPipelineEngineIsNamedFirstAsUnmeasured) {
 
 }  // namespace
 }  // namespace offsim::models
+
+namespace offsim::models {
+namespace {
+
+// GPT-3 1.3B (24 layers) on one Frontier node, tp 2 x dp 2 with Megatron's distributed optimizer
+// (zero_stage 1): the TP pairs inside an MI250X package, the DP pairs across packages. `extra`
+// adds the overlap keys.
+std::string overlapped_ddp(const std::string& name, const std::string& extra, int pp = 1) {
+  const fs::path file = testing::scratch_folder("offsim-megatron-test") / (name + ".yaml");
+  std::ofstream(file) << fmt::format(
+      "name: {0}\n"
+      "hardware: !include {1}/configs/hardware/frontier-node.yaml\n"
+      "calibration:\n"
+      "  device: !include {1}/configs/calibration/mi250x-gcd.yaml\n"
+      "  collectives: !include {1}/configs/calibration/frontier-rccl.yaml\n"
+      "model: !include {1}/configs/models/gpt3-1.3b.yaml\n"
+      "training: {{micro_batch: 1, grad_accum: 2, precision: bf16, recompute: full, flash_attention: true}}\n"
+      "strategy:\n"
+      "  kind: megatron\n  tp: 2\n  pp: {3}\n  dp: 2\n  sequence_parallel: false\n"
+      "  zero_stage: 1\n{2}",
+      name, OFFSIM_SOURCE_DIR, extra, pp);
+  return file.string();
+}
+
+double phase_seconds_of(const ExperimentResult& r, const char* name) {
+  double t = 0.0;
+  for (const auto& ph : r.phases) {
+    if (ph.phase == name) t += ph.time.seconds();
+  }
+  return t;
+}
+
+TEST(Megatron, OverlappedDistributedOptimizerHidesAllButTheEdgeBuckets) {
+  // Megatron-Core's overlapped DDP (phases/pipeline_data_parallel.hpp). Without overlap the
+  // iteration is T = m (F + B) + R + A + G: the gradients' reduce-scatter R after the last
+  // backward, Adam A, the parameters' all-gather G after it.
+  // (1) One bucket (bucket_size above the rank's P parameters): its reduction can only start when
+  //     its last gradient exists, after the last backward, and the first forward waits for the
+  //     whole gather: T is unchanged.
+  // (2) One bucket per layer (bucket_size 1; the first pipeline stage's first chunk is bucketed):
+  //     each layer's reduce-scatter runs under the backward of the layers before it, each layer's
+  //     gather under the forward of the layers after it, as long as a layer's collective is shorter
+  //     than its compute (here a layer's fp32 reduce-scatter over Infinity Fabric takes less than
+  //     its backward with recomputation). Exposed stay the last bucket's reduction and the first
+  //     bucket's gather: the first layer's parameters with the embedding's, a share
+  //     f = (L_0 + E) / P of the rank's, so with collectives linear in their bytes
+  //     T' = T - (1 - f) (R + G).
+  const ExperimentResult plain = run_experiment(load_experiment(overlapped_ddp("ddp-plain", ""), {}));
+  const std::string both = "  overlap_grad_reduce: true\n  overlap_param_gather: true\n";
+  const ExperimentResult one_bucket =
+      run_experiment(load_experiment(overlapped_ddp("ddp-one-bucket", both + "  bucket_size: 100000000000\n"), {}));
+  const ExperimentResult per_layer =
+      run_experiment(load_experiment(overlapped_ddp("ddp-per-layer", both + "  bucket_size: 1\n"), {}));
+  const double t = plain.iteration_time.seconds();
+  EXPECT_NEAR(one_bucket.iteration_time.seconds(), t, 1e-9 * t);
+
+  const double R = phase_seconds_of(plain, "gradient_reduction");
+  const double G = phase_seconds_of(plain, "parameter_allgather");
+  ASSERT_GT(R, 0.0);
+  ASSERT_GT(G, 0.0);
+  // GPT-3 1.3B: h 2048, 24 layers, vocabulary 50,257, 2,048 positions; per TP rank a layer's
+  // 12 h^2 + 13 h parameters and the embedding's (V + s) h over tp 2.
+  const double h = 2048;
+  const double layer = (12 * h * h + 13 * h) / 2;
+  const double embedding = (50257 + 2048) * h / 2;
+  const double P = static_cast<double>(plain.model_states_per_device.count) / 12;  // 2 + 4 + 12/2 B each
+  const double f = (layer + embedding) / P;
+  const double expected = t - (1 - f) * (R + G);
+  EXPECT_NEAR(per_layer.iteration_time.seconds(), expected, 0.1 * f * (R + G));
+  // The exposed reduction is the last bucket's; no all-gather is left after the step.
+  EXPECT_NEAR(phase_seconds_of(per_layer, "gradient_reduction"), f * R, 0.1 * f * R);
+  EXPECT_EQ(phase_seconds_of(per_layer, "parameter_allgather"), 0.0);
+}
+
+TEST(Megatron, UnalignedParameterGathersWaitForEachStagesFirstForward) {
+  // tp 2 x pp 2 x dp 2 on the node's 8 GCDs, m = 2, one bucket per stage. 1F1B's critical path
+  // is G_0, F(s0), F(s1), B(s1), F(s1), B(s1), B(s0), then the step on stage 0 (its reduction, Adam, and
+  // without overlap its gather G_0).
+  // (1) align_param_gather: both stages gather at the iteration's start; stage 1's gather is hidden
+  //     under stage 0's first forward, stage 0's moves from the end to the start: T = T_plain.
+  // (2) Unaligned (Megatron-Core's default): stage 1 issues its gather only in its first forward's
+  //     pre-hook, on the critical path: T grows by stage 1's gather G_1 (its DP pairs cross other
+  //     Infinity Fabric links than stage 0's, so G_1 is not G_0 scaled; bounded here by G_0 scaled
+  //     by the stages' parameters, stage 1 holding fewer: 12 layers and the final norm against 12
+  //     layers and the tied embedding).
+  const std::string overlap =
+      "  overlap_grad_reduce: true\n  overlap_param_gather: true\n  bucket_size: 100000000000\n";
+  const ExperimentResult plain = run_experiment(load_experiment(overlapped_ddp("ddp-pp2-plain", "", 2), {}));
+  const ExperimentResult aligned = run_experiment(
+      load_experiment(overlapped_ddp("ddp-pp2-aligned", overlap + "  align_param_gather: true\n", 2), {}));
+  const ExperimentResult unaligned =
+      run_experiment(load_experiment(overlapped_ddp("ddp-pp2-unaligned", overlap, 2), {}));
+  const double t = plain.iteration_time.seconds();
+  EXPECT_NEAR(aligned.iteration_time.seconds(), t, 1e-9 * t);
+  // Stage 0's gather moved into its first forward.
+  EXPECT_NEAR(phase_seconds_of(aligned, "forward") - phase_seconds_of(plain, "forward"),
+              phase_seconds_of(plain, "parameter_allgather"), 1e-9 * t);
+  const double h = 2048;
+  const double layer = 12 * h * h + 13 * h;
+  const double p0 = 12 * layer + (50257 + 2048) * h;
+  const double p1 = 12 * layer + 2 * h;
+  const double g1_bound = phase_seconds_of(plain, "parameter_allgather") * p1 / p0;
+  const double grown = unaligned.iteration_time.seconds() - t;
+  EXPECT_GT(grown, 0.25 * g1_bound);
+  EXPECT_LE(grown, g1_bound);
+}
+
+TEST(Megatron, OverlapWithAChunkWithoutLayers) {
+  // tp 2 x pp 2 x dp 2, interleaved over 2 chunks with first_stage_layers 1: stage 0's second chunk
+  // holds no layer (its gradients are one empty piece). Overlapping only hides communication: the
+  // iteration is no longer than without, and the gradients still all reach the optimizer (the
+  // same bytes on the links).
+  const std::string split = "  schedule: interleaved\n  virtual_stages: 2\n  first_stage_layers: 1\n";
+  const std::string overlap = "  overlap_grad_reduce: true\n  overlap_param_gather: true\n  align_param_gather: true\n";
+  const ExperimentResult plain = run_experiment(load_experiment(overlapped_ddp("ddp-empty-chunk", split, 2), {}));
+  const ExperimentResult overlapped =
+      run_experiment(load_experiment(overlapped_ddp("ddp-empty-chunk-overlap", split + overlap, 2), {}));
+  EXPECT_LE(overlapped.iteration_time.seconds(), plain.iteration_time.seconds());
+  ASSERT_EQ(overlapped.links.size(), plain.links.size());
+  for (std::size_t i = 0; i < plain.links.size(); ++i) {
+    EXPECT_NEAR(overlapped.links[i].bytes, plain.links[i].bytes, 1e-6 * plain.links[i].bytes + 1.0);
+  }
+}
+
+}  // namespace
+}  // namespace offsim::models

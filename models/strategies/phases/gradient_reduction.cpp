@@ -19,29 +19,35 @@ GradientReduction::GradientReduction(RankTimeline& ranks, Communicator& comm, co
       options_(std::move(options)),
       host_threads_(host_threads),
       offload_(offload),
+      buckets_(buckets_of(items_, options_.bucket_elements)),
       ready_(items_.size()),
-      backward_tasks_(static_cast<std::size_t>(ranks.size())) {
+      backward_tasks_(static_cast<std::size_t>(ranks.size())) {}
+
+std::vector<GradientReduction::Bucket> GradientReduction::buckets_of(const std::vector<Item>& items,
+                                                                     std::int64_t bucket_elements) {
+  std::vector<Bucket> buckets;
   Bucket open;
-  for (std::size_t i = 0; i < items_.size(); ++i) {
-    open.elements += items_[i].elements;
-    open.expert_elements += items_[i].expert_elements;
-    open.tensors += items_[i].tensors;
-    if (open.elements + open.expert_elements >= options_.bucket_elements || i + 1 == items_.size()) {
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    open.elements += items[i].elements;
+    open.expert_elements += items[i].expert_elements;
+    open.tensors += items[i].tensors;
+    if (open.elements + open.expert_elements >= bucket_elements || items[i].closes_bucket || i + 1 == items.size()) {
       open.last_item = i;
-      buckets_.push_back(open);
+      buckets.push_back(open);
       open = Bucket{};
     }
   }
+  return buckets;
 }
 
 void GradientReduction::begin_micro_batch() {
-  for (auto& tasks : ready_) tasks.clear();
+  for (auto& tasks : ready_) tasks.assign(static_cast<std::size_t>(ranks_.size()), TaskId{});
   for (auto& tasks : backward_tasks_) tasks.clear();
   host_launches_.clear();
 }
 
 void GradientReduction::produced(std::size_t item, int r, TaskId ready, TaskId first) {
-  ready_[item].push_back(ready);
+  ready_[item][static_cast<std::size_t>(r)] = ready;
   backward_tasks_[static_cast<std::size_t>(r)].push_back(first);
 }
 
@@ -70,11 +76,12 @@ void GradientReduction::reduce(std::int64_t mb, bool boundary, const std::vector
     const std::vector<TaskId>& ready_on_rank = ready_[bucket.last_item];
     std::vector<std::vector<TaskId>> deps(static_cast<std::size_t>(sims));
     for (int r = 0; r < sims; ++r) {
+      if (!options_.participants.empty() && !options_.participants[static_cast<std::size_t>(r)]) continue;
       // BF16_Optimizer reduces after its accumulation, whatever overlap_comm says.
       deps[r] = {options_.overlap_comm && !policy_.bf16_optimizer() ? ready_on_rank[r] : last_backward[r]};
       if (!stream_.empty()) deps[r].push_back(stream_[r]);
     }
-    const std::string name = fmt::format(FMT_COMPILE("mb{}.bucket{}"), mb, b);
+    const std::string name = fmt::format(FMT_COMPILE("{}mb{}.bucket{}"), options_.name_prefix, mb, b);
     if (b < host_launches_.size()) {
       // The bucket's launches (item_done): the reduction waits for them, and so does the next
       // backward kernel, which the same host thread launches after them.
@@ -90,10 +97,11 @@ void GradientReduction::reduce(std::int64_t mb, bool boundary, const std::vector
       // Expert parallelism: the bucket's expert gradients over the experts' data-parallel group,
       // then the rest over all ranks.
       deps = ranks_.per_rank(comm_.add(reduction, name + ".experts", policy_.reduced_elements(bucket.expert_elements),
-                                       plans_.experts, deps));
+                                       plans_.experts, deps, options_.participants));
     }
     if (!policy_.gathers_parameters_before_use()) {
-      stream_ = comm_.add(reduction, name, policy_.reduced_elements(bucket.elements), plans_.replicas, deps);
+      stream_ = comm_.add(reduction, name, policy_.reduced_elements(bucket.elements), plans_.replicas, deps,
+                          options_.participants);
     } else {
       // A quantized reduction (qgZ) sends its own format whatever the gradients' dtype.
       const std::int64_t elements =

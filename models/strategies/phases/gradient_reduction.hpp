@@ -31,6 +31,9 @@ class GradientReduction {
     std::int64_t elements = 0;
     std::int64_t expert_elements = 0;  // expert parallelism: reduced over the expert-data-parallel group
     std::int64_t tensors = 0;          // parameter tensors (DeepSpeed's early stage 3 reduces each apart)
+    // The bucket ends with this item whatever its size (Megatron-Core: each model chunk is a DDP
+    // of its own, whose buckets never reach into another chunk).
+    bool closes_bucket = false;
   };
   struct Plans {
     const CollectivePlan& replicas;    // below stage 3: across the replicas
@@ -43,7 +46,18 @@ class GradientReduction {
     int shard_ranks = 1;                     // the ranks a partition is shared over
     int replicas = 1;                        // the data-parallel replicas
     std::optional<FetchHostCost> host_cost;  // stage 3's launch costs (zero3_host)
+    // The simulated ranks taking part (empty: all): ranks of other pipeline stages hold other
+    // gradients and reduce them in a reduction of their own (Communicator::add's participants).
+    std::vector<bool> participants;
+    std::string name_prefix;  // before each bucket's collective name ("mb<n>.bucket<b>")
   };
+  /// Consecutive items closed into a bucket once it holds bucket_elements (or an item closes it).
+  struct Bucket {
+    std::size_t last_item = 0;
+    std::int64_t elements = 0, expert_elements = 0, tensors = 0;
+  };
+  [[nodiscard]] static std::vector<Bucket> buckets_of(const std::vector<Item>& items, std::int64_t bucket_elements);
+
   /// `items` in the order backward produces them.
   GradientReduction(RankTimeline& ranks, Communicator& comm, const ZeroPolicy& policy, std::vector<Item> items,
                     Plans plans, Options options, HostThreads& host_threads, HostOffload* offload);
@@ -51,7 +65,8 @@ class GradientReduction {
   /// A new micro-batch's backward begins: no item is produced yet.
   void begin_micro_batch();
   /// On rank r, item `item`'s gradients exist after `ready`; `first` is the backward step's first
-  /// kernel (what a blocking step of the reduction holds back). Items are produced in order.
+  /// kernel (what a blocking step of the reduction holds back). Items are produced in order, on
+  /// every participating rank.
   void produced(std::size_t item, int r, sim::TaskId ready, sim::TaskId first);
   /// Every rank has produced `item` (`mbs`: the micro-batch's name): if it closes a bucket, stage
   /// 3's host thread launches the bucket's reduce-scatters.
@@ -62,10 +77,6 @@ class GradientReduction {
   [[nodiscard]] const std::vector<sim::TaskId>& stream() const { return stream_; }
 
  private:
-  struct Bucket {
-    std::size_t last_item = 0;
-    std::int64_t elements = 0, expert_elements = 0, tensors = 0;
-  };
   [[nodiscard]] std::int64_t partition(std::int64_t n) const {
     return (n + options_.shard_ranks - 1) / options_.shard_ranks;
   }

@@ -1,0 +1,61 @@
+#pragma once
+// Replayed operations (issue 35): a schedule's repeated operations built once in full and then
+// replayed as their fixed-rate transfers alone.
+//
+// With analytic collectives and tensor-parallel classes (one simulated rank per TP group) and no
+// link activity reported (a sweep's or search's point), a Megatron operation's compute is a chain
+// on its rank alone: kernels on its GPU, which nothing else uses while the schedule runs (one
+// operation at a time), and analytic all-reduces, fixed-rate transfers that share no link and
+// credit none. The first operation of each kind (TP group, forward or backward, virtual stage) is
+// built in full and recorded; the next ones replay its chain with the kernels folded into the
+// latency of the transfer after them: the same transfers, starting and ending at the same times.
+// The flow network is touched at exactly those instants, so the shared pipeline flows advance in
+// the same steps and every figure is the same to the bit (tests/unit/sweep_test.cpp compares the
+// CSV rows with full builds), with a third fewer tasks. A chain that is not one (a task with two
+// dependencies, a memory task, a routed transfer) is never replayed: its kind is built in full.
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "models/strategies/phases/rank_timeline.hpp"
+#include "sim/exec/task_graph.hpp"
+
+namespace offsim::models {
+
+class OperationReplays {
+ public:
+  /// (the TP group's first rank, forward, virtual stage).
+  using Key = std::tuple<int, bool, int>;
+  /// An operation being built in full to be recorded (slot null: nothing to record).
+  struct Recording {
+    std::optional<std::vector<sim::TransferTask>>* slot = nullptr;
+    sim::TimePs* tail = nullptr;
+    std::size_t begin = 0;
+    sim::TaskId start{};
+  };
+
+  explicit OperationReplays(bool enabled) : enabled_(enabled) {}
+  [[nodiscard]] bool enabled() const { return enabled_; }
+
+  /// When an operation of `key` was recorded as a chain: adds its replay on simulated rank s after
+  /// `at` (which becomes its last task) and returns true.
+  bool replayed(const Key& key, RankTimeline& timeline, int s, const std::string& tag, sim::TaskId& at);
+  /// The first operation of `key` starts after `at`: record it (finish() once it is built).
+  /// An empty Recording when `key` was seen before (built in full, not a chain).
+  Recording start(const Key& key, const sim::TaskGraph& g, sim::TaskId at);
+  /// The recorded operation ended at `last`, its kernels on `unit`.
+  void finish(const Recording& recording, const sim::TaskGraph& g, sim::TaskId last, std::uint32_t unit);
+
+ private:
+  struct Replay {
+    std::optional<std::vector<sim::TransferTask>> transfers;  // nullopt: not a chain
+    sim::TimePs tail{0};                                      // the time after the last transfer
+  };
+  bool enabled_;
+  std::map<Key, Replay> replays_;
+};
+
+}  // namespace offsim::models
