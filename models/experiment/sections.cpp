@@ -52,6 +52,17 @@ bool tp_splits_model(Context& ctx, const TrainingFromStrategy* training, int tp,
   return false;
 }
 
+// training.framework: the framework whose kernels run; left out, load.cpp infers it from the
+// strategy and the model.
+void read_framework(MapReader& r, TrainingSpec& t, TrainingRead& out) {
+  if (!r.has("framework")) return;
+  const auto fw = r.choice("framework", framework_names(), framework_names().front());
+  if (fw.valid) {
+    if (const auto f = framework_from_name(fw.value)) t.framework = *f;
+  }
+  out.framework_given = true;
+}
+
 }  // namespace
 
 std::optional<TrainingSpec> parse_training(const Node& node, TrainingRead* read) {
@@ -124,6 +135,7 @@ std::optional<TrainingSpec> parse_training(const Node& node, TrainingRead* read)
       }
     }
   }
+  read_framework(r, t, out);
   (void)defaulted("recompute");
   const std::string recompute =
       r.choice("recompute", {"none", "selective", "full"}, defaults::text("training.recompute")).value;

@@ -36,6 +36,7 @@ struct TrainingRead {
   sim::config::Location grad_accum_at;                    // (for the strategy checks)
   std::optional<sim::config::Located<std::int64_t>> seq;  // training.seq, when given
   std::vector<std::string> defaults;                      // keys left out that took a default (key=value)
+  bool framework_given = false;                           // training.framework written (else inferred in load.cpp)
 };
 
 /// `training:`; keys left out take configs/defaults.yaml's values (named in `read->defaults`).
