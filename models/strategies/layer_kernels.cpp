@@ -346,6 +346,19 @@ std::string non_gemm_kernels_approximation(const TrainingSpec& t) {
       attention = "attention scale, mask, softmax and dropout inside flash attention";
       break;
   }
+  if (t.framework == Framework::kHfTransformers) {
+    return fmt::format(
+        "non-GEMM layer kernels are Hugging Face transformers' eager kernels one by one, each costed by its HBM "
+        "bytes at its class's efficiency measured on the H100 (configs/frameworks/hf-transformers.yaml: RMSNorm "
+        "in fp32 as 8 kernels forward and 14 backward, rotary embedding as mul/neg/cat/mul/add, gelu_new as 8 "
+        "kernels, SwiGLU as silu then mul, dropouts from the config's keys, the attention output's copy, the loss "
+        "on logits upcast to fp32; {}); attention by the device's measured SDPA rates where its table has them "
+        "(FlashAttention's with dropout on the probabilities, PyTorch's default pick otherwise), measured at 16k "
+        "tokens per call; the host's per-operator dispatch (about 14-20 us per eager operator on the measured "
+        "host) is not modelled, so small shapes come out fast; repeat_kv copies for GQA and the rotary cos/sin "
+        "computation are not costed",
+        attention);
+  }
   return fmt::format(
       "non-GEMM layer kernels are PyTorch's eager kernels (norms, activation, dropouts, residual adds, bias "
       "gradients; {}), each costed by its HBM bytes; a norm is one kernel (PyTorch's layer_norm, apex's fused "
