@@ -10,7 +10,8 @@ Writes two CSVs (the columns of bench/data/h100-hf-modules.csv and h100-sdpa-att
       LlamaRMSNorm vs F.rms_norm and F.layer_norm; NewGELUActivation (gelu_new) vs F.gelu(tanh);
       SwiGLU as transformers runs it (act(gate) * up on two separate tensors) and as the shared
       data's silu_mul (halves of one tensor); apply_rotary_pos_emb(q, k); dropout (p 0.1); and
-      cross-entropy on logits.float() at vocabularies 32,000..256,000.
+      cross-entropy on logits.float() at vocabularies 32,000..256,000; and LlamaRMSNorm and
+      gelu_new on 16 tokens (the host's per-operator dispatch cost).
   <kind>-sdpa-attention.csv  backend, batch, heads, kv_heads, seq, head_dim, fwd_s, bwd_s, fwd_tflops, bwd_tflops
       F.scaled_dot_product_attention, causal, bf16, head sizes 64/80/128/256, seq 1k..8k at 16k
       tokens, MHA and GQA (32 heads over 8), PyTorch's default pick and each backend forced.
@@ -81,6 +82,14 @@ def hf_modules(quick):
         rows.append(dict(module=name, shape=shape, fwd_s=tf, bwd_s=tb, elements=inputs[0].numel()))
         print(name, shape, f"{tf * 1e6:.1f} us {tb * 1e6:.1f} us", flush=True)
 
+    # Host dispatch: the same modules on 16 tokens, where every kernel is far below the launch
+    # floor, so the time per call is the host's (Python, dispatcher, autograd) per operator: divide
+    # by the chain's kernel count (configs/frameworks/hf-transformers.yaml) for the per-kernel
+    # dispatch cost offsim does not model yet (docs/models.md).
+    for h in (896, 4096):
+        x = leaf(16, h)
+        add("LlamaRMSNorm", f"16x{h}", [x], LlamaRMSNorm(h).to(DEV).to(BF16))
+        add("NewGELUActivation", f"16x{h}", [x], NewGELUActivation())
     for tokens in ((4096,) if quick else (4096, 16384)):
         for h in (896, 2048, 3072, 5120):
             x = leaf(tokens, h)

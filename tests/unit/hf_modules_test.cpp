@@ -17,14 +17,19 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "models/cost/cost_model.hpp"
+#include "models/experiment.hpp"
 #include "models/transformer/framework.hpp"
 #include "sim/config/config_reader.hpp"
+#include "tests/unit/source_paths.hpp"
 
 namespace offsim::models {
 namespace {
@@ -139,6 +144,93 @@ TEST(HfModules, EveryMeasuredModuleWithinItsToleranceOnTheH100) {
     if (n >= kLargeRow) ++large;
   }
   EXPECT_EQ(large, 22);
+}
+
+}  // namespace
+}  // namespace offsim::models
+
+namespace offsim::models {
+namespace {
+
+// A Llama-shaped layer (t = 128 tokens, hidden h = q = kv = 1024, SwiGLU of f = 4096, RMSNorm,
+// rotary, flash attention) under hf-transformers: the chains' bytes, written out.
+//   forward:  2 RMSNorms 2 x (36 t h + 2 row kernels x 8 t), rotary 20 t (q + kv), the attention
+//             output's copy 4 t q, 2 residual adds 2 x 6 t h, SwiGLU 10 t f;
+//   backward: 2 x (92 t h + 1 row kernel x 8 t), rotary 30 t (q + kv), copy 4 t q, adds 12 t h,
+//             SwiGLU 18 t f.
+// The generic list has one norm kernel (4 t h, 6 t h), rotary 20 / 20 and no copy.
+TEST(HfModules, LlamaLayerKernelsAreTheChainsBytes) {
+  ModelSpec m;
+  m.layers = 1;
+  m.hidden = 1024;
+  m.heads = m.kv_heads = 8;
+  m.ffn = 4096;
+  m.vocab = 32000;
+  m.seq = 128;
+  m.ffn_kind = FfnKind::kSwiglu;
+  m.norm = NormKind::kRmsNorm;
+  m.position = PositionKind::kRope;
+  m.linear_bias = false;
+  const double t = 128.0, h = 1024.0, f = 4096.0;
+  const auto sum = [](const std::vector<ElementwiseKernel>& k, bool backward) {
+    double s = 0.0;
+    for (const auto& x : k) s += backward ? x.backward_bytes : x.forward_bytes;
+    return s;
+  };
+  const auto hf = layer_elementwise_kernels(m, 1, 1, AttentionKernels::kFlash, false, 1, Framework::kHfTransformers);
+  EXPECT_DOUBLE_EQ(sum(hf, false), 2 * (36 * t * h + 2 * 8 * t) + 20 * t * 2 * h + 4 * t * h + 12 * t * h + 10 * t * f);
+  EXPECT_DOUBLE_EQ(sum(hf, true), 2 * (92 * t * h + 8 * t) + 30 * t * 2 * h + 4 * t * h + 12 * t * h + 18 * t * f);
+  const auto generic = layer_elementwise_kernels(m, 1, 1, AttentionKernels::kFlash);
+  EXPECT_DOUBLE_EQ(sum(generic, false), 2 * 4 * t * h + 20 * t * 2 * h + 12 * t * h + 10 * t * f);
+  // Megatron's frameworks run the generic list.
+  const auto megatron =
+      layer_elementwise_kernels(m, 1, 1, AttentionKernels::kFlash, false, 1, Framework::kMegatronCore);
+  EXPECT_DOUBLE_EQ(sum(megatron, false), sum(generic, false));
+}
+
+// GPT-2's config (activation_function gelu_new, resid/attn/embd_pdrop 0.1): gelu_new's chain
+// (36 / 56 B per element of the MLP width) and two hidden dropouts (5 / 5 B each) under
+// hf-transformers; the generic GeLU is one kernel (4 / 6).
+TEST(HfModules, Gpt2GeluNewIsAChainOfEagerKernels) {
+  ModelSpec m;
+  m.layers = 1;
+  m.hidden = 768;
+  m.heads = m.kv_heads = 12;
+  m.ffn = 3072;
+  m.vocab = 50257;
+  m.seq = 64;
+  m.activation = Activation::kGeluNew;
+  m.dropout = m.hidden_dropout = m.attention_dropout = m.embedding_dropout = true;
+  const double t = 64.0, h = 768.0, f = 3072.0;
+  double mlp = 0.0, dropout = 0.0;
+  for (const auto& k :
+       layer_elementwise_kernels(m, 1, 1, AttentionKernels::kFlash, false, 1, Framework::kHfTransformers)) {
+    if (std::string_view(k.kernel) == "hf_gelu_new") mlp += k.forward_bytes + k.backward_bytes;
+    if (std::string_view(k.kernel) == "dropout") dropout += k.forward_bytes;
+  }
+  EXPECT_DOUBLE_EQ(mlp, (36 + 56) * t * f);
+  EXPECT_DOUBLE_EQ(dropout, 2 * 5 * t * h);
+}
+
+// training.framework left out: a Hugging Face config.json under data_parallel trains with
+// transformers (named among the defaults applied); an offsim model file with plain PyTorch.
+TEST(HfModules, FrameworkDefaultFollowsTheModelFileAndStrategy) {
+  const auto dir = testing::scratch_folder("offsim-hf-modules-test");
+  const auto write = [&](const std::string& name, const std::string& model) {
+    const auto file = dir / (name + ".yaml");
+    std::ofstream(file) << fmt::format(
+        "name: {0}\nhardware: !include {1}/configs/hardware/dgx-h100.yaml\nmodel: !include {1}/{2}\n"
+        "training: {{micro_batch: 1, seq: 1024}}\nstrategy: {{kind: data_parallel, dp: 1}}\n",
+        name, OFFSIM_SOURCE_DIR, model);
+    return file;
+  };
+  const auto hf = load_experiment(write("hf", "tests/data/real-inputs/hf/qwen2.5-0.5b-instruct.config.json"), {});
+  EXPECT_EQ(hf.training.framework, Framework::kHfTransformers);
+  bool named = false;
+  for (const auto& d : hf.defaults_applied) named = named || d.rfind("training.framework=hf-transformers", 0) == 0;
+  EXPECT_TRUE(named);
+  const auto offsim = load_experiment(write("offsim", "configs/models/gpt3-1.3b.yaml"), {});
+  EXPECT_EQ(offsim.training.framework, Framework::kPyTorch);
 }
 
 }  // namespace
