@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <set>
 #include <stdexcept>
 
 namespace offsim::models {
@@ -207,6 +208,63 @@ sim::TimePs CostModel::memory_bound_time(sim::Bytes bytes, std::string_view kern
     }
   }
   return std::max(bytes / (device_.memory_bandwidth * efficiency), kernel_floor());
+}
+
+std::optional<std::pair<double, double>> CostModel::sdpa_rates(std::string_view backend, std::int64_t head_dim,
+                                                               std::int64_t seq, bool gqa) const {
+  std::vector<const DeviceCosts::SdpaPoint*> kind;
+  for (const auto& p : device_.sdpa) {
+    if (p.backend == backend && p.gqa == gqa) kind.push_back(&p);
+  }
+  if (kind.empty()) {
+    for (const auto& p : device_.sdpa) {
+      if (p.backend == backend) kind.push_back(&p);
+    }
+  }
+  if (kind.empty()) return std::nullopt;
+  // The measured head sizes and sequences bracketing the query, held at the edges.
+  const auto bracket = [&](auto key, double x) {
+    double lo = -1.0, hi = -1.0, min = 0.0, max = 0.0;
+    bool first = true;
+    for (const auto* p : kind) {
+      const double v = static_cast<double>(key(*p));
+      if (first || v < min) min = v;
+      if (first || v > max) max = v;
+      first = false;
+      if (v <= x && (lo < 0.0 || v > lo)) lo = v;
+      if (v >= x && (hi < 0.0 || v < hi)) hi = v;
+    }
+    if (lo < 0.0) lo = hi = min;
+    if (hi < 0.0) lo = hi = max;
+    return std::pair{lo, hi};
+  };
+  const auto hd = bracket([](const DeviceCosts::SdpaPoint& p) { return p.head_dim; }, static_cast<double>(head_dim));
+  const auto sq = bracket([](const DeviceCosts::SdpaPoint& p) { return p.seq; }, static_cast<double>(seq));
+  // The rates at (d, s) for measured d and s (the grid is full: bench/torch/sdpa_table.py).
+  const auto at = [&](double d, double s) -> std::pair<double, double> {
+    for (const auto* p : kind) {
+      if (static_cast<double>(p->head_dim) == d && static_cast<double>(p->seq) == s) return {p->forward, p->backward};
+    }
+    return {0.0, 0.0};
+  };
+  const auto weight = [](std::pair<double, double> r, double x) {
+    return r.second > r.first ? (x - r.first) / (r.second - r.first) : 0.0;
+  };
+  const double wd = weight(hd, static_cast<double>(std::clamp(static_cast<double>(head_dim), hd.first, hd.second)));
+  const double ls = std::log(static_cast<double>(seq));
+  const double ws = sq.second > sq.first
+                        ? std::clamp((ls - std::log(sq.first)) / (std::log(sq.second) - std::log(sq.first)), 0.0, 1.0)
+                        : 0.0;
+  std::pair<double, double> out{0.0, 0.0};
+  for (const auto& [d, wdd] : {std::pair{hd.first, 1.0 - wd}, std::pair{hd.second, wd}}) {
+    for (const auto& [sv, wss] : {std::pair{sq.first, 1.0 - ws}, std::pair{sq.second, ws}}) {
+      const auto r = at(d, sv);
+      out.first += wdd * wss * r.first;
+      out.second += wdd * wss * r.second;
+    }
+  }
+  if (!(out.first > 0.0) || !(out.second > 0.0)) return std::nullopt;
+  return out;
 }
 
 std::vector<std::string> CostModel::approximations() const {
@@ -483,8 +541,11 @@ void parse_gemm_costs(const Node& gemm, DeviceCosts& d) {
 }
 
 // memory_bound.kernels: !include ../calibration/x.kernels.yaml -- {source,
-// relative_to_streaming: {name: {forward, backward}}}, positive relative efficiencies.
-void parse_kernel_efficiencies(const Node& kernels, DeviceCosts& d) {
+// relative_to_streaming: {name: {forward, backward}}}, positive relative efficiencies, for the
+// classes `names` (the generic kernels' classes, or memory_bound.framework_kernels': the classes
+// of the frameworks' kernel chains, configs/frameworks/).
+template <class Names>
+void parse_kernel_efficiencies(const Node& kernels, const Names& names, DeviceCosts& d) {
   auto& ctx = kernels.context();
   MapReader k(kernels);
   (void)k.required<std::string>("source");
@@ -492,7 +553,8 @@ void parse_kernel_efficiencies(const Node& kernels, DeviceCosts& d) {
   auto table = k.required_child("relative_to_streaming", "a mapping of kernel name to {forward, backward}");
   if (!table) return;
   MapReader t(*table);
-  for (const char* name : kElementwiseKernelClasses) {
+  for (const auto& class_name : names) {
+    const std::string name(class_name);
     const auto found = t.child(name);
     if (!found) continue;
     const Node& entry = *found;
@@ -510,6 +572,49 @@ void parse_kernel_efficiencies(const Node& kernels, DeviceCosts& d) {
   }
 }
 
+// sdpa: !include x.sdpa.yaml -- {source, command, points: [{backend, head_dim, seq, gqa, forward, backward}]},
+// a full grid of head sizes by sequences for each kind (GQA or not) measured.
+void parse_sdpa_points(const Node& node, DeviceCosts& d) {
+  auto& ctx = node.context();
+  MapReader r(node);
+  (void)r.required<std::string>("source");
+  (void)r.optional<std::string>("command", "");
+  auto points = r.required_child("points", "a list of {head_dim, seq, gqa, forward, backward}");
+  if (!points) return;
+  for (const auto& item : points->items()) {
+    MapReader p(item);
+    DeviceCosts::SdpaPoint pt;
+    pt.backend = p.required<std::string>("backend").value;
+    pt.head_dim = p.required<std::int64_t>("head_dim").value;
+    pt.seq = p.required<std::int64_t>("seq").value;
+    pt.gqa = p.required<bool>("gqa").value;
+    pt.forward = p.required<sim::FlopRate>("forward").value.flops_per_s;
+    pt.backward = p.required<sim::FlopRate>("backward").value.flops_per_s;
+    if (pt.head_dim < 1 || pt.seq < 1 || !(pt.forward > 0.0) || !(pt.backward > 0.0)) {
+      ctx.error(item.location(), item.path(), "expected a positive head_dim, seq and rates");
+    }
+    d.sdpa.push_back(pt);
+  }
+  // Every measured head size at every measured sequence, per kind (sdpa_rates interpolates on the grid).
+  std::set<std::string> backends;
+  for (const auto& pt : d.sdpa) backends.insert(pt.backend);
+  for (const auto& backend : backends)
+    for (const bool gqa : {false, true}) {
+      std::set<std::int64_t> dims, seqs;
+      std::size_t n = 0;
+      for (const auto& pt : d.sdpa) {
+        if (pt.gqa != gqa || pt.backend != backend) continue;
+        dims.insert(pt.head_dim);
+        seqs.insert(pt.seq);
+        ++n;
+      }
+      if (n != dims.size() * seqs.size()) {
+        ctx.error(points->location(), points->path(),
+                  "expected every head_dim at every seq (a full grid) per backend and gqa");
+      }
+    }
+}
+
 // parse_device_costs, step 3: memory_bound: {efficiency, source, kernel_launch, kernels}.
 void parse_memory_bound_costs(const Node& mem, DeviceCosts& d) {
   MapReader m(mem);
@@ -521,7 +626,8 @@ void parse_memory_bound_costs(const Node& mem, DeviceCosts& d) {
       d.kernel_launch = *t;
     }
   }
-  if (auto kernels = m.child("kernels")) parse_kernel_efficiencies(*kernels, d);
+  if (auto kernels = m.child("kernels")) parse_kernel_efficiencies(*kernels, kElementwiseKernelClasses, d);
+  if (auto kernels = m.child("framework_kernels")) parse_kernel_efficiencies(*kernels, framework_kernel_classes(), d);
 }
 
 }  // namespace
@@ -536,6 +642,7 @@ std::optional<DeviceCosts> parse_device_costs(const Node& node) {
   if (auto gemm = r.required_child("gemm", "a mapping with efficiency")) parse_gemm_costs(*gemm, d);
   if (auto mem = r.child("memory_bound")) parse_memory_bound_costs(*mem, d);
   if (auto fp8 = r.child("fp8")) d.fp8 = parse_fp8_costs(*fp8, d.device_kind);
+  if (auto sdpa = r.child("sdpa")) parse_sdpa_points(*sdpa, d);
   if (auto fa = r.child("flash_attention")) {
     MapReader f(*fa);
     d.flash_attention = DeviceCosts::FlashAttentionEfficiency{fraction(f, *fa, "forward_efficiency"),

@@ -84,6 +84,16 @@ struct DeviceCosts {
     double forward = 0.0, backward = 0.0;
   };
   std::optional<FlashAttentionEfficiency> flash_attention;
+  // PyTorch's F.scaled_dot_product_attention measured on this device (`sdpa:`), causal, by head
+  // size, sequence and whether K/V heads are shared: FLOP/s of the causal count (2 b h s^2 d
+  // forward; backward 2.5 x that), for the frameworks that call it (pytorch, hf-transformers).
+  struct SdpaPoint {
+    std::string backend;  // "default" (PyTorch's pick) or a forced backend ("flash_attention")
+    std::int64_t head_dim = 0, seq = 0;
+    bool gqa = false;
+    double forward = 0.0, backward = 0.0;
+  };
+  std::vector<SdpaPoint> sdpa;
   // FP8 tensor cores (`fp8:`): absent, no FP8 costs are known for the device; `supported: false`,
   // the device has none (its source says so). Otherwise the FP8 matrix peak and the FP8 GEMMs'
   // efficiency by shape, relative to that peak, as for bf16 (one efficiency for shapes the table
@@ -192,6 +202,12 @@ class CostModel {
                                               bool backward = false) const;
   /// The launch floor alone (zero when the table has none).
   [[nodiscard]] sim::TimePs kernel_floor() const;
+  /// PyTorch SDPA's measured forward and backward rates (FLOP/s, causal count) at a head size and
+  /// sequence: interpolated linearly in head size and in log sequence between the measured points
+  /// of the same kind (GQA or not; the other kind when only it was measured), held at the edges.
+  /// nullopt without an `sdpa:` table.
+  [[nodiscard]] std::optional<std::pair<double, double>> sdpa_rates(std::string_view backend, std::int64_t head_dim,
+                                                                    std::int64_t seq, bool gqa) const;
   [[nodiscard]] const DeviceCosts& device() const { return device_; }
   /// What this model approximates, for the report, including shapes that fell back to the roofline.
   [[nodiscard]] std::vector<std::string> approximations() const;

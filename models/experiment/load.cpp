@@ -383,6 +383,20 @@ void adopt_deepspeed_batch(Context& ctx, const TrainingFromStrategy& from_strate
   adopt(from_strategy.grad_accum, training.grad_accum, "gradient_accumulation_steps");
 }
 
+// training.framework left out: Megatron's frameworks under the megatron strategy (Megatron-Core's
+// kernels: fused norms, the generic list), Hugging Face transformers for a config.json under
+// data_parallel (its model classes are what such a run trains), plain PyTorch modules otherwise.
+// Only the inference that changes the kernels is named among the defaults applied.
+void infer_framework(ExperimentSpec& spec) {
+  if (std::holds_alternative<MegatronSpec>(spec.strategy)) {
+    spec.training.framework = Framework::kMegatronCore;
+  } else if (spec.model.hf_config && std::holds_alternative<DataParallelSpec>(spec.strategy)) {
+    spec.training.framework = Framework::kHfTransformers;
+    spec.defaults_applied.emplace_back(
+        "training.framework=hf-transformers (a Hugging Face config.json under data_parallel)");
+  }
+}
+
 // Step 6 of load_experiment (training a model, not a collective benchmark): the model required,
 // the training section read, the defaults recorded, the DeepSpeed config's batch adopted, then the
 // checks of the strategy against the model and of fp8 against the device.
@@ -402,6 +416,7 @@ void read_training(Context& ctx, MapReader& r, ExperimentSpec& spec, SectionsRea
     grad_accum_at = training_read.grad_accum_at;
   }
   if (read.model_ok && training_node) apply_sequence_length(ctx, *training_node, training_read, spec);
+  if (read.model_ok && read.training_ok && !training_read.framework_given) infer_framework(spec);
   spec.defaults_applied.insert(spec.defaults_applied.end(), training_read.defaults.begin(),
                                training_read.defaults.end());
   spec.defaults_applied.insert(spec.defaults_applied.end(), from_strategy.defaults.begin(),

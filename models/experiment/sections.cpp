@@ -52,42 +52,26 @@ bool tp_splits_model(Context& ctx, const TrainingFromStrategy* training, int tp,
   return false;
 }
 
+// training.framework: the framework whose kernels run; left out, load.cpp infers it from the
+// strategy and the model.
+void read_framework(MapReader& r, TrainingSpec& t, TrainingRead& out) {
+  if (!r.has("framework")) return;
+  const auto fw = r.choice("framework", framework_names(), framework_names().front());
+  if (fw.valid) {
+    if (const auto f = framework_from_name(fw.value)) t.framework = *f;
+  }
+  out.framework_given = true;
+}
+
 }  // namespace
 
-std::optional<TrainingSpec> parse_training(const Node& node, TrainingRead* read) {
+namespace {
+
+// training.precision: bf16 mixed precision, or FP8 GEMMs as Transformer Engine runs them
+// (models/transformer/fp8.hpp) with its recipe and amax history; the device's FP8 support is checked
+// against its cost table once both are read (load.cpp).
+void read_precision(MapReader& r, const Node& node, TrainingSpec& t) {
   auto& ctx = node.context();
-  const std::size_t errors_before = ctx.error_count();
-  MapReader r(node);
-  TrainingSpec t;
-  TrainingRead unused;
-  TrainingRead& out = read ? *read : unused;
-  // A key left out takes configs/defaults.yaml's value, named in the report when it moves a result.
-  const auto defaulted = [&](const char* key) {
-    if (r.has(key)) return false;
-    out.defaults.push_back(fmt::format("training.{}={}", key, defaults::text(std::string("training.") + key)));
-    return true;
-  };
-  const auto mb = r.required<std::int64_t>("micro_batch");
-  const auto ga = defaulted("grad_accum") ? sim::config::Located<std::int64_t>{defaults::integer("training.grad_accum"),
-                                                                               node.location(), true}
-                                          : r.required<std::int64_t>("grad_accum");
-  for (const auto& [v, key] : {std::pair{mb, "micro_batch"}, std::pair{ga, "grad_accum"}}) {
-    if (v.valid) (void)check_range(ctx, v.loc, node.child_path(key), v.value, ranges::kBatch);
-  }
-  t.micro_batch = mb.value;
-  t.grad_accum = ga.value;
-  out.grad_accum_at = ga.loc;
-  // The sequence length trained; checked against the model's context once both are read (load.cpp).
-  if (r.has("seq")) {
-    const auto seq = r.required<std::int64_t>("seq");
-    if (seq.valid && (seq.value < 1 || seq.value > kMaxSeq)) {
-      ctx.error(seq.loc, node.child_path("seq"), fmt::format("expected 1 to {} tokens, got {}", kMaxSeq, seq.value));
-    } else if (seq.valid) {
-      out.seq = seq;
-    }
-  }
-  // bf16 mixed precision, or FP8 GEMMs as Transformer Engine runs them (models/transformer/fp8.hpp);
-  // the device's FP8 support is checked against its cost table once both are read (load.cpp).
   const auto precision = r.choice("precision", {"bf16", "fp8"}, defaults::text("training.precision"));
   const auto recipe = r.optional<std::string>("fp8_recipe", std::string{"delayed"});
   const auto history = r.optional<std::int64_t>("fp8_amax_history", 1024);
@@ -124,6 +108,44 @@ std::optional<TrainingSpec> parse_training(const Node& node, TrainingRead* read)
       }
     }
   }
+}
+
+}  // namespace
+
+std::optional<TrainingSpec> parse_training(const Node& node, TrainingRead* read) {
+  auto& ctx = node.context();
+  const std::size_t errors_before = ctx.error_count();
+  MapReader r(node);
+  TrainingSpec t;
+  TrainingRead unused;
+  TrainingRead& out = read ? *read : unused;
+  // A key left out takes configs/defaults.yaml's value, named in the report when it moves a result.
+  const auto defaulted = [&](const char* key) {
+    if (r.has(key)) return false;
+    out.defaults.push_back(fmt::format("training.{}={}", key, defaults::text(std::string("training.") + key)));
+    return true;
+  };
+  const auto mb = r.required<std::int64_t>("micro_batch");
+  const auto ga = defaulted("grad_accum") ? sim::config::Located<std::int64_t>{defaults::integer("training.grad_accum"),
+                                                                               node.location(), true}
+                                          : r.required<std::int64_t>("grad_accum");
+  for (const auto& [v, key] : {std::pair{mb, "micro_batch"}, std::pair{ga, "grad_accum"}}) {
+    if (v.valid) (void)check_range(ctx, v.loc, node.child_path(key), v.value, ranges::kBatch);
+  }
+  t.micro_batch = mb.value;
+  t.grad_accum = ga.value;
+  out.grad_accum_at = ga.loc;
+  // The sequence length trained; checked against the model's context once both are read (load.cpp).
+  if (r.has("seq")) {
+    const auto seq = r.required<std::int64_t>("seq");
+    if (seq.valid && (seq.value < 1 || seq.value > kMaxSeq)) {
+      ctx.error(seq.loc, node.child_path("seq"), fmt::format("expected 1 to {} tokens, got {}", kMaxSeq, seq.value));
+    } else if (seq.valid) {
+      out.seq = seq;
+    }
+  }
+  read_precision(r, node, t);
+  read_framework(r, t, out);
   (void)defaulted("recompute");
   const std::string recompute =
       r.choice("recompute", {"none", "selective", "full"}, defaults::text("training.recompute")).value;

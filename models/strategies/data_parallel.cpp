@@ -203,6 +203,14 @@ class DataParallelBuilder {
     const std::int64_t vocab_on_rank = (m.vocab + tp - 1) / tp;
     logits = Bytes{train.micro_batch * m.seq * vocab_on_rank * kLogitBytesPerElement};
     loss_workspace = Bytes{train.micro_batch * m.seq * vocab_on_rank * kLossWorkspaceBytesPerElement};
+    loss_grad_workspace = loss_workspace;
+    // A framework that names its loss's fp32 buffers (Hugging Face: nll_loss's gradient and the
+    // log-softmax's input gradient at once in backward, configs/frameworks/hf-transformers.yaml).
+    if (const auto& fw = framework_profile(train.framework); fw.loss_workspace_backward > 0.0) {
+      const double logits_on_rank = static_cast<double>(train.micro_batch * m.seq * vocab_on_rank);
+      loss_workspace = Bytes{static_cast<std::int64_t>(fw.loss_workspace_forward * logits_on_rank)};
+      loss_grad_workspace = Bytes{static_cast<std::int64_t>(fw.loss_workspace_backward * logits_on_rank)};
+    }
     w = layer_forward(m, train.micro_batch, train.flash_attention);
     if (train.recompute == Recompute::kFull) recomputed = w.gemm + w.attention;
     if (train.recompute == Recompute::kSelective) recomputed = w.attention;
@@ -275,7 +283,8 @@ class DataParallelBuilder {
   KernelTimes k;
   Bytes stored;
   Bytes logits;
-  Bytes loss_workspace;
+  Bytes loss_workspace;       // the loss's transient buffers in forward
+  Bytes loss_grad_workspace;  // and in backward
   // Megatron's tensor-parallel layer: an all-reduce of the micro-batch's activations after the
   // attention and after the MLP in forward, two in backward (four with full recomputation).
   const std::int64_t activation_elements = train.micro_batch * m.seq * m.hidden;
@@ -453,10 +462,10 @@ class DataParallelBuilder {
     std::size_t item = 0;
     run_module(modules.back(), mbs + ".bwd", [&](int r, std::vector<TaskId> deps) {
       deps.push_back(
-          timeline.alloc(r, mbs + ".alloc.loss_grad", phase::kBackward, "activations", loss_workspace, {prev[r]}));
+          timeline.alloc(r, mbs + ".alloc.loss_grad", phase::kBackward, "activations", loss_grad_workspace, {prev[r]}));
       b_first[r] = timeline.compute(r, mbs + ".bwd.head", phase::kBackward, k.head_bwd, head_flops * 2.0, "gemm",
                                     std::move(deps));
-      timeline.release(r, mbs + ".free.loss_grad", phase::kBackward, "activations", loss_workspace, {b_first[r]});
+      timeline.release(r, mbs + ".free.loss_grad", phase::kBackward, "activations", loss_grad_workspace, {b_first[r]});
       if (reduces) {
         reduction->produced(item, r, b_first[r], b_first[r]);
       }

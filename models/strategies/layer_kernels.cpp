@@ -129,6 +129,29 @@ LayerGemmTimes layer_gemm_times(const CostModel& c, const TrainingSpec& t, const
       continue;
     }
     const bool fused = g.attention_core && t.flash_attention;
+    // Hugging Face's sdpa attention at the device's measured SDPA rates. The generic pytorch
+    // framework keeps the GEMM-grid cost (its validation group, bench/torch/transformer_bench.py,
+    // and llm-foundry's runs came out further off with the SDPA table: docs/models.md).
+    const bool torch_sdpa = t.framework == Framework::kHfTransformers;
+    // With dropout on the probabilities the run takes FlashAttention's backend (the kernel
+    // PyTorch's default pick, cuDNN's, is measured without dropout only).
+    const bool prob_dropout = t.framework == Framework::kHfTransformers ? m.attention_dropout : m.dropout;
+    if (const auto sdpa = fused && torch_sdpa && !m.mla() ? c.sdpa_rates(prob_dropout ? "flash_attention" : "default",
+                                                                         m.head_dim(), m.seq, m.kv_heads < m.heads)
+                                                          : std::nullopt) {
+      // PyTorch's scaled_dot_product_attention at its measured rates (the backend it picks by
+      // default): one kernel for Q K^T and P V, the causal FLOPs of Q K^T's shape (2 b h s span d)
+      // forward, 2.5 x those backward.
+      if (g.name != "attention_scores") continue;
+      const double flops = g.flops();
+      const TimePs fwd = sim::duration_of(flops, sdpa->first, "FLOP");
+      const TimePs bwd = sim::duration_of(kFlashBackwardOverForward * flops, sdpa->second, "FLOP");
+      out.forward += fwd;
+      out.attention_core += fwd;
+      out.backward += bwd;
+      k.attention_bwd += bwd;
+      continue;
+    }
     if (fused && measured_flash) {
       // The device's measured flash-attention kernels: forward FLOPs at the forward efficiency,
       // 2.5 x those FLOPs at the backward efficiency (FlashAttention-2's own count).
@@ -176,7 +199,7 @@ LayerElementwiseTimes layer_elementwise_times(const CostModel& c, const Training
                                               KernelTimes& k) {
   LayerElementwiseTimes out;
   for (const auto& kernel :
-       layer_elementwise_kernels(m, t.micro_batch, tp, t.attention_kernels(), sequence_parallel, ep)) {
+       layer_elementwise_kernels(m, t.micro_batch, tp, t.attention_kernels(), sequence_parallel, ep, t.framework)) {
     if (kernel.forward_bytes > 0.0) {
       const TimePs d = c.memory_bound_time(Bytes{static_cast<std::int64_t>(kernel.forward_bytes)}, kernel.kernel);
       out.forward += d;
@@ -216,8 +239,27 @@ void head_embedding_and_adam_times(const CostModel& c, const TrainingSpec& t, co
   const std::int64_t tokens = t.micro_batch * m.seq;
   const GemmShape head = head_gemm(m, t.micro_batch, tp);
   const Bytes logits{tokens * ((m.vocab + tp - 1) / tp) * kLogitBytesPerElement};
-  k.head_fwd = c.gemm_time(head) + c.memory_bound_time(logits);
-  k.head_bwd = gradient_gemms_time(c, head) + c.memory_bound_time(logits);
+  k.head_fwd = c.gemm_time(head);
+  k.head_bwd = gradient_gemms_time(c, head);
+  const FrameworkProfile& f = framework_profile(t.framework);
+  if (const ModuleChain* loss = f.chain("loss")) {
+    // The framework's loss kernels one by one over the logits (Hugging Face: upcast to fp32, then
+    // log-softmax and NLL; backward their gradients and the cast back).
+    const double n = static_cast<double>(tokens * ((m.vocab + tp - 1) / tp));
+    const auto cost = [&](const std::vector<ChainKernel>& chain, bool backward) {
+      TimePs sum{0};
+      for (const auto& kernel : chain) {
+        const double bytes = kernel.bytes > 0.0 ? kernel.bytes * n : 8.0 * static_cast<double>(tokens);
+        sum += c.memory_bound_time(Bytes{static_cast<std::int64_t>(bytes)}, kernel.kernel_class, backward);
+      }
+      return sum;
+    };
+    k.head_fwd += cost(loss->forward, false);
+    k.head_bwd += cost(loss->backward, true);
+  } else {
+    k.head_fwd += c.memory_bound_time(logits);
+    k.head_bwd += c.memory_bound_time(logits);
+  }
   if (m.logit_softcap) {
     // cap x tanh(logits / cap) as Hugging Face's Gemma2ForCausalLM runs it: divide, tanh, multiply,
     // each reading and writing the bf16 logits (4 B an element); backward alike.
@@ -229,6 +271,15 @@ void head_embedding_and_adam_times(const CostModel& c, const TrainingSpec& t, co
   }
   k.embed_fwd = c.memory_bound_time(Bytes{tokens * m.hidden * kBf16Bytes});
   k.embed_bwd = c.memory_bound_time(Bytes{tokens * m.hidden * kBf16Bytes * 2});
+  if (const ModuleChain* drop = f.chain("embedding_dropout"); drop && m.embedding_dropout) {
+    const double e = static_cast<double>(tokens * m.hidden);
+    for (const auto& kernel : drop->forward) {
+      k.embed_fwd += c.memory_bound_time(Bytes{static_cast<std::int64_t>(kernel.bytes * e)}, kernel.kernel_class);
+    }
+    for (const auto& kernel : drop->backward) {
+      k.embed_bwd += c.memory_bound_time(Bytes{static_cast<std::int64_t>(kernel.bytes * e)}, kernel.kernel_class, true);
+    }
+  }
   k.adam = c.memory_bound_time(Bytes{params_on_rank * kAdamTrafficBytesPerParam});
 }
 
@@ -294,6 +345,19 @@ std::string non_gemm_kernels_approximation(const TrainingSpec& t) {
     case AttentionKernels::kFlash:
       attention = "attention scale, mask, softmax and dropout inside flash attention";
       break;
+  }
+  if (t.framework == Framework::kHfTransformers) {
+    return fmt::format(
+        "non-GEMM layer kernels are Hugging Face transformers' eager kernels one by one, each costed by its HBM "
+        "bytes at its class's efficiency measured on the H100 (configs/frameworks/hf-transformers.yaml: RMSNorm "
+        "in fp32 as 8 kernels forward and 14 backward, rotary embedding as mul/neg/cat/mul/add, gelu_new as 8 "
+        "kernels, SwiGLU as silu then mul, dropouts from the config's keys, the attention output's copy, the loss "
+        "on logits upcast to fp32; {}); attention by the device's measured SDPA rates where its table has them "
+        "(FlashAttention's with dropout on the probabilities, PyTorch's default pick otherwise), measured at 16k "
+        "tokens per call; the host's per-operator dispatch (about 14-20 us per eager operator on the measured "
+        "host) is not modelled, so small shapes come out fast; repeat_kv copies for GQA and the rotary cos/sin "
+        "computation are not costed",
+        attention);
   }
   return fmt::format(
       "non-GEMM layer kernels are PyTorch's eager kernels (norms, activation, dropouts, residual adds, bias "

@@ -192,6 +192,21 @@ class HfConfigReader {
   void choice(std::string_view key, const std::vector<std::string>& choices, const std::string& fallback) {
     (void)r_.choice(key, choices, fallback);
   }
+  // An activation key of the GeLU families: gelu_new and gelu_fast run as transformers' Python
+  // formulas (NewGELUActivation, FastGELUActivation: chains of eager kernels); gelu (nn.functional.gelu),
+  // gelu_pytorch_tanh and relu as one PyTorch kernel each.
+  void gelu_activation(std::string_view key, const std::string& fallback) {
+    const auto act = r_.choice(key, {"gelu_new", "gelu", "gelu_fast", "gelu_pytorch_tanh", "relu"}, fallback);
+    m_.activation = act.value == "gelu_new" || act.value == "gelu_fast" ? Activation::kGeluNew : Activation::kGelu;
+  }
+  // The dropout keys, each with its family's default (0 when the family has no such key): on the
+  // hidden state (twice a layer), on the attention probabilities, after the embedding.
+  void dropouts(double hidden, double attention, double embedding) {
+    m_.hidden_dropout = hidden > 0.0;
+    m_.attention_dropout = attention > 0.0;
+    m_.embedding_dropout = embedding > 0.0;
+    m_.dropout = m_.hidden_dropout || m_.attention_dropout || m_.embedding_dropout;
+  }
 
   // The sizes every family has, under its own key names.
   void read_sizes(std::string_view layers, std::string_view hidden, std::string_view heads) {
@@ -244,7 +259,7 @@ class HfConfigReader {
       (void)r_.child("cache_implementation");
     }
     m_.linear_bias = flag_or("attention_bias", false);
-    m_.dropout = number_or("attention_dropout", 0.0) > 0.0;
+    dropouts(0.0, number_or("attention_dropout", 0.0), 0.0);
     if (t == "mixtral") {
       m_.ffn = positive("intermediate_size");
       m_.experts = positive("num_local_experts");
@@ -334,7 +349,7 @@ class HfConfigReader {
     choice("hidden_act", {"silu"}, "silu");
     m_.tied_embeddings = flag_or("tie_word_embeddings", false);
     m_.linear_bias = flag_or("attention_bias", false);
-    m_.dropout = number_or("attention_dropout", 0.0) > 0.0;
+    dropouts(0.0, number_or("attention_dropout", 0.0), 0.0);
     read_deepseek_moe();
     const std::string topk =
         r_.optional<std::string>("topk_method", std::string{t == "deepseek_v3" ? "noaux_tc" : "greedy"}).value;
@@ -359,7 +374,8 @@ class HfConfigReader {
     m_.tied_embeddings = flag_or("tie_word_embeddings", false);
     m_.linear_bias = true;
     // GPTNeoXConfig defaults: hidden_dropout 0.0, attention_dropout 0.0.
-    m_.dropout = number_or("hidden_dropout", 0.0) > 0.0 || number_or("attention_dropout", 0.0) > 0.0;
+    dropouts(number_or("hidden_dropout", 0.0), number_or("attention_dropout", 0.0), 0.0);
+    gelu_activation("hidden_act", "gelu");  // GPTNeoXConfig's default
   }
 
   void read_gpt2() {
@@ -373,8 +389,9 @@ class HfConfigReader {
     m_.position = PositionKind::kLearned;
     m_.tied_embeddings = flag_or("tie_word_embeddings", true);
     m_.linear_bias = true;
-    // GPT2Config defaults: resid_pdrop 0.1, attn_pdrop 0.1.
-    m_.dropout = number_or("resid_pdrop", 0.1) > 0.0 || number_or("attn_pdrop", 0.1) > 0.0;
+    // GPT2Config defaults: resid_pdrop 0.1, attn_pdrop 0.1, embd_pdrop 0.1, activation_function gelu_new.
+    dropouts(number_or("resid_pdrop", 0.1), number_or("attn_pdrop", 0.1), number_or("embd_pdrop", 0.1));
+    gelu_activation("activation_function", "gelu_new");
   }
 
   void read_falcon() {
@@ -399,7 +416,7 @@ class HfConfigReader {
     m_.parallel_block = flag_or("parallel_attn", true) && !new_arch;
     m_.tied_embeddings = flag_or("tie_word_embeddings", true);
     m_.linear_bias = flag_or("bias", false);
-    m_.dropout = number_or("hidden_dropout", 0.0) > 0.0 || number_or("attention_dropout", 0.0) > 0.0;
+    dropouts(number_or("hidden_dropout", 0.0), number_or("attention_dropout", 0.0), 0.0);
   }
 
   void read_opt() {
@@ -422,7 +439,9 @@ class HfConfigReader {
     m_.position = PositionKind::kLearned;
     m_.tied_embeddings = flag_or("tie_word_embeddings", true);
     m_.linear_bias = flag_or("enable_bias", true);
-    m_.dropout = number_or("dropout", 0.1) > 0.0 || number_or("attention_dropout", 0.0) > 0.0;
+    // OPTDecoder: config.dropout after the embeddings and after attention and fc2.
+    const double dropout = number_or("dropout", 0.1);
+    dropouts(dropout, number_or("attention_dropout", 0.0), dropout);
   }
 
   void read_phi() {
@@ -432,7 +451,7 @@ class HfConfigReader {
     m_.seq = positive("max_position_embeddings");
     m_.kv_heads = positive_or("num_key_value_heads", m_.heads);
     m_.ffn = positive("intermediate_size");
-    choice("hidden_act", {"gelu_new", "gelu", "gelu_fast", "gelu_pytorch_tanh"}, "gelu_new");
+    gelu_activation("hidden_act", "gelu_new");
     m_.ffn_kind = FfnKind::kGelu;
     m_.norm = NormKind::kLayerNorm;
     m_.position = PositionKind::kRope;
@@ -441,7 +460,8 @@ class HfConfigReader {
     m_.linear_bias = true;
     m_.parallel_block = true;  // PhiDecoderLayer: one input_layernorm feeds attention and MLP
     m_.head_bias = true;       // PhiForCausalLM's lm_head has a bias
-    m_.dropout = number_or("resid_pdrop", 0.0) > 0.0 || number_or("attention_dropout", 0.0) > 0.0;
+    // PhiConfig defaults: resid_pdrop 0.0, attention_dropout 0.0, embd_pdrop 0.0.
+    dropouts(number_or("resid_pdrop", 0.0), number_or("attention_dropout", 0.0), number_or("embd_pdrop", 0.0));
   }
 
   const sim::config::Node& node_;
@@ -452,8 +472,17 @@ class HfConfigReader {
 
 }  // namespace
 
+namespace {
+// A Hugging Face config.json, marked as one (training.framework's default reads it).
+std::optional<ModelSpec> read_hf_config(const sim::config::Node& node) {
+  auto m = HfConfigReader(node).read();
+  if (m) m->hf_config = true;
+  return m;
+}
+}  // namespace
+
 std::optional<ModelSpec> parse_model(const sim::config::Node& node) {
-  if (node.is_map() && node.yaml()["model_type"]) return HfConfigReader(node).read();
+  if (node.is_map() && node.yaml()["model_type"]) return read_hf_config(node);
   auto& ctx = node.context();
   const std::size_t errors_before = ctx.error_count();
   sim::config::MapReader r(node);
@@ -483,6 +512,7 @@ std::optional<ModelSpec> parse_model(const sim::config::Node& node) {
   // Dropout kernels (after attention, on its probabilities, after the MLP), as GPT-2/3 and
   // Megatron-LM's GPT train with; Llama-style models train without. Default: none.
   m.dropout = r.optional<bool>("dropout", false).value;
+  m.hidden_dropout = m.attention_dropout = m.dropout;
   m.qkv_bias = r.optional<bool>("qkv_bias", false).value;
   const auto head_dim = r.optional<std::int64_t>("head_dim", 0);
   if (head_dim.valid && head_dim.value < 0)

@@ -1,5 +1,7 @@
 #include "models/transformer/transformer.hpp"
 
+#include "models/transformer/framework.hpp"
+
 #include <fmt/format.h>
 #include <algorithm>
 #include <cmath>
@@ -213,28 +215,60 @@ struct ElementwiseSizes {
   double kv;      // the rank's key (or value) width
 };
 
-// Step 1: the norms. Per layer: read x, write y; backward reads x and dy, writes dx (2 B each).
-// With multi-head latent attention the latents' norms too, with QK norm Q's and K's.
-void add_norm_kernels(const ModelSpec& m, const ElementwiseSizes& z, std::vector<ElementwiseKernel>& k) {
-  for (int n = 0; n < m.norms_per_layer(); ++n) k.push_back({"layernorm", 4.0 * z.e, 6.0 * z.e});
+// A framework's chain of kernels (framework.hpp) on `elements` elements in `rows` rows: each
+// kernel of it on its own, forward and backward; a kernel on one value per row (bytes 0 in the
+// data) reads and writes a 4 B value per row.
+void add_chain(const ModuleChain& chain, double elements, double rows, std::vector<ElementwiseKernel>& k,
+               bool attention_core = false) {
+  const auto bytes = [&](const ChainKernel& c) { return c.bytes > 0.0 ? c.bytes * elements : 8.0 * rows; };
+  for (const auto& c : chain.forward) k.push_back({c.kernel_class.c_str(), bytes(c), 0.0, attention_core});
+  for (const auto& c : chain.backward) k.push_back({c.kernel_class.c_str(), 0.0, bytes(c), attention_core});
+}
+
+// One norm over `elements` elements of `rows` rows: the framework's RMSNorm chain for an RMSNorm
+// when it has one (Hugging Face's LlamaRMSNorm: fp32 eager kernels), else one fused norm kernel
+// (PyTorch's layer_norm, apex's and Transformer Engine's norms): read x, write y; backward reads x
+// and dy, writes dx (2 B each).
+void add_norm(bool rms, const FrameworkProfile& f, double elements, double rows, std::vector<ElementwiseKernel>& k) {
+  if (const ModuleChain* chain = rms ? f.chain("rmsnorm") : nullptr) {
+    add_chain(*chain, elements, rows, k);
+    return;
+  }
+  k.push_back({"layernorm", 4.0 * elements, 6.0 * elements});
+}
+
+// Step 1: the norms, per layer. With multi-head latent attention the latents' norms too, with QK
+// norm Q's and K's.
+void add_norm_kernels(const ModelSpec& m, const ElementwiseSizes& z, const FrameworkProfile& f,
+                      std::vector<ElementwiseKernel>& k) {
+  const bool rms = m.norm == NormKind::kRmsNorm;
+  for (int n = 0; n < m.norms_per_layer(); ++n) add_norm(rms, f, z.e, z.e / static_cast<double>(m.hidden), k);
   if (m.mla()) {
     // The latents' RMSNorms (q_a_layernorm, kv_a_layernorm), whole on every rank.
-    k.push_back(
-        {"layernorm", 4.0 * z.t * static_cast<double>(m.q_lora_rank), 6.0 * z.t * static_cast<double>(m.q_lora_rank)});
-    k.push_back({"layernorm", 4.0 * z.t * static_cast<double>(m.kv_lora_rank),
-                 6.0 * z.t * static_cast<double>(m.kv_lora_rank)});
+    add_norm(true, f, z.t * static_cast<double>(m.q_lora_rank), z.t, k);
+    add_norm(true, f, z.t * static_cast<double>(m.kv_lora_rank), z.t, k);
   }
   if (m.qk_norm) {
     // Q's and K's per-head RMSNorm (Qwen3): a norm kernel each over this rank's heads, not split
     // by sequence parallelism (it runs inside the attention block).
-    k.push_back({"layernorm", 4.0 * z.t * z.q, 6.0 * z.t * z.q});
-    k.push_back({"layernorm", 4.0 * z.t * z.kv, 6.0 * z.t * z.kv});
+    const double d = static_cast<double>(m.head_dim());
+    add_norm(true, f, z.t * z.q, z.t * z.q / d, k);
+    add_norm(true, f, z.t * z.kv, z.t * z.kv / d, k);
   }
 }
 
 // Step 2: the rotary embedding of Q and K, for models with rotary positions.
-void add_rotary_kernel(const ModelSpec& m, const ElementwiseSizes& z, std::vector<ElementwiseKernel>& k) {
+void add_rotary_kernel(const ModelSpec& m, const ElementwiseSizes& z, const FrameworkProfile& f,
+                       std::vector<ElementwiseKernel>& k) {
   if (m.position != PositionKind::kRope) return;
+  const double qk = z.t * (z.q + z.kv);
+  if (const ModuleChain* chain = f.chain("rotary")) {
+    // The framework's chain on the rotated slice of Q and K; a partial rotation's split and join
+    // as below.
+    add_chain(*chain, m.rotary_fraction * qk, 0.0, k);
+    if (m.rotary_fraction < 1.0) k.push_back({"activation", 4.0 * qk, 4.0 * qk});
+    return;
+  }
   // Rotary embedding of Q and K as eager PyTorch runs it (Hugging Face's and Megatron-DeepSpeed's
   // apply_rotary_pos_emb: x * cos + rotate_half(x) * sin, rotate_half = cat(-x2, x1), cos and sin
   // cached in x's dtype). Forward per element: x * cos (read, write: 4 B), the negated half
@@ -244,14 +278,13 @@ void add_rotary_kernel(const ModelSpec& m, const ElementwiseSizes& z, std::vecto
   // (Transformer Engine, flash-attn) reads and writes once: 4 B. With rotary positions on part
   // of each head (GPT-NeoX, Phi), the rotated slice costs the above and the slices are joined
   // again (read, write: 4 B over the whole width), and split back in backward alike.
-  const double qk = z.t * (z.q + z.kv);
   const double bytes = 20.0 * m.rotary_fraction * qk + (m.rotary_fraction < 1.0 ? 4.0 * qk : 0.0);
   k.push_back({"activation", bytes, bytes});
 }
 
 // Step 3: the kernels that turn the attention scores into probabilities, where the attention
 // kernels leave them to run on their own (soft-capping, scaling, masking, softmax, dropout).
-void add_attention_score_kernels(const ModelSpec& m, AttentionKernels attention, double scores,
+void add_attention_score_kernels(const ModelSpec& m, AttentionKernels attention, double scores, bool dropout,
                                  std::vector<ElementwiseKernel>& k) {
   if (m.attention_softcap && attention != AttentionKernels::kFlash) {
     // cap x tanh(scores / cap) as eager PyTorch runs it (Gemma2's eager attention: divide, tanh,
@@ -262,7 +295,7 @@ void add_attention_score_kernels(const ModelSpec& m, AttentionKernels attention,
     // Scores / sqrt(d) (read, write), then mask fill and softmax (read, write each) and, with
     // dropout, the dropout of the probabilities (read, write, 1 B mask); backward alike.
     k.push_back({"attention_scale", 4.0 * scores, 4.0 * scores, true});
-    const double softmax = m.dropout ? 13.0 : 8.0;
+    const double softmax = dropout ? 13.0 : 8.0;
     k.push_back({"attention_softmax", softmax * scores, softmax * scores, true});
   } else if (attention == AttentionKernels::kFusedSoftmax) {
     // Megatron's scaled_upper_triang_masked_softmax: row i of a head loads its i + 1 unmasked
@@ -274,13 +307,13 @@ void add_attention_score_kernels(const ModelSpec& m, AttentionKernels attention,
     const double s = static_cast<double>(m.seq);
     const double unmasked = (s + 1.0) / (2.0 * s);  // fraction of a row the kernel loads
     k.push_back({"attention_softmax", (2.0 * unmasked + 2.0) * scores, (4.0 * unmasked + 2.0) * scores, true});
-    if (m.dropout) k.push_back({"dropout", 5.0 * scores, 5.0 * scores, true});
+    if (dropout) k.push_back({"dropout", 5.0 * scores, 5.0 * scores, true});
   }
 }
 
 // Step 4: the dropouts and the residual adds on the hidden state, after attention and after the MLP.
-void add_dropout_and_residual_kernels(const ModelSpec& m, double e, std::vector<ElementwiseKernel>& k) {
-  if (m.dropout) {
+void add_dropout_and_residual_kernels(bool dropout, double e, std::vector<ElementwiseKernel>& k) {
+  if (dropout) {
     // After the attention projection and after the MLP: read x, write y and a 1 B mask; backward
     // reads dy and the mask, writes dx.
     k.push_back({"dropout", 5.0 * e, 5.0 * e});
@@ -344,11 +377,17 @@ double add_expert_kernels(const ModelSpec& m, std::int64_t micro_batch, std::int
 // Step 5: the MLP's activation (a dense MLP's, or the experts'). Returns the elements the MLP's
 // GEMMs write on this rank (for bias gradients).
 double add_mlp_kernels(const ModelSpec& m, std::int64_t micro_batch, std::int64_t tp, std::int64_t ep,
-                       const ElementwiseSizes& z, std::vector<ElementwiseKernel>& k) {
+                       const ElementwiseSizes& z, const FrameworkProfile& fw, std::vector<ElementwiseKernel>& k) {
   if (m.moe()) return add_expert_kernels(m, micro_batch, tp, ep, z, k);
   const double gated = m.ffn_kind == FfnKind::kSwiglu ? 2.0 : 1.0;
   const double f = z.t * static_cast<double>(m.ffn / tp);
-  k.push_back(mlp_activation(m, f));
+  const ModuleChain* gelu_new =
+      m.ffn_kind == FfnKind::kGelu && m.activation == Activation::kGeluNew ? fw.chain("gelu_new") : nullptr;
+  if (gelu_new) {
+    add_chain(*gelu_new, f, z.t, k);  // transformers' NewGELUActivation: a chain of eager kernels
+  } else {
+    k.push_back(mlp_activation(m, f));
+  }
   return gated * f + z.e;
 }
 
@@ -365,7 +404,7 @@ void add_bias_gradient_kernel(const ModelSpec& m, const ElementwiseSizes& z, dou
 
 std::vector<ElementwiseKernel> layer_elementwise_kernels(const ModelSpec& m, std::int64_t micro_batch, std::int64_t tp,
                                                          AttentionKernels attention, bool sequence_parallel,
-                                                         std::int64_t ep) {
+                                                         std::int64_t ep, Framework framework) {
   const double t = static_cast<double>(micro_batch * m.seq);  // tokens
   const ElementwiseSizes z{
       t,
@@ -377,12 +416,17 @@ std::vector<ElementwiseKernel> layer_elementwise_kernels(const ModelSpec& m, std
       static_cast<double>(m.q_width() / tp),
       static_cast<double>(m.kv_width() / tp),
   };
+  const FrameworkProfile& f = framework_profile(framework);
+  // Hugging Face configs name each dropout (framework hf-transformers); the generic kernels follow
+  // the model's `dropout`.
+  const bool hf = framework == Framework::kHfTransformers;
   std::vector<ElementwiseKernel> k;
-  add_norm_kernels(m, z, k);
-  add_rotary_kernel(m, z, k);
-  add_attention_score_kernels(m, attention, z.scores, k);
-  add_dropout_and_residual_kernels(m, z.e, k);
-  const double mlp_outputs = add_mlp_kernels(m, micro_batch, tp, ep, z, k);
+  add_norm_kernels(m, z, f, k);
+  add_rotary_kernel(m, z, f, k);
+  add_attention_score_kernels(m, attention, z.scores, hf ? m.attention_dropout : m.dropout, k);
+  if (const ModuleChain* copy = f.chain("attention_output")) add_chain(*copy, z.t * z.q, z.t, k);
+  add_dropout_and_residual_kernels(hf ? m.hidden_dropout : m.dropout, z.e, k);
+  const double mlp_outputs = add_mlp_kernels(m, micro_batch, tp, ep, z, f, k);
   add_bias_gradient_kernel(m, z, mlp_outputs, k);
   return k;
 }

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "models/transformer/framework.hpp"
 #include "sim/core/units.hpp"
 
 namespace offsim::models {
@@ -17,6 +18,10 @@ enum class FfnKind { kGelu, kSwiglu };
 enum class NormKind { kLayerNorm, kRmsNorm };
 enum class PositionKind { kLearned, kRope };
 enum class Recompute { kNone, kSelective, kFull };
+/// The MLP's activation function as the framework writes it: one PyTorch kernel (F.gelu, exact or
+/// tanh-approximated, ReLU, SiLU), or Hugging Face's gelu_new / gelu_fast (GPT-2, Phi), a Python
+/// formula that runs as a chain of eager kernels (configs/frameworks/hf-transformers.yaml).
+enum class Activation { kGelu, kGeluNew };
 
 /// What runs between the attention's two batched products (Q K^T, then P V) when the scores are
 /// materialised, or flash attention, which never writes them out.
@@ -47,7 +52,16 @@ struct ModelSpec {
   PositionKind position = PositionKind::kLearned;
   bool tied_embeddings = false;
   bool linear_bias = true;
-  bool dropout = false;   // dropout after attention, on its probabilities and after the MLP (GPT-2/3)
+  bool dropout = false;  // dropout after attention, on its probabilities and after the MLP (GPT-2/3)
+  // A Hugging Face config.json's dropout keys, each > 0 (`dropout` above is any of them): on the
+  // hidden state after attention and after the MLP (resid_pdrop, hidden_dropout), on the attention
+  // probabilities (attn_pdrop, attention_dropout), after the embedding (embd_pdrop). Read by the
+  // hf-transformers framework's kernels; an offsim model's `dropout` sets the first two.
+  bool hidden_dropout = false;
+  bool attention_dropout = false;
+  bool embedding_dropout = false;
+  Activation activation = Activation::kGelu;
+  bool hf_config = false;  // read from a Hugging Face config.json (training.framework's default)
   bool qkv_bias = false;  // biases on the Q, K and V projections only (Qwen2); linear_bias puts one on every projection
   // Attention and MLP side by side on one shared norm (GPT-J, Phi-2, Falcon-7B): one norm per
   // layer instead of two.
@@ -170,7 +184,8 @@ struct ElementwiseKernel {
 [[nodiscard]] std::vector<ElementwiseKernel> layer_elementwise_kernels(const ModelSpec& m, std::int64_t micro_batch,
                                                                        std::int64_t tp, AttentionKernels attention,
                                                                        bool sequence_parallel = false,
-                                                                       std::int64_t ep = 1);
+                                                                       std::int64_t ep = 1,
+                                                                       Framework framework = Framework::kPyTorch);
 
 /// One matrix multiplication of the forward pass: `batch` independent (M x K) . (K x N) products
 /// on one tensor-parallel rank. Backward runs two GEMMs of the same size per forward GEMM (the

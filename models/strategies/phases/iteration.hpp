@@ -11,6 +11,7 @@
 #include "models/cost/cost_model.hpp"
 #include "models/platform/machine_resources.hpp"
 #include "models/transformer/fp8.hpp"
+#include "models/transformer/framework.hpp"
 #include "models/transformer/transformer.hpp"
 #include "sim/exec/task_graph.hpp"
 #include "topologies/topology.hpp"
@@ -26,6 +27,9 @@ struct TrainingSpec {
   // attention only; `fused_softmax:` in the experiment).
   bool fused_softmax = false;
   std::optional<Fp8Training> fp8;  // `precision: fp8` (Transformer Engine); nullopt: bf16
+  // The framework whose kernels run (`training.framework`; by default from the strategy and the
+  // model's file: a Hugging Face config.json under data_parallel trains with transformers).
+  Framework framework = Framework::kPyTorch;
   [[nodiscard]] AttentionKernels attention_kernels() const {
     if (flash_attention) return AttentionKernels::kFlash;
     return fused_softmax ? AttentionKernels::kFusedSoftmax : AttentionKernels::kUnfused;

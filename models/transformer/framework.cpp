@@ -1,0 +1,119 @@
+// configs/frameworks/*.yaml, compiled in (CMakeLists.txt writes each into a raw string literal)
+// and read once.
+#include "models/transformer/framework.hpp"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <array>
+#include <stdexcept>
+
+namespace offsim::models {
+
+namespace {
+
+constexpr std::string_view kHfTransformersYaml =
+#include "hf_transformers_yaml.inc"
+    ;
+
+std::vector<ChainKernel> read_chain(const YAML::Node& list) {
+  std::vector<ChainKernel> out;
+  for (const auto& k : list) {
+    out.push_back({k["op"].as<std::string>(), k["bytes"].as<double>(),
+                   k["class"] ? k["class"].as<std::string>() : std::string{}});
+  }
+  return out;
+}
+
+FrameworkProfile read_profile(Framework f, std::string_view yaml) {
+  FrameworkProfile p;
+  p.framework = f;
+  const YAML::Node root = YAML::Load(std::string(yaml));
+  if (root["framework"].as<std::string>() != framework_name(f)) {
+    throw std::logic_error("configs/frameworks: profile names another framework");
+  }
+  p.source = root["source"].as<std::string>();
+  for (const auto& kv : root["modules"]) {
+    ModuleChain c;
+    c.source = kv.second["source"].as<std::string>();
+    c.forward = read_chain(kv.second["forward"]);
+    c.backward = read_chain(kv.second["backward"]);
+    p.modules.emplace_back(kv.first.as<std::string>(), std::move(c));
+  }
+  if (const auto w = root["loss_workspace_bytes"]) {
+    p.loss_workspace_forward = w["forward"].as<double>();
+    p.loss_workspace_backward = w["backward"].as<double>();
+  }
+  return p;
+}
+
+double sum_bytes(const std::vector<ChainKernel>& chain) {
+  double b = 0.0;
+  for (const auto& k : chain) b += k.bytes;
+  return b;
+}
+
+}  // namespace
+
+const std::vector<std::string>& framework_names() {
+  static const std::vector<std::string> names{"pytorch", "hf-transformers", "megatron-core", "deepspeed-megatron",
+                                              "nemo"};
+  return names;
+}
+
+std::string_view framework_name(Framework f) {
+  return framework_names()[static_cast<std::size_t>(f)];
+}
+
+std::optional<Framework> framework_from_name(std::string_view name) {
+  const auto& names = framework_names();
+  const auto it = std::find(names.begin(), names.end(), name);
+  if (it == names.end()) return std::nullopt;
+  return static_cast<Framework>(it - names.begin());
+}
+
+double ModuleChain::forward_bytes() const {
+  return sum_bytes(forward);
+}
+double ModuleChain::backward_bytes() const {
+  return sum_bytes(backward);
+}
+
+const ModuleChain* FrameworkProfile::chain(std::string_view module) const {
+  for (const auto& [name, c] : modules) {
+    if (name == module) return &c;
+  }
+  return nullptr;
+}
+
+const FrameworkProfile& framework_profile(Framework f) {
+  static const std::array<FrameworkProfile, 5> profiles = [] {
+    std::array<FrameworkProfile, 5> out;
+    for (std::size_t i = 0; i < out.size(); ++i) out[i].framework = static_cast<Framework>(i);
+    out[static_cast<std::size_t>(Framework::kHfTransformers)] =
+        read_profile(Framework::kHfTransformers, kHfTransformersYaml);
+    return out;
+  }();
+  return profiles[static_cast<std::size_t>(f)];
+}
+
+const std::vector<std::string>& framework_kernel_classes() {
+  static const std::vector<std::string> classes = [] {
+    std::vector<std::string> out;
+    for (std::size_t i = 0; i < framework_names().size(); ++i) {
+      for (const auto& [name, c] : framework_profile(static_cast<Framework>(i)).modules) {
+        for (const auto* chain : {&c.forward, &c.backward}) {
+          for (const auto& k : *chain) {
+            if (!k.kernel_class.empty() && std::find(out.begin(), out.end(), k.kernel_class) == out.end()) {
+              out.push_back(k.kernel_class);
+            }
+          }
+        }
+      }
+    }
+    return out;
+  }();
+  return classes;
+}
+
+}  // namespace offsim::models

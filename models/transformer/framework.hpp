@@ -1,0 +1,68 @@
+#pragma once
+// Training frameworks and the kernels each launches where offsim's generic PyTorch kernel list
+// (layer_elementwise_kernels) does not describe them: `training.framework` picks one. The chains
+// of eager operators are data (configs/frameworks/<name>.yaml, compiled in), each citing the
+// framework's source; the cost model streams every kernel of a chain at the device's measured
+// efficiency for its class, never below the launch floor (layer_kernels.cpp).
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace offsim::models {
+
+enum class Framework {
+  /// Plain PyTorch modules (F.layer_norm, F.gelu, F.scaled_dot_product_attention), as
+  /// bench/torch/transformer_bench.py and nanoGPT-style code run them: the generic kernel list.
+  kPyTorch,
+  /// Hugging Face transformers' model classes in eager autograd with SDPA attention: the chains of
+  /// configs/frameworks/hf-transformers.yaml replace the generic norm, rotary, gelu_new,
+  /// embedding-dropout and loss kernels.
+  kHfTransformers,
+  /// Megatron-Core, Megatron-DeepSpeed and NeMo (Megatron-Core underneath): fused norms (apex /
+  /// Transformer Engine), the generic list; their fused softmax is `training.fused_softmax`.
+  kMegatronCore,
+  kDeepSpeedMegatron,
+  kNemo,
+};
+
+/// The names `training.framework` takes, in Framework order.
+[[nodiscard]] const std::vector<std::string>& framework_names();
+[[nodiscard]] std::string_view framework_name(Framework f);
+[[nodiscard]] std::optional<Framework> framework_from_name(std::string_view name);
+
+/// One kernel of a module's chain: the HBM bytes it moves per element of the module's input, and
+/// the efficiency class it streams at (empty: the device's plain streaming rate). bytes 0: a
+/// kernel on one value per row, which costs the launch floor.
+struct ChainKernel {
+  std::string op;
+  double bytes = 0.0;
+  std::string kernel_class;
+};
+
+struct ModuleChain {
+  std::string source;
+  std::vector<ChainKernel> forward, backward;
+  [[nodiscard]] double forward_bytes() const;
+  [[nodiscard]] double backward_bytes() const;
+};
+
+/// A framework's kernel chains by module ("rmsnorm", "rotary", "gelu_new", "attention_output",
+/// "embedding_dropout", "loss"), and the loss's fp32 workspace per logit.
+struct FrameworkProfile {
+  Framework framework = Framework::kPyTorch;
+  std::string source;
+  std::vector<std::pair<std::string, ModuleChain>> modules;
+  double loss_workspace_forward = 0.0, loss_workspace_backward = 0.0;  // bytes per logit; 0: generic
+  /// The module's chain, or nullptr when the framework runs the generic kernels for it.
+  [[nodiscard]] const ModuleChain* chain(std::string_view module) const;
+};
+
+/// The profile of `f` (generic frameworks: no chains). Read once from the compiled-in data.
+[[nodiscard]] const FrameworkProfile& framework_profile(Framework f);
+
+/// The efficiency classes the framework chains name (what a calibration table's
+/// memory_bound.framework_kernels may hold).
+[[nodiscard]] const std::vector<std::string>& framework_kernel_classes();
+
+}  // namespace offsim::models
