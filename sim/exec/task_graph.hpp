@@ -5,6 +5,7 @@
 // memory pools); tasks refer to them by index. A TaskGraph is plain data: it can be built, dumped
 // as text or Graphviz DOT, compared in golden tests, and run by the executor, which knows nothing
 // of what the tasks mean.
+#include <algorithm>
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
@@ -105,13 +106,18 @@ inline constexpr std::size_t kBytesPerTaskEstimate = 1000;
 /// The most tasks a graph may hold on this machine: its available memory over
 /// kBytesPerTaskEstimate (read once; at least 1 M).
 [[nodiscard]] std::size_t default_task_limit();
+/// When not 0, a lower limit for the graphs made after it is set: the fuzz harnesses build under a
+/// 2 GiB memory limit, far below what default_task_limit() reads from the machine.
+inline std::size_t task_limit_cap = 0;
 
 class TaskGraph {
  public:
-  TaskGraph() : task_limit_(default_task_limit()) {}
+  TaskGraph()
+      : task_limit_(task_limit_cap != 0 ? std::min(task_limit_cap, default_task_limit()) : default_task_limit()) {}
   /// A graph that grows past `tasks` throws SimulationLimit (exit 3) instead of exhausting the
   /// machine's memory.
   void set_task_limit(std::size_t tasks) { task_limit_ = tasks; }
+  [[nodiscard]] std::size_t task_limit() const { return task_limit_; }
 
   /// Adds a task after `deps`: the graph copies the name and the dependencies into its buffers,
   /// so the caller's may be temporaries or reused storage.

@@ -137,6 +137,9 @@ extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
   g_verbose = std::getenv("OFFSIM_FUZZ_VERBOSE") != nullptr;
   // As in the readers' harness: machines of at most 64 K devices and links under the sanitizers.
   offsim::topo::max_machine_elements = std::size_t{1} << 16;
+  // Graphs of at most 1 M tasks are built (larger inputs stop with SimulationLimit): a sub_group_size
+  // of 1 on 13 B parameters ran the harness out of its 2 GiB before it had a limit.
+  offsim::sim::task_limit_cap = std::size_t{1} << 20;
   return 0;
 }
 

@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "models/transformer/phases.hpp"
+#include "sim/core/errors.hpp"
 
 namespace offsim::models {
 
@@ -57,6 +58,16 @@ void HostOffload::split_subgroups(std::int64_t updated_on_rank) {
   // here); stage 3 in subgroups.
   const std::int64_t group_size =
       policy.engine() == OptimizerEngine::kZeroStage1And2 ? updated_on_rank : off.sub_group_size;
+  // Each subgroup is tasks of its own on every rank (copies, CPU Adam): more of them than the graph
+  // may hold is a simulation limit (exit 3), found before they are listed (sub_group_size 1 on a
+  // 13 B model would list 13e9).
+  const std::int64_t count = (updated_on_rank + group_size - 1) / group_size;
+  if (static_cast<std::uint64_t>(count) > out.graph.task_limit()) {
+    throw sim::SimulationLimit(fmt::format(
+        "sub_group_size {} splits a rank's {} optimizer parameters into {} subgroups, each tasks "
+        "of its own: more than the {} tasks a graph may hold here; use larger subgroups (DeepSpeed's default is 1e9)",
+        group_size, updated_on_rank, count, out.graph.task_limit()));
+  }
   for (std::int64_t left = updated_on_rank; left > 0; left -= group_size) {
     subgroups.push_back(std::min(left, group_size));
   }
