@@ -35,6 +35,8 @@
 #include <map>
 #include <optional>
 #include <stdexcept>
+#include <tuple>
+#include <utility>
 
 #include "models/collectives/communicator.hpp"
 #include "models/placement/state_placement.hpp"
@@ -84,6 +86,10 @@ int checked_ranks(const IterationInputs& in, const DataParallelSpec& spec) {
       throw std::invalid_argument(
           "data_parallel: expert parallelism together with tp > 1, a partitioning or offload is not modelled");
     }
+  }
+  if (spec.offload_param && !spec.offload) {
+    // The readers refuse it at its key; the host pool and threads come with the optimizer offload.
+    throw std::invalid_argument("data_parallel: parameter offload is modelled together with optimizer offload");
   }
   return ranks;
 }
@@ -162,6 +168,19 @@ RankLayout data_parallel_layout(BuiltIteration& out, const IterationInputs& in, 
   return layout;
 }
 
+// The loss's transient buffers of a rank holding `logits` logits, in forward and in backward: the
+// fp32 workspace of a fused cross-entropy, or those a framework names (Hugging Face: nll_loss's
+// gradient and the log-softmax's input gradient at once in backward,
+// configs/frameworks/hf-transformers.yaml).
+[[nodiscard]] std::pair<Bytes, Bytes> loss_workspaces(const TrainingSpec& train, std::int64_t logits) {
+  if (const auto& fw = framework_profile(train.framework); fw.loss_workspace_backward > 0.0) {
+    const auto on_rank = static_cast<double>(logits);
+    return {Bytes{static_cast<std::int64_t>(fw.loss_workspace_forward * on_rank)},
+            Bytes{static_cast<std::int64_t>(fw.loss_workspace_backward * on_rank)}};
+  }
+  return {Bytes{logits * kLossWorkspaceBytesPerElement}, Bytes{logits * kLossWorkspaceBytesPerElement}};
+}
+
 // build_data_parallel in phases. The constructor checks the spec and works out the layout, the
 // parameter counts, the kernel times, the modules and each rank's placement; build() adds the
 // iteration's tasks phase by phase: model states, each micro-batch's forward, backward and
@@ -202,15 +221,7 @@ class DataParallelBuilder {
     stored = stored_activations_on_tp_rank(m, train, tp, spec.sequence_parallel);
     const std::int64_t vocab_on_rank = (m.vocab + tp - 1) / tp;
     logits = Bytes{train.micro_batch * m.seq * vocab_on_rank * kLogitBytesPerElement};
-    loss_workspace = Bytes{train.micro_batch * m.seq * vocab_on_rank * kLossWorkspaceBytesPerElement};
-    loss_grad_workspace = loss_workspace;
-    // A framework that names its loss's fp32 buffers (Hugging Face: nll_loss's gradient and the
-    // log-softmax's input gradient at once in backward, configs/frameworks/hf-transformers.yaml).
-    if (const auto& fw = framework_profile(train.framework); fw.loss_workspace_backward > 0.0) {
-      const double logits_on_rank = static_cast<double>(train.micro_batch * m.seq * vocab_on_rank);
-      loss_workspace = Bytes{static_cast<std::int64_t>(fw.loss_workspace_forward * logits_on_rank)};
-      loss_grad_workspace = Bytes{static_cast<std::int64_t>(fw.loss_workspace_backward * logits_on_rank)};
-    }
+    std::tie(loss_workspace, loss_grad_workspace) = loss_workspaces(train, train.micro_batch * m.seq * vocab_on_rank);
     w = layer_forward(m, train.micro_batch, train.flash_attention);
     if (train.recompute == Recompute::kFull) recomputed = w.gemm + w.attention;
     if (train.recompute == Recompute::kSelective) recomputed = w.attention;

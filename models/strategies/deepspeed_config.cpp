@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <optional>
 #include <string_view>
+#include <utility>
 
 #include "sim/config/did_you_mean.hpp"
 
@@ -177,6 +179,9 @@ class DsConfigReader {
   DeepSpeedImport& out_;
   std::vector<std::string> defaults_;
   std::vector<std::string> ignored_;
+  // Where a legacy cpu_offload_params asked for parameter offload (checked once the optimizer
+  // offload, legacy or not, is read).
+  std::optional<std::pair<sim::config::Location, std::string>> legacy_param_offload_;
   std::vector<std::string> not_modelled_;  // keys that change DeepSpeed's time or memory, not modelled
   bool fp16_ = false;                      // fp16 mixed precision (no bf16 section enabled)
   Runtime runtime_ = Runtime::kDeepSpeed013;
@@ -336,6 +341,10 @@ void DsConfigReader::read_zero(const std::optional<Node>& zero, const ZeroContex
   read_legacy_cpu_offload(z, *zero, zc.runtime);
   read_optimizer_offload(z, *zero, zc.runtime);
   read_param_offload(z);
+  if (legacy_param_offload_ && !out_.strategy.offload) {
+    ctx_.error(legacy_param_offload_->first, legacy_param_offload_->second,
+               "parameter offload is modelled together with offload_optimizer (as ZeRO-Infinity runs it)");
+  }
   read_zero_plus_plus(z, *zero, zc);
   for (const auto& k : z.take_unread_keys()) {
     if (std::find(kDeepSpeedZeroKeys.begin(), kDeepSpeedZeroKeys.end(), k) != kDeepSpeedZeroKeys.end()) {
@@ -373,6 +382,7 @@ void DsConfigReader::read_legacy_cpu_offload(MapReader& z, const Node& zero, Run
     defaults_.push_back(
         fmt::format("{} (legacy) read as offload_param: {{device: cpu, pin_memory: {}}}", key, dp.param_pin_memory));
     if (!zero_partitioned().parameters) ctx_.error(legacy.loc, zero.child_path(key), "parameter offload needs stage 3");
+    legacy_param_offload_.emplace(legacy.loc, zero.child_path(key));
   }
   if (!z.has("cpu_offload") || z.has("offload_optimizer")) return;
   DataParallelSpec& dp = out_.strategy;
