@@ -27,7 +27,7 @@ void Simulator::schedule_at(TimePs at, EventPhase phase, Callback callback) {
         "event scheduled at {} ps, before the current time {} ps: time may not go backwards", at.ps, now_.ps));
   }
   // at >= now_ >= 0: the clock starts at 0 and never goes back, so the time fits unsigned.
-  push(Entry{static_cast<std::uint64_t>(at.ps), static_cast<std::uint32_t>(phase), std::move(callback)});
+  push(Entry{static_cast<std::uint64_t>(at.ps) | (static_cast<std::uint64_t>(phase) << 63), std::move(callback)});
   ++pending_;
 }
 
@@ -60,12 +60,13 @@ void Simulator::release(Block* block) {
 }
 
 void Simulator::push(Entry&& e) {
-  if (e.time == last_) {
-    append(now_fifo_[e.phase], std::move(e));
+  const std::uint64_t time = e.time();
+  if (time == last_) {
+    append(now_fifo_[e.phase()], std::move(e));
     return;
   }
-  const auto d = static_cast<unsigned>(std::bit_width(e.time ^ last_) - 1) / kDigitBits;
-  const auto v = static_cast<unsigned>(e.time >> (d * kDigitBits)) & (kValues - 1);
+  const auto d = static_cast<unsigned>(std::bit_width(time ^ last_) - 1) / kDigitBits;
+  const auto v = static_cast<unsigned>(time >> (d * kDigitBits)) & (kValues - 1);
   append(buckets_[d * kValues + v], std::move(e));
   occupied_[d][v / 64] |= std::uint64_t{1} << (v % 64);
   digits_occupied_ |= 1U << d;
@@ -90,20 +91,20 @@ bool Simulator::refill() {
   if (d == 0) {
     // Every entry of a lowest-digit bucket has the same time: the bucket becomes the FIFO of its
     // phase (the FIFOs are empty now) when its entries share one, as they mostly do.
-    last_ = moving.head->at(0).time;
-    const std::uint32_t phase = moving.head->at(0).phase;
+    last_ = moving.head->at(0).time();
+    const std::uint32_t phase = moving.head->at(0).phase();
     bool one_phase = true;
     for (Block* b = moving.head; b != nullptr && one_phase; b = b->next) {
-      for (std::uint32_t i = 0; i < b->count; ++i) one_phase = one_phase && b->at(i).phase == phase;
+      for (std::uint32_t i = 0; i < b->count; ++i) one_phase = one_phase && b->at(i).phase() == phase;
     }
     if (one_phase) {
       now_fifo_[phase] = moving;
       return true;
     }
   } else {
-    std::uint64_t smallest = moving.head->at(0).time;
+    std::uint64_t smallest = moving.head->at(0).time();
     for (Block* b = moving.head; b != nullptr; b = b->next) {
-      for (std::uint32_t i = 0; i < b->count; ++i) smallest = std::min(smallest, b->at(i).time);
+      for (std::uint32_t i = 0; i < b->count; ++i) smallest = std::min(smallest, b->at(i).time());
     }
     last_ = smallest;
   }
@@ -136,7 +137,7 @@ void Simulator::run() {
     }
     Block* head = fifo->head;
     Entry& e = head->at(fifo->read++);
-    const TimePs time{static_cast<std::int64_t>(e.time)};
+    const TimePs time{static_cast<std::int64_t>(e.time())};
     if (time < now_) throw SimulationError("event queue returned an event in the past");
     now_ = time;
     --pending_;
