@@ -2,10 +2,23 @@
 // The event loop. Events are ordered totally by (time, phase, sequence number): equal times are
 // broken by the caller's phase (lower first), then by insertion order, so a run is reproducible
 // bit for bit. Time is an integer picosecond clock and may never go backwards.
+//
+// The queue is a radix heap (Ahuja, Mehlhorn, Orlin and Tarjan, 1990) with byte-wide digits,
+// which suits a clock that never goes backwards. `last` is the time of the event taken out last.
+// An event at time t == last waits in a FIFO of its phase; any other waits in the bucket (d, v),
+// where d is the highest byte in which t differs from last and v is t's byte d. When the FIFOs are
+// empty, the lowest non-empty bucket is emptied into lower ones around its smallest time, which
+// becomes `last`: an event moves at most once per byte of the time span, in order. Equal times
+// always share a bucket and buckets are emptied in order, so events of one time and phase come out
+// in insertion order: the same total order as a (time, phase, sequence) heap, at O(1) per
+// insertion. Events hold their callbacks (pointer-and-index closures, moved as bytes), so taking
+// one out reads memory the queue has just walked (docs/adr/0013-radix-event-queue-and-component-reshare.md).
+#include <array>
 #include <cstdint>
-#include <functional>
-#include <vector>
+#include <deque>
+#include <new>
 
+#include "sim/core/callback.hpp"
 #include "sim/core/units.hpp"
 
 namespace offsim::sim {
@@ -19,9 +32,10 @@ enum class EventPhase : int {
 
 class Simulator {
  public:
-  using Callback = std::function<void()>;
+  using Callback = sim::Callback;
 
   Simulator() = default;
+  ~Simulator();
   Simulator(const Simulator&) = delete;
   Simulator& operator=(const Simulator&) = delete;
 
@@ -36,27 +50,55 @@ class Simulator {
 
   [[nodiscard]] TimePs now() const { return now_; }
   [[nodiscard]] std::uint64_t events_processed() const { return processed_; }
-  [[nodiscard]] std::size_t pending_events() const { return heap_.size(); }
+  [[nodiscard]] std::size_t pending_events() const { return pending_; }
 
  private:
-  struct Event {
-    TimePs time;
-    EventPhase phase;
-    std::uint64_t seq;
+  static constexpr std::size_t kPhases = 2;  // one bit of an entry's key
+  static constexpr std::uint64_t kPhaseBit = std::uint64_t{1} << 63;
+  static constexpr unsigned kDigitBits = 8;
+  static constexpr std::size_t kDigits = (64 + kDigitBits - 1) / kDigitBits;
+  static constexpr std::size_t kValues = std::size_t{1} << kDigitBits;
+  static constexpr std::size_t kWords = kValues / 64;  // occupancy words per digit
+  // The time (at most 2^63 - 1 ps) and, in the top bit, the phase: a 40-byte entry.
+  struct Entry {
+    std::uint64_t key;
     Callback callback;
+    [[nodiscard]] std::uint64_t time() const { return key & ~kPhaseBit; }
+    [[nodiscard]] std::uint32_t phase() const { return static_cast<std::uint32_t>(key >> 63); }
   };
-  // Min-heap comparator: true when a comes after b.
-  struct Later {
-    bool operator()(const Event& a, const Event& b) const {
-      if (a.time != b.time) return a.time > b.time;
-      if (a.phase != b.phase) return a.phase > b.phase;
-      return a.seq > b.seq;
-    }
+  // Buckets and FIFOs are chains of fixed blocks from a free list: appending never moves what is
+  // already queued, and emptied blocks are reused while still in cache.
+  static constexpr std::size_t kBlockEntries = 64;
+  // Entries are constructed in place (appending only writes the slot) and destroyed when taken
+  // out or moved on.
+  struct Block {
+    alignas(Entry) unsigned char storage[kBlockEntries * sizeof(Entry)];
+    std::uint32_t count = 0;
+    Block* next = nullptr;
+    Entry& at(std::uint32_t i) { return *std::launder(reinterpret_cast<Entry*>(storage + i * sizeof(Entry))); }
+  };
+  struct Chain {
+    Block* head = nullptr;
+    Block* tail = nullptr;
+    std::uint32_t read = 0;  // entries of head already taken out (FIFOs only)
+    [[nodiscard]] bool empty() const { return head == nullptr; }
   };
 
-  std::vector<Event> heap_;
+  void append(Chain& chain, Entry&& e);
+  void push(Entry&& e);
+  void release(Block* block);
+  // Moves the lowest non-empty bucket into lower ones (or the FIFOs); false when no event is left.
+  bool refill();
+
+  std::array<Chain, kPhases> now_fifo_;  // events at time last_, one FIFO per phase
+  std::array<Chain, kDigits * kValues> buckets_;
+  std::array<std::array<std::uint64_t, kWords>, kDigits> occupied_{};  // bit v of digit d: bucket (d, v)
+  std::uint32_t digits_occupied_ = 0;                                  // bit d: some bucket of digit d
+  std::deque<Block> blocks_;  // every block; a deque does not move them as it grows
+  Block* free_blocks_ = nullptr;
+  std::uint64_t last_ = 0;
+  std::size_t pending_ = 0;
   TimePs now_{0};
-  std::uint64_t next_seq_ = 0;
   std::uint64_t processed_ = 0;
 };
 

@@ -5,7 +5,6 @@
 // busy_time / (lanes * elapsed).
 #include <cstdint>
 #include <functional>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -16,7 +15,7 @@ namespace offsim::sim {
 
 class ComputeUnit {
  public:
-  using Done = std::function<void()>;
+  using Done = Callback;
 
   ComputeUnit(Simulator& simulator, std::string name, int lanes);
   ComputeUnit(const ComputeUnit&) = delete;
@@ -37,18 +36,32 @@ class ComputeUnit {
   struct Pending {
     std::int64_t priority;
     std::uint64_t order;
+    std::uint64_t seq;  // submission count: equal (priority, order) keep their submission order
     TimePs duration;
     std::function<void(TimePs)> on_start;
     Done on_done;
-    bool operator<(const Pending& o) const { return priority != o.priority ? priority < o.priority : order < o.order; }
+    // Min-heap order on (priority, order, seq): total, as the multiset it replaces was.
+    struct Later {
+      bool operator()(const Pending& a, const Pending& b) const {
+        if (a.priority != b.priority) return a.priority > b.priority;
+        if (a.order != b.order) return a.order > b.order;
+        return a.seq > b.seq;
+      }
+    };
   };
   void dispatch();
+  void finish(std::uint32_t slot);
 
   Simulator* sim_;
   std::string name_;
   int lanes_;
   int free_lanes_;
-  std::multiset<Pending> queue_;
+  std::vector<Pending> queue_;  // min-heap
+  // Completions of the tasks holding lanes, in slots reused through a free list: the event that
+  // ends a task names its slot, so it needs no closure of its own.
+  std::vector<Done> running_;
+  std::vector<std::uint32_t> free_running_;
+  std::uint64_t submitted_ = 0;
   TimePs busy_{0};
   std::uint64_t tasks_run_ = 0;
 };

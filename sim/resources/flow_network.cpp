@@ -25,7 +25,6 @@ ConstraintId FlowNetwork::add_constraint(std::string name, Bandwidth capacity) {
   c.name = std::move(name);
   c.capacity = capacity.bytes_per_s;
   constraints_.push_back(std::move(c));
-  touched_mark_.push_back(0);
   in_use_at_.push_back(kNotInUse);
   return ConstraintId{static_cast<std::uint32_t>(constraints_.size() - 1)};
 }
@@ -76,7 +75,43 @@ FlowId FlowNetwork::start_flow(FlowSpec spec, Completion on_complete, std::vecto
 void FlowNetwork::activate(FlowId f) {
   advance_to(sim_.now());
   active_.insert(std::upper_bound(active_.begin(), active_.end(), f.index), f.index);
+  link_flow(f.index);
   invalidate();
+}
+
+namespace {
+void insert_sorted(std::vector<std::uint32_t>& list, std::uint32_t id) {
+  list.insert(std::upper_bound(list.begin(), list.end(), id), id);
+}
+void erase_one(std::vector<std::uint32_t>& list, std::uint32_t id) {
+  const auto at = std::lower_bound(list.begin(), list.end(), id);
+  if (at != list.end() && *at == id) list.erase(at);
+}
+}  // namespace
+
+void FlowNetwork::link_flow(std::uint32_t id) {
+  const Flow& flow = flows_[id];
+  for (const auto c : flow.spec.route) {
+    insert_sorted(constraints_[c.index].flows, id);
+    insert_sorted(constraints_[c.index].users, id);
+  }
+  for (const auto c : flow.accounted) insert_sorted(constraints_[c.index].users, id);
+  mark_changed(flow);
+}
+
+void FlowNetwork::unlink_flow(std::uint32_t id) {
+  const Flow& flow = flows_[id];
+  for (const auto c : flow.spec.route) {
+    erase_one(constraints_[c.index].flows, id);
+    erase_one(constraints_[c.index].users, id);
+  }
+  for (const auto c : flow.accounted) erase_one(constraints_[c.index].users, id);
+  mark_changed(flow);
+}
+
+void FlowNetwork::mark_changed(const Flow& flow) {
+  for (const auto c : flow.spec.route) changed_.push_back(c.index);
+  for (const auto c : flow.accounted) changed_.push_back(c.index);
 }
 
 void FlowNetwork::start_fixed(FlowId f) {
@@ -161,12 +196,12 @@ void FlowNetwork::invalidate() {
 
 void FlowNetwork::flush() {
   flush_pending_ = false;
-  if (rates_stale_) reshare();
+  if (rates_stale_) reshare_changed();
   schedule_next_completion();
 }
 
 double FlowNetwork::rate(FlowId f) {
-  if (rates_stale_) reshare();
+  if (rates_stale_) reshare_changed();
   return flows_[f.index].rate;
 }
 
@@ -198,42 +233,56 @@ void FlowNetwork::advance_to(TimePs now) {
 }
 
 void FlowNetwork::reshare() {
+  for (const auto id : active_) mark_changed(flows_[id]);
+  reshare_changed();
+}
+
+void FlowNetwork::reshare_changed() {
   rates_stale_ = false;
+  // The components to recompute: every constraint and flow reachable from a changed constraint
+  // through the flows that cross or are accounted on it. Flows outside them keep their rates, and
+  // so do the aggregate rates of constraints outside them.
+  ++search_epoch_;
+  touched_.clear();
+  component_.clear();
+  const auto reach = [this](std::uint32_t index) {
+    Constraint& c = constraints_[index];
+    if (c.seen == search_epoch_) return;
+    c.seen = search_epoch_;
+    touched_.push_back(index);
+  };
+  for (const auto index : changed_) reach(index);
+  changed_.clear();
+  for (std::size_t next = 0; next < touched_.size(); ++next) {
+    for (const auto id : constraints_[touched_[next]].users) {
+      Flow& flow = flows_[id];
+      if (flow.seen == search_epoch_) continue;
+      flow.seen = search_epoch_;
+      component_.push_back(id);
+      for (const auto c : flow.spec.route) reach(c.index);
+      for (const auto c : flow.accounted) reach(c.index);
+    }
+  }
+  // The same orders as a reshare of the whole network: constraints and flows by ascending id.
+  std::sort(touched_.begin(), touched_.end());
+  std::sort(component_.begin(), component_.end());
+
   // Progressive filling driven by a min-heap of constraint fair shares (remaining / unfixed) and
   // the bounded flows sorted by bound: each step saturates the constraint with the smallest share,
   // or fixes the flow with the smallest bound, whichever level is lower. Cost
-  // O(sum of route lengths x log constraints) instead of one pass over all flows per level.
-  // Only constraints that carried traffic or are crossed by an active flow are touched, so the
-  // cost does not grow with the size of an idle machine.
-  touched_.clear();
-  const auto touch = [this](std::uint32_t index) {
-    if (touched_mark_[index]) return;
-    touched_mark_[index] = 1;
-    touched_.push_back(index);
-  };
-  for (const auto index : in_use_) touch(index);
-  for (const auto id : active_) {
-    for (const auto c : flows_[id].spec.route) touch(c.index);
-    for (const auto c : flows_[id].accounted) touch(c.index);
-  }
-  std::sort(touched_.begin(), touched_.end());
+  // O(sum of route lengths x log constraints) of the component instead of one pass over all flows
+  // per level.
   for (const auto index : touched_) {
     Constraint& c = constraints_[index];
-    touched_mark_[index] = 0;
     c.remaining = c.capacity;
-    c.unfixed = 0;
+    c.unfixed = static_cast<std::uint32_t>(c.flows.size());
     c.version = 0;
-    c.flows.clear();
   }
   bounded_.clear();
-  for (const auto id : active_) {
+  for (const auto id : component_) {
     Flow& flow = flows_[id];
     flow.fixed = false;
     flow.rate = 0.0;
-    for (const auto c : flow.spec.route) {
-      ++constraints_[c.index].unfixed;
-      constraints_[c.index].flows.push_back(id);
-    }
     if (flow.spec.rate_bound) bounded_.push_back(id);
   }
   std::stable_sort(bounded_.begin(), bounded_.end(), [this](std::uint32_t a, std::uint32_t b) {
@@ -261,7 +310,7 @@ void FlowNetwork::reshare() {
     }
   };
 
-  std::size_t unfixed_flows = active_.size();
+  std::size_t unfixed_flows = component_.size();
   std::size_t next_bounded = 0;
   while (unfixed_flows > 0) {
     // Drop heap entries made stale by later updates of their constraint.
@@ -294,15 +343,13 @@ void FlowNetwork::reshare() {
       --unfixed_flows;
     }
   }
-  // Aggregate rates per constraint, for statistics and timelines.
-  for (const auto index : touched_) constraints_[index].remaining = 0.0;
-  for (const auto id : active_) {
-    for (const auto c : flows_[id].spec.route) constraints_[c.index].remaining += flows_[id].rate;
-    for (const auto c : flows_[id].accounted) constraints_[c.index].remaining += flows_[id].rate;
-  }
+  // Aggregate rates per constraint, for statistics and timelines: each flow's rate added once per
+  // listing, flows by ascending id (the order of a whole-network sum).
   for (const auto index : touched_) {
     Constraint& c = constraints_[index];
-    c.shared_rate = c.remaining;
+    double sum = 0.0;
+    for (const auto id : c.users) sum += flows_[id].rate;
+    c.shared_rate = sum;
     set_current_rate(index, c.shared_rate + c.fixed_rate);
   }
 }
@@ -334,6 +381,7 @@ void FlowNetwork::on_completion_event(std::uint64_t generation) {
     finished.push_back(id);
     return true;
   });
+  for (const auto id : finished) unlink_flow(id);
   invalidate();
   for (const auto id : finished) {
     // A finished flow keeps its record, not its route lists: a run of a million transfers would

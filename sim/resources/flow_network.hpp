@@ -18,12 +18,18 @@
 // once per instant at which flows join or leave; between such instants every rate is constant,
 // so the next completion time is exact up to the 1 ps rounding rule of units.hpp.
 //
+// Only the connected component of the flows and constraints that a change touches is recomputed
+// (flows joined when they share a constraint, on their routes or in their accounting): a flow's
+// max-min rate depends on its component alone, and progressive filling restricted to a component
+// takes that component's steps in the same order as the whole network's run does, so the rates
+// are the same to the last bit (docs/adr/0013-radix-event-queue-and-component-reshare.md). A flow
+// alone on its links is a component of one: its reshare is a look at its route.
+//
 // A flow that crosses no constraint and has a bound (an analytic collective, whose rate was worked
 // out beforehand) shares nothing: its rate is its bound from start to end. It never triggers a
 // reshare; its completion is scheduled once, and the constraints it is accounted on see its rate
 // added while it moves.
 #include <cstdint>
-#include <functional>
 #include <limits>
 #include <optional>
 #include <string>
@@ -65,7 +71,7 @@ struct ConstraintStats {
 
 class FlowNetwork {
  public:
-  using Completion = std::function<void()>;
+  using Completion = Callback;
 
   explicit FlowNetwork(Simulator& simulator, bool record_timelines = false)
       : sim_(simulator), record_timelines_(record_timelines) {}
@@ -91,8 +97,8 @@ class FlowNetwork {
   /// Brings the byte and busy-time counters up to now(); call before reading stats at the end.
   void sync_stats() { advance_to(sim_.now()); }
 
-  /// Recomputes the max-min fair rates of the active flows. Public so that benchmarks can time
-  /// one reshare; the simulation calls it itself.
+  /// Recomputes the max-min fair rates of every active flow. Public so that benchmarks can time
+  /// one whole reshare; the simulation itself recomputes only the components that changed.
   void reshare();
 
  private:
@@ -104,11 +110,15 @@ class FlowNetwork {
     double shared_rate = 0.0;   // the part of it from shared flows, as the last reshare left it
     double fixed_rate = 0.0;    // the part of it from fixed-rate flows accounted on it
     std::uint32_t fixed_flows = 0;
+    // Active flows crossing it, one entry per time a route lists it, ascending ids.
+    std::vector<std::uint32_t> flows;
+    // Active flows crossing it or accounted on it, one entry per listing, ascending ids.
+    std::vector<std::uint32_t> users;
     // scratch space of reshare()
     double remaining = 0.0;
     std::uint32_t unfixed = 0;
     std::uint32_t version = 0;
-    std::vector<std::uint32_t> flows;  // active flows crossing it, ascending ids
+    std::uint32_t seen = 0;  // == search_epoch_: in the component being reshared
   };
   struct ShareEntry {
     double share;
@@ -128,6 +138,7 @@ class FlowNetwork {
     double remaining_bytes = 0.0;
     double rate = 0.0;
     TimePs finish{0};
+    std::uint32_t seen = 0;  // == search_epoch_: in the component being reshared
     bool fixed = false;
   };
 
@@ -148,6 +159,12 @@ class FlowNetwork {
       i = j;
     }
   }
+  // A shared flow joins (leaves) the per-constraint lists; its constraints are marked changed.
+  void link_flow(std::uint32_t id);
+  void unlink_flow(std::uint32_t id);
+  void mark_changed(const Flow& flow);
+  // Recomputes the rates of the components that hold a changed constraint.
+  void reshare_changed();
   void invalidate();
   void flush();
   void advance_to(TimePs now);
@@ -163,10 +180,12 @@ class FlowNetwork {
   void set_in_use(std::uint32_t index, bool in_use);
   std::vector<std::uint32_t> in_use_;     // constraints with a non-zero rate, in no particular order
   std::vector<std::uint32_t> in_use_at_;  // per constraint: its place in in_use_, or kNotInUse
-  std::vector<std::uint32_t> touched_;    // scratch space of reshare()
-  std::vector<char> touched_mark_;        // scratch space of reshare(), one per constraint
-  std::vector<std::uint32_t> bounded_;    // scratch space of reshare()
-  std::vector<ShareEntry> share_heap_;    // scratch space of reshare()
+  std::vector<std::uint32_t> changed_;    // constraints whose flows changed since the last reshare
+  std::vector<std::uint32_t> touched_;    // scratch space of reshare(): the component's constraints
+  std::vector<std::uint32_t> component_;  // scratch space of reshare(): the component's flows
+  std::uint32_t search_epoch_ = 0;
+  std::vector<std::uint32_t> bounded_;  // scratch space of reshare()
+  std::vector<ShareEntry> share_heap_;  // scratch space of reshare()
   TimePs last_update_{0};
   std::uint64_t generation_ = 0;  // invalidates completion events scheduled before a change
   bool rates_stale_ = false;      // flows joined or left since the last reshare
