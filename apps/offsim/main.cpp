@@ -174,7 +174,8 @@ int main(int argc, char** argv) {
       "search",
       "the fastest strategy for an experiment's model on its machine under limits: enumerates data parallelism "
       "(ZeRO 0-3, CPU offload, tp) and Megatron 3D parallelism over micro-batches at a fixed global batch, prunes by "
-      "model-state memory, simulates the rest as a sweep and prints the Pareto front (docs/search.md)");
+      "model-state memory, simulates the rest as a sweep (on --jobs threads, or across an MPI job as sweep "
+      "does: mpirun -n N offsim search ..., rank 0 writes the files) and prints the Pareto front (docs/search.md)");
   search_cmd->add_option("experiment", search_opts.experiment, "base experiment: machine, calibration, model, training")
       ->required();
   search_cmd->add_option("--out", search_opts.out, "folder for search.csv (every point) and pareto.csv")->required();
