@@ -39,7 +39,7 @@ struct TrainingRead {
   // In: the strategy is Megatron-LM's, whose attention without flash fuses scale, mask and softmax
   // by default (configs/defaults.yaml, megatron.masked_softmax_fusion).
   bool megatron = false;
-  bool framework_given = false;                           // training.framework written (else inferred in load.cpp)
+  bool framework_given = false;  // training.framework written (else inferred in load.cpp)
 };
 
 /// `training:`; keys left out take configs/defaults.yaml's values (named in `read->defaults`).
