@@ -247,6 +247,10 @@ std::vector<std::string> Context::override_texts_under(std::string_view path) co
   return texts;
 }
 
+bool Context::has_override_under(std::string_view path) const {
+  return std::ranges::any_of(overrides_, [&](const auto& entry) { return key_under(entry.first, path); });
+}
+
 bool Context::overrides_used_under(std::string_view path) const {
   return std::ranges::all_of(overrides_,
                              [&](const auto& entry) { return !key_under(entry.first, path) || entry.second.used; });
@@ -579,7 +583,8 @@ std::vector<std::string> MapReader::take_unread_keys() {
 
 bool MapReader::has(std::string_view key) {
   if (std::find(asked_.begin(), asked_.end(), key) == asked_.end()) asked_.emplace_back(key);
-  return valid_ && node_.yaml()[std::string(key)].IsDefined();
+  return valid_ &&
+         (node_.yaml()[std::string(key)].IsDefined() || node_.context().has_override_under(node_.child_path(key)));
 }
 
 std::optional<Node> MapReader::lookup(std::string_view key) {

@@ -131,6 +131,8 @@ class Context {
 
   /// The overrides that set `path` or a key inside it, as written ("key.path=value"), in key order.
   [[nodiscard]] std::vector<std::string> override_texts_under(std::string_view path) const;
+  /// Whether an override sets `path` or a key inside it (a key a --set or `set:` writes is present).
+  [[nodiscard]] bool has_override_under(std::string_view path) const;
   /// Whether every override under `path` has been applied to a value read.
   [[nodiscard]] bool overrides_used_under(std::string_view path) const;
   /// Marks the overrides under `path` applied: a reader that takes the value at `path` from a cache
@@ -233,6 +235,7 @@ class MapReader {
   ~MapReader();
 
   [[nodiscard]] const Node& node() const { return node_; }
+  /// Whether `key` is present: in the file, or set by an override (--set, `set:`).
   [[nodiscard]] bool has(std::string_view key);
   /// The child at `key`, or nullopt when absent (no error).
   [[nodiscard]] std::optional<Node> child(std::string_view key);

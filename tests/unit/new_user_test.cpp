@@ -74,6 +74,20 @@ TEST(NewUser, TheSmallestExperimentRunsOnNamedDefaults) {
   EXPECT_NE(json.find("\"defaults_applied\": ["), std::string::npos);
 }
 
+// A key the file leaves out but a --set gives is the user's value, not a default: it is read (a
+// defaulted key used to skip the override, which then failed as "no such key") and not named
+// among the defaults applied.
+TEST(NewUser, ASetKeyIsNoDefault) {
+  const ExperimentSpec spec = load_experiment(kRoot + "/configs/experiments/minimal-one-gpu.yaml",
+                                              {"training.grad_accum=2", "training.recompute=full"});
+  EXPECT_EQ(spec.training.grad_accum, 2);
+  EXPECT_EQ(spec.training.recompute, Recompute::kFull);
+  const auto& d = spec.defaults_applied;
+  EXPECT_FALSE(has(d, "training.grad_accum=1")) << fmt::format("{}", fmt::join(d, "; "));
+  EXPECT_FALSE(has(d, "training.recompute=none"));
+  EXPECT_TRUE(has(d, "training.flash_attention=true"));
+}
+
 // A machine names its measured tables: an experiment that gives only its own device table still
 // gets the machine's collectives (named), the same as writing them out; no roofline unless asked.
 TEST(NewUser, TheMachinesCollectivesComeWithItsOwnDeviceTable) {
