@@ -27,6 +27,9 @@ struct DistributedSweepHooks {
   /// Runs the sweep point at this index (into Sweep::points) and returns its CSV row. Each rank
   /// keeps its parsed files and tables between calls.
   std::function<std::string(std::size_t)> run_point;
+  /// Rank 0's progress after each round (points done, points in all); the caller's Progress
+  /// ("sweep: ..." or "search: ...", a tenth of the points at a time off a terminal).
+  std::function<void(std::size_t, std::size_t)> progress;
   /// Optional: rank 0's closing line (points run now, ranks); without it the module prints the
   /// sweep's ("sweep NAME: N points (... on R ranks) -> OUT").
   std::function<void(std::size_t, int)> report;

@@ -159,10 +159,14 @@ int search_or_throw(const SearchCliOptions& given) {
     SweepCliOptions distributed;
     distributed.out = journal.string();
     distributed.resume = options.resume;
+    Progress mpi_progress("search", 0);
     const auto rank = run_distributed_sweep(
         sweep, distributed,
-        DistributedSweepHooks{
-            .finished_rows = rows_there, .write_sorted = {}, .run_point = {}, .report = [](std::size_t, int) {}});
+        DistributedSweepHooks{.finished_rows = rows_there,
+                              .write_sorted = {},
+                              .run_point = {},
+                              .progress = [&](std::size_t done, std::size_t total) { mpi_progress(done, total); },
+                              .report = [](std::size_t, int) {}});
     if (rank.has_value() && *rank != 0) return 0;  // MPI: rank 0 writes the set and prints
     if (!rank.has_value()) {
       if (!options.resume && fs::exists(journal)) {

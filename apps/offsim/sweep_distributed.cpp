@@ -5,10 +5,12 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <stdexcept>
 
 #include "apps/offsim/commands.hpp"
 #include "apps/offsim/distributed_sweep.hpp"
+#include "apps/offsim/progress.hpp"
 #include "models/sweep.hpp"
 
 namespace offsim::app {
@@ -65,6 +67,11 @@ std::optional<int> run_distributed_sweep(const models::Sweep& sweep, const Sweep
   }
   if (!hooks.run_point) {
     hooks.run_point = [&](std::size_t point) { return models::run_sweep_point(sweep, sweep.points.at(point), &reads); };
+  }
+  std::optional<Progress> progress;  // rank 0's "sweep: N/M points done" unless the caller has its own
+  if (!hooks.progress) {
+    progress.emplace("sweep", 0);
+    hooks.progress = [&](std::size_t done, std::size_t total) { (*progress)(done, total); };
   }
   const int rank = entry(sweep, options, hooks);
   if (rank < 0) return std::nullopt;

@@ -108,7 +108,7 @@ extern "C" int offsim_run_distributed_sweep(const offsim::models::Sweep& sweep,
         rows.push_back(r);
       }
       append.flush();
-      fmt::print(stderr, "sweep: {}/{} points done\n", rows.size(), sweep.points.size());
+      if (hooks.progress) hooks.progress(rows.size(), sweep.points.size());
     }
   }
   if (rank == 0) {
