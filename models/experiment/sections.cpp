@@ -769,8 +769,7 @@ sim::config::Location read_offload(const Node& node, MapReader& r, const sim::co
         ctx.error(device.loc, op->child_path("device"),
                   fmt::format("parameter offload needs zero_stage 3, got zero_stage {}", stage.value));
       } else if (!dp.offload) {
-        ctx.error(device.loc, op->child_path("device"),
-                  "parameter offload is modelled together with offload_optimizer (as ZeRO-Infinity runs it)");
+        ctx.error(device.loc, op->child_path("device"), ranges::kParamOffloadNeedsOptimizerOffload);
       }
       dp.offload_param = true;
       dp.param_pin_memory = pin.value;

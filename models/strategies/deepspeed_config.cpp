@@ -342,8 +342,7 @@ void DsConfigReader::read_zero(const std::optional<Node>& zero, const ZeroContex
   read_optimizer_offload(z, *zero, zc.runtime);
   read_param_offload(z);
   if (legacy_param_offload_ && !out_.strategy.offload) {
-    ctx_.error(legacy_param_offload_->first, legacy_param_offload_->second,
-               "parameter offload is modelled together with offload_optimizer (as ZeRO-Infinity runs it)");
+    ctx_.error(legacy_param_offload_->first, legacy_param_offload_->second, ranges::kParamOffloadNeedsOptimizerOffload);
   }
   read_zero_plus_plus(z, *zero, zc);
   for (const auto& k : z.take_unread_keys()) {
@@ -470,8 +469,7 @@ void DsConfigReader::read_param_offload(MapReader& z) {
     } else if (!zero_partitioned().parameters) {
       ctx_.error(device.loc, op->child_path("device"), "parameter offload needs stage 3");
     } else if (!dp.offload) {
-      ctx_.error(device.loc, op->child_path("device"),
-                 "parameter offload is modelled together with offload_optimizer (as ZeRO-Infinity runs it)");
+      ctx_.error(device.loc, op->child_path("device"), ranges::kParamOffloadNeedsOptimizerOffload);
     }
     dp.offload_param = true;
     dp.param_pin_memory = o.has("pin_memory") ? o.required<bool>("pin_memory").value : kDefaultPinMemory;

@@ -62,4 +62,9 @@ inline constexpr ValueRange<int> kNvmeBufferCount{1, 1000, false, "offsim's limi
   return std::nullopt;
 }
 
+// Why a parameter offload without an optimizer offload is refused (by every reader): offsim models
+// parameter offload as ZeRO-Infinity runs it, on top of the optimizer's offload.
+inline constexpr const char* kParamOffloadNeedsOptimizerOffload =
+    "parameter offload is modelled together with offload_optimizer (as ZeRO-Infinity runs it)";
+
 }  // namespace offsim::models::ranges
