@@ -160,11 +160,19 @@ std::optional<TrainingSpec> parse_training(const Node& node, TrainingRead* read)
     t.flash_attention = r.required<bool>("flash_attention").value;
   } else if (t.fused_softmax) {
     t.flash_attention = false;  // asked for the fused softmax: attention without flash
+  } else if (out.framework_given && t.framework == Framework::kDeepSpeedMegatron) {
+    t.flash_attention = defaults::flag("megatron.use_flash_attn_deepspeed");
+    out.defaults.push_back(
+        fmt::format("training.flash_attention={} (Megatron-DeepSpeed's --use-flash-attn default)", t.flash_attention));
   } else {
     (void)defaulted("flash_attention");
     t.flash_attention = defaults::flag("training.flash_attention");
   }
-  if (!r.child("fused_softmax") && out.megatron && !t.flash_attention) {  // (child: a --set counts)
+  // Megatron's default follows its code: the megatron strategy, or a data-parallel run that names
+  // a Megatron framework (Megatron-DeepSpeed's GPT under ZeRO, as SC21's ZeRO-3 baseline ran).
+  const bool megatron_code = out.megatron || (out.framework_given && t.framework != Framework::kPyTorch &&
+                                              t.framework != Framework::kHfTransformers);
+  if (!r.has("fused_softmax") && megatron_code && !t.flash_attention) {
     t.fused_softmax = defaults::flag("megatron.masked_softmax_fusion");
     if (t.fused_softmax) out.defaults.emplace_back("training.fused_softmax=true (Megatron-LM's masked_softmax_fusion)");
   }

@@ -171,6 +171,31 @@ TEST(NewUser, DeepSpeedDefaultsAreNamedForTheRuntimeAndStage) {
   EXPECT_TRUE(has(spec.defaults_applied, "strategy.config.overlap_comm=false"));
 }
 
+// A data-parallel run that names Megatron-DeepSpeed runs its code's attention: without flash
+// (its --use-flash-attn flags are store_true) and with Megatron's fused scale-mask-softmax (on
+// unless --no-masked-softmax-fusion), both named among the defaults; a user's key still wins.
+TEST(NewUser, MegatronDeepSpeedUnderZeroTakesItsAttentionDefaults) {
+  const std::string head =
+      "hardware: !include {0}/configs/hardware/dgx-h100.yaml\n"
+      "model: !include {0}/configs/models/gpt3-1.3b.yaml\nstrategy: {{kind: data_parallel, dp: 2, zero_stage: 3}}\n";
+  const ExperimentSpec spec = load_experiment(
+      experiment("mds.yaml", head + "training: {{micro_batch: 1, framework: deepspeed-megatron}}\n"), {});
+  EXPECT_FALSE(spec.training.flash_attention);
+  EXPECT_TRUE(spec.training.fused_softmax);
+  EXPECT_TRUE(
+      has(spec.defaults_applied, "training.flash_attention=false (Megatron-DeepSpeed's --use-flash-attn default)"));
+  EXPECT_TRUE(has(spec.defaults_applied, "training.fused_softmax=true (Megatron-LM's masked_softmax_fusion)"));
+  const ExperimentSpec flash = load_experiment(
+      experiment("mds-flash.yaml",
+                 head + "training: {{micro_batch: 1, framework: deepspeed-megatron, flash_attention: true}}\n"),
+      {});
+  EXPECT_TRUE(flash.training.flash_attention);
+  EXPECT_FALSE(flash.training.fused_softmax);
+  const ExperimentSpec plain = load_experiment(experiment("plain.yaml", head + "training: {{micro_batch: 1}}\n"), {});
+  EXPECT_TRUE(plain.training.flash_attention);  // no framework named: PyTorch's SDPA default
+  EXPECT_FALSE(plain.training.fused_softmax);
+}
+
 TEST(NewUser, MegatronKeysLeftOutTakeMegatronsDefaults) {
   const ExperimentSpec spec =
       load_experiment(experiment("megatron.yaml",
