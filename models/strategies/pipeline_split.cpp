@@ -56,6 +56,14 @@ PipelineSplit split_pipeline_layers(std::int64_t layers, const MegatronSpec& spe
     const int embedding = spec.account_for_embedding_in_pipeline_split ? 1 : 0;
     const int loss = spec.account_for_loss_in_pipeline_split ? 1 : 0;
     const std::int64_t counted = layers + embedding + loss;
+    if (counted < chunks) {  // a chunk without a layer: Megatron-Core refuses it, and so do we
+      throw std::invalid_argument(
+          counted < pp
+              ? fmt::format("megatron: {} layers cannot fill pp = {} stages: each stage needs a layer", layers, pp)
+              : fmt::format("megatron: {} layers cannot fill pp x virtual_stages = {} chunks: each chunk "
+                            "needs a layer (at most {} virtual stages at pp {})",
+                            layers, chunks, counted / pp, pp));
+    }
     const std::int64_t extra = share_out(counted, middle_first(chunks), split.layers);
     split.layers.front() -= embedding;
     split.layers.back() -= loss;
