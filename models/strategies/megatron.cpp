@@ -365,7 +365,9 @@ void add_pipeline_approximations(BuiltIteration& out, const MegatronSpec& spec, 
 }
 
 // The model states of a rank holding n parameters (models/placement): its parameters and
-// gradients whole, its optimizer share (over the dp group where partitioned), all on the GPU.
+// gradients whole (FSDP2 under the pipeline: its fp32 gradient shard, the whole buffer allocated
+// by the schedule, allocate_whole_gradients), its optimizer share (over the dp group where
+// partitioned), all on the GPU.
 [[nodiscard]] StatePlacement rank_model_states(std::int64_t n, const ZeroPolicy& policy, int dp) {
   StateCounts c;
   c.held = n;
@@ -373,7 +375,17 @@ void add_pipeline_approximations(BuiltIteration& out, const MegatronSpec& spec, 
   c.partitioned = policy.partitioned();
   c.shard_ranks = dp;
   c.gradient_buffers = policy.gradient_buffers();
+  c.fp32_gradient_partition = policy.accumulates_whole_gradients();
   return place_model_states(c, kBf16MixedPrecision);
+}
+
+// The data-parallel optimizer (MegatronSpec::optimizer): Megatron-LM's (fp32 main_grad, its
+// distributed optimizer at zero_stage 1, FSDP2 under the pipeline schedule at zero_stage 2) or
+// DeepSpeed's engine.
+[[nodiscard]] ZeroPolicy megatron_policy(const MegatronSpec& spec) {
+  return spec.optimizer == MegatronSpec::Optimizer::kDeepSpeed
+             ? ZeroPolicy::deepspeed(spec.zero_stage, spec.fp32_grad_accum, false)
+             : ZeroPolicy::megatron(spec.zero_stage, spec.fp32_grad_accum);
 }
 
 // build_megatron in phases. The constructor checks the spec and works out the layout, the work
@@ -456,11 +468,8 @@ class MegatronBuilder {
   const int sims;
   Communicator dp_comm;
 
-  // The data-parallel optimizer (MegatronSpec::optimizer): Megatron-LM's (fp32 main_grad, its
-  // distributed optimizer at zero_stage 1) or DeepSpeed's engine; phases/zero_policy.hpp states both.
-  const ZeroPolicy policy = spec.optimizer == MegatronSpec::Optimizer::kDeepSpeed
-                                ? ZeroPolicy::deepspeed(spec.zero_stage, spec.fp32_grad_accum, false)
-                                : ZeroPolicy::megatron(spec.zero_stage, spec.fp32_grad_accum);
+  // The data-parallel optimizer (megatron_policy; phases/zero_policy.hpp states each).
+  const ZeroPolicy policy = megatron_policy(spec);
 
   // Work and states of one rank. With context parallelism the rank's share of the sequence (ml,
   // local_in: seq / cp tokens) sets everything but the attention, which is cp blocks of it.
@@ -580,6 +589,8 @@ class MegatronBuilder {
                     {previous[i]});
       entry[s][{op.forward, vs, op.micro_batch}] = at[i];
       if (ddp && op.forward && op.micro_batch == 0) ddp->forward_chunk(s, vs / pp, at[i]);
+      if (!op.forward && op.micro_batch == 0 && op.chunk == v - 1)  // the rank's first backward
+        at[i] = allocate_whole_gradients(timeline, s, policy, rank_state[s].params, tag, at[i]);
     }
     const char* phase = op.forward ? phase::kForward : phase::kBackward;
     const bool head = vs == last_virtual;
