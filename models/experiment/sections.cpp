@@ -590,7 +590,7 @@ void read_megatron_overlap(const Node& node, MapReader& r, MegatronSpec& mg) {
   if (grad.value && mg.optimizer != MegatronSpec::Optimizer::kMegatron) {
     ctx.error(grad.loc, node.child_path("overlap_grad_reduce"),
               "Megatron-Core's overlapped gradient reduction runs with optimizer: megatron");
-  } else if (grad.value && mg.zero_stage == 2) {
+  } else if (grad.value && ZeroPolicy::partitioning_if_valid(mg.zero_stage).value_or(ZeroPartitioning{}).gradients) {
     ctx.error(grad.loc, node.child_path("overlap_grad_reduce"),
               "Megatron-Core's DDP option; zero_stage 2 is FSDP2, which reduce-scatters once after the last backward");
   }
@@ -616,7 +616,8 @@ void read_megatron_overlap(const Node& node, MapReader& r, MegatronSpec& mg) {
 // (phases/zero_policy.hpp, kFsdpUnderPipeline): with pipelines only, and not under DeepSpeed,
 // whose pipeline engine asserts ZeRO stage < 2 (runtime/pipe/engine.py).
 void check_megatron_fsdp(const Node& node, const sim::config::Located<int>& zero, const MegatronSpec& mg) {
-  if (!zero.valid || zero.value != 2) return;
+  const auto partitioned = zero.valid ? ZeroPolicy::partitioning_if_valid(zero.value) : std::nullopt;
+  if (!partitioned || !partitioned->gradients || partitioned->parameters) return;
   auto& ctx = node.context();
   if (mg.optimizer == MegatronSpec::Optimizer::kDeepSpeed) {
     ctx.error(zero.loc, node.child_path("zero_stage"),
@@ -1108,7 +1109,8 @@ const std::vector<StrategyKind>& strategy_kinds() {
        "3D parallelism as Megatron-LM/DeepSpeed run it: tensor parallelism (column/row split, all-reduces per "
        "layer), context parallelism (cp: ring attention), pipeline stages with the 1F1B or interleaved schedule "
        "(even or Megatron-Core's uneven splits), data-parallel replicas with ZeRO-0/1 (Megatron's optimizer, "
-       "its reduce-scatter and gather optionally overlapped with compute, or DeepSpeed's)",
+       "its reduce-scatter and gather optionally overlapped with compute, or DeepSpeed's) or ZeRO-2 (FSDP2 under "
+       "the pipeline schedule: gradients sharded, reduce-scattered once per iteration)",
        read_megatron},
       {"collective", "one all-gather, reduce-scatter or all-reduce over the listed ranks (collective benchmarks)",
        read_collective}};

@@ -33,7 +33,10 @@
 //   Megatron's distributed optimizer). Adam on the GPU. With overlap_grad_reduce / overlap_param_gather,
 //   Megatron-Core's overlapped DDP instead (phases/pipeline_data_parallel.hpp, OverlappedDataParallel): each
 //   bucket reduced once the last micro-batch's backward produced it, the parameters gathered before the
-//   first micro-batch's forwards.
+//   first micro-batch's forwards. At zero_stage 2, PyTorch's FSDP2 under the pipeline schedule
+//   (phases/zero_policy.hpp, kFsdpUnderPipeline): the whole gradients accumulated in a buffer
+//   allocated at the rank's first backward, reduce-scattered once after its last into an fp32
+//   shard (the buffer then freed), Adam on the shard, the parameters all-gathered.
 // - Memory: bf16 parameters and fp32 gradients (main_grad: Megatron accumulates and all-reduces
 //   the gradients of bf16 training in fp32) of the rank's chunks, fp32 master + m + v (divided by
 //   dp at ZeRO-1), stored activations of each in-flight micro-batch (allocated by its forward,
@@ -338,8 +341,16 @@ struct TensorParallelGroups {
 // The pipeline's notes after the shared ones; with Megatron-DeepSpeed's --deepspeed and pp > 1
 // (DeepSpeed's PipelineEngine) first of all the engine's unmeasured costs: with the device's
 // unmeasured kernels, the largest uncertainty of such a run.
-void add_pipeline_approximations(BuiltIteration& out, const MegatronSpec& spec, const PipelineSplit& split) {
+void add_pipeline_approximations(BuiltIteration& out, const MegatronSpec& spec, const PipelineSplit& split,
+                                 const ZeroPolicy& policy) {
   for (auto& note : pipeline_approximations(spec, split)) out.approximations.push_back(std::move(note));
+  if (policy.accumulates_whole_gradients()) {
+    out.approximations.emplace_back(
+        "FSDP2 under the pipeline (zero_stage 2): gradients accumulated whole and reduce-scattered once after the "
+        "last backward, as torch.distributed.pipelining runs it; the parameters' all-gather placed after the step "
+        "(FSDP2 issues it before the next forwards, prefetching block by block), and with interleaving the whole "
+        "gradient buffer allocated at the rank's first backward rather than chunk by chunk");
+  }
   if (spec.optimizer == MegatronSpec::Optimizer::kDeepSpeed && spec.pp > 1) {
     out.approximations.insert(
         out.approximations.begin(),
@@ -789,7 +800,7 @@ class MegatronBuilder {
     // largest over the ranks would change the shipped llama2-70b figure, so it is left as is.
     out.model_states_per_device = Bytes{states_of(0).gpu_model_states()};
     add_common_approximations(out, in, policy);
-    add_pipeline_approximations(out, spec, split);
+    add_pipeline_approximations(out, spec, split, policy);
   }
 };
 

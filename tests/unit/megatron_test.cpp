@@ -214,6 +214,19 @@ TEST(Megatron, FsdpUnderThePipelineShardsGradientsAndReducesOnce) {
   EXPECT_EQ(r2.model_states_per_device.count, 2 * P + 16 * q);
   EXPECT_EQ(r2.peak_bytes("hbm") - r1.peak_bytes("hbm"), 4 * q);
   EXPECT_DOUBLE_EQ(gpu_gpu(r2), gpu_gpu(r1));
+  // Interleaved (v = 2): rank 0's first backward is its last chunk's (virtual stage 2), which
+  // allocates the whole buffer of both chunks (the same P: 24 + 24 layers and the embedding).
+  const std::string interleaved = dump_task_graph(
+      load_experiment(experiment("fsdp-interleaved",
+                                 "  kind: megatron\n  tp: 1\n  pp: 2\n  dp: 4\n  schedule: interleaved\n"
+                                 "  virtual_stages: 2\n  sequence_parallel: false\n  zero_stage: 2\n",
+                                 4),
+                      {}),
+      false);
+  const std::size_t first = interleaved.find(" r0.B2.mb0.alloc.gradients ");
+  ASSERT_NE(first, std::string::npos);
+  EXPECT_EQ(std::stoll(interleaved.substr(interleaved.find("bytes=", first) + 6)), 4 * P);
+  EXPECT_EQ(interleaved.find(" r0.B0.mb0.alloc.gradients "), std::string::npos);
 }
 
 TEST(Megatron, TensorParallelismAddsItsAllReduces) {
