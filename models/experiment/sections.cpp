@@ -598,6 +598,9 @@ void read_megatron_overlap(const Node& node, MapReader& r, MegatronSpec& mg) {
   if (grad.value && mg.optimizer != MegatronSpec::Optimizer::kMegatron) {
     ctx.error(grad.loc, node.child_path("overlap_grad_reduce"),
               "Megatron-Core's overlapped gradient reduction runs with optimizer: megatron");
+  } else if (grad.value && ZeroPolicy::partitioning_if_valid(mg.zero_stage).value_or(ZeroPartitioning{}).gradients) {
+    ctx.error(grad.loc, node.child_path("overlap_grad_reduce"),
+              "Megatron-Core's DDP option; zero_stage 2 is FSDP2, which reduce-scatters once after the last backward");
   }
   // megatron/training/arguments.py: --overlap-param-gather asserts the distributed optimizer and
   // --overlap-grad-reduce.
@@ -614,6 +617,23 @@ void read_megatron_overlap(const Node& node, MapReader& r, MegatronSpec& mg) {
     // distributed_data_parallel.py: max(40,000,000, 1,000,000 x the data-parallel size).
     mg.bucket_size = std::max(defaults::integer("megatron.bucket_size_min"),
                               defaults::integer("megatron.bucket_size_per_dp_rank") * std::max(1, mg.dp));
+  }
+}
+
+// Step of read_megatron_options: zero_stage 2 is FSDP2 as torch.distributed.pipelining runs it
+// (phases/zero_policy.hpp, kFsdpUnderPipeline): with pipelines only, and not under DeepSpeed,
+// whose pipeline engine asserts ZeRO stage < 2 (runtime/pipe/engine.py).
+void check_megatron_fsdp(const Node& node, const sim::config::Located<int>& zero, const MegatronSpec& mg) {
+  const auto partitioned = zero.valid ? ZeroPolicy::partitioning_if_valid(zero.value) : std::nullopt;
+  if (!partitioned || !partitioned->gradients || partitioned->parameters) return;
+  auto& ctx = node.context();
+  if (mg.optimizer == MegatronSpec::Optimizer::kDeepSpeed) {
+    ctx.error(zero.loc, node.child_path("zero_stage"),
+              "DeepSpeed's pipeline engine refuses ZeRO stages 2-3 (runtime/pipe/engine.py); with optimizer: "
+              "deepspeed use 0 or 1");
+  } else if (mg.pp < 2) {
+    ctx.error(zero.loc, node.child_path("zero_stage"),
+              "2 is FSDP2 under a pipeline schedule (pp >= 2); without pipelines use kind: data_parallel");
   }
 }
 
@@ -642,13 +662,16 @@ void read_megatron_options(const Node& node, MapReader& r, std::vector<std::stri
   const auto zero = r.optional<int>("zero_stage", static_cast<int>(defaults::integer("megatron.zero_stage")));
   if (zero.valid && !ZeroPolicy::kMegatronStages.contains(zero.value)) {
     ctx.error(zero.loc, node.child_path("zero_stage"),
-              fmt::format("expected 0 or 1 (Megatron's distributed optimizer) with pipelines, got {}", zero.value));
+              fmt::format("expected 0 or 1 (Megatron's distributed optimizer) or 2 (FSDP2 under the pipeline "
+                          "schedule) with kind megatron, got {}",
+                          zero.value));
   }
   mg.zero_stage = zero.value;
   // Megatron-LM's optimizer, or DeepSpeed's as Megatron-DeepSpeed runs it (and its gradient
   // accumulation dtype, DeepSpeed's data_types.grad_accum_dtype).
   const auto optimizer = r.choice("optimizer", {"megatron", "deepspeed"}, "megatron");
   if (optimizer.valid && optimizer.value == "deepspeed") mg.optimizer = MegatronSpec::Optimizer::kDeepSpeed;
+  check_megatron_fsdp(node, zero, mg);
   if (r.has("grad_accum_dtype")) {
     const auto accum = r.choice("grad_accum_dtype", {"fp32", "bf16"});
     if (accum.valid) mg.fp32_grad_accum = accum.value == "fp32";
@@ -1093,7 +1116,8 @@ const std::vector<StrategyKind>& strategy_kinds() {
        "3D parallelism as Megatron-LM/DeepSpeed run it: tensor parallelism (column/row split, all-reduces per "
        "layer), context parallelism (cp: ring attention), pipeline stages with the 1F1B or interleaved schedule "
        "(even or Megatron-Core's uneven splits), data-parallel replicas with ZeRO-0/1 (Megatron's optimizer, "
-       "its reduce-scatter and gather optionally overlapped with compute, or DeepSpeed's)",
+       "its reduce-scatter and gather optionally overlapped with compute, or DeepSpeed's) or ZeRO-2 (FSDP2 under "
+       "the pipeline schedule: gradients sharded, reduce-scattered once per iteration)",
        read_megatron},
       {"collective", "one all-gather, reduce-scatter or all-reduce over the listed ranks (collective benchmarks)",
        read_collective}};

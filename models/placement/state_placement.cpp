@@ -5,8 +5,8 @@
 //   parameters   w P                  (stage 3: w (P_model - persistent) / g + w persistent);
 //                on the host with parameter offload
 //   gradients    at stages 0-1 w P, f P or (f + w) P by the framework's gradient buffers;
-//                w P_model / g at stages 2-3; with offload f (U - C) on the GPU and f C on the
-//                host (on the NVMe with ZeRO-Infinity)
+//                w P_model / g at stages 2-3 (f P_model / g for an fp32 partition); with offload f (U - C) on the GPU
+//                and f C on the host (on the NVMe with ZeRO-Infinity)
 //   optimizer    o (U - C) on the GPU, o C on the host (or the NVMe)
 //   secondary    w x the hpZ secondary elements, on the GPU
 //   buffers      reduce bucket w min(bucket, P) on the GPU at stages 2-3; stage 3 offload: a bf16
@@ -56,9 +56,10 @@ StatePlacement place_model_states(const StateCounts& c, const StatePrecision& by
   // gradients); the host (or the NVMe) keeps the rest.
   const std::int64_t offloaded = c.optimizer_offload ? c.offloaded_elements : 0;
   const std::int64_t gpu_updated = out.updated_elements - offloaded;
-  out.gradients.gpu = c.optimizer_offload     ? gpu_updated * bytes.fp32
-                      : partitioned.gradients ? share(c.sharded, c.shard_ranks) * bytes.working
-                                              : c.held * unsharded_gradient_bytes(c.gradient_buffers, bytes);
+  out.gradients.gpu = c.optimizer_offload ? gpu_updated * bytes.fp32
+                      : partitioned.gradients
+                          ? share(c.sharded, c.shard_ranks) * (c.fp32_gradient_partition ? bytes.fp32 : bytes.working)
+                          : c.held * unsharded_gradient_bytes(c.gradient_buffers, bytes);
   out.optimizer.gpu = gpu_updated * bytes.optimizer;
   if (c.optimizer_offload) {
     (c.nvme ? out.optimizer.nvme : out.optimizer.host) = offloaded * bytes.optimizer;

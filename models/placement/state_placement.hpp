@@ -64,6 +64,9 @@ struct StateCounts {
   std::int64_t persistent = 0;
   // Stages 2-3: the gradient reduce bucket, in elements (capped at `held`).
   std::int64_t reduce_bucket_elements = 0;
+  // Stages 2-3: the gradient partition in fp32 rather than the working precision (FSDP2's sharded
+  // gradients take the dtype of its sharded fp32 parameters).
+  bool fp32_gradient_partition = false;
   // Optimizer offload: the updated parameters whose optimizer step runs on the CPU (Twin-Flow's
   // host subgroups; the rest stay on the GPU), their states on the NVMe instead of host memory
   // (ZeRO-Infinity) through host swap buffers of `swap_buffer_elements` in all.

@@ -33,7 +33,10 @@
 //   Megatron's distributed optimizer). Adam on the GPU. With overlap_grad_reduce / overlap_param_gather,
 //   Megatron-Core's overlapped DDP instead (phases/pipeline_data_parallel.hpp, OverlappedDataParallel): each
 //   bucket reduced once the last micro-batch's backward produced it, the parameters gathered before the
-//   first micro-batch's forwards.
+//   first micro-batch's forwards. At zero_stage 2, PyTorch's FSDP2 under the pipeline schedule
+//   (phases/zero_policy.hpp, kFsdpUnderPipeline): the whole gradients accumulated in a buffer
+//   allocated at the rank's first backward, reduce-scattered once after its last into an fp32
+//   shard (the buffer then freed), Adam on the shard, the parameters all-gathered.
 // - Memory: bf16 parameters and fp32 gradients (main_grad: Megatron accumulates and all-reduces
 //   the gradients of bf16 training in fp32) of the rank's chunks, fp32 master + m + v (divided by
 //   dp at ZeRO-1), stored activations of each in-flight micro-batch (allocated by its forward,
@@ -338,8 +341,16 @@ struct TensorParallelGroups {
 // The pipeline's notes after the shared ones; with Megatron-DeepSpeed's --deepspeed and pp > 1
 // (DeepSpeed's PipelineEngine) first of all the engine's unmeasured costs: with the device's
 // unmeasured kernels, the largest uncertainty of such a run.
-void add_pipeline_approximations(BuiltIteration& out, const MegatronSpec& spec, const PipelineSplit& split) {
+void add_pipeline_approximations(BuiltIteration& out, const MegatronSpec& spec, const PipelineSplit& split,
+                                 const ZeroPolicy& policy) {
   for (auto& note : pipeline_approximations(spec, split)) out.approximations.push_back(std::move(note));
+  if (policy.accumulates_whole_gradients()) {
+    out.approximations.emplace_back(
+        "FSDP2 under the pipeline (zero_stage 2): gradients accumulated whole and reduce-scattered once after the "
+        "last backward, as torch.distributed.pipelining runs it; the parameters' all-gather placed after the step "
+        "(FSDP2 issues it before the next forwards, prefetching block by block), and with interleaving the whole "
+        "gradient buffer allocated at the rank's first backward rather than chunk by chunk");
+  }
   if (spec.optimizer == MegatronSpec::Optimizer::kDeepSpeed && spec.pp > 1) {
     out.approximations.insert(
         out.approximations.begin(),
@@ -365,7 +376,9 @@ void add_pipeline_approximations(BuiltIteration& out, const MegatronSpec& spec, 
 }
 
 // The model states of a rank holding n parameters (models/placement): its parameters and
-// gradients whole, its optimizer share (over the dp group where partitioned), all on the GPU.
+// gradients whole (FSDP2 under the pipeline: its fp32 gradient shard, the whole buffer allocated
+// by the schedule, allocate_whole_gradients), its optimizer share (over the dp group where
+// partitioned), all on the GPU.
 [[nodiscard]] StatePlacement rank_model_states(std::int64_t n, const ZeroPolicy& policy, int dp) {
   StateCounts c;
   c.held = n;
@@ -373,7 +386,17 @@ void add_pipeline_approximations(BuiltIteration& out, const MegatronSpec& spec, 
   c.partitioned = policy.partitioned();
   c.shard_ranks = dp;
   c.gradient_buffers = policy.gradient_buffers();
+  c.fp32_gradient_partition = policy.accumulates_whole_gradients();
   return place_model_states(c, kBf16MixedPrecision);
+}
+
+// The data-parallel optimizer (MegatronSpec::optimizer): Megatron-LM's (fp32 main_grad, its
+// distributed optimizer at zero_stage 1, FSDP2 under the pipeline schedule at zero_stage 2) or
+// DeepSpeed's engine.
+[[nodiscard]] ZeroPolicy megatron_policy(const MegatronSpec& spec) {
+  return spec.optimizer == MegatronSpec::Optimizer::kDeepSpeed
+             ? ZeroPolicy::deepspeed(spec.zero_stage, spec.fp32_grad_accum, false)
+             : ZeroPolicy::megatron(spec.zero_stage, spec.fp32_grad_accum);
 }
 
 // build_megatron in phases. The constructor checks the spec and works out the layout, the work
@@ -456,11 +479,8 @@ class MegatronBuilder {
   const int sims;
   Communicator dp_comm;
 
-  // The data-parallel optimizer (MegatronSpec::optimizer): Megatron-LM's (fp32 main_grad, its
-  // distributed optimizer at zero_stage 1) or DeepSpeed's engine; phases/zero_policy.hpp states both.
-  const ZeroPolicy policy = spec.optimizer == MegatronSpec::Optimizer::kDeepSpeed
-                                ? ZeroPolicy::deepspeed(spec.zero_stage, spec.fp32_grad_accum, false)
-                                : ZeroPolicy::megatron(spec.zero_stage, spec.fp32_grad_accum);
+  // The data-parallel optimizer (megatron_policy; phases/zero_policy.hpp states each).
+  const ZeroPolicy policy = megatron_policy(spec);
 
   // Work and states of one rank. With context parallelism the rank's share of the sequence (ml,
   // local_in: seq / cp tokens) sets everything but the attention, which is cp blocks of it.
@@ -580,6 +600,8 @@ class MegatronBuilder {
                     {previous[i]});
       entry[s][{op.forward, vs, op.micro_batch}] = at[i];
       if (ddp && op.forward && op.micro_batch == 0) ddp->forward_chunk(s, vs / pp, at[i]);
+      if (!op.forward && op.micro_batch == 0 && op.chunk == v - 1)  // the rank's first backward
+        at[i] = allocate_whole_gradients(timeline, s, policy, rank_state[s].params, tag, at[i]);
     }
     const char* phase = op.forward ? phase::kForward : phase::kBackward;
     const bool head = vs == last_virtual;
@@ -778,7 +800,7 @@ class MegatronBuilder {
     // largest over the ranks would change the shipped llama2-70b figure, so it is left as is.
     out.model_states_per_device = Bytes{states_of(0).gpu_model_states()};
     add_common_approximations(out, in, policy);
-    add_pipeline_approximations(out, spec, split);
+    add_pipeline_approximations(out, spec, split, policy);
   }
 };
 

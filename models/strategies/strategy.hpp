@@ -86,8 +86,9 @@ struct CollectiveSpec {
 /// parallelism inside a group of `tp` consecutive ranks, context parallelism over `cp` ranks
 /// (ring attention, models/strategies/context_parallel.hpp), a pipeline of `pp` stages (1F1B, or
 /// interleaved with `virtual_stages` chunks per rank), `dp` replicas whose gradients are
-/// all-reduced (zero_stage 0) or reduce-scattered with a distributed optimizer (zero_stage 1)
-/// over the dp x cp ranks holding the same weights.
+/// all-reduced (zero_stage 0) or reduce-scattered with a distributed optimizer (zero_stage 1), or
+/// sharded as FSDP2 under the pipeline schedule (zero_stage 2), over the dp x cp ranks holding the
+/// same weights.
 /// Rank r = t + tp x (c + cp x (s + pp x d)) for tensor rank t, context rank c, stage s, replica d
 /// (docs/adr/0012-context-parallel-rank-order.md).
 struct MegatronSpec {

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <set>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -158,6 +160,73 @@ TEST(Megatron, TheDataParallelOptimizerSetsStatesAndTraffic) {
   const ExperimentResult megatron16 = run("optimizer-megatron-16bit", 1, "  grad_accum_dtype: bf16\n");
   EXPECT_DOUBLE_EQ(static_cast<double>(megatron16.model_states_per_device.count), 10 * P);
   EXPECT_NEAR(gpu_gpu(megatron16), 4 * P, 1e-9 * P);
+}
+
+TEST(Megatron, FsdpUnderThePipelineShardsGradientsAndReducesOnce) {
+  // pp 2 x dp 4 on one Frontier node, m = 4 micro-batches. P: the parameters of a stage-0 rank,
+  // q = ceil(P / 4) its share over the 4 ranks of its data-parallel group. Per rank:
+  //   zero 1 (Megatron's distributed optimizer): states 2P + 4P (fp32 main_grad) + 12q;
+  //   zero 2 (FSDP2 under the pipeline schedule): states 2P + 4q (fp32 gradient shard) + 12q, and
+  //     a whole fp32 buffer of 4P from the rank's first backward until the reduce-scatter after
+  //     its last: as 1F1B holds its most micro-batches again after the first backward, the peak is
+  //     4q above zero 1's;
+  //   both: per iteration and per stage one reduce-scatter of the fp32 gradients and one
+  //     all-gather of the bf16 parameters (not one per micro-batch): the same bytes on the links.
+  const auto spec = [](int zero) {
+    return fmt::format(
+        "  kind: megatron\n  tp: 1\n  pp: 2\n  dp: 4\n  schedule: 1f1b\n  sequence_parallel: false\n"
+        "  zero_stage: {}\n",
+        zero);
+  };
+  const auto gpu_gpu = [](const ExperimentResult& r) {
+    double bytes = 0;
+    for (const auto& l : r.links) {
+      if (l.link_class == "gpu-gpu") bytes += l.bytes;
+    }
+    return bytes;
+  };
+  const ExperimentSpec one = load_experiment(experiment("fsdp-zero1", spec(1), 4), {});
+  const ExperimentSpec two = load_experiment(experiment("fsdp-zero2", spec(2), 4), {});
+  const std::string graph = dump_task_graph(two, false);
+  // The task graph's bytes of rank 0's bf16 parameters (2P) and of its whole gradient buffer (4P).
+  const auto bytes_of = [&](const std::string& task) {
+    const std::size_t at = graph.find("bytes=", graph.find(" " + task + " "));
+    return std::stoll(graph.substr(at + 6));
+  };
+  const std::int64_t P = bytes_of("r0.alloc.parameters") / 2;
+  const std::int64_t q = (P + 3) / 4;
+  EXPECT_EQ(bytes_of("r0.B0.mb0.alloc.gradients"), 4 * P);
+  // One reduce-scatter and one all-gather per stage (two sizes of rank), named dp.<what>.<P>.
+  const auto collectives = [&](const std::string& what) {
+    std::set<std::string> names;
+    for (std::size_t at = graph.find(" dp." + what + "."); at != std::string::npos;
+         at = graph.find(" dp." + what + ".", at + 1)) {
+      const std::size_t size = at + 5 + what.size();
+      names.insert(graph.substr(size, graph.find('.', size) - size));
+    }
+    return names.size();
+  };
+  EXPECT_EQ(collectives("gradients"), 2U);
+  EXPECT_EQ(collectives("parameters"), 2U);
+  const ExperimentResult r1 = run_experiment(one);
+  const ExperimentResult r2 = run_experiment(two);
+  EXPECT_EQ(r1.model_states_per_device.count, 6 * P + 12 * q);
+  EXPECT_EQ(r2.model_states_per_device.count, 2 * P + 16 * q);
+  EXPECT_EQ(r2.peak_bytes("hbm") - r1.peak_bytes("hbm"), 4 * q);
+  EXPECT_DOUBLE_EQ(gpu_gpu(r2), gpu_gpu(r1));
+  // Interleaved (v = 2): rank 0's first backward is its last chunk's (virtual stage 2), which
+  // allocates the whole buffer of both chunks (the same P: 24 + 24 layers and the embedding).
+  const std::string interleaved = dump_task_graph(
+      load_experiment(experiment("fsdp-interleaved",
+                                 "  kind: megatron\n  tp: 1\n  pp: 2\n  dp: 4\n  schedule: interleaved\n"
+                                 "  virtual_stages: 2\n  sequence_parallel: false\n  zero_stage: 2\n",
+                                 4),
+                      {}),
+      false);
+  const std::size_t first = interleaved.find(" r0.B2.mb0.alloc.gradients ");
+  ASSERT_NE(first, std::string::npos);
+  EXPECT_EQ(std::stoll(interleaved.substr(interleaved.find("bytes=", first) + 6)), 4 * P);
+  EXPECT_EQ(interleaved.find(" r0.B0.mb0.alloc.gradients "), std::string::npos);
 }
 
 TEST(Megatron, TensorParallelismAddsItsAllReduces) {

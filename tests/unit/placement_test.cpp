@@ -126,7 +126,21 @@ TEST(Placement, GradientHandlingOfTheFrameworks) {
   EXPECT_EQ(megatron.gradient_buffers(), GradientBuffers::kFp32);
   EXPECT_EQ(ZeroPolicy::megatron(0, false).gradient_buffers(), GradientBuffers::kWorking);
   EXPECT_STREQ(megatron.gradient_tenant(), "gradients (fp32 main_grad)");
-  EXPECT_THROW((void)ZeroPolicy::megatron(2, std::nullopt), std::invalid_argument);
+  // Stage 2 under the pipeline schedule: FSDP2 as torch.distributed.pipelining runs it, gradients
+  // accumulated whole (fp32: 4 bytes each) and reduce-scattered once into an fp32 partition.
+  const ZeroPolicy fsdp = ZeroPolicy::megatron(2, std::nullopt);
+  EXPECT_EQ(fsdp.engine(), OptimizerEngine::kFsdpUnderPipeline);
+  EXPECT_EQ(fsdp.gradient_reduction(), CollectiveKind::kReduceScatter);
+  EXPECT_EQ(fsdp.reduced_elements(1000), 2000);
+  EXPECT_FALSE(fsdp.reduces_every_micro_batch());
+  EXPECT_TRUE(fsdp.accumulates_whole_gradients());
+  EXPECT_EQ(fsdp.whole_gradient_buffer_bytes(1000), 4000);
+  EXPECT_EQ(ZeroPolicy::megatron(2, false).whole_gradient_buffer_bytes(1000), 2000);
+  EXPECT_EQ(megatron.whole_gradient_buffer_bytes(1000), 0);
+  EXPECT_TRUE(fsdp.gathers_updated_parameters());
+  EXPECT_FALSE(fsdp.gathers_parameters_before_use());
+  EXPECT_STREQ(fsdp.gradient_tenant(), "gradient partition (fp32)");
+  EXPECT_THROW((void)ZeroPolicy::megatron(3, std::nullopt), std::invalid_argument);
 }
 
 // ZeRO-1 (and Megatron's distributed optimizer over dp = g): 2P + 2P + 12P / g.
@@ -148,6 +162,18 @@ TEST(Placement, ZeroStage2PartitionsTheGradientsAndKeepsOneBucket) {
   EXPECT_EQ(s.reduce_bucket.gpu, 2 * 500'000);
   c.reduce_bucket_elements = 2 * P;  // a bucket larger than the model holds the model: 2P
   EXPECT_EQ(place_model_states(c, kMixed).reduce_bucket.gpu, 2 * P);
+  expect_gpu_only(s);
+}
+
+// FSDP2's gradient partition under a pipeline schedule is fp32 (its sharded parameters' dtype),
+// with no reduce bucket: 2P + 4P / g + 12P / g.
+TEST(Placement, AnFp32GradientPartitionTakesFourBytes) {
+  StateCounts c = zero(2);
+  c.fp32_gradient_partition = true;
+  const StatePlacement s = place_model_states(c, kMixed);
+  EXPECT_EQ(s.gradients.gpu, 4 * P / G);
+  EXPECT_EQ(s.gpu_model_states(), 2 * P + 16 * P / G);
+  EXPECT_EQ(s.reduce_bucket.gpu, 0);
   expect_gpu_only(s);
 }
 

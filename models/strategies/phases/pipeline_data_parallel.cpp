@@ -40,7 +40,16 @@ std::vector<TaskId> by_size(const PipelineDataParallel& p, CollectiveKind kind, 
   return done;
 }
 
+constexpr const char* kWholeGradients = "gradients (whole, until the reduce-scatter)";
+
 }  // namespace
+
+TaskId allocate_whole_gradients(RankTimeline& ranks, int r, const ZeroPolicy& policy, std::int64_t held,
+                                const std::string& tag, TaskId after) {
+  if (!policy.accumulates_whole_gradients()) return after;
+  return ranks.alloc(r, tag + ".alloc.gradients", "setup", kWholeGradients,
+                     sim::Bytes{policy.whole_gradient_buffer_bytes(held)}, {after});
+}
 
 std::vector<TaskId> pipeline_data_parallel_step(const PipelineDataParallel& p, std::vector<TaskId>& last,
                                                 std::vector<PhaseSpan>& spans) {
@@ -60,12 +69,16 @@ std::vector<TaskId> pipeline_data_parallel_step(const PipelineDataParallel& p, s
   // The gradients reduced to their owners where the optimizer is partitioned (ZeroPolicy); with
   // Megatron-Core's overlap_grad_reduce in buckets during the schedule.
   const bool overlapped_reduction = p.overlapped != nullptr && p.overlapped->options().overlap_grad_reduce;
-  const std::vector<TaskId> reduced = p.group_ranks <= 1 ? last
-                                      : overlapped_reduction
-                                          ? p.overlapped->reduce(last)
-                                          : by_size(p, p.policy.gradient_reduction(), "gradients", last, true);
+  std::vector<TaskId> reduced = p.group_ranks <= 1 ? last
+                                : overlapped_reduction
+                                    ? p.overlapped->reduce(last)
+                                    : by_size(p, p.policy.gradient_reduction(), "gradients", last, true);
   std::vector<TaskId> end(static_cast<std::size_t>(sims));
   for (int s = 0; s < sims; ++s) {
+    if (p.policy.accumulates_whole_gradients()) {  // reduce-scattered into the partition: the buffer goes
+      reduced[s] = p.ranks.release(s, "free.gradients", "memory", kWholeGradients,
+                                   sim::Bytes{p.policy.whole_gradient_buffer_bytes(p.params[s])}, {reduced[s]});
+    }
     const std::int64_t updated = p.policy.updated_parameters(p.params[s], p.params[s], p.group_ranks);
     end[s] = gpu_optimizer_step(p.ranks, s, p.policy, p.costs, p.params[s], updated, p.adam[s], reduced[s]).last;
     if (p.ranks.slot(s).rank == 0) {

@@ -6,6 +6,7 @@
 // partitioned the updated parameters all-gathered. Ranks of different pipeline stages hold
 // different amounts: one collective per distinct size, each rank taking part in its own.
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "models/collectives/communicator.hpp"
@@ -111,6 +112,12 @@ class OverlappedDataParallel {
   // The ranks with the same items, reduced and gathered together (by their first rank).
   std::vector<std::vector<int>> groups_;
 };
+
+/// FSDP2 under the pipeline schedule (ZeroPolicy::accumulates_whole_gradients): simulated rank r's
+/// first backward (`tag`) allocates the whole gradient buffer of its `held` parameters after `after`,
+/// which pipeline_data_parallel_step frees after the reduce-scatter. Returns `after` otherwise.
+sim::TaskId allocate_whole_gradients(RankTimeline& ranks, int r, const ZeroPolicy& policy, std::int64_t held,
+                                     const std::string& tag, sim::TaskId after);
 
 /// The step after each simulated rank's `last` task (which BF16_Optimizer's accumulation
 /// advances); rank 0's phases go to `spans`. Returns each rank's last task.

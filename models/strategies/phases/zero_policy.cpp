@@ -40,13 +40,14 @@ ZeroPolicy ZeroPolicy::megatron(int stage, std::optional<bool> fp32_grad_accum) 
   ZeroPolicy p;
   p.stage_ = stage;
   p.partitioned_ = partitioning_of_stage(stage);
-  p.engine_ = OptimizerEngine::kMegatron;
+  p.engine_ = p.partitioned_.gradients ? OptimizerEngine::kFsdpUnderPipeline : OptimizerEngine::kMegatron;
   p.fp32_gradients_ = fp32_grad_accum.value_or(true);
   p.buffers_ = p.fp32_gradients_ ? GradientBuffers::kFp32 : GradientBuffers::kWorking;
   return p;
 }
 
 const char* ZeroPolicy::gradient_tenant() const {
+  if (accumulates_whole_gradients()) return "gradient partition (fp32)";
   switch (buffers_) {
     case GradientBuffers::kFp32:
       return "gradients (fp32 main_grad)";

@@ -16,7 +16,9 @@
 //     which partitions the optimizer as ZeRO-1 does and all-reduces fp32 gradients;
 //   DeepSpeed, ZeRO stages 1-2: DeepSpeedZeroOptimizer (runtime/zero/stage_1_and_2.py);
 //   DeepSpeed, stage 3: DeepSpeedZeroOptimizer_Stage3 (runtime/zero/stage3.py);
-//   Megatron-LM: its DDP with main_grad, and at stage 1 its distributed optimizer.
+//   Megatron-LM: its DDP with main_grad, and at stage 1 its distributed optimizer;
+//   stage 2 under pipelines: PyTorch's FSDP2 as torch.distributed.pipelining runs it (torchtitan,
+//     and Meta's Llama 3 405B training, arXiv:2407.21783 section 3.3.2), kFsdpUnderPipeline below.
 #include <cstdint>
 #include <optional>
 
@@ -35,6 +37,16 @@ enum class OptimizerEngine {
   kZeroStage1And2,  // DeepSpeed's DeepSpeedZeroOptimizer (stage_1_and_2.py)
   kZeroStage3,      // DeepSpeed's DeepSpeedZeroOptimizer_Stage3 (stage3.py)
   kMegatron,        // Megatron-LM's DDP (main_grad), and at stage 1 its distributed optimizer
+  // PyTorch's FSDP2 (fully_shard per transformer block, reshard_after_forward false: torchtitan's
+  // default with pipeline parallelism, parallelize.py "reshard_after_forward = not pp_enabled")
+  // under a torch.distributed.pipelining schedule, whose backward_maybe_with_nosync (stage.py)
+  // turns gradient sync and resharding off for every micro-batch but the last: each rank
+  // accumulates its stage's whole gradients in the reduce dtype (FSDPParam's
+  // unsharded_accumulated_grad, fp32 by default) from its first backward, reduce-scatters them
+  // once after its last backward into its fp32 gradient shard and frees the whole buffer; the
+  // optimizer updates the rank's shard (the fp32 sharded parameters are the master weights) and
+  // the bf16 parameters are all-gathered once before the next forwards.
+  kFsdpUnderPipeline,
 };
 
 class ZeroPolicy {
@@ -42,8 +54,10 @@ class ZeroPolicy {
   /// ZeRO's stages (DeepSpeed runtime/zero/config.py, ZeroStageEnum 0-3): the one definition every
   /// reader checks zero_stage against (models/strategies/value_ranges.hpp) and the policy enforces.
   static constexpr sim::config::ValueRange<int> kStages{0, 3, false, "ZeRO's stages"};
-  /// Megatron-LM's: 0, or 1 for its distributed optimizer.
-  static constexpr sim::config::ValueRange<int> kMegatronStages{0, 1, false, "Megatron's distributed optimizer"};
+  /// Megatron-LM's: 0, or 1 for its distributed optimizer; 2 for FSDP2 under its pipeline schedule
+  /// (kFsdpUnderPipeline).
+  static constexpr sim::config::ValueRange<int> kMegatronStages{
+      0, 2, false, "0-1: Megatron's distributed optimizer, 2: FSDP2 under the pipeline schedule"};
 
   /// DeepSpeed's engine, by stage and gradient accumulation dtype (nullopt: its default, engine.py
   /// get_data_types: fp32 for bf16 without ZeRO, the model's bf16 under ZeRO), and at stages 2-3
@@ -57,7 +71,10 @@ class ZeroPolicy {
   [[nodiscard]] static ZeroPolicy deepspeed(int stage, std::optional<bool> fp32_grad_accum, bool fp32_gradient_reduce);
   /// Megatron-LM's: main_grad in fp32 (at ZeRO-0 and with its distributed optimizer alike) unless
   /// set to 16 bits (fp16 training's default, --grad-reduce-in-bf16), the optimizer partitioned at
-  /// stage 1 (its distributed optimizer). Throws std::invalid_argument outside 0-1.
+  /// stage 1 (its distributed optimizer); at stage 2 FSDP2 under the pipeline schedule
+  /// (kFsdpUnderPipeline), fp32_grad_accum its reduce dtype (fp32 unless set to 16 bits: torchtitan's
+  /// mixed_precision_reduce default, and Meta's "reduce-scatter gradients in FP32"). Throws
+  /// std::invalid_argument outside 0-2.
   [[nodiscard]] static ZeroPolicy megatron(int stage, std::optional<bool> fp32_grad_accum);
   /// What stage `stage` (0-3) partitions, whatever the framework (tests, reports). Throws
   /// std::invalid_argument outside kStages.
@@ -88,8 +105,18 @@ class ZeroPolicy {
 
   // Gradients.
   /// Reduced every micro-batch into the rank's gradient partition (stages 2-3), rather than once
-  /// at the accumulation boundary.
-  [[nodiscard]] bool reduces_every_micro_batch() const { return partitioned_.gradients; }
+  /// at the accumulation boundary (FSDP2 under a pipeline schedule: once, after the last backward).
+  [[nodiscard]] bool reduces_every_micro_batch() const {
+    return partitioned_.gradients && !accumulates_whole_gradients();
+  }
+  /// The gradients partitioned, but accumulated whole in a transient buffer (in the reduce dtype)
+  /// from the rank's first backward until their one reduce-scatter after its last
+  /// (kFsdpUnderPipeline); the partition is fp32.
+  [[nodiscard]] bool accumulates_whole_gradients() const { return engine_ == OptimizerEngine::kFsdpUnderPipeline; }
+  /// The bytes of that transient buffer for n gradients (0 when there is none).
+  [[nodiscard]] std::int64_t whole_gradient_buffer_bytes(std::int64_t n) const {
+    return accumulates_whole_gradients() ? n * (fp32_gradients_ ? kFp32Bytes : kBf16Bytes) : 0;
+  }
   /// Reduced to the owners of their partition (a reduce-scatter) where the optimizer states are
   /// partitioned; BF16_Optimizer all-reduces (engine.py allreduce_gradients), as does a replicated
   /// optimizer.
@@ -105,7 +132,8 @@ class ZeroPolicy {
   }
   /// How the gradients are kept at stages 0-1 without offload (models/placement).
   [[nodiscard]] GradientBuffers gradient_buffers() const { return buffers_; }
-  /// The name of the gradients' setup allocation at stages 0-1 without offload.
+  /// The name of the gradients' setup allocation at stages 0-1 without offload (and of FSDP2's
+  /// fp32 partition under pipelines).
   [[nodiscard]] const char* gradient_tenant() const;
 
   // The optimizer.
