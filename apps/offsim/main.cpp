@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -44,7 +45,7 @@ int main(int argc, char** argv) {
   run_cmd->add_flag("--all-micro-batches", run.all_micro_batches,
                     "megatron: simulate every micro-batch instead of extrapolating a long schedule from its steady "
                     "state (pp and 2 pp micro-batches)");
-  run_cmd->add_option(
+  auto* run_out = run_cmd->add_option(
       "--out", run.out_dir,
       "write DIR/summary.json, DIR/timeline.csv (memory and link rates over time), DIR/trace.json "
       "(Chrome trace for Perfetto) and DIR/config.resolved.yaml (every value the run read, after includes "
@@ -55,13 +56,15 @@ int main(int argc, char** argv) {
                    "first and last simulated rank, and the link rates per class and direction of every link) or "
                    "auto: compact when the full trace.json would hold more than --trace-limit events")
       ->check(CLI::IsMember({"auto", "full", "compact"}))
-      ->default_str("auto");
+      ->default_str("auto")
+      ->needs(run_out);
   run_cmd
       ->add_option("--trace-limit", run.trace_limit,
                    fmt::format("events above which --trace auto writes the compact trace (counted before writing, "
                                "an upper bound: about 60 bytes of files each; default {})",
                                offsim::models::kDefaultTraceEventLimit))
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(std::size_t{1}, std::numeric_limits<std::size_t>::max()))
+      ->needs(run_out);
 
   app::GraphOptions graph;
   auto* graph_cmd = app.add_subcommand("graph", "print the task graph of one iteration without running it");

@@ -199,19 +199,21 @@ void add_outputs_over_time(const ExperimentSpec& spec, const BuiltIteration& bui
   const sim::report::TraceSelection selection =
       r.trace.compact ? compact_selection(spec, built, r.trace) : sim::report::TraceSelection{};
   const auto& platform = built.machine.platform;
+  const std::vector<sim::report::Series> link_classes = sim::report::link_class_rates(run);
   if (options.outputs != nullptr) {
-    options.outputs->add_streamed(
-        "timeline.csv", [&](sim::report::TextSink& out) { sim::report::write_timeline_csv(run, selection, out); });
+    options.outputs->add_streamed("timeline.csv", [&](sim::report::TextSink& out) {
+      sim::report::write_timeline_csv(run, selection, link_classes, out);
+    });
     options.outputs->add_streamed("trace.json", [&](sim::report::TextSink& out) {
-      sim::report::write_chrome_trace(platform, built.graph, run, selection, out);
+      sim::report::write_chrome_trace(platform, built.graph, run, selection, link_classes, out);
     });
     return;
   }
   sim::report::TextSink csv;
-  sim::report::write_timeline_csv(run, selection, csv);
+  sim::report::write_timeline_csv(run, selection, link_classes, csv);
   r.timeline_csv = csv.take();
   sim::report::TextSink trace;
-  sim::report::write_chrome_trace(platform, built.graph, run, selection, trace);
+  sim::report::write_chrome_trace(platform, built.graph, run, selection, link_classes, trace);
   r.trace_json = trace.take();
 }
 

@@ -13,12 +13,6 @@ namespace offsim::sim::report {
 
 namespace {
 
-// A step function: (time, value) points, each value holding until the next point.
-struct Series {
-  std::string name;
-  std::vector<std::pair<std::int64_t, double>> points;
-};
-
 // Sums the rate timelines of constraints into one step function per key; `keys_of` names the
 // series a constraint counts in (none, one or several), in first-seen order.
 template <class KeysOf>
@@ -73,11 +67,6 @@ std::vector<Series> summed_rates(const RunResult& run, KeysOf&& keys_of) {
   return out;
 }
 
-// One series per reporting group of links (the link class and direction).
-std::vector<Series> link_groups(const RunResult& run) {
-  return summed_rates(run, [](const ConstraintResult& c) { return std::vector<std::string>{c.group}; });
-}
-
 // One series per device and direction: the bytes/s on all the links out of it, and into it; only
 // the devices in `only` when given.
 std::vector<Series> device_link_rates(const RunResult& run, const std::set<std::string, std::less<>>* only) {
@@ -118,10 +107,15 @@ double micros(std::int64_t ps) {
 
 }  // namespace
 
-void write_timeline_csv(const RunResult& run, const TraceSelection& selection, TextSink& out) {
+std::vector<Series> link_class_rates(const RunResult& run) {
+  return summed_rates(run, [](const ConstraintResult& c) { return std::vector<std::string>{c.group}; });
+}
+
+void write_timeline_csv(const RunResult& run, const TraceSelection& selection, const std::vector<Series>& link_classes,
+                        TextSink& out) {
   std::vector<Series> series = memory_series(run, selection);
   const std::size_t pools = series.size();
-  for (auto& s : link_groups(run)) series.push_back(std::move(s));
+  series.insert(series.end(), link_classes.begin(), link_classes.end());
   std::set<std::int64_t> times{0};
   for (const auto& s : series) {
     for (const auto& [t, v] : s.points) times.insert(t);
@@ -150,7 +144,7 @@ void write_timeline_csv(const RunResult& run, const TraceSelection& selection, T
 
 std::string timeline_csv(const RunResult& run) {
   TextSink out;
-  write_timeline_csv(run, TraceSelection{}, out);
+  write_timeline_csv(run, TraceSelection{}, link_class_rates(run), out);
   return out.take();
 }
 
@@ -280,7 +274,8 @@ void write_tasks(const TaskGraph& graph, const RunResult& run, const TraceSelect
 
 // Memory counters, then link counters: per class and direction, then per device (its links out
 // and in; only the selected units' in a compact trace).
-void write_counters(const RunResult& run, const TraceSelection& selection, EventWriter& emit) {
+void write_counters(const RunResult& run, const TraceSelection& selection, const std::vector<Series>& link_classes,
+                    EventWriter& emit) {
   for (const auto& s : memory_series(run, selection)) {
     for (const auto& [t, v] : s.points) {
       emit(R"({{"ph": "C", "pid": {}, "name": {}, "ts": {}, "args": {{"used_bytes": {}}}}})", kMemoryPid, q(s.name),
@@ -288,20 +283,22 @@ void write_counters(const RunResult& run, const TraceSelection& selection, Event
     }
   }
   const std::set<std::string, std::less<>> devices(selection.devices.begin(), selection.devices.end());
-  for (const auto& series : {link_groups(run), device_link_rates(run, selection.compact ? &devices : nullptr)}) {
+  const auto write = [&](const std::vector<Series>& series) {
     for (const auto& s : series) {
       for (const auto& [t, v] : s.points) {
         emit(R"({{"ph": "C", "pid": {}, "name": {}, "ts": {}, "args": {{"bytes_per_s": {}}}}})", kTransferPid,
              q(s.name), micros(t), v);
       }
     }
-  }
+  };
+  write(link_classes);
+  write(device_link_rates(run, selection.compact ? &devices : nullptr));
 }
 
 }  // namespace
 
 void write_chrome_trace(const Platform& platform, const TaskGraph& graph, const RunResult& run,
-                        const TraceSelection& selection, TextSink& out) {
+                        const TraceSelection& selection, const std::vector<Series>& link_classes, TextSink& out) {
   out.append("{\"displayTimeUnit\": \"ms\", ");
   // Chrome's Trace Event format keeps otherData as the trace's metadata (Perfetto shows it too).
   if (selection.compact) out.format("\"otherData\": {{\"trace\": \"compact\", \"holds\": {}}}, ", q(selection.note));
@@ -310,13 +307,13 @@ void write_chrome_trace(const Platform& platform, const TaskGraph& graph, const 
   const TransferPlacement placement(platform, selection);
   write_tracks(platform, graph, selection, placement, emit);
   write_tasks(graph, run, selection, placement, emit);
-  write_counters(run, selection, emit);
+  write_counters(run, selection, link_classes, emit);
   out.append("\n]}\n");
 }
 
 std::string chrome_trace(const Platform& platform, const TaskGraph& graph, const RunResult& run) {
   TextSink out;
-  write_chrome_trace(platform, graph, run, TraceSelection{}, out);
+  write_chrome_trace(platform, graph, run, TraceSelection{}, link_class_rates(run), out);
   return out.take();
 }
 

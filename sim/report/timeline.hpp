@@ -15,6 +15,7 @@
 // and the link classes. Both files are written to a TextSink as they are produced.
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sim/exec/executor.hpp"
@@ -39,9 +40,20 @@ struct TraceSelection {
 /// timeline.csv per counted event).
 [[nodiscard]] std::size_t full_trace_events(const TaskGraph& graph, const RunResult& run);
 
-void write_timeline_csv(const RunResult& run, const TraceSelection& selection, TextSink& out);
+/// A step function: (time, value) points, each value holding until the next point.
+struct Series {
+  std::string name;
+  std::vector<std::pair<std::int64_t, double>> points;
+};
+
+/// The bytes/s of every reporting group of links (the link class and direction), summed over its
+/// links: both files hold them, so they are computed once for both.
+[[nodiscard]] std::vector<Series> link_class_rates(const RunResult& run);
+
+void write_timeline_csv(const RunResult& run, const TraceSelection& selection, const std::vector<Series>& link_classes,
+                        TextSink& out);
 void write_chrome_trace(const Platform& platform, const TaskGraph& graph, const RunResult& run,
-                        const TraceSelection& selection, TextSink& out);
+                        const TraceSelection& selection, const std::vector<Series>& link_classes, TextSink& out);
 
 /// The full files, as strings.
 [[nodiscard]] std::string timeline_csv(const RunResult& run);
