@@ -182,7 +182,7 @@ sim::report::TraceSelection compact_selection(const ExperimentSpec& spec, const 
     named.push_back(fmt::format("rank {} ({})", trace.ranks[i], trace.devices[i]));
   trace.note = fmt::format(
       "compact trace: the tasks, memory and per-device link rates of {} of the {} ranks, and the link rates per "
-      "class and direction of every link; --trace full writes every simulated rank's",
+      "class and direction of every link; --trace full writes every simulated rank's detail",
       fmt::join(named, " and "), built.devices.size());
   selection.note = trace.note;
   return selection;
