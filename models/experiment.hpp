@@ -18,6 +18,7 @@
 #include "models/transformer/transformer.hpp"
 #include "sim/config/config_reader.hpp"
 #include "sim/exec/executor.hpp"
+#include "sim/report/atomic_file.hpp"
 #include "topologies/topology_parser.hpp"
 
 namespace offsim::models {
@@ -168,8 +169,17 @@ struct ExperimentResult {
   [[nodiscard]] double phase_seconds(std::string_view phase) const;
   /// Peak bytes of the fullest pool of one memory kind ("hbm", "dram", ...); 0 when absent.
   [[nodiscard]] std::int64_t peak_bytes(std::string_view kind) const;
-  std::string timeline_csv;  // filled when asked for (RunExperimentOptions)
+  std::string timeline_csv;  // filled when asked for (RunExperimentOptions) and not streamed
   std::string trace_json;
+  /// The outputs over time (when asked for): full, or compact and what the compact form holds.
+  struct Trace {
+    bool compact = false;
+    std::size_t full_events = 0;       // the events the full trace.json would hold, at most
+    std::size_t limit = 0;             // the limit it was compared with (0: --trace compact)
+    std::vector<std::size_t> ranks;    // the representative ranks whose detail it holds
+    std::vector<std::string> devices;  // their devices, in the same order
+    std::string note;                  // one sentence: what the compact trace holds
+  } trace;
 
   // Rank 0's view over time, for assertions on the timeline (validation claims).
   struct Interval {
@@ -187,8 +197,24 @@ struct ExperimentResult {
   double rank0_d2h_capacity = 0.0;
 };
 
+/// The size of the full outputs over time, in events counted by sim::report::full_trace_events,
+/// above which `--trace auto` writes the compact trace (`offsim run --trace-limit`). The count is
+/// an upper bound: the shipped experiments write 48-62 bytes of trace.json and timeline.csv per
+/// counted event, so 4 M are about 240 MB (GPT-3 175B on 256 GCDs counts 2.9 M and stays full;
+/// GPT-1T on 75,264 GCDs counts 8.5 M).
+inline constexpr std::size_t kDefaultTraceEventLimit = 4'000'000;
+
+enum class TraceMode { automatic, full, compact };
+
 struct RunExperimentOptions {
   bool outputs_over_time = false;  // record link timelines; fill timeline_csv and trace_json
+  /// With outputs_over_time: the full trace, the compact one, or (automatic) the compact one when
+  /// the full one would hold more than trace_event_limit events (ExperimentResult::Trace).
+  TraceMode trace = TraceMode::automatic;
+  std::size_t trace_event_limit = kDefaultTraceEventLimit;
+  /// With outputs_over_time: timeline.csv and trace.json are streamed into this set as they are
+  /// produced (never held whole), instead of into timeline_csv and trace_json.
+  sim::report::AtomicFileSet* outputs = nullptr;
   /// Link activity (link_stats, links): sweeps, whose rows hold none, leave it out and the
   /// result's link lists empty; the analytic transfers are then built without the links they
   /// stand for (CollectiveOptions::link_statistics). Times are the same either way.

@@ -26,6 +26,8 @@ struct RunOptions {
   std::string out_dir;  // empty: no files
   bool all_ranks = false;
   bool all_micro_batches = false;
+  std::string trace = "auto";   // with out_dir: auto, full or compact
+  std::size_t trace_limit = 0;  // events; 0: models::kDefaultTraceEventLimit
 };
 
 struct EstimateOptions {

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -18,6 +19,7 @@
 #include "apps/offsim/commands.hpp"
 #include "apps/offsim/exit_codes.hpp"
 #include "apps/offsim/heap.hpp"
+#include "models/experiment.hpp"
 #include "models/strategies/value_ranges.hpp"
 #include "offsim_git_hash.hpp"  // generated at every build: cmake/git_version.cmake
 #include "sim/report/atomic_file.hpp"
@@ -43,11 +45,26 @@ int main(int argc, char** argv) {
   run_cmd->add_flag("--all-micro-batches", run.all_micro_batches,
                     "megatron: simulate every micro-batch instead of extrapolating a long schedule from its steady "
                     "state (pp and 2 pp micro-batches)");
-  run_cmd->add_option(
+  auto* run_out = run_cmd->add_option(
       "--out", run.out_dir,
       "write DIR/summary.json, DIR/timeline.csv (memory and link rates over time), DIR/trace.json "
       "(Chrome trace for Perfetto) and DIR/config.resolved.yaml (every value the run read, after includes "
       "and overrides; it runs as an experiment itself), each atomically");
+  run_cmd
+      ->add_option("--trace", run.trace,
+                   "with --out: full (every simulated rank's tasks, memory and link rates), compact (those of the "
+                   "first and last simulated rank, and the link rates per class and direction of every link) or "
+                   "auto: compact when the full trace.json would hold more than --trace-limit events")
+      ->check(CLI::IsMember({"auto", "full", "compact"}))
+      ->default_str("auto")
+      ->needs(run_out);
+  run_cmd
+      ->add_option("--trace-limit", run.trace_limit,
+                   fmt::format("events above which --trace auto writes the compact trace (counted before writing, "
+                               "an upper bound: about 60 bytes of files each; default {})",
+                               offsim::models::kDefaultTraceEventLimit))
+      ->check(CLI::Range(std::size_t{1}, std::numeric_limits<std::size_t>::max()))
+      ->needs(run_out);
 
   app::GraphOptions graph;
   auto* graph_cmd = app.add_subcommand("graph", "print the task graph of one iteration without running it");

@@ -21,20 +21,35 @@ int run_command(const RunOptions& options) {
   models::ExperimentSpec spec = models::load_experiment(options.config, overrides);
   // Only pipeline schedules are extrapolated; for other strategies the flag changes nothing.
   if (options.all_micro_batches) (void)models::strategy_kind(spec.strategy).simulate_all_micro_batches(spec.strategy);
-  const models::ExperimentResult result = models::run_experiment(spec, {!options.out_dir.empty()});
+  if (options.out_dir.empty()) {
+    fmt::print("{}", models::text_report(spec, models::run_experiment(spec, {})));
+    return 0;
+  }
+  const std::filesystem::path dir(options.out_dir);
+  // The four files as one set: all written, then renamed into place together, so that an error
+  // or an interrupt leaves the previous complete set (sim/report/atomic_file.hpp). timeline.csv
+  // and trace.json are streamed into it while the run's data is alive, never held whole.
+  sim::report::AtomicFileSet set(dir);
+  models::RunExperimentOptions run_options;
+  run_options.outputs_over_time = true;
+  run_options.outputs = &set;
+  run_options.trace = options.trace == "full"      ? models::TraceMode::full
+                      : options.trace == "compact" ? models::TraceMode::compact
+                                                   : models::TraceMode::automatic;
+  if (options.trace_limit != 0) run_options.trace_event_limit = options.trace_limit;
+  const models::ExperimentResult result = models::run_experiment(spec, run_options);
   fmt::print("{}", models::text_report(spec, result));
-  if (!options.out_dir.empty()) {
-    const std::filesystem::path dir(options.out_dir);
-    // The four files as one set: all written, then renamed into place together, so that an error
-    // or an interrupt leaves the previous complete set (sim/report/atomic_file.hpp).
-    sim::report::AtomicFileSet set(dir);
-    set.add("timeline.csv", result.timeline_csv);
-    set.add("trace.json", result.trace_json);
-    set.add("config.resolved.yaml", models::resolved_config_yaml(spec));
-    // summary.json last: its presence means the run's outputs are complete.
-    set.add("summary.json", models::summary_json(spec, result, {OFFSIM_VERSION, OFFSIM_GIT_HASH}));
-    set.commit();
-    fmt::print("\nwrote {}/{{summary.json, timeline.csv, trace.json, config.resolved.yaml}}\n", dir.string());
+  set.add("config.resolved.yaml", models::resolved_config_yaml(spec));
+  // summary.json last: its presence means the run's outputs are complete.
+  set.add("summary.json", models::summary_json(spec, result, {OFFSIM_VERSION, OFFSIM_GIT_HASH}));
+  set.commit();
+  fmt::print("\nwrote {}/{{summary.json, timeline.csv, trace.json, config.resolved.yaml}}\n", dir.string());
+  if (result.trace.compact) {
+    fmt::print("{}", result.trace.limit != 0 ? fmt::format("the full trace would hold up to {} events, more than "
+                                                           "--trace-limit {}: ",
+                                                           result.trace.full_events, result.trace.limit)
+                                             : std::string());
+    fmt::print("{}\n", result.trace.note);
   }
   return 0;
 }

@@ -4,8 +4,8 @@
 #     (configs/experiments/scale/gpt3-175b-a100-1024.yaml --kind megatron --tp 8): configs/s with
 #     1 and 2 jobs, and whether `mpirun -np 2 offsim search` writes the single-process files;
 #   - that job in one run with flow fidelity (the documented default): time and peak RSS;
-#   - GPT-1T Megatron on all 9,408 Frontier nodes: time and peak RSS, without and with --out, and
-#     the size of the --out files;
+#   - GPT-1T Megatron on all 9,408 Frontier nodes: time and peak RSS, without and with --out (the
+#     compact trace, and --trace full), and the size of the --out files;
 #   - the shipped sweep (configs/sweeps/frontier-partitioning.yaml): configs/s with 1 and 2 jobs;
 #   - the engine's event queue at 1 M queued events (bench/perf BM_EventQueue/1000000);
 #   - Calculon on the same GPT-3 175B job, when a copy of it is present (bench/perf/README.md).
@@ -109,6 +109,12 @@ printf "GPT-1T Megatron, 9,408 Frontier nodes:             %s\n" "$(measure "$of
 read -r wall cpu rss < <(once "$offsim" run "$gpt1t" --out "$tmp/g1t")
 printf "GPT-1T Megatron, 9,408 Frontier nodes, --out:      %8.3f s (CPU %6.2f s)  %6.0f MB (one run; the files: %s)\n" \
   "$wall" "$cpu" "$(awk -v k="$rss" 'BEGIN {print k / 1024}')" "$(du -sh "$tmp/g1t" | cut -f1)"
+# The same with every simulated rank's detail (the default writes the compact trace above
+# --trace-limit: README, run --out).
+read -r wall cpu rss < <(once "$offsim" run "$gpt1t" --out "$tmp/g1t-full" --trace full)
+printf "GPT-1T Megatron, 9,408 Frontier nodes, --trace full: %6.3f s (CPU %6.2f s)  %6.0f MB (one run; the files: %s)\n" \
+  "$wall" "$cpu" "$(awk -v k="$rss" 'BEGIN {print k / 1024}')" "$(du -sh "$tmp/g1t-full" | cut -f1)"
+rm -rf "$tmp/g1t-full"
 echo
 for jobs in 1 2; do
   rm -f "$tmp/sweep.csv"

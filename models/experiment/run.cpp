@@ -147,6 +147,76 @@ void add_rank0_views(const ExperimentSpec& spec, const BuiltIteration& built, co
   }
 }
 
+// The compact trace's representatives: the first and the last rank whose compute unit ran tasks
+// (under rank symmetry with a pipeline: the first ranks of its first and last stage), with their
+// units and memory pools.
+sim::report::TraceSelection compact_selection(const ExperimentSpec& spec, const BuiltIteration& built,
+                                              ExperimentResult::Trace& trace) {
+  const auto& platform = built.machine.platform;
+  std::vector<bool> ran(platform.units.size(), false);
+  for (const auto& t : built.graph.tasks()) {
+    if (const auto* c = std::get_if<sim::ComputeTask>(&t.body)) ran[c->unit] = true;
+  }
+  std::vector<std::size_t> ranks;
+  for (std::size_t rank = 0; rank < built.devices.size(); ++rank) {
+    const auto unit = built.machine.unit_of_device[built.devices[rank]];
+    if (!unit || !ran[*unit]) continue;
+    if (ranks.size() == 2) ranks.pop_back();
+    ranks.push_back(rank);
+  }
+  sim::report::TraceSelection selection;
+  selection.compact = true;
+  for (const auto rank : ranks) {
+    const std::size_t device = built.devices[rank];
+    const std::uint32_t unit = *built.machine.unit_of_device[device];
+    trace.ranks.push_back(rank);
+    trace.devices.push_back(spec.hardware.topology.device(device).name);
+    selection.devices.push_back(trace.devices.back());
+    selection.units.push_back(unit);
+    if (const auto pool = built.machine.pool_of_device[device]) selection.pools.push_back(*pool);
+  }
+  std::sort(selection.units.begin(), selection.units.end());
+  std::sort(selection.pools.begin(), selection.pools.end());
+  std::vector<std::string> named;
+  for (std::size_t i = 0; i < trace.ranks.size(); ++i)
+    named.push_back(fmt::format("rank {} ({})", trace.ranks[i], trace.devices[i]));
+  trace.note = fmt::format(
+      "compact trace: the tasks, memory and per-device link rates of {} of the {} ranks, and the link rates per "
+      "class and direction of every link; --trace full writes every simulated rank's detail",
+      fmt::join(named, " and "), built.devices.size());
+  selection.note = trace.note;
+  return selection;
+}
+
+// Step of simulate_iteration: timeline.csv and trace.json, full or compact (RunExperimentOptions),
+// streamed into the output set or kept in the result.
+void add_outputs_over_time(const ExperimentSpec& spec, const BuiltIteration& built, const sim::RunResult& run,
+                           const RunExperimentOptions& options, ExperimentResult& r) {
+  r.trace.full_events = sim::report::full_trace_events(built.graph, run);
+  r.trace.compact = options.trace == TraceMode::compact ||
+                    (options.trace == TraceMode::automatic && r.trace.full_events > options.trace_event_limit);
+  r.trace.limit = options.trace == TraceMode::automatic ? options.trace_event_limit : 0;
+  const sim::report::TraceSelection selection =
+      r.trace.compact ? compact_selection(spec, built, r.trace) : sim::report::TraceSelection{};
+  const auto& platform = built.machine.platform;
+  const std::vector<sim::report::Series> link_classes = sim::report::link_class_rates(run);
+  if (options.outputs != nullptr) {
+    options.outputs->add_streamed("timeline.csv", [&](sim::report::TextSink& out) {
+      sim::report::write_timeline_csv(run, selection, link_classes, out);
+    });
+    options.outputs->add_streamed("trace.json", [&](sim::report::TextSink& out) {
+      sim::report::write_chrome_trace(platform, built.graph, run, selection, link_classes, out);
+    });
+    return;
+  }
+  sim::report::TextSink csv;
+  sim::report::write_timeline_csv(run, selection, link_classes, csv);
+  r.timeline_csv = csv.take();
+  sim::report::TextSink trace;
+  sim::report::write_chrome_trace(platform, built.graph, run, selection, link_classes, trace);
+  r.trace_json = trace.take();
+}
+
 // Step of simulate_iteration: the rates over the iteration time (none for a zero-length one).
 void add_rates(const ExperimentSpec& spec, const BuiltIteration& built, const sim::RunResult& run,
                ExperimentResult& r) {
@@ -202,10 +272,7 @@ ExperimentResult simulate_iteration(const ExperimentSpec& spec, const RunExperim
   r.approximations = built.approximations;
   if (spec.training.fp8) r.approximations.push_back(fp8_approximation(*spec.training.fp8));
   if (spec.model.moe()) add_moe_approximations(spec.model, r.approximations);
-  if (options.outputs_over_time) {
-    r.timeline_csv = sim::report::timeline_csv(run);
-    r.trace_json = sim::report::chrome_trace(built.machine.platform, built.graph, run);
-  }
+  if (options.outputs_over_time) add_outputs_over_time(spec, built, run, options, r);
   add_phases(built, run, r);
   add_rank0_views(spec, built, run, r);
   add_rates(spec, built, run, r);

@@ -11,6 +11,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <stdexcept>
 #include <utility>
@@ -87,23 +88,21 @@ extern "C" void on_interrupt(int sig) {
   end_by(sig);
 }
 
-// Writes `content` to `tmp`, flushed; removes it and throws OutputError (naming `path`) on failure.
-void write_temporary(const fs::path& tmp, const fs::path& path, std::string_view content) {
+// Writes what `write` puts into a sink on `tmp`, flushed; removes it and throws OutputError (naming
+// `path`) on failure, or rethrows what `write` threw.
+void write_temporary_with(const fs::path& tmp, const fs::path& path, const std::function<void(TextSink&)>& write) {
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   // Named by the file asked for: the temporary's name (with the process id) means nothing to a user.
   if (fd < 0) throw OutputError(fmt::format("cannot write {}: {}", path.string(), std::strerror(errno)));
-  std::size_t written = 0;
-  while (written < content.size()) {
-    const ssize_t n = ::write(fd, content.data() + written, content.size() - written);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const int err = errno;
-      ::close(fd);
-      std::error_code ignored;
-      fs::remove(tmp, ignored);
-      throw OutputError(fmt::format("cannot write {}: {}", path.string(), std::strerror(err)));
-    }
-    written += static_cast<std::size_t>(n);
+  try {
+    TextSink sink(fd, path.string());
+    write(sink);
+    sink.flush();
+  } catch (...) {
+    ::close(fd);
+    std::error_code ignored;
+    fs::remove(tmp, ignored);
+    throw;
   }
   if (::fsync(fd) != 0 || ::close(fd) != 0) {
     const int err = errno;
@@ -111,6 +110,10 @@ void write_temporary(const fs::path& tmp, const fs::path& path, std::string_view
     fs::remove(tmp, ignored);
     throw OutputError(fmt::format("cannot flush {}: {}", path.string(), std::strerror(err)));
   }
+}
+
+void write_temporary(const fs::path& tmp, const fs::path& path, std::string_view content) {
+  write_temporary_with(tmp, path, [&](TextSink& sink) { sink.append(content); });
 }
 
 fs::path temporary_of(const fs::path& path) {
@@ -203,11 +206,15 @@ AtomicFileSet::~AtomicFileSet() {
 }
 
 void AtomicFileSet::add(const std::string& name, std::string_view content) {
+  add_streamed(name, [&](TextSink& sink) { sink.append(content); });
+}
+
+void AtomicFileSet::add_streamed(const std::string& name, const std::function<void(TextSink&)>& write) {
   const fs::path target = dir_ / name;
   const fs::path tmp = temporary_of(target);
   const int slot = take_slot(tmp, kUnlink);
   try {
-    write_temporary(tmp, target, content);
+    write_temporary_with(tmp, target, write);
   } catch (...) {
     release_slot(slot);
     throw;

@@ -16,10 +16,13 @@
 // can reach no other. They are kept in a fixed table read by the handler with async-signal-safe
 // calls only (unlink, rmdir).
 #include <filesystem>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "sim/report/text_sink.hpp"
 
 namespace offsim::sim::report {
 
@@ -49,6 +52,10 @@ class AtomicFileSet {
 
   /// Writes `content` to the temporary of `dir / name` (flushed). Throws OutputError.
   void add(const std::string& name, std::string_view content);
+  /// Writes the temporary of `dir / name` as `write` produces it, through a sink that flushes
+  /// every TextSink::kFlushBytes (the file is never held whole in memory), then flushes it.
+  /// Throws OutputError, or what `write` throws (the temporary is then removed).
+  void add_streamed(const std::string& name, const std::function<void(TextSink&)>& write);
   /// Renames every temporary into place, interrupts held back until the last rename is done.
   void commit();
 

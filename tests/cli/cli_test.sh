@@ -35,6 +35,18 @@ for f in trace.json timeline.csv summary.json; do
   cmp -s "$tmp/a/$f" "$tmp/small-pages/$f"; check "$f is byte-identical on small pages" 0 $?
 done
 
+# The compact trace (README, run --out): asked for, or chosen above --trace-limit; --trace full and
+# the default give the same files for a run under the limit.
+"$offsim" run "$demo" --out "$tmp/full" --trace full >/dev/null 2>&1; check "run --trace full" 0 $?
+for f in trace.json timeline.csv summary.json; do
+  cmp -s "$tmp/a/$f" "$tmp/full/$f"; check "$f of --trace full is the default's under the limit" 0 $?
+done
+"$offsim" run "$demo" --out "$tmp/compact" --trace-limit 1000 >"$tmp/compact.txt" 2>&1; check "run over --trace-limit" 0 $?
+contains "the report says the trace is compact" "$tmp/compact.txt" "more than --trace-limit 1000: compact trace:"
+contains "summary.json names the compact trace" "$tmp/compact/summary.json" '"kind": "compact"'
+contains "trace.json says it is compact" "$tmp/compact/trace.json" '"otherData": {"trace": "compact"'
+"$offsim" run "$demo" --trace compact >/dev/null 2>&1; check "--trace needs --out" 2 $?
+
 "$offsim" run "$demo" --set training.micro_batch=64 --out "$tmp/c" >"$tmp/c.txt" 2>&1; check "infeasible is a result" 0 $?
 contains "infeasible summary" "$tmp/c/summary.json" '"feasible": false'
 "$offsim" run "$tmp/a/config.resolved.yaml" --out "$tmp/resolved" >/dev/null 2>&1; check "config.resolved.yaml runs by itself" 0 $?

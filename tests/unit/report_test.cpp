@@ -73,6 +73,44 @@ TEST(AtomicFile, ReplacesTheWholeFileAndLeavesNoTemporary) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(AtomicFile, AStreamedFileHoldsWhatWasWrittenInOrderAndAFailedOneLeavesNothing) {
+  const auto dir = offsim::testing::scratch_folder("atomic-streamed");
+  // Pieces small and large: small ones go through the sink's buffer (flushed at 1 MiB), a piece
+  // of 1 MiB or more straight to the file after what is buffered.
+  std::string expected;
+  {
+    AtomicFileSet set(dir);
+    set.add_streamed("trace.json", [&](TextSink& out) {
+      for (int i = 0; i < 200'000; ++i) {
+        out.format("{},", i);
+        expected += fmt::format("{},", i);
+        if (i == 100'000) {
+          const std::string large(TextSink::kFlushBytes + 7, 'x');
+          out.append(large);
+          expected += large;
+        }
+      }
+      EXPECT_EQ(out.bytes(), expected.size());
+    });
+    // Not in place before the commit.
+    EXPECT_FALSE(std::filesystem::exists(dir / "trace.json"));
+    EXPECT_THROW(set.add_streamed("timeline.csv",
+                                  [](TextSink& out) {
+                                    out.append("partial");
+                                    throw OutputError("failed while writing");
+                                  }),
+                 OutputError);
+    set.commit();
+  }
+  std::ifstream in(dir / "trace.json", std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  EXPECT_EQ(ss.str(), expected);
+  // The failed file's temporary is gone; only the committed file is there.
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator{}), 1);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(AtomicFile, ASetRemovesTheTemporariesOfAKilledWriterAndKeepsALiveOnes) {
   const auto dir = offsim::testing::scratch_folder("atomic-stale");
   // A process id that is certainly gone: a child that has exited and been waited for.
