@@ -607,6 +607,21 @@ void read_megatron_overlap(const Node& node, MapReader& r, MegatronSpec& mg) {
     mg.bucket_size = std::max(defaults::integer("megatron.bucket_size_min"),
                               defaults::integer("megatron.bucket_size_per_dp_rank") * std::max(1, mg.dp));
   }
+  // Transformer Engine's userbuffers TP overlap (models/strategies/tp_overlap.hpp): Megatron-LM
+  // asserts sequence parallelism with it (arguments.py: "Tensor parallel communication/GEMM
+  // overlap can happen only when sequence parallelism is enabled").
+  const auto ub = r.optional<bool>("tp_comm_overlap", defaults::flag("megatron.tp_comm_overlap"));
+  const auto cfg = r.child("tp_comm_overlap_cfg");
+  if (ub.valid && ub.value) {
+    if (!mg.sequence_parallel) {
+      ctx.error(ub.loc, node.child_path("tp_comm_overlap"),
+                "needs sequence_parallel: true (Megatron-LM overlaps the sequence-parallel collectives only)");
+    }
+    mg.tp_comm_overlap = read_tp_comm_overlap(
+        cfg ? &*cfg : nullptr, [](const std::string& key) { return defaults::text("te_userbuffers." + key); });
+  } else if (cfg) {
+    ctx.warning(cfg->location(), cfg->path(), "ignored: tp_comm_overlap is off");
+  }
 }
 
 // Step 3 of read_megatron: the schedule (and the interleaved schedule's virtual stages),

@@ -20,6 +20,9 @@
 //   (an approximation: the attention and MLP halves differ). Sequence parallelism replaces each
 //   all-reduce with a reduce-scatter and an all-gather of the same total bytes, so it is costed as
 //   the all-reduce; it divides the stored activations by tp.
+//   With tp_comm_overlap (Transformer Engine's userbuffers, tp_overlap.hpp) there is no TP
+//   collective task: each layer runs its kernels, then what its overlapped GEMM + collective pairs
+//   add to them (exposed chunks, GEMMs slowed by the SMs the communication takes).
 // - Stages exchange activations (forward) and their gradients (backward) point to point: b x s x h
 //   bf16 split over the TP group (Megatron's scatter-gather of pipeline tensors), from each TP rank
 //   to the same TP rank of the next (previous) stage.
@@ -61,6 +64,7 @@
 #include "models/strategies/phases/zero_policy.hpp"
 #include "models/strategies/pipeline_split.hpp"
 #include "models/strategies/strategy.hpp"
+#include "models/strategies/tp_overlap.hpp"
 #include "models/transformer/phases.hpp"
 
 namespace offsim::models {
@@ -242,6 +246,21 @@ struct EdgeWork {
   return edge;
 }
 
+// One layer on every member under Transformer Engine's userbuffers TP overlap (tp_overlap.hpp):
+// its kernels, then what the overlapped GEMM + collective pairs add to them (exposed: phase
+// communication), and no TP collective task. Returns each member's first task; `at` becomes its last.
+std::vector<TaskId> overlapped_layer(RankTimeline& timeline, const std::vector<int>& members, const std::string& name,
+                                     const char* phase, TimePs layer, sim::Flops flops, TimePs exposed,
+                                     std::vector<TaskId>& at) {
+  std::vector<TaskId> first(members.size());
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    first[i] = at[i] = timeline.compute(members[i], name, phase, layer, flops, "layer", {at[i]});
+    if (exposed.ps > 0) {
+      at[i] = timeline.compute(members[i], name + ".tp_overlap", phase::kCommunication, exposed, {}, "gemm", {at[i]});
+    }
+  }
+  return first;
+}
 // About how many tasks a Megatron iteration adds: per simulated rank and micro-batch of each chunk,
 // a forward and a backward operation (barrier, allocations, transfer in) and per layer its compute
 // pieces, each with its TP all-reduce when tp > 1 (two analytic stages; flow-level ones add more,
@@ -318,7 +337,7 @@ struct TensorParallelGroups {
 // What the report says of the pipeline (after the notes every strategy shares).
 [[nodiscard]] std::vector<std::string> pipeline_approximations(const MegatronSpec& spec, const PipelineSplit& split) {
   std::vector<std::string> notes;
-  if (spec.tp > 1) {
+  if (spec.tp > 1 && !spec.tp_comm_overlap) {
     notes.emplace_back(
         "tensor parallelism: each layer's compute split in equal halves around its all-reduces; sequence "
         "parallelism costed as the all-reduce it replaces");
@@ -469,6 +488,10 @@ class MegatronBuilder {
   const int last_virtual = pp * v - 1;
   const ModelSpec ml = context_parallel_share(m, cp);
   const IterationInputs local_in{ml, train, in.topology, in.costs, in.collectives, in.host, in.link_statistics};
+  // Transformer Engine's userbuffers TP overlap: what it adds to each layer (tp_overlap.hpp).
+  const std::optional<TpOverlapTimes> ub = spec.tp_comm_overlap && tp > 1
+                                               ? std::optional{tp_overlap_times(local_in, tp, *spec.tp_comm_overlap)}
+                                               : std::nullopt;
   const std::int64_t tokens = train.micro_batch * ml.seq;
   const std::int64_t activation_elements = tokens * m.hidden;
   const Bytes stored = stored_activations_on_tp_rank(ml, train, tp, spec.sequence_parallel);
@@ -668,7 +691,12 @@ class MegatronBuilder {
       }
     }
     for (std::int64_t l = 0; l < layers_per_chunk; ++l) {
-      for (int half = 0; half < reductions; ++half) {
+      if (ub) {
+        const auto starts = overlapped_layer(timeline, members, fmt::format(FMT_COMPILE("{}.l{}"), tag, l), phase,
+                                             layer, layer_flops, forward ? ub->forward_extra : ub->backward_extra, at);
+        for (std::size_t i = 0; i < members.size(); ++i) ddp_start(members[i], op, vs, l, starts[i]);
+      }
+      for (int half = 0; half < reductions && !ub; ++half) {
         std::vector<std::vector<TaskId>> deps(members.size());
         for (std::size_t i = 0; i < members.size(); ++i) {
           deps[i] = {timeline.compute(members[i], fmt::format(FMT_COMPILE("{}.l{}.{}"), tag, l, half), phase, piece,
@@ -718,12 +746,17 @@ class MegatronBuilder {
           if (half == 0) ddp_start(s, op, vs, l, at[i]);
           if (half == 0) at[i] = ring->run(s, forward, name, phase, block, block_flops, at[i]);
         }
-        if (tp == 1) continue;
+        if (tp == 1 || ub) continue;
         std::vector<std::vector<TaskId>> deps(members.size());
         for (std::size_t i = 0; i < members.size(); ++i) deps[i] = {at[i]};
         at = tp_comms.at(first).add(CollectiveKind::kAllReduce,
                                     fmt::format(FMT_COMPILE("tp{}.{}.l{}.{}"), first, tag, l, half),
                                     activation_elements, tp_plan, deps);
+      }
+      for (std::size_t i = 0; i < members.size() && ub; ++i) {
+        at[i] =
+            timeline.compute(members[i], fmt::format(FMT_COMPILE("{}.l{}.tp_overlap"), tag, l), phase::kCommunication,
+                             forward ? ub->forward_extra : ub->backward_extra, {}, "gemm", {at[i]});
       }
       for (std::size_t i = 0; i < members.size(); ++i) ddp_end(members[i], op, vs, l, at[i]);
     }
@@ -779,6 +812,7 @@ class MegatronBuilder {
     out.model_states_per_device = Bytes{states_of(0).gpu_model_states()};
     add_common_approximations(out, in, policy);
     add_pipeline_approximations(out, spec, split);
+    if (ub) out.approximations.push_back(tp_overlap_approximation(*spec.tp_comm_overlap));
   }
 };
 
