@@ -99,8 +99,13 @@ void read_gemm(const sim::config::Node& node, const GemmEntry& e, const UbDefaul
       c.method = method_of(m.value);
       if (!allowed(e.role, c.method)) {
         ctx.error(m.loc, node.child_path("method"),
-                  fmt::format("{} with {} is not modelled (offsim models {} here)", e.name, m.value,
-                              e.role == Role::kAllGatherBefore      ? "ring_exchange"
+                  fmt::format("{} overlaps {}: {} is not modelled there (offsim models {})", e.name,
+                              e.role == Role::kAllGatherBefore      ? "the all-gather before its GEMM"
+                              : e.role == Role::kReduceScatterAfter ? "the reduce-scatter after its GEMM"
+                                                                    : "a whole collective beside its GEMM",
+                              m.value,
+                              e.role == Role::kAllGatherBefore
+                                  ? "ring_exchange; Transformer Engine refuses pipeline for an all-gather"
                               : e.role == Role::kReduceScatterAfter ? "ring_exchange or pipeline"
                                                                     : "bulk"));
       }
@@ -121,7 +126,7 @@ void read_gemm(const sim::config::Node& node, const GemmEntry& e, const UbDefaul
   const auto atomic = r.optional<bool>("atomic_gemm", false);
   if (atomic.valid && atomic.value) {
     ctx.error(atomic.loc, node.child_path("atomic_gemm"),
-              "atomic GEMM overlap (a cuBLAS beta API in TE) is not modelled: false");
+              "atomic GEMM overlap (a cuBLAS beta API in Transformer Engine) is not modelled: use false");
   }
   if (c.method == Method::kPipeline && c.num_splits == 0) {
     c.num_splits = std::stoi(d("pipeline_num_splits"));
