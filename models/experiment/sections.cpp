@@ -1099,7 +1099,8 @@ const std::vector<StrategyKind>& strategy_kinds() {
        read_deepspeed},
       {"megatron",
        "3D parallelism as Megatron-LM/DeepSpeed run it: tensor parallelism (column/row split, all-reduces per "
-       "layer), context parallelism (cp: ring attention), pipeline stages with the 1F1B or interleaved schedule "
+       "layer, or with tp_comm_overlap Transformer Engine's userbuffers overlap of them with the GEMMs), context "
+       "parallelism (cp: ring attention), pipeline stages with the 1F1B or interleaved schedule "
        "(even or Megatron-Core's uneven splits), data-parallel replicas with ZeRO-0/1 (Megatron's optimizer, "
        "its reduce-scatter and gather optionally overlapped with compute, or DeepSpeed's)",
        read_megatron},
