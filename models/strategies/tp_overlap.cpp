@@ -187,7 +187,7 @@ namespace {
 // analytic ring, uncontended): (g - 1) alpha + (g - 1) / g x bytes / bus bandwidth, at the measured
 // bus bandwidth of that buffer where the table has one (its latency then included).
 TimePs ring_time(const MeasuredCosts& m, const char* name, int g, double bytes) {
-  if (!m.collectives.contains(name)) {
+  if (!m.collectives.contains(name) || m.collectives.at(name).empty()) {
     throw std::invalid_argument(
         fmt::format("strategy.tp_comm_overlap: the collectives table has no {} (calibration.collectives)", name));
   }
