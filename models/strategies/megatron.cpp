@@ -246,20 +246,33 @@ struct EdgeWork {
   return edge;
 }
 
-// One layer on every member under Transformer Engine's userbuffers TP overlap (tp_overlap.hpp):
-// its kernels, then what the overlapped GEMM + collective pairs add to them (exposed: phase
-// communication), and no TP collective task. Returns each member's first task; `at` becomes its last.
-std::vector<TaskId> overlapped_layer(RankTimeline& timeline, const std::vector<int>& members, const std::string& name,
-                                     const char* phase, TimePs layer, sim::Flops flops, TimePs exposed,
-                                     std::vector<TaskId>& at) {
-  std::vector<TaskId> first(members.size());
+// Transformer Engine's userbuffers TP overlap (tp_overlap.hpp): what it adds to each layer, or
+// nullopt when it is off.
+std::optional<TpOverlapTimes> layer_overlaps(const IterationInputs& in, const MegatronSpec& spec) {
+  if (!spec.tp_comm_overlap || spec.tp == 1) return std::nullopt;
+  return tp_overlap_times(in, spec.tp, *spec.tp_comm_overlap);
+}
+
+// The name of a layer's TP all-reduce (or what replaces it).
+std::string tp_name(int first, const std::string& tag, std::int64_t layer, int half) {
+  return fmt::format(FMT_COMPILE("tp{}.{}.l{}.{}"), first, tag, layer, half);
+}
+
+// A layer's TP all-reduce over `comm` after `deps`, or under the userbuffers overlap (`ub`) in
+// its place what the overlapped GEMM + collective pairs add to the layer's kernels (phase
+// communication), with no collective task. Returns each member's last task.
+std::vector<TaskId> tp_reduction(Communicator& comm, RankTimeline& timeline, const std::vector<int>& members,
+                                 const std::string& name, const std::optional<TpOverlapTimes>& ub, bool forward,
+                                 std::int64_t elements, const CollectivePlan& plan,
+                                 const std::vector<std::vector<TaskId>>& deps) {
+  if (!ub) return comm.add(CollectiveKind::kAllReduce, name, elements, plan, deps);
+  const TimePs exposed = forward ? ub->forward_extra : ub->backward_extra;
+  std::vector<TaskId> at(members.size());
   for (std::size_t i = 0; i < members.size(); ++i) {
-    first[i] = at[i] = timeline.compute(members[i], name, phase, layer, flops, "layer", {at[i]});
-    if (exposed.ps > 0) {
-      at[i] = timeline.compute(members[i], name + ".tp_overlap", phase::kCommunication, exposed, {}, "gemm", {at[i]});
-    }
+    at[i] = exposed.ps > 0 ? timeline.compute(members[i], name, phase::kCommunication, exposed, {}, "gemm", deps[i])
+                           : deps[i].front();
   }
-  return first;
+  return at;
 }
 // About how many tasks a Megatron iteration adds: per simulated rank and micro-batch of each chunk,
 // a forward and a backward operation (barrier, allocations, transfer in) and per layer its compute
@@ -349,6 +362,7 @@ struct TensorParallelGroups {
             "parameters gathered at the iteration's start in forward order, each layer's first forward waiting for "
             "its bucket)"
           : "pipeline: gradients reduced after the last backward (no overlap with the cool-down)");
+  if (spec.tp > 1 && spec.tp_comm_overlap) notes.push_back(tp_overlap_approximation(*spec.tp_comm_overlap));
   if (!split.note.empty()) notes.push_back(split.note);
   if (spec.cp > 1) notes.push_back(context_parallel_approximation(spec.cp));
   return notes;
@@ -488,10 +502,7 @@ class MegatronBuilder {
   const int last_virtual = pp * v - 1;
   const ModelSpec ml = context_parallel_share(m, cp);
   const IterationInputs local_in{ml, train, in.topology, in.costs, in.collectives, in.host, in.link_statistics};
-  // Transformer Engine's userbuffers TP overlap: what it adds to each layer (tp_overlap.hpp).
-  const std::optional<TpOverlapTimes> ub = spec.tp_comm_overlap && tp > 1
-                                               ? std::optional{tp_overlap_times(local_in, tp, *spec.tp_comm_overlap)}
-                                               : std::nullopt;
+  const std::optional<TpOverlapTimes> ub = layer_overlaps(local_in, spec);  // userbuffers TP overlap
   const std::int64_t tokens = train.micro_batch * ml.seq;
   const std::int64_t activation_elements = tokens * m.hidden;
   const Bytes stored = stored_activations_on_tp_rank(ml, train, tp, spec.sequence_parallel);
@@ -681,8 +692,7 @@ class MegatronBuilder {
       if (replays.replayed({first, forward, vs}, timeline, members[0], tag, at[0])) return;
       recording = replays.start({first, forward, vs}, g, at.front());
     }
-    Communicator& comm = tp_comms.at(first);
-    const int reductions = forward ? 2 : tp_reductions_backward;
+    const int reductions = ub ? 1 : forward ? 2 : tp_reductions_backward;
     const TimePs piece{layer.ps / reductions};
     for (std::size_t i = 0; i < members.size(); ++i) {
       if (edge.time.ps > 0) {
@@ -691,20 +701,15 @@ class MegatronBuilder {
       }
     }
     for (std::int64_t l = 0; l < layers_per_chunk; ++l) {
-      if (ub) {
-        const auto starts = overlapped_layer(timeline, members, fmt::format(FMT_COMPILE("{}.l{}"), tag, l), phase,
-                                             layer, layer_flops, forward ? ub->forward_extra : ub->backward_extra, at);
-        for (std::size_t i = 0; i < members.size(); ++i) ddp_start(members[i], op, vs, l, starts[i]);
-      }
-      for (int half = 0; half < reductions && !ub; ++half) {
+      for (int half = 0; half < reductions; ++half) {
         std::vector<std::vector<TaskId>> deps(members.size());
         for (std::size_t i = 0; i < members.size(); ++i) {
           deps[i] = {timeline.compute(members[i], fmt::format(FMT_COMPILE("{}.l{}.{}"), tag, l, half), phase, piece,
                                       layer_flops * (1.0 / reductions), "layer", {at[i]})};
           if (half == 0) ddp_start(members[i], op, vs, l, deps[i][0]);
         }
-        at = comm.add(CollectiveKind::kAllReduce, fmt::format(FMT_COMPILE("tp{}.{}.l{}.{}"), first, tag, l, half),
-                      activation_elements, tp_plan, deps);
+        at = tp_reduction(tp_comms.at(first), timeline, members, tp_name(first, tag, l, half), ub, forward,
+                          activation_elements, tp_plan, deps);
       }
       for (std::size_t i = 0; i < members.size(); ++i) ddp_end(members[i], op, vs, l, at[i]);
     }
@@ -728,7 +733,7 @@ class MegatronBuilder {
     // A block's FLOPs: its share of the attention, backward twice that plus the recomputed forward.
     const double passes = forward ? 1.0 : (train.recompute == Recompute::kNone ? 2.0 : 3.0);
     const sim::Flops block_flops = attention * (passes / cp);
-    const int reductions = tp == 1 ? 1 : (forward ? 2 : tp_reductions_backward);
+    const int reductions = tp == 1 || ub ? 1 : (forward ? 2 : tp_reductions_backward);
     const TimePs piece{rest.ps / reductions};
     const sim::Flops piece_flops{(all.count - block_flops.count * cp) / reductions};
     for (std::size_t i = 0; i < members.size(); ++i) {
@@ -746,17 +751,11 @@ class MegatronBuilder {
           if (half == 0) ddp_start(s, op, vs, l, at[i]);
           if (half == 0) at[i] = ring->run(s, forward, name, phase, block, block_flops, at[i]);
         }
-        if (tp == 1 || ub) continue;
+        if (tp == 1) continue;
         std::vector<std::vector<TaskId>> deps(members.size());
         for (std::size_t i = 0; i < members.size(); ++i) deps[i] = {at[i]};
-        at = tp_comms.at(first).add(CollectiveKind::kAllReduce,
-                                    fmt::format(FMT_COMPILE("tp{}.{}.l{}.{}"), first, tag, l, half),
-                                    activation_elements, tp_plan, deps);
-      }
-      for (std::size_t i = 0; i < members.size() && ub; ++i) {
-        at[i] =
-            timeline.compute(members[i], fmt::format(FMT_COMPILE("{}.l{}.tp_overlap"), tag, l), phase::kCommunication,
-                             forward ? ub->forward_extra : ub->backward_extra, {}, "gemm", {at[i]});
+        at = tp_reduction(tp_comms.at(first), timeline, members, tp_name(first, tag, l, half), ub, forward,
+                          activation_elements, tp_plan, deps);
       }
       for (std::size_t i = 0; i < members.size(); ++i) ddp_end(members[i], op, vs, l, at[i]);
     }
@@ -812,7 +811,6 @@ class MegatronBuilder {
     out.model_states_per_device = Bytes{states_of(0).gpu_model_states()};
     add_common_approximations(out, in, policy);
     add_pipeline_approximations(out, spec, split);
-    if (ub) out.approximations.push_back(tp_overlap_approximation(*spec.tp_comm_overlap));
   }
 };
 
