@@ -617,6 +617,7 @@ void read_megatron_overlap(const Node& node, MapReader& r, MegatronSpec& mg) {
       ctx.error(ub.loc, node.child_path("tp_comm_overlap"),
                 "needs sequence_parallel: true (Megatron-LM overlaps the sequence-parallel collectives only)");
     }
+    if (mg.tp == 1) ctx.warning(ub.loc, node.child_path("tp_comm_overlap"), "no effect with tp 1 (no TP collective)");
     mg.tp_comm_overlap = read_tp_comm_overlap(
         cfg ? &*cfg : nullptr, [](const std::string& key) { return defaults::text("te_userbuffers." + key); });
   } else if (cfg) {
