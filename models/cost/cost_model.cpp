@@ -643,6 +643,13 @@ std::optional<DeviceCosts> parse_device_costs(const Node& node) {
   if (auto mem = r.child("memory_bound")) parse_memory_bound_costs(*mem, d);
   if (auto fp8 = r.child("fp8")) d.fp8 = parse_fp8_costs(*fp8, d.device_kind);
   if (auto sdpa = r.child("sdpa")) parse_sdpa_points(*sdpa, d);
+  if (auto units = r.child("compute_units")) {
+    MapReader u(*units);
+    const auto count = u.required<int>("count");
+    if (count.valid && count.value < 1) units->context().error(count.loc, units->child_path("count"), "expected >= 1");
+    d.compute_units = count.value;
+    (void)u.required<std::string>("source");
+  }
   if (auto fa = r.child("flash_attention")) {
     MapReader f(*fa);
     d.flash_attention = DeviceCosts::FlashAttentionEfficiency{fraction(f, *fa, "forward_efficiency"),

@@ -107,6 +107,9 @@ struct DeviceCosts {
     std::vector<GemmPoint> gemm_table;
   };
   std::optional<Fp8Costs> fp8;
+  // The device's streaming multiprocessors (compute units): what communication kernels that run
+  // beside a GEMM take from it (strategy.tp_comm_overlap). nullopt: not in the table.
+  std::optional<int> compute_units;
   // `unmeasured:` what a run on this device costs without any measurement of the device behind
   // it (e.g. its attention kernels under the software of the runs it is checked against): the
   // largest uncertainty of such a run, printed first among the approximations.

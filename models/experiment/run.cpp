@@ -270,7 +270,10 @@ ExperimentResult simulate_iteration(const ExperimentSpec& spec, const RunExperim
   r.tasks = built.graph.size();
   r.events = run.events_processed;
   r.approximations = built.approximations;
-  if (spec.training.fp8) r.approximations.push_back(fp8_approximation(*spec.training.fp8));
+  if (spec.training.fp8) {
+    const auto* mg = std::get_if<MegatronSpec>(&spec.strategy);
+    r.approximations.push_back(fp8_approximation(*spec.training.fp8, mg && mg->tp_comm_overlap && mg->tp > 1));
+  }
   if (spec.model.moe()) add_moe_approximations(spec.model, r.approximations);
   if (options.outputs_over_time) add_outputs_over_time(spec, built, run, options, r);
   add_phases(built, run, r);

@@ -618,6 +618,22 @@ void read_megatron_overlap(const Node& node, MapReader& r, MegatronSpec& mg) {
     mg.bucket_size = std::max(defaults::integer("megatron.bucket_size_min"),
                               defaults::integer("megatron.bucket_size_per_dp_rank") * std::max(1, mg.dp));
   }
+  // Transformer Engine's userbuffers TP overlap (models/strategies/tp_overlap.hpp): Megatron-LM
+  // asserts sequence parallelism with it (arguments.py: "Tensor parallel communication/GEMM
+  // overlap can happen only when sequence parallelism is enabled").
+  const auto ub = r.optional<bool>("tp_comm_overlap", defaults::flag("megatron.tp_comm_overlap"));
+  const auto cfg = r.child("tp_comm_overlap_cfg");
+  if (ub.valid && ub.value) {
+    if (!mg.sequence_parallel) {
+      ctx.error(ub.loc, node.child_path("tp_comm_overlap"),
+                "needs sequence_parallel: true (Megatron-LM overlaps the sequence-parallel collectives only)");
+    }
+    if (mg.tp == 1) ctx.warning(ub.loc, node.child_path("tp_comm_overlap"), "no effect with tp 1 (no TP collective)");
+    mg.tp_comm_overlap = read_tp_comm_overlap(
+        cfg ? &*cfg : nullptr, [](const std::string& key) { return defaults::text("te_userbuffers." + key); });
+  } else if (cfg) {
+    ctx.warning(cfg->location(), cfg->path(), "ignored: tp_comm_overlap is off");
+  }
 }
 
 // Step of read_megatron_options: zero_stage 2 is FSDP2 as torch.distributed.pipelining runs it
@@ -1114,7 +1130,8 @@ const std::vector<StrategyKind>& strategy_kinds() {
        read_deepspeed},
       {"megatron",
        "3D parallelism as Megatron-LM/DeepSpeed run it: tensor parallelism (column/row split, all-reduces per "
-       "layer), context parallelism (cp: ring attention), pipeline stages with the 1F1B or interleaved schedule "
+       "layer, or with tp_comm_overlap Transformer Engine's userbuffers overlap of them with the GEMMs), context "
+       "parallelism (cp: ring attention), pipeline stages with the 1F1B or interleaved schedule "
        "(even or Megatron-Core's uneven splits), data-parallel replicas with ZeRO-0/1 (Megatron's optimizer, "
        "its reduce-scatter and gather optionally overlapped with compute, or DeepSpeed's) or ZeRO-2 (FSDP2 under "
        "the pipeline schedule: gradients sharded, reduce-scattered once per iteration)",

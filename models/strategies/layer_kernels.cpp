@@ -79,7 +79,7 @@ sim::Bytes fp8_state_bytes(const ModelSpec& m, const Fp8Training& f, std::int64_
   return Bytes{layers * (weights * kFp8WeightCopyBytesPerParam + gemms * fp8_scaling_bytes_per_gemm(f))};
 }
 
-std::string fp8_approximation(const Fp8Training& f) {
+std::string fp8_approximation(const Fp8Training& f, bool userbuffers) {
   return fmt::format(
       "FP8 ({}, Transformer Engine under Megatron-Core): the projections' GEMMs at the device's measured FP8 E4M3 "
       "rate by shape, the gradient GEMMs with E5M2 operands at that rate (as measured on the H100); attention cores, "
@@ -87,12 +87,14 @@ std::string fp8_approximation(const Fp8Training& f) {
       "layer and MoE routers in bf16; each GEMM's input and output gradient cast (cast-transpose{}) and each "
       "weight's cast once per iteration costed by their bytes{}; the FP8 weight copies (weight and transpose) and "
       "the scaling state ({}) in memory, the projections' inputs kept for backward in FP8 (1 B); not modelled: "
-      "the amax all-reduce across ranks, the casts TE fuses into the norms, FP8 all-gathers under sequence "
-      "parallelism, the userbuffers overlap of tensor-parallel communication with the GEMMs",
+      "the amax all-reduce across ranks, the casts TE fuses into the norms{}",
       fp8_recipe_name(f.recipe), f.recipe == Fp8Recipe::kCurrent ? " after an amax pass" : "",
       f.recipe == Fp8Recipe::kDelayed ? ", the amax history's update by its bytes" : "",
       f.recipe == Fp8Recipe::kDelayed ? fmt::format("amax history of {} entries", f.amax_history)
-                                      : std::string{"scales only"});
+                                      : std::string{"scales only"},
+      userbuffers ? ""
+                  : ", FP8 all-gathers under sequence parallelism, the userbuffers overlap of tensor-parallel "
+                    "communication with the GEMMs");
 }
 
 // Flash attention's backward runs 5 matrix products where its forward runs 2 (Dao 2023,

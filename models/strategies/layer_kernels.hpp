@@ -45,8 +45,9 @@ struct KernelTimes {
 /// over `ep`): each FP8 GEMM's weight copies and scaling state (fp8.hpp).
 [[nodiscard]] sim::Bytes fp8_state_bytes(const ModelSpec& m, const Fp8Training& f, std::int64_t tp, std::int64_t ep,
                                          std::int64_t layers);
-/// What the report says of FP8 training.
-[[nodiscard]] std::string fp8_approximation(const Fp8Training& f);
+/// What the report says of FP8 training (`userbuffers`: Transformer Engine's TP overlap is on,
+/// which all-gathers the FP8 inputs: tp_overlap.hpp).
+[[nodiscard]] std::string fp8_approximation(const Fp8Training& f, bool userbuffers = false);
 
 /// What the report says of DeepSpeed's BF16_Optimizer (ZeroPolicy::deepspeed): what it does,
 /// and which of its passes over the fp32 gradient buffer are not timed.

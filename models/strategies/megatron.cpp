@@ -20,6 +20,9 @@
 //   (an approximation: the attention and MLP halves differ). Sequence parallelism replaces each
 //   all-reduce with a reduce-scatter and an all-gather of the same total bytes, so it is costed as
 //   the all-reduce; it divides the stored activations by tp.
+//   With tp_comm_overlap (Transformer Engine's userbuffers, tp_overlap.hpp) there is no TP
+//   collective task: each layer runs its kernels, then what its overlapped GEMM + collective pairs
+//   add to them (exposed chunks, GEMMs slowed by the SMs the communication takes).
 // - Stages exchange activations (forward) and their gradients (backward) point to point: b x s x h
 //   bf16 split over the TP group (Megatron's scatter-gather of pipeline tensors), from each TP rank
 //   to the same TP rank of the next (previous) stage.
@@ -64,6 +67,7 @@
 #include "models/strategies/phases/zero_policy.hpp"
 #include "models/strategies/pipeline_split.hpp"
 #include "models/strategies/strategy.hpp"
+#include "models/strategies/tp_overlap.hpp"
 #include "models/transformer/phases.hpp"
 
 namespace offsim::models {
@@ -245,6 +249,34 @@ struct EdgeWork {
   return edge;
 }
 
+// Transformer Engine's userbuffers TP overlap (tp_overlap.hpp): what it adds to each layer, or
+// nullopt when it is off.
+std::optional<TpOverlapTimes> layer_overlaps(const IterationInputs& in, const MegatronSpec& spec) {
+  if (!spec.tp_comm_overlap || spec.tp == 1) return std::nullopt;
+  return tp_overlap_times(in, spec.tp, *spec.tp_comm_overlap);
+}
+
+// The name of a layer's TP all-reduce (or what replaces it).
+std::string tp_name(int first, const std::string& tag, std::int64_t layer, int half) {
+  return fmt::format(FMT_COMPILE("tp{}.{}.l{}.{}"), first, tag, layer, half);
+}
+
+// A layer's TP all-reduce over `comm` after `deps`, or under the userbuffers overlap (`ub`) in
+// its place what the overlapped GEMM + collective pairs add to the layer's kernels (phase
+// communication), with no collective task. Returns each member's last task.
+std::vector<TaskId> tp_reduction(Communicator& comm, RankTimeline& timeline, const std::vector<int>& members,
+                                 const std::string& name, const std::optional<TpOverlapTimes>& ub, bool forward,
+                                 std::int64_t elements, const CollectivePlan& plan,
+                                 const std::vector<std::vector<TaskId>>& deps) {
+  if (!ub) return comm.add(CollectiveKind::kAllReduce, name, elements, plan, deps);
+  const TimePs exposed = forward ? ub->forward_extra : ub->backward_extra;
+  std::vector<TaskId> at(members.size());
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    at[i] = exposed.ps > 0 ? timeline.compute(members[i], name, phase::kCommunication, exposed, {}, "gemm", deps[i])
+                           : deps[i].front();
+  }
+  return at;
+}
 // About how many tasks a Megatron iteration adds: per simulated rank and micro-batch of each chunk,
 // a forward and a backward operation (barrier, allocations, transfer in) and per layer its compute
 // pieces, each with its TP all-reduce when tp > 1 (two analytic stages; flow-level ones add more,
@@ -321,7 +353,7 @@ struct TensorParallelGroups {
 // What the report says of the pipeline (after the notes every strategy shares).
 [[nodiscard]] std::vector<std::string> pipeline_approximations(const MegatronSpec& spec, const PipelineSplit& split) {
   std::vector<std::string> notes;
-  if (spec.tp > 1) {
+  if (spec.tp > 1 && !spec.tp_comm_overlap) {
     notes.emplace_back(
         "tensor parallelism: each layer's compute split in equal halves around its all-reduces; sequence "
         "parallelism costed as the all-reduce it replaces");
@@ -333,6 +365,7 @@ struct TensorParallelGroups {
             "parameters gathered at the iteration's start in forward order, each layer's first forward waiting for "
             "its bucket)"
           : "pipeline: gradients reduced after the last backward (no overlap with the cool-down)");
+  if (spec.tp > 1 && spec.tp_comm_overlap) notes.push_back(tp_overlap_approximation(*spec.tp_comm_overlap));
   if (!split.note.empty()) notes.push_back(split.note);
   if (spec.cp > 1) notes.push_back(context_parallel_approximation(spec.cp));
   return notes;
@@ -489,6 +522,7 @@ class MegatronBuilder {
   const int last_virtual = pp * v - 1;
   const ModelSpec ml = context_parallel_share(m, cp);
   const IterationInputs local_in{ml, train, in.topology, in.costs, in.collectives, in.host, in.link_statistics};
+  const std::optional<TpOverlapTimes> ub = layer_overlaps(local_in, spec);  // userbuffers TP overlap
   const std::int64_t tokens = train.micro_batch * ml.seq;
   const std::int64_t activation_elements = tokens * m.hidden;
   const Bytes stored = stored_activations_on_tp_rank(ml, train, tp, spec.sequence_parallel);
@@ -680,8 +714,7 @@ class MegatronBuilder {
       if (replays.replayed({first, forward, vs}, timeline, members[0], tag, at[0])) return;
       recording = replays.start({first, forward, vs}, g, at.front());
     }
-    Communicator& comm = tp_comms.at(first);
-    const int reductions = forward ? 2 : tp_reductions_backward;
+    const int reductions = ub ? 1 : forward ? 2 : tp_reductions_backward;
     const TimePs piece{layer.ps / reductions};
     for (std::size_t i = 0; i < members.size(); ++i) {
       if (edge.time.ps > 0) {
@@ -697,8 +730,8 @@ class MegatronBuilder {
                                       layer_flops * (1.0 / reductions), "layer", {at[i]})};
           if (half == 0) ddp_start(members[i], op, vs, l, deps[i][0]);
         }
-        at = comm.add(CollectiveKind::kAllReduce, fmt::format(FMT_COMPILE("tp{}.{}.l{}.{}"), first, tag, l, half),
-                      activation_elements, tp_plan, deps);
+        at = tp_reduction(tp_comms.at(first), timeline, members, tp_name(first, tag, l, half), ub, forward,
+                          activation_elements, tp_plan, deps);
       }
       for (std::size_t i = 0; i < members.size(); ++i) ddp_end(members[i], op, vs, l, at[i]);
     }
@@ -722,7 +755,7 @@ class MegatronBuilder {
     // A block's FLOPs: its share of the attention, backward twice that plus the recomputed forward.
     const double passes = forward ? 1.0 : (train.recompute == Recompute::kNone ? 2.0 : 3.0);
     const sim::Flops block_flops = attention * (passes / cp);
-    const int reductions = tp == 1 ? 1 : (forward ? 2 : tp_reductions_backward);
+    const int reductions = tp == 1 || ub ? 1 : (forward ? 2 : tp_reductions_backward);
     const TimePs piece{rest.ps / reductions};
     const sim::Flops piece_flops{(all.count - block_flops.count * cp) / reductions};
     for (std::size_t i = 0; i < members.size(); ++i) {
@@ -743,9 +776,8 @@ class MegatronBuilder {
         if (tp == 1) continue;
         std::vector<std::vector<TaskId>> deps(members.size());
         for (std::size_t i = 0; i < members.size(); ++i) deps[i] = {at[i]};
-        at = tp_comms.at(first).add(CollectiveKind::kAllReduce,
-                                    fmt::format(FMT_COMPILE("tp{}.{}.l{}.{}"), first, tag, l, half),
-                                    activation_elements, tp_plan, deps);
+        at = tp_reduction(tp_comms.at(first), timeline, members, tp_name(first, tag, l, half), ub, forward,
+                          activation_elements, tp_plan, deps);
       }
       for (std::size_t i = 0; i < members.size(); ++i) ddp_end(members[i], op, vs, l, at[i]);
     }

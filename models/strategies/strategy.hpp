@@ -15,6 +15,7 @@
 #include "models/strategies/phases/host_offload.hpp"
 #include "models/strategies/phases/iteration.hpp"
 #include "models/strategies/phases/parameter_gather.hpp"
+#include "models/strategies/tp_overlap.hpp"
 #include "models/transformer/transformer.hpp"
 #include "sim/exec/task_graph.hpp"
 #include "topologies/topology.hpp"
@@ -124,6 +125,9 @@ struct MegatronSpec {
   bool overlap_param_gather = false;
   bool align_param_gather = false;  // every chunk's gathers issued ahead (else at its first forward)
   std::int64_t bucket_size = 0;     // > 0 with overlap_grad_reduce (the readers apply Megatron-Core's default)
+  // Transformer Engine's userbuffers overlap of the TP collectives with the GEMMs
+  // (tp_comm_overlap, with sequence parallelism; models/strategies/tp_overlap.hpp). nullopt: off.
+  std::optional<TpCommOverlap> tp_comm_overlap;
   std::vector<std::string> devices;
   CollectiveOptions collectives;
   bool all_ranks = false;

@@ -48,6 +48,13 @@ inline constexpr ValueRange<double> kOffloadRatio{0, 1, false, "DeepSpeed's rang
 // at most 1,000, so that buffers x the largest subgroup (kMaxElements) stays in 64-bit integers.
 inline constexpr ValueRange<int> kNvmeBufferCount{1, 1000, false, "offsim's limit"};
 
+// Transformer Engine's userbuffers settings (strategy.tp_comm_overlap_cfg, a NeMo tp_overlap
+// YAML): SMs given to a collective's kernel and the pipeline method's splits. At least one each
+// (CommOverlapCore divides the GEMM by num_splits); at most 1,024, offsim's limit (a device has
+// fewer SMs: tp_overlap.cpp checks num_sm against the device table's count when it builds).
+inline constexpr ValueRange<int> kUbNumSm{1, 1024, false, "offsim's limit"};
+inline constexpr ValueRange<int> kUbNumSplits{1, 1024, false, "offsim's limit"};
+
 /// Why an optimizer offload's Twin-Flow ratio cannot be simulated at `zero_stage` (with the
 /// states on NVMe when `nvme`), or nullopt when it can: DeepSpeed splits the subgroups in stage3.py
 /// only (stage_1_and_2.py updates the whole partition on the CPU), and offsim does not model
