@@ -172,6 +172,7 @@ struct ElementwiseKernel {
   double backward_bytes = 0.0;
   bool attention_core = false;  // part of the s x s attention (recomputed by selective recompute)
   bool expert = false;          // runs on an expert's routed tokens (between the all-to-alls of expert parallelism)
+  int forward_ops = 1;          // eager operators its forward runs (each dispatched by the host; 0 without forward)
 };
 
 /// The layer's non-GEMM kernels. Without sequence parallelism the norms, dropouts and residual
