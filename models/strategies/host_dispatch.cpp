@@ -107,7 +107,10 @@ Segment layer_segment(const IterationInputs& in, const ModelSpec& m, std::int64_
       continue;
     }
     const double share = g.flops() / flops;
-    s.op(scaled(gemm_fwd, share), d.forward_cost("linear"));
+    // The framework's nn.Linear modules behind the GEMM (Hugging Face's separate Q, K, V and
+    // gate, up projections), one operator each, the GEMM's time split evenly among them.
+    const int n = framework_profile(t.framework).linears(g.name, m.hf_model_type, m.ffn_kind == FfnKind::kSwiglu);
+    for (int i = 0; i < n; ++i) s.op(scaled(gemm_fwd, share / n), d.forward_cost("linear"));
     s.backward.push_back({scaled(gemm_bwd, share / 2.0), TimePs{0}});  // input and weight gradients
     s.backward.push_back({scaled(gemm_bwd, share / 2.0), TimePs{0}});
   }

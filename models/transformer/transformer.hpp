@@ -61,7 +61,8 @@ struct ModelSpec {
   bool attention_dropout = false;
   bool embedding_dropout = false;
   Activation activation = Activation::kGelu;
-  bool hf_config = false;  // read from a Hugging Face config.json (training.framework's default)
+  bool hf_config = false;     // read from a Hugging Face config.json (training.framework's default)
+  std::string hf_model_type;  // its model_type ("llama", "gpt2", ...); empty for an offsim model file
   bool qkv_bias = false;  // biases on the Q, K and V projections only (Qwen2); linear_bias puts one on every projection
   // Attention and MLP side by side on one shared norm (GPT-J, Phi-2, Falcon-7B): one norm per
   // layer instead of two.

@@ -23,6 +23,7 @@
 
 #include "models/experiment.hpp"
 #include "models/strategies/host_dispatch.hpp"
+#include "models/transformer/framework.hpp"
 #include "models/validation.hpp"
 #include "tests/unit/source_paths.hpp"
 
@@ -107,6 +108,21 @@ TEST(HostDispatch, AHostTableSlowsASmallModelToItsDispatch) {
   EXPECT_GE(b1, b0);
   EXPECT_GE(f1, 10 * 46e-6) << f0 << " -> " << f1;
   fs::remove_all(dir);
+}
+
+// Hugging Face's separate projections (configs/frameworks/hf-transformers.yaml, projections): the
+// eager linears behind offsim's fused QKV and gate/up GEMMs, one dispatched operator each.
+TEST(HostDispatch, HuggingFaceProjectionsAreSeparateLinears) {
+  const FrameworkProfile& hf = framework_profile(Framework::kHfTransformers);
+  EXPECT_EQ(hf.linears("qkv", "llama", true), 3);     // q_proj, k_proj, v_proj
+  EXPECT_EQ(hf.linears("mlp_up", "llama", true), 2);  // gate_proj, up_proj
+  EXPECT_EQ(hf.linears("mlp_down", "llama", true), 1);
+  EXPECT_EQ(hf.linears("qkv", "phi", false), 3);
+  EXPECT_EQ(hf.linears("mlp_up", "phi", false), 1);  // fc1
+  EXPECT_EQ(hf.linears("qkv", "gpt2", false), 1);    // c_attn
+  EXPECT_EQ(hf.linears("qkv", "phi3", true), 1);     // qkv_proj
+  EXPECT_EQ(hf.linears("mlp_up", "phi3", true), 1);  // gate_up_proj
+  EXPECT_EQ(hf.linears("qkv", "", false), 1);        // an offsim model file
 }
 
 // A feasibility claim holds when the run's verdict is the measured one (a case of claims only,
