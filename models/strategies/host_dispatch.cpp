@@ -90,8 +90,10 @@ Segment layer_segment(const IterationInputs& in, const ModelSpec& m, std::int64_
     }
   }
   const TimePs recompute = t.recompute == Recompute::kFull ? k.layer_fwd : TimePs{0};
-  const TimePs gemm_fwd = k.layer_fwd - elementwise_fwd;
-  const TimePs gemm_bwd = k.layer_bwd - recompute - elementwise_bwd;
+  // What the layer's time holds beyond its other kernels: its GEMMs (and FP8 casts). Never below
+  // zero (a mixture of experts with dense layers has averaged layer times).
+  const TimePs gemm_fwd = std::max(TimePs{0}, k.layer_fwd - elementwise_fwd);
+  const TimePs gemm_bwd = std::max(TimePs{0}, k.layer_bwd - recompute - elementwise_bwd);
   const bool fused_core = t.flash_attention;
   double flops = 0.0, core_flops = 0.0;
   for (const auto& g : layer_gemms(m, t.micro_batch, tp, ep)) {
