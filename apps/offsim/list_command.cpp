@@ -124,7 +124,7 @@ std::string table_role(const YAML::Node& y) {
   if (!y.IsMap()) return "part";
   if (y["peak"].IsDefined()) return "device";
   if (y["collectives"].IsDefined()) return "collectives";
-  if (y["cpu_work"].IsDefined() || y["copies"].IsDefined()) return "host";
+  if (y["cpu_work"].IsDefined() || y["copies"].IsDefined() || y["dispatch"].IsDefined()) return "host";
   if (y["zero3_host"].IsDefined() || y["all_gather"].IsDefined()) return "zero3 host";
   return "part";
 }

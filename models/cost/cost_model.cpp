@@ -825,6 +825,28 @@ void parse_cpu_rate_fits(const Node& list, std::vector<CpuRateFit>& fits) {
 
 }  // namespace
 
+namespace {
+// A host table's dispatch: {source, forward: {class: time, ...} (every class of
+// kHostDispatchClasses), backward_node: time}, every time positive.
+HostDispatch parse_host_dispatch(const Node& node) {
+  auto& ctx = node.context();
+  MapReader r(node);
+  HostDispatch d;
+  d.source = r.required<std::string>("source").value;
+  const auto positive = [&](MapReader& m, const Node& parent, const std::string& key) {
+    const auto t = m.required<sim::TimePs>(key);
+    if (t.valid && !(t.value > sim::TimePs{0})) ctx.error(t.loc, parent.child_path(key), "expected a positive time");
+    return t.value;
+  };
+  if (auto forward = r.required_child("forward", "a mapping of operator class to host time per operator")) {
+    MapReader f(*forward);
+    for (const auto& cls : kHostDispatchClasses) d.forward[cls] = positive(f, *forward, cls);
+  }
+  d.backward_node = positive(r, node, "backward_node");
+  return d;
+}
+}  // namespace
+
 std::optional<MeasuredCosts> parse_measured_costs(const Node& node) {
   auto& ctx = node.context();
   const std::size_t errors_before = ctx.error_count();
@@ -846,6 +868,7 @@ std::optional<MeasuredCosts> parse_measured_costs(const Node& node) {
     c.cpu_work_bandwidth = bw.value;
     read_fit(w);
   }
+  if (auto dispatch = r.child("dispatch")) c.dispatch = parse_host_dispatch(*dispatch);
   if (auto gemm = r.child("gemm")) {
     MapReader g(*gemm);
     if (auto peak = g.child("peak")) c.gemm_peak = peak->as<sim::FlopRate>();

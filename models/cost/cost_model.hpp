@@ -149,6 +149,21 @@ template <class T, class Key>
   return best;
 }
 
+/// The host's wall clock per eager PyTorch operator (a host table's `dispatch:`, written by
+/// bench/torch/fit_host_dispatch.py): the Python and dispatcher time before an operator's kernel is
+/// issued, forward with autograd recording by operator class, and per autograd backward node.
+struct HostDispatch {
+  std::map<std::string, sim::TimePs> forward;  // by class: kHostDispatchClasses
+  sim::TimePs backward_node{0};
+  std::string source;
+  /// The forward cost of an operator of `op_class` (one of kHostDispatchClasses).
+  [[nodiscard]] sim::TimePs forward_cost(const std::string& op_class) const { return forward.at(op_class); }
+};
+
+/// The operator classes a dispatch table gives: GEMMs (F.linear, matmul), a fused norm, softmax,
+/// and every other operator (elementwise, copies, SDPA's call: the mean of the measured simple ones).
+inline const std::vector<std::string> kHostDispatchClasses{"linear", "layer_norm", "softmax", "elementwise"};
+
 /// A table written by `offsim calibrate`: whichever sections the measurements covered.
 struct MeasuredCosts {
   std::string device_kind;
@@ -160,6 +175,8 @@ struct MeasuredCosts {
   // The memory traffic a host's cores sustain for streaming CPU work (CPU Adam, casts), shared by
   // every rank on the host; nullopt: only the DDR bandwidth (or a per-rank rate above) limits it.
   std::optional<sim::Bandwidth> cpu_work_bandwidth;
+  // The host's per-operator dispatch of eager frameworks (a host table only); nullopt: not measured.
+  std::optional<HostDispatch> dispatch;
   // `collectives: roofline`: no measured collectives for this machine; rings are limited by the
   // links alone (no step latency, no implementation efficiency) and every report says so.
   bool roofline_collectives = false;

@@ -40,6 +40,7 @@
 
 #include "models/collectives/communicator.hpp"
 #include "models/placement/state_placement.hpp"
+#include "models/strategies/host_dispatch.hpp"
 #include "models/strategies/layer_kernels.hpp"
 #include "models/strategies/phases/gradient_reduction.hpp"
 #include "models/strategies/phases/layer_compute.hpp"
@@ -216,6 +217,8 @@ class DataParallelBuilder {
         prev(sims),
         last_backward(sims) {
     k = kernel_times(in, updated_on_rank, tp, spec.sequence_parallel, ep);
+    // Every rank runs the whole model: its stream is embedding, all layers, head (host_dispatch.hpp).
+    apply_host_dispatch(in, m, m.layers, tp, spec.sequence_parallel, ep, k);
     layers.emplace(timeline, comm, LayerTimes{k.layer_fwd, k.layer_bwd, k.experts_fwd, k.experts_bwd}, train.recompute,
                    LayerCompute::Parallelism{tp, ep, tp_plan, dispatch_plan, activation_elements, dispatch_elements});
     stored = stored_activations_on_tp_rank(m, train, tp, spec.sequence_parallel);
@@ -563,6 +566,7 @@ class DataParallelBuilder {
     // the hpZ secondary partition.
     out.model_states_per_device = Bytes{states().gpu_model_states()};
     add_common_approximations(out, in, policy);
+    out.approximations.push_back(host_dispatch_approximation(in));
     out.approximations.push_back(
         "collectives: bidirectional rings (all-to-all for qgZ) over each stage of the plan, in rank order; reduction "
         "arithmetic not modelled");

@@ -358,8 +358,8 @@ std::string non_gemm_kernels_approximation(const TrainingSpec& t) {
         "kernels, SwiGLU as silu then mul, dropouts from the config's keys, the attention output's copy, the loss "
         "on logits upcast to fp32; {}); attention by the device's measured SDPA rates where its table has them "
         "(FlashAttention's with dropout on the probabilities, PyTorch's default pick otherwise), measured at 16k "
-        "tokens per call; the host's per-operator dispatch (about 14-20 us per eager operator on the measured "
-        "host) is not modelled, so small shapes come out fast; repeat_kv copies for GQA and the rotary cos/sin "
+        "tokens per call (the host's per-operator dispatch: its own line); repeat_kv copies for GQA and the rotary "
+        "cos/sin "
         "computation are not costed",
         attention);
   }

@@ -50,7 +50,7 @@
 #include "models/transformer/transformer.hpp"
 #include "sim/core/units.hpp"
 
-namespace sim::config {
+namespace offsim::sim::config {
 class Node;
 }
 

@@ -40,6 +40,10 @@ FrameworkProfile read_profile(Framework f, std::string_view yaml) {
     c.backward = read_chain(kv.second["backward"]);
     p.modules.emplace_back(kv.first.as<std::string>(), std::move(c));
   }
+  if (const auto proj = root["projections"]) {
+    for (const auto& t : proj["separate_qkv"]) p.separate_qkv.push_back(t.as<std::string>());
+    for (const auto& t : proj["separate_gate_up"]) p.separate_gate_up.push_back(t.as<std::string>());
+  }
   if (const auto w = root["loss_workspace_bytes"]) {
     p.loss_workspace_forward = w["forward"].as<double>();
     p.loss_workspace_backward = w["backward"].as<double>();
@@ -84,6 +88,15 @@ const ModuleChain* FrameworkProfile::chain(std::string_view module) const {
     if (name == module) return &c;
   }
   return nullptr;
+}
+
+int FrameworkProfile::linears(std::string_view gemm, std::string_view model_type, bool gated) const {
+  const auto listed = [&](const std::vector<std::string>& types) {
+    return !model_type.empty() && std::find(types.begin(), types.end(), model_type) != types.end();
+  };
+  if (gemm == "qkv" && listed(separate_qkv)) return 3;
+  if (gated && (gemm == "mlp_up" || gemm == "shared_mlp_up") && listed(separate_gate_up)) return 2;
+  return 1;
 }
 
 const FrameworkProfile& framework_profile(Framework f) {

@@ -54,8 +54,15 @@ struct FrameworkProfile {
   std::string source;
   std::vector<std::pair<std::string, ModuleChain>> modules;
   double loss_workspace_forward = 0.0, loss_workspace_backward = 0.0;  // bytes per logit; 0: generic
+  // config.json model_types whose Q, K and V (gate and up) projections are separate nn.Linear
+  // modules where offsim runs one fused GEMM: the host dispatches each (host_dispatch.cpp).
+  std::vector<std::string> separate_qkv, separate_gate_up;
   /// The module's chain, or nullptr when the framework runs the generic kernels for it.
   [[nodiscard]] const ModuleChain* chain(std::string_view module) const;
+  /// The eager linears behind the layer GEMM `gemm` ("qkv", "mlp_up", ...) of a model of
+  /// config.json `model_type` (empty: an offsim model file): 3 for separate Q, K, V, 2 for
+  /// separate gate and up projections, else 1.
+  [[nodiscard]] int linears(std::string_view gemm, std::string_view model_type, bool gated) const;
 };
 
 /// The profile of `f` (generic frameworks: no chains). Read once from the compiled-in data.

@@ -88,6 +88,7 @@ class HfConfigReader {
     const auto type = r_.required<std::string>("model_type");
     if (!type.valid) return std::nullopt;
     m_.name = r_.optional<std::string>("_name_or_path", type.value).value;
+    m_.hf_model_type = type.value;
     const std::string& t = type.value;
     if (t == "llama" || t == "mistral" || t == "mixtral" || t == "qwen2" || t == "qwen2_moe" || t == "qwen3" ||
         t == "qwen3_moe" || t == "gemma" || t == "gemma2" || t == "phi3" || t == "deepseek") {

@@ -279,7 +279,7 @@ void add_rotary_kernel(const ModelSpec& m, const ElementwiseSizes& z, const Fram
   // of each head (GPT-NeoX, Phi), the rotated slice costs the above and the slices are joined
   // again (read, write: 4 B over the whole width), and split back in backward alike.
   const double bytes = 20.0 * m.rotary_fraction * qk + (m.rotary_fraction < 1.0 ? 4.0 * qk : 0.0);
-  k.push_back({"activation", bytes, bytes});
+  k.push_back({"activation", bytes, bytes, false, false, 5});  // mul, neg, cat, mul, add
 }
 
 // Step 3: the kernels that turn the attention scores into probabilities, where the attention
@@ -296,7 +296,7 @@ void add_attention_score_kernels(const ModelSpec& m, AttentionKernels attention,
     // dropout, the dropout of the probabilities (read, write, 1 B mask); backward alike.
     k.push_back({"attention_scale", 4.0 * scores, 4.0 * scores, true});
     const double softmax = dropout ? 13.0 : 8.0;
-    k.push_back({"attention_softmax", softmax * scores, softmax * scores, true});
+    k.push_back({"attention_softmax", softmax * scores, softmax * scores, true, false, dropout ? 3 : 2});
   } else if (attention == AttentionKernels::kFusedSoftmax) {
     // Megatron's scaled_upper_triang_masked_softmax: row i of a head loads its i + 1 unmasked
     // scores and writes all s probabilities (zeros above the diagonal); the backward loads the
@@ -333,7 +333,7 @@ void add_dropout_and_residual_kernels(bool dropout, double e, std::vector<Elemen
 // and du in backward, not counted here.
 ElementwiseKernel mlp_activation(const ModelSpec& m, double f) {
   if (m.ffn_kind == FfnKind::kGelu) return ElementwiseKernel{"activation", 4.0 * f, 6.0 * f};
-  return ElementwiseKernel{"activation", 10.0 * f, 18.0 * f};
+  return ElementwiseKernel{"activation", 10.0 * f, 18.0 * f, false, false, 2};  // silu, mul
 }
 
 // Step 5 (mixture of experts): the router's softmax, and for each of the rank's experts its

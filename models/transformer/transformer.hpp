@@ -61,7 +61,8 @@ struct ModelSpec {
   bool attention_dropout = false;
   bool embedding_dropout = false;
   Activation activation = Activation::kGelu;
-  bool hf_config = false;  // read from a Hugging Face config.json (training.framework's default)
+  bool hf_config = false;     // read from a Hugging Face config.json (training.framework's default)
+  std::string hf_model_type;  // its model_type ("llama", "gpt2", ...); empty for an offsim model file
   bool qkv_bias = false;  // biases on the Q, K and V projections only (Qwen2); linear_bias puts one on every projection
   // Attention and MLP side by side on one shared norm (GPT-J, Phi-2, Falcon-7B): one norm per
   // layer instead of two.
@@ -172,6 +173,7 @@ struct ElementwiseKernel {
   double backward_bytes = 0.0;
   bool attention_core = false;  // part of the s x s attention (recomputed by selective recompute)
   bool expert = false;          // runs on an expert's routed tokens (between the all-to-alls of expert parallelism)
+  int forward_ops = 1;          // eager operators its forward runs (each dispatched by the host; 0 without forward)
 };
 
 /// The layer's non-GEMM kernels. Without sequence parallelism the norms, dropouts and residual
