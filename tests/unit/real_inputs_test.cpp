@@ -14,6 +14,7 @@
 #include "models/experiment.hpp"
 #include "models/transformer/model_parser.hpp"
 #include "sim/config/config_reader.hpp"
+#include "tests/unit/source_paths.hpp"
 
 namespace offsim::models {
 namespace {
@@ -139,8 +140,7 @@ struct DsOutcome {
 };
 
 DsOutcome run_ds(const std::string& file, int dp = 8) {
-  const fs::path dir = fs::temp_directory_path() / "offsim-real-ds";
-  fs::create_directories(dir);
+  const fs::path dir = testing::scratch_folder("offsim-real-ds");  // one per test process (ctest -j)
   std::ofstream(dir / "e.yaml") << fmt::format(
       "name: real-ds\nhardware: !include {0}/configs/hardware/frontier-node.yaml\n"
       "calibration:\n  device: !include {0}/configs/calibration/mi250x-gcd.yaml\n"
