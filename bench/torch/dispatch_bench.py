@@ -14,12 +14,13 @@ events around the same calls. Where the two agree, the GPU waited on the host: t
 is the floor of every eager kernel's time.
 """
 import argparse
-import csv
 import os
 import time
 
 import torch
 import torch.nn.functional as F
+
+from bench_io import write_csv
 
 OPS = [
     ("add", lambda x, w: x + x),
@@ -90,11 +91,7 @@ def main():
     b_host, b_gpu = measure(both, reps)
     add("mul_chain", "backward", reps * chain, ((b_host - f_host) / chain, (b_gpu - f_gpu) / chain))
     path = os.path.join(a.out, f"{a.device_kind}-host-dispatch.csv")
-    with open(path + ".tmp", "w", newline="") as f:
-        wr = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
-        wr.writeheader()
-        wr.writerows(rows)
-    os.replace(path + ".tmp", path)
+    write_csv(path, rows)
     print(path, len(rows), "rows", flush=True)
 
 

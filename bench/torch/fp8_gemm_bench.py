@@ -14,26 +14,16 @@ per-tensor scales for FP8. The grid is the one h100-sxm.gemm-fp8.yaml keeps: m a
 random data.
 """
 import argparse
-import csv
 import os
 import socket
 
 import torch
 
+from bench_io import timed, write_csv
+
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
 
 
-def timed(fn, reps=20, warm=5):
-    for _ in range(warm):
-        fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(reps):
-        fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / 1e3 / reps
 
 
 def main():
@@ -72,11 +62,7 @@ def main():
                     print(dtype, m, n, k, f"{2.0 * m * n * k / t / 1e12:.0f} TFLOP/s", flush=True)
                 del a_bf, b_bf, a8, b8, b5
     path = os.path.join(a.out, f"{a.device_kind}-gemm-fp8-e5m2.csv")
-    with open(path + ".tmp", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
-        w.writeheader()
-        w.writerows(rows)
-    os.replace(path + ".tmp", path)
+    write_csv(path, rows)
     print(path, len(rows), "rows", flush=True)
 
 

@@ -35,21 +35,12 @@ import os
 import torch
 import torch.nn.functional as F
 
+from bench_io import timed
+
 DEV = "cuda"
 BF16 = torch.bfloat16
 
 
-def timed(fn, reps=20, warm=5):
-    for _ in range(warm):
-        fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(reps):
-        fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / 1e3 / reps
 
 
 def forward_backward(inputs, fn):

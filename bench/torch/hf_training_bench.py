@@ -27,9 +27,7 @@ does not fit is a row with status out_of_memory (a feasibility data point).
 These are end-to-end times: they validate (configs/validation/h100-hf-transformers), never fit.
 """
 import argparse
-import csv
 import gc
-import json
 import os
 import shutil
 import sys
@@ -37,6 +35,8 @@ import tempfile
 import time
 
 import torch
+
+from bench_io import write_csv
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REAL_HF = os.path.join(HERE, "..", "..", "tests", "data", "real-inputs", "hf")
@@ -113,16 +113,6 @@ def case_row(model, vocab, seq, mb, checkpointing, steps):
                 host_fwd_s=f"{host_fwd / steps:.6g}", peak_memory_bytes=peak, status="ok")
 
 
-def write(path, rows):
-    tmp = path + ".tmp"
-    fields = []
-    for r in rows:
-        fields += [k for k in r if k not in fields]
-    with open(tmp, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=fields, restval="")
-        w.writeheader()
-        w.writerows(rows)
-    os.replace(tmp, path)
 
 
 def main():
@@ -148,7 +138,7 @@ def main():
         except Exception as e:  # a family this transformers cannot build: say so, go on
             rows.append(dict(device_kind=a.device_kind, model=name, config=config_file, status=f"build_failed: {e}"))
             print(rows[-1], file=sys.stderr, flush=True)
-            write(path, rows)
+            write_csv(path, rows)
             continue
         n_params = sum(p.numel() for p in model.parameters())
         for seq in seqs[:1] if a.quick else seqs:
@@ -167,7 +157,7 @@ def main():
                         row.update(status="out_of_memory")
                     rows.append(row)
                     print(row, f"{time.time() - t_start:.0f} s", file=sys.stderr, flush=True)
-                    write(path, rows)
+                    write_csv(path, rows)
         del model
         torch.cuda.empty_cache()
     print(f"hf training: {len(rows)} rows, {time.time() - t_start:.0f} s", file=sys.stderr, flush=True)
