@@ -4,7 +4,7 @@
 // particular alternative. A new alternative without its entry does not compile
 // (strategy_registry.cpp builds the table over the variant). The readers, which map the names a
 // configuration uses onto these alternatives (`deepspeed` reads a ds_config into data_parallel),
-// stay with the configuration sections (models/experiment/sections.cpp, strategy_kinds()).
+// stay with the configuration sections (models/experiment/, strategy_kinds() in sections.cpp).
 #include <cstdint>
 #include <optional>
 #include <string>

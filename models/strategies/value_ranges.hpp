@@ -1,6 +1,6 @@
 #pragma once
 // The ranges of the strategy and training values that more than one reader takes: the native
-// experiment YAML (models/experiment/sections.cpp), a DeepSpeed ds_config
+// experiment YAML (models/experiment/sections.cpp and its *_section.cpp readers), a DeepSpeed ds_config
 // (models/strategies/deepspeed_config.cpp) and, through them, --set overrides, sweep points and
 // search candidates. Each is defined here once, with where its bounds come from, and every reader
 // checks its value against this definition (sim/config/value_range.hpp), so that none lets through
