@@ -4,8 +4,6 @@
 // they share (section_helpers.hpp) are defined here.
 #include "models/experiment/sections.hpp"
 
-#include "models/strategies/pipeline_split.hpp"
-
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -350,7 +348,7 @@ void check_against_model(Context& ctx, const StrategySpec& strategy, const Model
   if (const auto* mg = std::get_if<MegatronSpec>(&strategy)) {
     tensor_parallel(mg->tp);
     // Layers that do not divide go to the middle stages with a note in the report
-    // (pipeline_split.hpp); only splits that leave no layers are errors.
+    // (pipeline_split.hpp); splits that leave a stage or a chunk no layer are errors.
     if (mg->pp > 0 && mg->virtual_stages > 0) {
       try {
         (void)split_pipeline_layers(m.layers, *mg);
