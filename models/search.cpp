@@ -86,7 +86,16 @@ BaseFacts base_facts(const ExperimentSpec& base) {
 
 // Model states on one GPU as ZeRO partitions them over the dp replicas of a tp x pp share
 // (models/placement; with offload every update runs on the host): a lower bound on the GPU's
-// memory (activations, buckets and gathered parameters come on top).
+// memory (activations, buckets and gathered parameters come on top). With P the rank's parameters
+// and g = dp, q = ceil(P / g), Megatron's defaults (fp32 main_grad, fp32 reduce dtype) give
+//   zero 0: 2P (bf16 parameters) + 4P (fp32 main_grad) + 12P (fp32 master, m, v)  = 18P;
+//   zero 1: 2P + 4P + 12q (the distributed optimizer's share)                      = 6P + 12q;
+//   zero 2 (FSDP2 under the pipeline): 2P + 4q (the fp32 gradient shard) + 12q
+//           + 4P (the whole fp32 gradient buffer)                                  = 6P + 16q.
+// Stage 2's whole buffer is transient: the builder allocates it at the rank's first backward and
+// frees it after the one reduce-scatter (allocate_whole_gradients, pipeline_data_parallel_step),
+// while the states above are held all iteration, so the simulated peak holds both and their sum
+// is still a lower bound on it.
 std::int64_t state_bytes(const SearchCandidate& c, std::int64_t params_on_rank) {
   StateCounts counts;
   counts.held = params_on_rank;
@@ -97,9 +106,20 @@ std::int64_t state_bytes(const SearchCandidate& c, std::int64_t params_on_rank) 
   counts.partitioned = policy.partitioned();
   counts.shard_ranks = c.dp;
   counts.gradient_buffers = policy.gradient_buffers();
+  counts.fp32_gradient_partition = policy.accumulates_whole_gradients();
   counts.optimizer_offload = c.offload;
   counts.offloaded_elements = policy.updated_parameters(params_on_rank, params_on_rank, c.dp);
-  return place_model_states(counts, kBf16MixedPrecision).gpu_model_states();
+  return place_model_states(counts, kBf16MixedPrecision).gpu_model_states() +
+         policy.whole_gradient_buffer_bytes(params_on_rank);
+}
+
+// Whether Megatron runs `zero` at `pp` stages with its own optimizer and without
+// overlap_grad_reduce (what the search writes): its stages (ZeroPolicy::kMegatronStages), FSDP2
+// under the pipeline only with a pipeline (the reader refuses it at pp 1, sections.cpp
+// check_megatron_fsdp).
+bool megatron_runs(int zero, int pp) {
+  if (!ZeroPolicy::kMegatronStages.contains(zero)) return false;
+  return pp > 1 || !ZeroPolicy::megatron(zero, std::nullopt).accumulates_whole_gradients();
 }
 
 std::string strategy_override(const SearchCandidate& c, const BaseFacts& f) {
@@ -139,8 +159,9 @@ std::vector<int> divisors(std::int64_t n) {
 
 // The strategies of the space, without GPU count and micro-batch: kind, tp, pp, expert
 // parallelism, ZeRO stage and offload, each a combination DeepSpeed or Megatron can run (offload
-// at ZeRO 2-3 of data parallelism with a host CPU; Megatron at ZeRO 0-1; experts spread over ep
-// ranks without tp or offload) whose tp divides the heads and widths and pp the layers.
+// at ZeRO 2-3 of data parallelism with a host CPU; Megatron at ZeRO 0-1, and 2 with pp > 1;
+// experts spread over ep ranks without tp or offload) whose tp divides the heads and widths and
+// pp the layers.
 std::vector<SearchCandidate> strategy_shapes(const ModelSpec& m, const SearchSpace& space, const BaseFacts& f) {
   std::vector<int> tps = space.tp;
   if (tps.empty()) {
@@ -158,14 +179,17 @@ std::vector<SearchCandidate> strategy_shapes(const ModelSpec& m, const SearchSpa
     const bool megatron = kind == "megatron";
     const std::vector<int> pps = megatron ? (space.pp.empty() ? divisors(m.layers) : space.pp) : std::vector<int>{1};
     std::vector<int> stages = space.zero_stages;
-    if (stages.empty()) stages = megatron ? std::vector<int>{0, 1} : std::vector<int>{0, 1, 2, 3};
+    if (stages.empty()) {
+      const auto range = megatron ? ZeroPolicy::kMegatronStages : ZeroPolicy::kStages;
+      for (int z = range.min; z <= range.max; ++z) stages.push_back(z);
+    }
     for (const int tp : tps) {
       for (const int pp : pps) {
         for (const int ep : megatron ? std::vector<int>{1} : eps) {
           for (const int zero : stages) {
             for (const bool offload : offloads) {
               if (offload && (megatron || zero < 2 || !f.has_cpu)) continue;
-              if (megatron && zero > 1) continue;
+              if (megatron && !megatron_runs(zero, pp)) continue;
               if (ep > 1 && (tp > 1 || offload)) continue;
               if (!widths_not_dividing(m, tp).empty() || m.layers % pp != 0) continue;
               SearchCandidate c;
@@ -263,6 +287,13 @@ SearchPlan plan_search(const ExperimentSpec& base, const SearchSpace& space, con
       }
     }
   }
+  // FSDP2 under the pipeline (Megatron's ZeRO-2, searched since 2026-11-26) comes after the other
+  // points, in the same order among itself: the points a search had before keep their index.
+  const auto earlier = [](const SearchCandidate& c) {
+    return c.kind != "megatron" || !ZeroPolicy::megatron(c.zero_stage, std::nullopt).accumulates_whole_gradients();
+  };
+  std::stable_partition(plan.simulated.begin(), plan.simulated.end(), earlier);
+  std::stable_partition(plan.pruned.begin(), plan.pruned.end(), earlier);
   return plan;
 }
 

@@ -222,7 +222,8 @@ int main(int argc, char** argv) {
       ->check(in_range(models::ranges::kParallelSize));
   search_cmd->add_option("--pp", search_opts.pp, "pipeline sizes (default: divisors of the layer count)")
       ->check(in_range(models::ranges::kParallelSize));
-  search_cmd->add_option("--zero", search_opts.zero_stages, "ZeRO stages (default 0-3; Megatron 0-1)")
+  search_cmd
+      ->add_option("--zero", search_opts.zero_stages, "ZeRO stages (default 0-3; Megatron 0-1, and 2 with pp > 1)")
       ->check(in_range(models::ranges::kZeroStage));
   search_cmd->add_option("--micro-batch", search_opts.micro_batches, "micro-batch sizes (default 1, 2, 4, 8)")
       ->check(in_range(models::ranges::kBatch));

@@ -2,6 +2,7 @@
 // and the Pareto front it reports.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "models/search.hpp"
@@ -18,17 +19,18 @@ TEST(Search, EnumeratesTheStrategiesThatDivideAndPrunesByModelStates) {
   //   data_parallel: tp 1 (dp 2: micro-batch 1 only, ga 1) and tp 2 (dp 1: micro-batch 1, ga 2 or
   //     2, ga 1) for ZeRO 0-3: (1 + 2) x 4 = 12;
   //   megatron, pp in {1, 2}: tp 1 pp 1 (dp 2, mb 1), tp 1 pp 2 (dp 1, mb 1 or 2), tp 2 pp 1
-  //     (dp 1, mb 1 or 2), for ZeRO 0-1: (1 + 2 + 2) x 2 = 10.
+  //     (dp 1, mb 1 or 2), for ZeRO 0-1: (1 + 2 + 2) x 2 = 10, and ZeRO-2 (FSDP2 under the
+  //     pipeline) at pp 2 only: 2.
   // Skipped: the micro-batch 2 on dp 2 (data_parallel tp 1 x 4 stages, megatron tp1 pp1 x 2) and
-  // tp 2 x pp 2 (4 GPUs) for megatron (2 micro-batches x 2 stages): 6 + 4 = 10.
+  // tp 2 x pp 2 (4 GPUs) for megatron (2 micro-batches x ZeRO 0-2): 6 + 6 = 12.
   const ExperimentSpec base = load_experiment(kTiny, {});
   SearchSpace space;
   space.micro_batches = {1, 2};
   space.tp = {1, 2};
   SearchPlan plan = plan_search(base, space, {});
   EXPECT_EQ(plan.global_batch, 2);
-  EXPECT_EQ(plan.simulated.size() + plan.pruned.size(), 22u);
-  EXPECT_EQ(plan.invalid, 10u);
+  EXPECT_EQ(plan.simulated.size() + plan.pruned.size(), 24u);
+  EXPECT_EQ(plan.invalid, 12u);
   EXPECT_TRUE(plan.pruned.empty());  // 16 B x P is 1.9 MB, the GPU holds 1 GB
   // A 1 MB limit: ZeRO-0 replicates 16 P = 1,896,448 B (pruned); ZeRO-3 over 2 ranks keeps 8 P.
   SearchLimits limits;
@@ -66,6 +68,57 @@ TEST(Search, EnumeratesTheStrategiesThatDivideAndPrunesByModelStates) {
   EXPECT_TRUE(text.find("overlaps the fastest's 80% interval") != std::string::npos ||
               text.find("overlap the fastest's 80% interval") != std::string::npos)
       << text;
+}
+
+TEST(Search, MegatronZeroTwoIsSearchedOnlyWithPipelinesAndPrunedByItsWholeFp32Buffer) {
+  // GPT-3 175B on 1,024 A100 (the scale experiment), megatron tp 8, micro-batch 1, pp in {1, 8}.
+  // ZeRO-2 under Megatron is FSDP2 under the pipeline schedule: searched at pp 8, never at pp 1.
+  // A rank of the fullest stage holds P = ceil((96 / pp x L + E) / 8) parameters (L a layer's, E the
+  // larger of the embedding with positions and the final norm with the head); over g = dp =
+  // 1024 / (8 pp) replicas, q = ceil(P / g), Megatron's defaults (fp32 main_grad and reduce) give:
+  //   zero 0: 2P (bf16 parameters) + 4P (fp32 main_grad) + 12P (fp32 master, m, v) = 18P;
+  //   zero 1: 2P + 4P + 12q (the distributed optimizer's share)                    = 6P + 12q;
+  //   zero 2: 2P + 4q (fp32 gradient shard) + 12q + 4P (the whole fp32 buffer,
+  //           held from the first backward to the one reduce-scatter)                = 6P + 16q.
+  const ExperimentSpec base =
+      load_experiment(std::string(OFFSIM_SOURCE_DIR) + "/configs/experiments/scale/gpt3-175b-a100-1024.yaml", {});
+  SearchSpace space;
+  space.kinds = {"megatron"};
+  space.tp = {8};
+  space.pp = {1, 8};
+  space.micro_batches = {1};
+  const SearchPlan plan = plan_search(base, space, {});
+  std::vector<SearchCandidate> all = plan.simulated;
+  all.insert(all.end(), plan.pruned.begin(), plan.pruned.end());
+  ASSERT_EQ(all.size(), 5u);  // pp 1 at zero 0-1, pp 8 at zero 0-2
+  const ParameterCounts params = count_parameters(base.model);
+  const std::int64_t edge = std::max(params.embedding + params.position, params.final_norm + params.output_head);
+  int stage2 = 0;
+  for (const SearchCandidate& c : all) {
+    ASSERT_TRUE(c.pp == 1 || c.pp == 8) << c.label();
+    if (c.pp == 1) {
+      EXPECT_NE(c.zero_stage, 2) << c.label();
+      continue;
+    }
+    EXPECT_EQ(c.dp, 16) << c.label();
+    const std::int64_t p = (96 / 8 * params.per_layer + edge + 7) / 8;
+    const std::int64_t q = (p + 15) / 16;
+    const std::int64_t expected = c.zero_stage == 0 ? 18 * p : c.zero_stage == 1 ? 6 * p + 12 * q : 6 * p + 16 * q;
+    EXPECT_EQ(c.state_bytes_lower_bound, expected) << c.label();
+    if (c.zero_stage == 2) {
+      ++stage2;
+      // The point runs FSDP2 under the 1F1B schedule with Megatron's optimizer.
+      EXPECT_NE(c.overrides.front().find("kind: megatron, tp: 8, pp: 8, dp: 16, schedule: 1f1b"), std::string::npos);
+      EXPECT_NE(c.overrides.front().find("zero_stage: 2"), std::string::npos) << c.overrides.front();
+    }
+  }
+  EXPECT_EQ(stage2, 1);
+  // Asked for stage 2 alone, a pp 1 space has nothing to run.
+  space.pp = {1};
+  space.zero_stages = {2};
+  const SearchPlan none = plan_search(base, space, {});
+  EXPECT_TRUE(none.simulated.empty());
+  EXPECT_TRUE(none.pruned.empty());
 }
 
 TEST(Search, TheParetoFrontKeepsOnlyUndominatedPointsFastestFirst) {
