@@ -48,7 +48,9 @@ struct Device {
   DeviceKind kind = DeviceKind::kGpu;
   std::string device_kind;  // cost-table key, e.g. "mi250x-gcd" (GPUs and CPUs)
   int cores = 0;            // CPUs: worker threads available to the job
-  std::optional<MemorySpec> memory;
+  // Shared, not held: a machine's nodes are copies of one template, so all GCDs of the full Frontier
+  // point to one spec (16 B a device instead of 72).
+  std::shared_ptr<const MemorySpec> memory;
 };
 
 /// A link as declared: its ends by device name (what add_link takes).
