@@ -34,9 +34,14 @@ sim::Bandwidth Route::bottleneck(const Topology& t) const {
 
 std::size_t Topology::add_device(Device d) {
   if (sealed_) throw TopologyError("topology is sealed");
-  if (by_name_.contains(d.name)) throw TopologyError(fmt::format("device '{}' is declared twice", d.name));
+  grow_name_slots(devices_.size() + 1);
+  const std::size_t slot = name_slot(d.name);
+  if (name_slots_[slot] != kEmptySlot) throw TopologyError(fmt::format("device '{}' is declared twice", d.name));
   const std::size_t index = devices_.size();
-  by_name_.emplace(d.name, index);
+  if (index >= std::numeric_limits<std::uint32_t>::max())
+    throw TopologyError(
+        fmt::format("device '{}': more than {} devices", d.name, std::numeric_limits<std::uint32_t>::max()));
+  name_slots_[slot] = static_cast<std::uint32_t>(index);
   devices_.push_back(std::move(d));
   return index;
 }
@@ -60,29 +65,53 @@ std::size_t Topology::add_link(LinkSpec l, std::size_t src, std::size_t dst) {
   if (!(l.bandwidth.bytes_per_s > 0.0)) {
     throw TopologyError(fmt::format("link {} -> {}: bandwidth must be positive", l.src, l.dst));
   }
-  const std::size_t index = links_.size();
+  const std::size_t index = link_kind_of_.size();
+  if (index >= std::numeric_limits<std::uint32_t>::max())
+    throw TopologyError(
+        fmt::format("link {} -> {}: more than {} links", l.src, l.dst, std::numeric_limits<std::uint32_t>::max()));
   // Classes are few (a handful per machine): the last one used is the likely match.
   auto known = std::find(link_classes_.rbegin(), link_classes_.rend(), l.link_class);
   if (known == link_classes_.rend()) {
     link_classes_.push_back(std::move(l.link_class));
     known = link_classes_.rbegin();
   }
-  links_.push_back(Link{l.bandwidth, l.latency, static_cast<std::uint32_t>(link_classes_.rend() - known - 1)});
-  link_ends_.emplace_back(src, dst);
+  const Link link{l.bandwidth, l.latency, static_cast<std::uint32_t>(link_classes_.rend() - known - 1)};
+  const auto [kind, added] = kind_index_.try_emplace({link.bandwidth.bytes_per_s, link.latency.ps, link.class_index},
+                                                     static_cast<std::uint32_t>(link_kinds_.size()));
+  if (added) link_kinds_.push_back(link);
+  link_kind_of_.push_back(kind->second);
+  link_ends_.emplace_back(static_cast<std::uint32_t>(src), static_cast<std::uint32_t>(dst));
   return index;
 }
 
 void Topology::reserve(std::size_t devices, std::size_t links) {
   devices_.reserve(devices);
-  by_name_.reserve(devices);
-  links_.reserve(links);
+  grow_name_slots(devices);
+  link_kind_of_.reserve(links);
   link_ends_.reserve(links);
 }
 
+std::size_t Topology::name_slot(std::string_view name) const {
+  const std::size_t mask = name_slots_.size() - 1;
+  for (std::size_t s = std::hash<std::string_view>{}(name)&mask;; s = (s + 1) & mask) {
+    if (name_slots_[s] == kEmptySlot || devices_[name_slots_[s]].name == name) return s;
+  }
+}
+
+void Topology::grow_name_slots(std::size_t devices) {
+  std::size_t capacity = std::max<std::size_t>(name_slots_.size(), 16);
+  while (devices * 4 > capacity * 3) capacity *= 2;
+  if (capacity == name_slots_.size()) return;
+  name_slots_.assign(capacity, kEmptySlot);
+  for (std::size_t i = 0; i < devices_.size(); ++i)
+    name_slots_[name_slot(devices_[i].name)] = static_cast<std::uint32_t>(i);
+}
+
 std::optional<std::size_t> Topology::find_device(std::string_view name) const {
-  const auto it = by_name_.find(name);
-  if (it == by_name_.end()) return std::nullopt;
-  return it->second;
+  if (name_slots_.empty()) return std::nullopt;
+  const std::uint32_t index = name_slots_[name_slot(name)];
+  if (index == kEmptySlot) return std::nullopt;
+  return index;
 }
 
 std::vector<std::size_t> Topology::devices_of(DeviceKind kind) const {
@@ -107,8 +136,8 @@ void Topology::seal() {
   // stably sorted by source device by Boost's histogram sort (linear in the links), so every
   // device's out-links keep their declaration order and ties between routes go to the first
   // declared.
-  std::vector<EdgeProps> props(links_.size());
-  for (std::size_t l = 0; l < links_.size(); ++l) props[l] = EdgeProps{l};
+  std::vector<EdgeProps> props(link_kind_of_.size());
+  for (std::size_t l = 0; l < props.size(); ++l) props[l] = EdgeProps{l};
   const Graph graph(boost::edges_are_unsorted_multi_pass, link_ends_.begin(), link_ends_.end(), props.begin(),
                     devices_.size());
   // Every GPU must reach, and be reached from, every GPU and CPU: one that cannot could never take
@@ -149,9 +178,13 @@ void Topology::seal() {
     }
   }
   if (!problems.empty()) throw TopologyError(fmt::format("{}", fmt::join(problems, "; ")));
-  arcs_.clear();
+  // Sized exactly (push_back's doubling left up to 10 MB spare on the full Frontier).
+  arcs_ = {};
+  arcs_.reserve(link_kind_of_.size());
   arc_begin_.assign(1, 0);
+  arc_begin_.reserve(devices_.size() + 1);
   local_end_.clear();
+  local_end_.reserve(devices_.size());
   for (std::size_t v = 0; v < devices_.size(); ++v) {
     const std::size_t begin = arcs_.size();
     std::size_t order = 0;
@@ -164,10 +197,11 @@ void Topology::seal() {
     const auto cross = std::stable_partition(arcs_.begin() + static_cast<std::ptrdiff_t>(begin), arcs_.end(),
                                              [&](const Arc& a) { return a.node == -1 || a.node == own; });
     std::stable_sort(cross, arcs_.end(), [](const Arc& a, const Arc& b) { return a.node < b.node; });
-    local_end_.push_back(static_cast<std::size_t>(cross - arcs_.begin()));
-    arc_begin_.push_back(arcs_.size());
+    local_end_.push_back(static_cast<std::uint32_t>(cross - arcs_.begin()));
+    arc_begin_.push_back(static_cast<std::uint32_t>(arcs_.size()));
   }
   route_cache_ = std::make_shared<RouteCache>();
+  kind_index_.clear();  // only add_link needs it
   sealed_ = true;
 }
 
@@ -263,7 +297,7 @@ const Route& Topology::route(std::size_t src, std::size_t dst) const {
       }
       if (pick == nullptr) break;
       const Arc& a = *pick->first++;
-      const double through = std::min(width[v], links_[a.link].bandwidth.bytes_per_s);
+      const double through = std::min(width[v], link_kinds_[link_kind_of_[a.link]].bandwidth.bytes_per_s);
       if (hops[a.target] == kUnseen) {
         visit(a.target, hops[v] + 1, through, a.link);
       } else if (hops[a.target] == hops[v] + 1 && through > width[a.target]) {

@@ -17,11 +17,14 @@
 // and link indices in three arrays) to check it and to lay out the route search's arcs, then drops
 // it (topology.cpp). An adjacency_list kept a vector per device and a heap-allocated property per
 // link: 555k allocations for the full Frontier.
+#include <cstdint>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -45,7 +48,9 @@ struct Device {
   DeviceKind kind = DeviceKind::kGpu;
   std::string device_kind;  // cost-table key, e.g. "mi250x-gcd" (GPUs and CPUs)
   int cores = 0;            // CPUs: worker threads available to the job
-  std::optional<MemorySpec> memory;
+  // Shared, not held: a machine's nodes are copies of one template, so all GCDs of the full Frontier
+  // point to one spec (16 B a device instead of 72).
+  std::shared_ptr<const MemorySpec> memory;
 };
 
 /// A link as declared: its ends by device name (what add_link takes).
@@ -64,6 +69,22 @@ struct Link {
   sim::Bandwidth bandwidth;
   sim::TimePs latency;
   std::uint32_t class_index = 0;
+};
+
+/// The links of a built machine, indexable like a vector: each link holds a 32-bit index into the
+/// machine's distinct links (a handful: one per bandwidth, latency and class), 4 B a link instead
+/// of 24 (555k links on the full Frontier).
+class LinkView {
+ public:
+  LinkView(const std::vector<Link>& kinds, const std::vector<std::uint32_t>& kind_of)
+      : kinds_(&kinds), kind_of_(&kind_of) {}
+  [[nodiscard]] const Link& operator[](std::size_t l) const { return (*kinds_)[(*kind_of_)[l]]; }
+  [[nodiscard]] std::size_t size() const { return kind_of_->size(); }
+  [[nodiscard]] bool empty() const { return kind_of_->empty(); }
+
+ private:
+  const std::vector<Link>* kinds_;
+  const std::vector<std::uint32_t>* kind_of_;
 };
 
 struct Route {
@@ -96,12 +117,12 @@ class Topology {
 
   [[nodiscard]] bool sealed() const { return sealed_; }
   [[nodiscard]] const std::vector<Device>& devices() const { return devices_; }
-  [[nodiscard]] const std::vector<Link>& links() const { return links_; }
+  [[nodiscard]] LinkView links() const { return LinkView(link_kinds_, link_kind_of_); }
   /// The device indices of link l's endpoints (its names resolved once, for hot paths).
   [[nodiscard]] std::size_t link_src(std::size_t l) const { return link_ends_[l].first; }
   [[nodiscard]] std::size_t link_dst(std::size_t l) const { return link_ends_[l].second; }
   /// Link l's class ("gpu-gpu", "cpu-gpu", "network", ...).
-  [[nodiscard]] const std::string& link_class(std::size_t l) const { return link_classes_[links_[l].class_index]; }
+  [[nodiscard]] const std::string& link_class(std::size_t l) const { return link_classes_[links()[l].class_index]; }
   /// The names of link l's ends.
   [[nodiscard]] const std::string& link_src_name(std::size_t l) const { return devices_[link_ends_[l].first].name; }
   [[nodiscard]] const std::string& link_dst_name(std::size_t l) const { return devices_[link_ends_[l].second].name; }
@@ -117,15 +138,21 @@ class Topology {
 
  private:
   std::vector<Device> devices_;
-  std::vector<Link> links_;
-  std::vector<std::pair<std::size_t, std::size_t>> link_ends_;  // device indices of each link's ends
-  std::vector<std::string> link_classes_;                       // the distinct classes, in order of first use
-  // Heterogeneous lookup by string_view: no std::string built per query.
-  struct NameHash {
-    using is_transparent = void;
-    std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-  };
-  std::unordered_map<std::string, std::size_t, NameHash, std::equal_to<>> by_name_;
+  std::vector<Link> link_kinds_;             // the distinct links, in order of first use
+  std::vector<std::uint32_t> link_kind_of_;  // per link, its index in link_kinds_
+  std::map<std::tuple<double, std::int64_t, std::uint32_t>, std::uint32_t> kind_index_;  // while building
+  // Device indices of each link's ends, 32-bit (add_device checks the limit): 555k links on the full
+  // Frontier, 4.4 MB less than two size_t.
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> link_ends_;
+  std::vector<std::string> link_classes_;  // the distinct classes, in order of first use
+  // Device index by name: open addressing (linear probing) over 32-bit device indices, the names
+  // themselves read from devices_. A node-based map cost 56 B a device (7.4 MB on the full
+  // Frontier); this costs 4 B a slot at most 3/4 full. Lookups do not depend on insertion order.
+  static constexpr std::uint32_t kEmptySlot = std::numeric_limits<std::uint32_t>::max();
+  std::vector<std::uint32_t> name_slots_;  // kEmptySlot or a device index; size a power of two or 0
+  // The slot holding `name`, or the empty slot where it would go (name_slots_ must not be empty).
+  [[nodiscard]] std::size_t name_slot(std::string_view name) const;
+  void grow_name_slots(std::size_t devices);  // room for this many devices
   std::map<std::pair<std::size_t, std::size_t>, Route> overrides_;
   bool sealed_ = false;
   // The route search's view of the links (built by seal()): each device's out-links in declaration
@@ -139,8 +166,8 @@ class Topology {
     int node = -1;            // the target's node
   };
   std::vector<Arc> arcs_;
-  std::vector<std::size_t> arc_begin_;  // per device, and one past the last
-  std::vector<std::size_t> local_end_;  // per device
+  std::vector<std::uint32_t> arc_begin_;  // per device, and one past the last (add_link checks the limit)
+  std::vector<std::uint32_t> local_end_;  // per device
   // Routes found so far, by (src, dst) packed into one key. Made at seal() and shared by the copies
   // of the sealed topology (the points of a sweep each take a copy of one machine read once), so
   // a route is searched once per machine; the lock is for the sweep's threads. Entries are never

@@ -103,7 +103,9 @@ std::optional<NodeSpec> parse_node_spec(const Node& node) {
         }
         dev.cores = cores.value;
       }
-      if (auto mem = d.child("memory")) dev.memory = parse_memory(*mem);
+      if (auto mem = d.child("memory")) {
+        if (auto spec = parse_memory(*mem)) dev.memory = std::make_shared<const MemorySpec>(std::move(*spec));
+      }
       if (kind.valid && dev.kind == DeviceKind::kGpu && !dev.memory && d.node().yaml().IsMap()) {
         ctx.error(item.location(), item.child_path("memory"), "missing required key (a GPU needs its memory)");
       }

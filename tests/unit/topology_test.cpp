@@ -189,7 +189,8 @@ TEST(Topology, ARouteOverrideWinsOverTheShortestPath) {
   // g0 - g1 - g2 and a direct g0 - g2: the shortest route is direct; the override goes via g1.
   Topology t;
   for (const char* n : {"g0", "g1", "g2"})
-    t.add_device({n, 0, DeviceKind::kGpu, "k", 0, MemorySpec{"hbm", sim::Bytes{1}, {}}});
+    t.add_device(
+        {n, 0, DeviceKind::kGpu, "k", 0, std::make_shared<const MemorySpec>(MemorySpec{"hbm", sim::Bytes{1}, {}})});
   for (auto [a, b] : {std::pair{"g0", "g1"}, {"g1", "g2"}, {"g0", "g2"}}) {
     t.add_link({a, b, sim::Bandwidth{1e9}, sim::TimePs{0}, "x"});
     t.add_link({b, a, sim::Bandwidth{1e9}, sim::TimePs{0}, "x"});
