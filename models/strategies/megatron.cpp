@@ -60,6 +60,7 @@
 #include "models/placement/state_placement.hpp"
 #include "models/strategies/context_parallel.hpp"
 #include "models/strategies/layer_kernels.hpp"
+#include "models/strategies/phases/layer_compute.hpp"
 #include "models/strategies/phases/operation_replay.hpp"
 #include "models/strategies/phases/pipeline_data_parallel.hpp"
 #include "models/strategies/phases/rank_timeline.hpp"
@@ -256,27 +257,18 @@ std::optional<TpOverlapTimes> layer_overlaps(const IterationInputs& in, const Me
   return tp_overlap_times(in, spec.tp, *spec.tp_comm_overlap);
 }
 
+// What the overlap adds to a layer's forward or backward in place of its TP all-reduce (nullopt:
+// the all-reduce; phases/layer_compute.hpp's tp_reduction).
+std::optional<TimePs> overlap_extra(const std::optional<TpOverlapTimes>& ub, bool forward) {
+  if (!ub) return std::nullopt;
+  return forward ? ub->forward_extra : ub->backward_extra;
+}
+
 // The name of a layer's TP all-reduce (or what replaces it).
 std::string tp_name(int first, const std::string& tag, std::int64_t layer, int half) {
   return fmt::format(FMT_COMPILE("tp{}.{}.l{}.{}"), first, tag, layer, half);
 }
 
-// A layer's TP all-reduce over `comm` after `deps`, or under the userbuffers overlap (`ub`) in
-// its place what the overlapped GEMM + collective pairs add to the layer's kernels (phase
-// communication), with no collective task. Returns each member's last task.
-std::vector<TaskId> tp_reduction(Communicator& comm, RankTimeline& timeline, const std::vector<int>& members,
-                                 const std::string& name, const std::optional<TpOverlapTimes>& ub, bool forward,
-                                 std::int64_t elements, const CollectivePlan& plan,
-                                 const std::vector<std::vector<TaskId>>& deps) {
-  if (!ub) return comm.add(CollectiveKind::kAllReduce, name, elements, plan, deps);
-  const TimePs exposed = forward ? ub->forward_extra : ub->backward_extra;
-  std::vector<TaskId> at(members.size());
-  for (std::size_t i = 0; i < members.size(); ++i) {
-    at[i] = exposed.ps > 0 ? timeline.compute(members[i], name, phase::kCommunication, exposed, {}, "gemm", deps[i])
-                           : deps[i].front();
-  }
-  return at;
-}
 // About how many tasks a Megatron iteration adds: per simulated rank and micro-batch of each chunk,
 // a forward and a backward operation (barrier, allocations, transfer in) and per layer its compute
 // pieces, each with its TP all-reduce when tp > 1 (two analytic stages; flow-level ones add more,
@@ -378,11 +370,7 @@ void add_pipeline_approximations(BuiltIteration& out, const MegatronSpec& spec, 
                                  const ZeroPolicy& policy) {
   for (auto& note : pipeline_approximations(spec, split)) out.approximations.push_back(std::move(note));
   if (policy.accumulates_whole_gradients()) {
-    out.approximations.emplace_back(
-        "FSDP2 under the pipeline (zero_stage 2): gradients accumulated whole and reduce-scattered once after the "
-        "last backward, as torch.distributed.pipelining runs it; the parameters' all-gather placed after the step "
-        "(FSDP2 issues it before the next forwards, prefetching block by block), and with interleaving the whole "
-        "gradient buffer allocated at the rank's first backward rather than chunk by chunk");
+    out.approximations.emplace_back(fsdp_under_pipeline_approximation());
   }
   if (spec.optimizer == MegatronSpec::Optimizer::kDeepSpeed && spec.pp > 1) {
     out.approximations.insert(
@@ -730,8 +718,8 @@ class MegatronBuilder {
                                       layer_flops * (1.0 / reductions), "layer", {at[i]})};
           if (half == 0) ddp_start(members[i], op, vs, l, deps[i][0]);
         }
-        at = tp_reduction(tp_comms.at(first), timeline, members, tp_name(first, tag, l, half), ub, forward,
-                          activation_elements, tp_plan, deps);
+        at = tp_reduction(tp_comms.at(first), timeline, members, tp_name(first, tag, l, half),
+                          overlap_extra(ub, forward), activation_elements, tp_plan, deps);
       }
       for (std::size_t i = 0; i < members.size(); ++i) ddp_end(members[i], op, vs, l, at[i]);
     }
@@ -776,8 +764,8 @@ class MegatronBuilder {
         if (tp == 1) continue;
         std::vector<std::vector<TaskId>> deps(members.size());
         for (std::size_t i = 0; i < members.size(); ++i) deps[i] = {at[i]};
-        at = tp_reduction(tp_comms.at(first), timeline, members, tp_name(first, tag, l, half), ub, forward,
-                          activation_elements, tp_plan, deps);
+        at = tp_reduction(tp_comms.at(first), timeline, members, tp_name(first, tag, l, half),
+                          overlap_extra(ub, forward), activation_elements, tp_plan, deps);
       }
       for (std::size_t i = 0; i < members.size(); ++i) ddp_end(members[i], op, vs, l, at[i]);
     }

@@ -5,6 +5,8 @@
 
 #include <optional>
 
+#include "models/transformer/phases.hpp"
+
 namespace offsim::models {
 
 using sim::TaskId;
@@ -81,6 +83,20 @@ LayerTasks LayerCompute::run(const std::string& name, const char* phase, bool fo
                       parallel_.activation_elements, parallel_.tp_plan, ranks_.per_rank(t.last_compute));
   }
   return t;
+}
+
+std::vector<sim::TaskId> tp_reduction(Communicator& comm, RankTimeline& timeline, const std::vector<int>& members,
+                                      const std::string& name, std::optional<sim::TimePs> overlap_extra,
+                                      std::int64_t elements, const CollectivePlan& plan,
+                                      const std::vector<std::vector<sim::TaskId>>& deps) {
+  if (!overlap_extra) return comm.add(CollectiveKind::kAllReduce, name, elements, plan, deps);
+  std::vector<sim::TaskId> at(members.size());
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    at[i] = overlap_extra->ps > 0
+                ? timeline.compute(members[i], name, phase::kCommunication, *overlap_extra, {}, "gemm", deps[i])
+                : deps[i].front();
+  }
+  return at;
 }
 
 }  // namespace offsim::models

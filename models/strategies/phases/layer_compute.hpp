@@ -4,13 +4,16 @@
 // - tensor parallelism (Megatron's layer): `reductions` equal pieces, each followed by the
 //   all-reduce of the micro-batch's activations inside the tensor-parallel group (after the
 //   attention and after the MLP in forward; two in backward, four with full recomputation). The
-//   equal split is an approximation: the attention and MLP halves differ.
+//   equal split is an approximation: the attention and MLP halves differ. Under Transformer
+//   Engine's userbuffers overlap (tp_overlap.hpp) a layer is one piece, and tp_reduction puts what
+//   the overlapped GEMM + collective pairs add in place of the all-reduce.
 // - expert parallelism (DeepSpeed-MoE): the MoE layer's compute around the all-to-alls that send
 //   each routed token to its expert's rank and back: forward [attention and router, dispatch,
 //   experts, combine]; backward [combine's gradient, experts, dispatch's gradient, the rest], after
 //   the recomputed forward (all-to-alls included) with full recomputation. An all-to-all is costed
 //   as a reduce-scatter of the same bytes.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -58,5 +61,15 @@ class LayerCompute {
   const Recompute recompute_;
   const Parallelism parallel_;
 };
+
+/// A layer's TP all-reduce of `elements` over `comm` after `deps`, or, under Transformer Engine's
+/// userbuffers overlap, in its place `overlap_extra`: what the overlapped GEMM + collective pairs
+/// add to the layer's kernels (tp_overlap.hpp's TpOverlapTimes), a compute task of phase
+/// communication with no collective task. Returns each member's last task.
+[[nodiscard]] std::vector<sim::TaskId> tp_reduction(Communicator& comm, RankTimeline& timeline,
+                                                    const std::vector<int>& members, const std::string& name,
+                                                    std::optional<sim::TimePs> overlap_extra, std::int64_t elements,
+                                                    const CollectivePlan& plan,
+                                                    const std::vector<std::vector<sim::TaskId>>& deps);
 
 }  // namespace offsim::models

@@ -251,4 +251,11 @@ std::vector<TaskId> OverlappedDataParallel::reduce(const std::vector<TaskId>& la
   return reduced;
 }
 
+std::string fsdp_under_pipeline_approximation() {
+  return "FSDP2 under the pipeline (zero_stage 2): gradients accumulated whole and reduce-scattered once after the "
+         "last backward, as torch.distributed.pipelining runs it; the parameters' all-gather placed after the step "
+         "(FSDP2 issues it before the next forwards, prefetching block by block), and with interleaving the whole "
+         "gradient buffer allocated at the rank's first backward rather than chunk by chunk";
+}
+
 }  // namespace offsim::models

@@ -119,6 +119,9 @@ class OverlappedDataParallel {
 sim::TaskId allocate_whole_gradients(RankTimeline& ranks, int r, const ZeroPolicy& policy, std::int64_t held,
                                      const std::string& tag, sim::TaskId after);
 
+/// What the report says of FSDP2 under the pipeline schedule (allocate_whole_gradients and the step).
+[[nodiscard]] std::string fsdp_under_pipeline_approximation();
+
 /// The step after each simulated rank's `last` task (which BF16_Optimizer's accumulation
 /// advances); rank 0's phases go to `spans`. Returns each rank's last task.
 [[nodiscard]] std::vector<sim::TaskId> pipeline_data_parallel_step(const PipelineDataParallel& step,
