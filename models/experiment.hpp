@@ -179,6 +179,8 @@ struct ExperimentResult {
     std::vector<std::size_t> ranks;    // the representative ranks whose detail it holds
     std::vector<std::string> devices;  // their devices, in the same order
     std::string note;                  // one sentence: what the compact trace holds
+    /// Set when the representatives alone exceed the limit: the trace holds what begins before it.
+    std::optional<double> window_end_s;
   } trace;
 
   // Rank 0's view over time, for assertions on the timeline (validation claims).

@@ -59,10 +59,13 @@ int main(int argc, char** argv) {
       ->default_str("auto")
       ->needs(run_out);
   run_cmd
-      ->add_option("--trace-limit", run.trace_limit,
-                   fmt::format("events above which --trace auto writes the compact trace (counted before writing, "
-                               "an upper bound: about 60 bytes of files each; default {})",
-                               offsim::models::kDefaultTraceEventLimit))
+      ->add_option(
+          "--trace-limit", run.trace_limit,
+          fmt::format(
+              "events above which --trace auto writes the compact trace (counted before writing, "
+              "an upper bound: about 60 bytes of files each; default {}); a compact trace whose two ranks alone hold "
+              "more covers the start of the run up to that many",
+              offsim::models::kDefaultTraceEventLimit))
       ->check(CLI::Range(std::size_t{1}, std::numeric_limits<std::size_t>::max()))
       ->needs(run_out);
 

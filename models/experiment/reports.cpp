@@ -240,6 +240,7 @@ std::string summary_json(const ExperimentSpec& spec, const ExperimentResult& r, 
     j.field("kind", std::string_view("compact"));
     j.field("full_trace_events", static_cast<std::uint64_t>(r.trace.full_events));
     if (r.trace.limit != 0) j.field("limit_events", static_cast<std::uint64_t>(r.trace.limit));
+    if (r.trace.window_end_s) j.field("window_end_s", *r.trace.window_end_s);
     j.key("ranks").begin_array();
     for (const auto rank : r.trace.ranks) j.value(static_cast<std::uint64_t>(rank));
     j.end_array();

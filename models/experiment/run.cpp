@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 #include <optional>
 #include <stdexcept>
 
@@ -188,6 +189,22 @@ sim::report::TraceSelection compact_selection(const ExperimentSpec& spec, const 
   return selection;
 }
 
+// A compact trace whose representatives alone hold more than `limit` events (one simulated rank
+// can run tens of millions of tasks) covers the start of the iteration only, and says so.
+void limit_compact_window(const BuiltIteration& built, const sim::RunResult& run,
+                          const std::vector<sim::report::Series>& link_classes, std::size_t limit,
+                          sim::report::TraceSelection& selection, ExperimentResult::Trace& trace) {
+  selection.window_end_ps =
+      sim::report::compact_window_end(built.machine.platform, built.graph, run, selection, link_classes, limit);
+  if (selection.window_end_ps == std::numeric_limits<std::int64_t>::max()) return;
+  trace.window_end_s = sim::TimePs{selection.window_end_ps}.seconds();
+  trace.note += fmt::format(
+      "; only what begins in the first {:.6g} s of the {:.6g} s run, since those ranks alone hold more than {} "
+      "events (--trace-limit)",
+      *trace.window_end_s, run.makespan.seconds(), limit);
+  selection.note = trace.note;
+}
+
 // Step of simulate_iteration: timeline.csv and trace.json, full or compact (RunExperimentOptions),
 // streamed into the output set or kept in the result.
 void add_outputs_over_time(const ExperimentSpec& spec, const BuiltIteration& built, const sim::RunResult& run,
@@ -196,10 +213,11 @@ void add_outputs_over_time(const ExperimentSpec& spec, const BuiltIteration& bui
   r.trace.compact = options.trace == TraceMode::compact ||
                     (options.trace == TraceMode::automatic && r.trace.full_events > options.trace_event_limit);
   r.trace.limit = options.trace == TraceMode::automatic ? options.trace_event_limit : 0;
-  const sim::report::TraceSelection selection =
+  sim::report::TraceSelection selection =
       r.trace.compact ? compact_selection(spec, built, r.trace) : sim::report::TraceSelection{};
   const auto& platform = built.machine.platform;
   const std::vector<sim::report::Series> link_classes = sim::report::link_class_rates(run);
+  if (r.trace.compact) limit_compact_window(built, run, link_classes, options.trace_event_limit, selection, r.trace);
   if (options.outputs != nullptr) {
     options.outputs->add_streamed("timeline.csv", [&](sim::report::TextSink& out) {
       sim::report::write_timeline_csv(run, selection, link_classes, out);

@@ -118,7 +118,9 @@ void write_timeline_csv(const RunResult& run, const TraceSelection& selection, c
   series.insert(series.end(), link_classes.begin(), link_classes.end());
   std::set<std::int64_t> times{0};
   for (const auto& s : series) {
-    for (const auto& [t, v] : s.points) times.insert(t);
+    for (const auto& [t, v] : s.points) {
+      if (t < selection.window_end_ps) times.insert(t);
+    }
   }
   out.append("time_s");
   for (std::size_t i = 0; i < series.size(); ++i) {
@@ -252,6 +254,7 @@ void write_tasks(const TaskGraph& graph, const RunResult& run, const TraceSelect
   };
   for (const auto& task : graph.tasks()) {
     const auto& rec = run.tasks[task.id.index];
+    if (rec.start.ps >= selection.window_end_ps) continue;
     if (const auto* c = std::get_if<ComputeTask>(&task.body)) {
       if (!shown(c->unit)) continue;
       emit(R"({{"ph": "X", "pid": {}, "tid": {}, "name": {}, "cat": {}, "ts": {}, "dur": {}}})", kComputePid, c->unit,
@@ -278,6 +281,7 @@ void write_counters(const RunResult& run, const TraceSelection& selection, const
                     EventWriter& emit) {
   for (const auto& s : memory_series(run, selection)) {
     for (const auto& [t, v] : s.points) {
+      if (t >= selection.window_end_ps) break;
       emit(R"({{"ph": "C", "pid": {}, "name": {}, "ts": {}, "args": {{"used_bytes": {}}}}})", kMemoryPid, q(s.name),
            micros(t), v);
     }
@@ -286,6 +290,7 @@ void write_counters(const RunResult& run, const TraceSelection& selection, const
   const auto write = [&](const std::vector<Series>& series) {
     for (const auto& s : series) {
       for (const auto& [t, v] : s.points) {
+        if (t >= selection.window_end_ps) break;
         emit(R"({{"ph": "C", "pid": {}, "name": {}, "ts": {}, "args": {{"bytes_per_s": {}}}}})", kTransferPid,
              q(s.name), micros(t), v);
       }
@@ -296,6 +301,50 @@ void write_counters(const RunResult& run, const TraceSelection& selection, const
 }
 
 }  // namespace
+
+std::int64_t compact_window_end(const Platform& platform, const TaskGraph& graph, const RunResult& run,
+                                const TraceSelection& selection, const std::vector<Series>& link_classes,
+                                std::size_t limit) {
+  // The cut's resolution, not a property of anything modelled: the window ends on one of this
+  // many equal steps of the run, so it holds at most `limit` events and at least all but one
+  // step's worth.
+  constexpr std::int64_t kSteps = 1 << 16;
+  const std::int64_t step = std::max<std::int64_t>(run.makespan.ps, 0) / kSteps + 1;
+  std::vector<std::size_t> per_step(static_cast<std::size_t>(kSteps) + 1, 0);
+  std::size_t total = 0;
+  const auto add = [&](std::int64_t t, std::size_t events) {
+    const std::int64_t k = std::clamp<std::int64_t>(t / step, 0, kSteps);
+    per_step[static_cast<std::size_t>(k)] += events;
+    total += events;
+  };
+  // What write_tasks, write_counters and write_timeline_csv write for this selection.
+  const TransferPlacement placement(platform, selection);
+  for (const auto& task : graph.tasks()) {
+    const auto start = run.tasks[task.id.index].start.ps;
+    if (const auto* c = std::get_if<ComputeTask>(&task.body)) {
+      if (selected(selection.units, c->unit)) add(start, 1);
+    } else if (const auto* x = std::get_if<TransferTask>(&task.body)) {
+      const auto u = placement.unit_worked_by(*x);
+      const bool on_unit = u && selected(selection.units, static_cast<std::uint32_t>(*u));
+      if (on_unit || placement.touches(*x)) add(start, on_unit ? 3 : 2);
+    }
+  }
+  const auto add_series = [&](const Series& s) {
+    for (const auto& point : s.points) add(point.first, 2);  // a trace counter and a csv row
+  };
+  for (const auto& s : memory_series(run, selection)) add_series(s);
+  for (const auto& s : link_classes) add_series(s);
+  for (std::size_t c = 0; c < run.constraints.size(); ++c) {
+    if (!placement.touches_selection[c] || run.constraints[c].stats.bytes_carried <= 0.0) continue;
+    for (const auto& sample : run.constraints[c].stats.timeline) add(sample.time.ps, 1);
+  }
+  if (total <= limit) return std::numeric_limits<std::int64_t>::max();
+  std::size_t within = 0;
+  std::int64_t k = 0;
+  while (k <= kSteps && within + per_step[static_cast<std::size_t>(k)] <= limit)
+    within += per_step[static_cast<std::size_t>(k++)];
+  return std::max<std::int64_t>(k * step, 1);
+}
 
 void write_chrome_trace(const Platform& platform, const TaskGraph& graph, const RunResult& run,
                         const TraceSelection& selection, const std::vector<Series>& link_classes, TextSink& out) {

@@ -14,6 +14,7 @@
 // counters) for the selected representative units and pools only; timeline.csv keeps those pools
 // and the link classes. Both files are written to a TextSink as they are produced.
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -32,6 +33,9 @@ struct TraceSelection {
   std::vector<std::uint32_t> pools;  // memory pools written (compact only)
   std::vector<std::string> devices;  // devices whose links' rates are written (ConstraintSpec::from, to)
   std::string note;                  // compact only: what the trace holds, in trace.json's otherData
+  /// Compact only: nothing that begins at or after this instant is written (ps). The whole run
+  /// unless the representatives' own events exceed the limit (compact_window_end).
+  std::int64_t window_end_ps = std::numeric_limits<std::int64_t>::max();
 };
 
 /// The events a full trace.json of this run holds at most (task slices and transfers, memory
@@ -49,6 +53,16 @@ struct Series {
 /// The bytes/s of every reporting group of links (the link class and direction), summed over its
 /// links: both files hold them, so they are computed once for both.
 [[nodiscard]] std::vector<Series> link_class_rates(const RunResult& run);
+
+/// The end of the window of a compact trace: the largest instant such that the events the
+/// selection writes (its tasks and transfers, its pools' samples, the link-class and its devices'
+/// link counters) that begin before it number at most `limit`; int64 max when all of them fit.
+/// A single simulated rank can run tens of millions of tasks (a tiny model at a huge width), so
+/// a compact trace alone does not bound the files: the window does. Deterministic (a histogram of
+/// the events' instants over the run, cut at a bucket boundary).
+[[nodiscard]] std::int64_t compact_window_end(const Platform& platform, const TaskGraph& graph, const RunResult& run,
+                                              const TraceSelection& selection, const std::vector<Series>& link_classes,
+                                              std::size_t limit);
 
 void write_timeline_csv(const RunResult& run, const TraceSelection& selection, const std::vector<Series>& link_classes,
                         TextSink& out);

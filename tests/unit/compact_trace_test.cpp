@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -130,6 +131,58 @@ TEST(CompactTrace, HoldsTheFirstAndLastRanksAndEveryLinkClass) {
   const std::string classes = full_header.substr(full_header.rfind("_used_bytes") + std::string("_used_bytes").size());
   ASSERT_NE(classes.find("_bytes_per_s"), std::string::npos);
   EXPECT_EQ(header, "time_s," + first + ".hbm_used_bytes," + last + ".hbm_used_bytes" + classes);
+}
+
+// A compact trace whose representatives alone hold more events than the limit covers the start of
+// the run only: every event it writes (task slices, transfer begins, counters) begins before the
+// window's end, it holds every such event of the unwindowed compact trace, at most `limit` events
+// in all, and the summary and the trace's metadata say where it ends.
+TEST(CompactTrace, AWindowBoundsRanksThatAloneExceedTheLimit) {
+  const ExperimentSpec spec = load_experiment(kPipeline, {});
+  const ExperimentResult whole = run_with(spec, TraceMode::compact);
+  ASSERT_FALSE(whole.trace.window_end_s.has_value());
+  const auto whole_lines = lines_of(whole.trace_json);
+  const std::size_t limit = (whole_lines.size() - 2) / 2;
+  const ExperimentResult windowed = run_with(spec, TraceMode::compact, limit);
+  ASSERT_TRUE(windowed.trace.window_end_s.has_value());
+  const double end_us = *windowed.trace.window_end_s * 1e6;
+  EXPECT_GT(end_us, 0.0);
+  EXPECT_LT(*windowed.trace.window_end_s, windowed.iteration_time.seconds());
+  EXPECT_NE(windowed.trace.note.find("only what begins in the first"), std::string::npos);
+  const auto lines = lines_of(windowed.trace_json);
+  EXPECT_LE(lines.size() - 2, limit);
+  EXPECT_NE(lines.front().find("only what begins in the first"), std::string::npos);
+  const auto event = [](std::string line) {
+    if (line.ends_with(",")) line.pop_back();
+    return line;
+  };
+  const auto begins_at_us = [](const std::string& line) -> std::optional<double> {
+    if (line.find(R"("ph": "e")") != std::string::npos) return std::nullopt;  // a transfer's end
+    const auto at = line.find(R"("ts": )");
+    if (at == std::string::npos) return std::nullopt;
+    return std::stod(line.substr(at + 6));
+  };
+  std::set<std::string> written;
+  for (std::size_t i = 1; i + 1 < lines.size(); ++i) {
+    written.insert(event(lines[i]));
+    if (const auto ts = begins_at_us(lines[i])) {
+      EXPECT_LT(*ts, end_us) << lines[i];
+    }
+  }
+  std::size_t kept = 0;
+  for (std::size_t i = 1; i + 1 < whole_lines.size(); ++i) {
+    const auto ts = begins_at_us(whole_lines[i]);
+    if (!ts || *ts >= end_us * (1 - 1e-12)) continue;
+    EXPECT_TRUE(written.contains(event(whole_lines[i]))) << whole_lines[i];
+    ++kept;
+  }
+  EXPECT_GT(kept, limit / 4);
+  const YAML::Node summary = YAML::Load(summary_json(spec, windowed, {"test", "none"}));
+  EXPECT_DOUBLE_EQ(summary["trace"]["window_end_s"].as<double>(), *windowed.trace.window_end_s);
+  // timeline.csv stops before the window's end too.
+  const auto rows = lines_of(windowed.timeline_csv);
+  ASSERT_GT(rows.size(), 2u);
+  EXPECT_LT(std::stod(rows.back()), *windowed.trace.window_end_s);
 }
 
 TEST(CompactTrace, StreamedIntoAFileSetAsInTheResult) {
