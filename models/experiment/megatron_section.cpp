@@ -116,7 +116,9 @@ void read_megatron_overlap(const Node& node, MapReader& r, MegatronSpec& mg) {
   }
   // megatron/training/arguments.py: --overlap-param-gather asserts the distributed optimizer and
   // --overlap-grad-reduce.
-  if (param.value && (!grad.value || mg.zero_stage != 1)) {
+  const ZeroPartitioning partitioned = ZeroPolicy::partitioning_if_valid(mg.zero_stage).value_or(ZeroPartitioning{});
+  const bool distributed_optimizer = partitioned.optimizer && !partitioned.gradients;  // stage 1
+  if (param.value && (!grad.value || !distributed_optimizer)) {
     ctx.error(param.loc, node.child_path("overlap_param_gather"),
               "needs the distributed optimizer (zero_stage: 1) and overlap_grad_reduce: true, as Megatron-LM asserts");
   }

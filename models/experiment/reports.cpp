@@ -159,6 +159,25 @@ void write_interval(sim::report::JsonWriter& j, const ExperimentSpec& spec, cons
   }
 }
 
+// Step of summary_json: only for a compact trace (a full one's summary is as it was before compact
+// traces existed).
+void write_compact_trace(sim::report::JsonWriter& j, const ExperimentResult::Trace& trace) {
+  if (!trace.compact) return;
+  j.key("trace").begin_object();
+  j.field("kind", std::string_view("compact"));
+  j.field("full_trace_events", static_cast<std::uint64_t>(trace.full_events));
+  if (trace.limit != 0) j.field("limit_events", static_cast<std::uint64_t>(trace.limit));
+  if (trace.window_end_s) j.field("window_end_s", *trace.window_end_s);
+  j.key("ranks").begin_array();
+  for (const auto rank : trace.ranks) j.value(static_cast<std::uint64_t>(rank));
+  j.end_array();
+  j.key("devices").begin_array();
+  for (const auto& d : trace.devices) j.value(d);
+  j.end_array();
+  j.field("holds", trace.note);
+  j.end_object();
+}
+
 }  // namespace
 
 std::string summary_json(const ExperimentSpec& spec, const ExperimentResult& r, const Provenance& p) {
@@ -234,22 +253,7 @@ std::string summary_json(const ExperimentSpec& spec, const ExperimentResult& r, 
   j.field("tasks", static_cast<std::uint64_t>(r.tasks));
   j.field("events", r.events);
   j.end_object();
-  // Only for a compact trace: a full one's summary is as it was before compact traces existed.
-  if (r.trace.compact) {
-    j.key("trace").begin_object();
-    j.field("kind", std::string_view("compact"));
-    j.field("full_trace_events", static_cast<std::uint64_t>(r.trace.full_events));
-    if (r.trace.limit != 0) j.field("limit_events", static_cast<std::uint64_t>(r.trace.limit));
-    if (r.trace.window_end_s) j.field("window_end_s", *r.trace.window_end_s);
-    j.key("ranks").begin_array();
-    for (const auto rank : r.trace.ranks) j.value(static_cast<std::uint64_t>(rank));
-    j.end_array();
-    j.key("devices").begin_array();
-    for (const auto& d : r.trace.devices) j.value(d);
-    j.end_array();
-    j.field("holds", r.trace.note);
-    j.end_object();
-  }
+  write_compact_trace(j, r.trace);
   j.key("approximations").begin_array();
   for (const auto& a : r.approximations) j.value(a);
   j.end_array();
