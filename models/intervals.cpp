@@ -9,6 +9,7 @@
 #include <variant>
 
 #include "models/experiment.hpp"
+#include "models/strategies/phases/zero_policy.hpp"
 
 namespace offsim::models {
 
@@ -52,7 +53,8 @@ std::string mechanism_of(const ExperimentSpec& spec) {
   if (std::holds_alternative<CollectiveSpec>(spec.strategy)) return "collective";
   if (const auto* dp = std::get_if<DataParallelSpec>(&spec.strategy)) {
     if (dp->offload) return "zero-offload";
-    return dp->zero_stage >= 3 ? "zero3" : "data-parallel";
+    const auto partitioned = ZeroPolicy::partitioning_if_valid(dp->zero_stage);
+    return partitioned && partitioned->parameters ? "zero3" : "data-parallel";
   }
   if (const auto* mg = std::get_if<MegatronSpec>(&spec.strategy)) return mg->pp > 1 ? "megatron-pipeline" : "megatron";
   return "other";
