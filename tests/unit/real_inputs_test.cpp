@@ -232,6 +232,22 @@ TEST(RealDeepSpeedConfigs, LegacyAndMisspelledKeysAreReadOrNamed) {
       << offload.warnings;
 }
 
+TEST(RealDeepSpeedConfigs, AlstRunsUlyssesAndNamesWhatItDoesNotModel) {
+  // LLaMA-Factory's ALST file: Ulysses over 4 of the 8 ranks runs (models/strategies/ulysses.hpp);
+  // ALST's tiled compute and activation-checkpoint offload are named as not followed, and
+  // DeepSpeed's fp32 gradient reduction under sequence parallelism is not modelled with offload.
+  const DsOutcome alst = run_ds("llamafactory-ds-z3-alst.json");
+  ASSERT_TRUE(alst.seconds) << alst.error;
+  EXPECT_NE(alst.warnings.find("not model (the prediction does not follow them): sequence_parallel.tiling, "
+                               "sequence_parallel.memory_optimizations"),
+            std::string::npos)
+      << alst.warnings;
+  EXPECT_NE(alst.warnings.find("seq_parallel_comm_data_type=fp32 (modelled at stages 2-3 without optimizer offload "
+                               "only)"),
+            std::string::npos)
+      << alst.warnings;
+}
+
 TEST(RealDeepSpeedConfigs, WhatOffsimCannotRunIsRefusedAtItsKey) {
   const std::vector<std::pair<std::string, std::string>> refused{
       {"dsexamples-megatron-zero3-infinity-nvme.json",

@@ -65,7 +65,8 @@ std::int64_t compute_ps(int sp) {
 
 // The tiny GPT on the two-GPU node as `kind: deepspeed` (ZeRO-0, bf16 gradients, one bucket,
 // overlap_comm off: as tiny-dp2.yaml), with `sequence_parallel` given as `ulysses`.
-ExperimentResult run_ds(const std::string& ulysses, const std::string& model = "tiny-gpt.yaml") {
+ExperimentResult run_ds(const std::string& ulysses, const std::string& model = "tiny-gpt.yaml",
+                        const std::string& fidelity = "flow") {
   const fs::path dir = testing::scratch_folder("offsim-ulysses");
   const std::string data = std::string(OFFSIM_SOURCE_DIR) + "/tests/data";
   std::ofstream(dir / "e.yaml") << fmt::format(
@@ -73,10 +74,10 @@ ExperimentResult run_ds(const std::string& ulysses, const std::string& model = "
       "calibration:\n  device: !include {0}/test-gpu-costs.yaml\n  collectives: !include {0}/test-collectives.yaml\n"
       "model: !include {0}/{2}\n"
       "training: {{micro_batch: 1, grad_accum: 1, precision: bf16, recompute: none, flash_attention: false}}\n"
-      "strategy:\n  kind: deepspeed\n  dp: 2\n  runtime: deepspeed-0.13\n  config:\n"
+      "strategy:\n  kind: deepspeed\n  dp: 2\n  runtime: deepspeed-0.13\n  collectives: {{fidelity: {3}}}\n  config:\n"
       "    bf16: {{enabled: true}}\n    zero_optimization: {{stage: 0, reduce_bucket_size: 1000000000}}\n"
       "    data_types: {{grad_accum_dtype: bf16}}\n{1}",
-      data, ulysses, model);
+      data, ulysses, model, fidelity);
   return run_experiment(load_experiment(dir / "e.yaml", {}));
 }
 
@@ -114,6 +115,16 @@ TEST(Ulysses, AllToAllBytesAndTimeFollowTheClosedForm) {
   const std::int64_t adam = ps(40 * P, kMemRate);
   EXPECT_LE(std::llabs(sp1.iteration_time.ps - (compute_ps(1) + allreduce + adam)), 4);
   EXPECT_LE(std::llabs(sp2.iteration_time.ps - (compute_ps(2) + 2 * 8 * a2a + allreduce + adam)), 40);
+  // The analytic fidelity gives the same uncontended all-to-alls.
+  const ExperimentResult analytic = run_ds("    sequence_parallel_size: 2\n", "tiny-gpt.yaml", "analytic");
+  EXPECT_LE(std::llabs(analytic.iteration_time.ps - sp2.iteration_time.ps), 40);
+  EXPECT_NEAR(gpu_link_bytes(analytic), gpu_link_bytes(sp2), 1.0);
+  // Memory (data_parallel_test.cpp's peak at sp 1): the states 16 B x P, and per layer the stored
+  // activations of t = s/sp = 16 tokens, 34 t h, with the s x s terms of a/sp heads over s tokens,
+  // 5 (a/sp) s^2 (no flash attention); the logits and the loss workspace of t tokens, t V x (6 + 4):
+  //   16 P + L (34 x 16 x 64 + 5 x 2 x 32^2) + 16 x 128 x 10
+  EXPECT_EQ(sp2.memory[0].peak.count,
+            static_cast<std::int64_t>(16 * P + L * (34 * (s / 2) * h + 5 * (a / 2) * s * s) + (s / 2) * V * (6 + 4)));
   // The work figures: sp 2 makes one data-parallel replica of 2 devices, s tokens per iteration
   // (sp 1: 2 replicas, 2 s tokens).
   EXPECT_NEAR(sp2.tokens_per_s * sp2.iteration_time.seconds(), s, 1e-9);
