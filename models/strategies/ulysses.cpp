@@ -17,6 +17,7 @@ namespace {
 // sp and its experts dropped: only the attention core's kernel times are taken from it.
 ModelSpec attention_core_model(const ModelSpec& m, int sp) {
   ModelSpec core = m;
+  core.kv_heads = ulysses_kv_heads(m, sp);
   core.experts = core.experts_per_token = core.shared_ffn = core.dense_layers = 0;
   core.dense_ffn = 0;
   core.ffn = std::max<std::int64_t>(sp, m.ffn - m.ffn % sp);
@@ -41,10 +42,14 @@ double before_attention_fraction(const ModelSpec& m, std::int64_t micro_batch) {
 
 }  // namespace
 
+std::int64_t ulysses_kv_heads(const ModelSpec& m, int sp) {
+  return m.kv_heads < sp && m.kv_heads > 0 && sp % m.kv_heads == 0 ? sp : m.kv_heads;
+}
+
 std::string ulysses_unfit(const ModelSpec& m, int sp) {
   std::vector<std::string> uneven;
   if (m.heads % sp != 0) uneven.push_back(fmt::format("heads ({})", m.heads));
-  if (m.kv_heads % sp != 0) uneven.push_back(fmt::format("kv_heads ({})", m.kv_heads));
+  if (ulysses_kv_heads(m, sp) % sp != 0) uneven.push_back(fmt::format("kv_heads ({}, nor sp by them)", m.kv_heads));
   if (m.seq % sp != 0) uneven.push_back(fmt::format("the sequence ({})", m.seq));
   if (uneven.empty()) return {};
   return fmt::format("Ulysses over {} ranks splits the attention heads and the sequence: {} must divide by it", sp,
@@ -53,7 +58,8 @@ std::string ulysses_unfit(const ModelSpec& m, int sp) {
 
 std::array<std::int64_t, 4> ulysses_exchange_elements(const ModelSpec& m, std::int64_t micro_batch, int sp) {
   const std::int64_t tokens = micro_batch * (m.seq / sp);
-  return {tokens * m.q_width(), tokens * m.kv_width(), tokens * m.kv_heads * m.value_dim(),
+  const std::int64_t kv = ulysses_kv_heads(m, sp);
+  return {tokens * m.q_width(), tokens * kv * m.head_dim(), tokens * kv * m.value_dim(),
           tokens * m.heads * m.value_dim()};
 }
 

@@ -30,12 +30,17 @@
 
 namespace offsim::models {
 
-/// Why the model cannot run Ulysses over sp ranks (empty when it can): its heads, key/value heads
-/// and the sequence must divide by sp.
+/// The key/value heads each Ulysses all-to-all carries: the model's, or sp where they are fewer and
+/// divide sp (ALST's UlyssesSPAttentionHF repeats each kv_replication_factor = sp / kv_heads times
+/// before the exchange, so that every rank gets one).
+[[nodiscard]] std::int64_t ulysses_kv_heads(const ModelSpec& m, int sp);
+
+/// Why the model cannot run Ulysses over sp ranks (empty when it can): its heads and the sequence
+/// must divide by sp, and its key/value heads too, or sp by them (ulysses_kv_heads).
 [[nodiscard]] std::string ulysses_unfit(const ModelSpec& m, int sp);
 
 /// Each rank's buffer of a layer's four all-to-alls, in elements (q, k, v, context): b x s/sp x
-/// width, widths heads x d, kv_heads x d, kv_heads x d_v and heads x d_v.
+/// width, widths heads x d, kv x d, kv x d_v and heads x d_v (kv: ulysses_kv_heads).
 [[nodiscard]] std::array<std::int64_t, 4> ulysses_exchange_elements(const ModelSpec& m, std::int64_t micro_batch,
                                                                     int sp);
 
