@@ -14,6 +14,7 @@
 #include "models/experiment/section_helpers.hpp"
 #include "models/strategies/partitioning_parser.hpp"
 #include "models/strategies/pipeline_split.hpp"
+#include "models/strategies/ulysses.hpp"
 #include "models/strategies/value_ranges.hpp"
 
 namespace offsim::models {
@@ -343,6 +344,9 @@ void check_against_model(Context& ctx, const StrategySpec& strategy, const Model
                 m.moe() ? fmt::format("the model's {} experts do not divide by ep = {}", m.experts, dp->ep)
                         : fmt::format("expert parallelism (ep = {}) needs a mixture-of-experts model; {} is dense",
                                       dp->ep, m.name));
+    }
+    if (const std::string unfit = dp->sp > 1 ? ulysses_unfit(m, dp->sp) : ""; !unfit.empty() && at.deepspeed) {
+      ctx.error(at.deepspeed->sp_at, at.deepspeed->sp_path, unfit);
     }
   }
   if (const auto* mg = std::get_if<MegatronSpec>(&strategy)) {

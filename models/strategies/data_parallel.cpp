@@ -49,6 +49,7 @@
 #include "models/strategies/phases/steps.hpp"
 #include "models/strategies/phases/zero_policy.hpp"
 #include "models/strategies/strategy.hpp"
+#include "models/strategies/ulysses.hpp"
 #include "models/transformer/phases.hpp"
 
 namespace offsim::models {
@@ -86,6 +87,12 @@ int checked_ranks(const IterationInputs& in, const DataParallelSpec& spec) {
     if (tp > 1 || spec.partitioning || spec.offload || spec.offload_param) {
       throw std::invalid_argument(
           "data_parallel: expert parallelism together with tp > 1, a partitioning or offload is not modelled");
+    }
+  }
+  if (spec.sp != 1) {
+    if (spec.sp < 1 || ranks % spec.sp != 0 || tp > 1 || ep > 1) {
+      throw std::invalid_argument(fmt::format(
+          "data_parallel: Ulysses over sp = {} ranks needs sp to divide the {} ranks, tp 1 and ep 1", spec.sp, ranks));
     }
   }
   if (spec.offload_param && !spec.offload) {
@@ -188,7 +195,7 @@ RankLayout data_parallel_layout(BuiltIteration& out, const IterationInputs& in, 
 // gradient reduction, the optimizer step and the parameter all-gather.
 class DataParallelBuilder {
  public:
-  DataParallelBuilder(const IterationInputs& inputs, const DataParallelSpec& strategy)
+  DataParallelBuilder(const IterationInputs& inputs, const DataParallelSpec& strategy, const UlyssesShare& share)
       : in(inputs),
         spec(strategy),
         out(),
@@ -216,16 +223,16 @@ class DataParallelBuilder {
         offload(strategy.offload.has_value()),
         prev(sims),
         last_backward(sims) {
-    k = kernel_times(in, updated_on_rank, tp, spec.sequence_parallel, ep);
+    k = share.kernel_times(updated_on_rank, tp, spec.sequence_parallel, ep);
     // Every rank runs the whole model: its stream is embedding, all layers, head (host_dispatch.hpp).
     apply_host_dispatch(in, m, m.layers, tp, spec.sequence_parallel, ep, k);
-    layers.emplace(timeline, comm, LayerTimes{k.layer_fwd, k.layer_bwd, k.experts_fwd, k.experts_bwd}, train.recompute,
-                   LayerCompute::Parallelism{tp, ep, tp_plan, dispatch_plan, activation_elements, dispatch_elements});
-    stored = stored_activations_on_tp_rank(m, train, tp, spec.sequence_parallel);
+    layers.emplace(timeline, comm, share.layer_times(k), train.recompute,
+                   share.parallelism(tp, ep, tp_plan, dispatch_plan, activation_elements, dispatch_elements));
+    stored = share.stored_activations(tp, spec.sequence_parallel);
     const std::int64_t vocab_on_rank = (m.vocab + tp - 1) / tp;
     logits = Bytes{train.micro_batch * m.seq * vocab_on_rank * kLogitBytesPerElement};
     std::tie(loss_workspace, loss_grad_workspace) = loss_workspaces(train, train.micro_batch * m.seq * vocab_on_rank);
-    w = layer_forward(m, train.micro_batch, train.flash_attention);
+    w = share.layer_forward();
     if (train.recompute == Recompute::kFull) recomputed = w.gemm + w.attention;
     if (train.recompute == Recompute::kSelective) recomputed = w.attention;
     define_modules();
@@ -589,7 +596,14 @@ class DataParallelBuilder {
 }  // namespace
 
 BuiltIteration build_data_parallel(const IterationInputs& in, const DataParallelSpec& spec) {
-  return DataParallelBuilder(in, spec).build();
+  // Ulysses (ulysses.hpp): each rank builds the iteration of its s / sp tokens.
+  if (const std::string unfit = spec.sp > 1 ? ulysses_unfit(in.model, spec.sp) : ""; !unfit.empty()) {
+    throw std::invalid_argument("data_parallel: " + unfit);
+  }
+  const UlyssesShare share(in, std::max(1, spec.sp));
+  BuiltIteration out = DataParallelBuilder(share.inputs(), spec, share).build();
+  share.finish(out, static_cast<int>(spec.devices.size()));
+  return out;
 }
 
 }  // namespace offsim::models

@@ -152,6 +152,8 @@ class DsConfigReader {
     return ZeroPolicy::partitioning_if_valid(out_.strategy.zero_stage).value_or(ZeroPartitioning{});
   }
 
+  // Ulysses sequence parallelism (ulysses.hpp), before the batch sizes, which count dp = ranks / sp.
+  void read_sequence_parallel(MapReader& r, std::size_t devices, int tp);
   void read_batch_sizes(MapReader& r, std::size_t devices, int tp);
   void read_precision(MapReader& r);
   void read_zero(const std::optional<Node>& zero, const ZeroContext& zc);
@@ -204,8 +206,9 @@ void DsConfigReader::read_batch_sizes(MapReader& r, std::size_t devices, int tp)
   // two others is derived from it (accumulation 1 when both are missing), and it must divide.
   const auto v = total->as<std::int64_t>();
   if (!v) return;
-  // With tensor parallelism (Megatron-DeepSpeed) the data-parallel ranks are the replicas.
-  const auto ranks = static_cast<std::int64_t>(devices) / std::max(1, tp);
+  // With tensor parallelism (Megatron-DeepSpeed) the data-parallel ranks are the replicas; with
+  // Ulysses the sequence-parallel groups (DeepSpeed's data_parallel world: the mpu's or the mesh's).
+  const auto ranks = static_cast<std::int64_t>(devices) / std::max(1, tp) / std::max(1, out_.strategy.sp);
   const auto derive = [&](std::optional<std::int64_t>& missing, std::int64_t per, const char* what) {
     if (per <= 0 || ranks <= 0) return;
     if (*v % (per * ranks) != 0 || *v / (per * ranks) < 1) {
@@ -230,6 +233,57 @@ void DsConfigReader::read_batch_sizes(MapReader& r, std::size_t devices, int tp)
     out_.grad_accum = 1;
     derive(out_.micro_batch, 1, "train_micro_batch_size_per_gpu");
   }
+}
+
+void DsConfigReader::read_sequence_parallel(MapReader& r, std::size_t devices, int tp) {
+  // DeepSpeed's `sequence_parallel_size` (deepspeed/__init__.py: the (data_parallel,
+  // sequence_parallel) mesh), or the `sequence_parallel: {enabled, size, mode: ulysses}` section
+  // LLaMA-Factory writes for ALST.
+  std::optional<sim::config::Located<int>> size;
+  std::string path;
+  if (auto section = r.child("sequence_parallel"); section && section->is_map()) {
+    MapReader sp(*section);
+    const auto enabled = sp.optional<bool>("enabled", false);
+    const auto n = sp.optional<int>("size", 1);
+    const auto mode = sp.has("mode") ? sp.choice("mode", {"ulysses"})
+                                     : sim::config::Located<std::string>{"ulysses", section->location(), true};
+    if (auto u = sp.child("ulysses"); u && u->is_map()) {
+      MapReader ur(*u);
+      if (const auto degree = ur.optional<int>("degree", n.value); degree.valid && degree.value != n.value) {
+        ctx_.error(
+            degree.loc, u->child_path("degree"),
+            fmt::format("the Ulysses degree ({}) differs from sequence_parallel.size ({})", degree.value, n.value));
+      }
+      for (const auto& k : ur.take_unread_keys()) ignored_.push_back("sequence_parallel.ulysses." + k);
+    }
+    // ALST's tiled MLP and loss, and its activation checkpoint offload: memory, not modelled.
+    for (const char* key : {"tiling", "memory_optimizations"}) {
+      if (sp.has(key)) not_modelled_.push_back(std::string("sequence_parallel.") + key);
+    }
+    for (const auto& k : sp.take_unread_keys()) ignored_.push_back("sequence_parallel." + k);
+    if (enabled.valid && enabled.value && n.valid && mode.valid) {
+      size = n;
+      path = section->child_path("size");
+    }
+  }
+  if (auto n = r.child("sequence_parallel_size")) {
+    if (const auto v = n->as<int>()) {
+      size = sim::config::Located<int>{*v, n->location(), true};
+      path = n->path();
+    }
+  }
+  if (!size || size->value == 1) return;
+  const auto ranks = static_cast<std::int64_t>(devices) / std::max(1, tp);
+  if (size->value < 1 || tp > 1 || ranks % size->value != 0) {
+    ctx_.error(size->loc, path,
+               size->value < 1 ? fmt::format("expected >= 1, got {}", size->value)
+               : tp > 1        ? std::string("Ulysses together with strategy.tp > 1 is not modelled")
+                               : fmt::format("Ulysses over {} ranks must divide the {} ranks", size->value, ranks));
+    return;
+  }
+  out_.strategy.sp = size->value;
+  out_.sp_at = size->loc;
+  out_.sp_path = path;
 }
 
 // 16-bit mixed precision: `bf16` (or its older spelling `bfloat16`), or `fp16`, whose dynamic loss
@@ -545,13 +599,19 @@ void DsConfigReader::read_data_types(MapReader& r) {
   }
   // communication_data_type (top level): the dtype of the gradient reduction; fp32 is modelled at
   // stages 2-3 without offload (gradient_reduce_dtype), the 16-bit dtypes are the default.
-  if (r.has("communication_data_type")) {
-    const auto comm = r.choice("communication_data_type", {"fp32", "fp16", "bf16"});
+  // Under Ulysses DeepSpeed's engine replaces it with seq_parallel_comm_data_type (fp32 unless given;
+  // runtime/engine.py, constants.py).
+  const char* comm_key = dp.sp > 1 ? "seq_parallel_comm_data_type" : "communication_data_type";
+  const bool comm_given = r.has(comm_key);
+  if (dp.sp > 1 && !comm_given) defaults_.emplace_back("seq_parallel_comm_data_type=fp32");
+  if (comm_given || dp.sp > 1) {
+    const auto comm = comm_given ? r.choice(comm_key, {"fp32", "fp16", "bf16"})
+                                 : sim::config::Located<std::string>{"fp32", node_.location(), true};
     if (comm.valid && comm.value == "fp32") {
       if (zero_partitioned().gradients && !dp.offload) {
         dp.fp32_gradient_reduce = true;
       } else {
-        ignored_.push_back("communication_data_type=fp32 (modelled at stages 2-3 without optimizer offload only)");
+        ignored_.push_back(std::string(comm_key) + "=fp32 (modelled at stages 2-3 without optimizer offload only)");
       }
     }
   }
@@ -582,26 +642,7 @@ void DsConfigReader::read_parallelism_and_features(MapReader& r, int tp) {
     }
     for (const auto& k : t.take_unread_keys()) ignored_.push_back("tensor_parallel." + k);
   }
-  // Ulysses sequence parallelism (ALST): `sequence_parallel: {enabled, size}` or the older
-  // `sequence_parallel_size`.
-  const auto refuse_ulysses = [&](const Node& at, int size) {
-    ctx_.error(at.location(), at.path(),
-               fmt::format("Ulysses sequence parallelism over {} ranks is not modelled (attention heads split by "
-                           "all-to-alls); run without it",
-                           size));
-  };
-  if (auto section = r.child("sequence_parallel"); section && section->is_map()) {
-    const YAML::Node enabled = section->yaml()["enabled"], size = section->yaml()["size"];
-    const int ranks = size.IsDefined() && size.IsScalar() ? size.as<int>(1) : 1;
-    if (enabled.IsDefined() && enabled.IsScalar() && enabled.Scalar() == "true" && ranks > 1) {
-      refuse_ulysses(*section, ranks);
-    }
-    MapReader sp(*section);
-    (void)sp.take_unread_keys();
-  }
-  if (auto size = r.child("sequence_parallel_size")) {
-    if (const auto v = size->as<int>(); v && *v > 1) refuse_ulysses(*size, *v);
-  }
+  // Ulysses sequence parallelism: read by read_sequence_parallel.
   // An enabled fp8 section is refused where the precision is read (read_precision).
   // Sections that change DeepSpeed's time or memory and offsim does not model.
   for (const char* key : {"activation_checkpointing", "aio", "compression_training", "curriculum_learning",
@@ -655,6 +696,7 @@ std::optional<DeepSpeedImport> import_deepspeed_config(const Node& node, const s
   out.strategy.tp = tp;
   DsConfigReader reader(node, out);
   MapReader r(node);
+  reader.read_sequence_parallel(r, devices.size(), tp);
   reader.read_batch_sizes(r, devices.size(), tp);
   reader.read_precision(r);
   reader.read_zero(r.child("zero_optimization"), ZeroContext{levels, qwz, qgz, runtime, tp});

@@ -39,6 +39,9 @@ struct DeepSpeedImport {
   // experiment's training section.
   bool auto_reduce_bucket = false;
   bool auto_persistence_threshold = false;
+  // Where the config gives Ulysses' degree (strategy.sp > 1), for the checks against the model.
+  sim::config::Location sp_at;
+  std::string sp_path;
   std::vector<std::string> defaults;  // DeepSpeed defaults taken for keys left out ("overlap_comm=false")
 };
 

@@ -38,6 +38,10 @@ struct DataParallelSpec {
   // Expert parallelism (mixture-of-experts models): each MoE layer's experts spread over ep
   // consecutive ranks, tokens sent to them and back by all-to-all (DeepSpeed-MoE's ep_size).
   int ep = 1;
+  // Ulysses sequence parallelism (DeepSpeed's sequence_parallel_size; models/strategies/ulysses.hpp):
+  // groups of sp consecutive ranks share each sequence, s / sp tokens per rank, the attention heads
+  // split by all-to-alls; ZeRO works over all ranks. Read from a ds_config only.
+  int sp = 1;
   std::int64_t reduce_bucket_elements = 0;
   bool overlap_comm = true;
   // Gradient accumulation in fp32 (DeepSpeed's data_types.grad_accum_dtype); nullopt: DeepSpeed's

@@ -59,6 +59,7 @@ LayerTasks LayerCompute::expert_parallel(const std::string& name, const char* ph
 LayerTasks LayerCompute::run(const std::string& name, const char* phase, bool forward, sim::Flops flops,
                              std::vector<std::vector<TaskId>> deps) {
   if (parallel_.ep > 1) return expert_parallel(name, phase, forward, flops, std::move(deps));
+  if (parallel_.sp > 1) return sequence_parallel(name, phase, forward, flops, std::move(deps));
   const int sims = ranks_.size();
   const TimePs duration = forward ? times_.forward : times_.backward;
   const int tp = parallel_.tp;

@@ -12,6 +12,14 @@
 //   experts, combine]; backward [combine's gradient, experts, dispatch's gradient, the rest], after
 //   the recomputed forward (all-to-alls included) with full recomputation. An all-to-all is costed
 //   as a reduce-scatter of the same bytes.
+// - Ulysses sequence parallelism (DeepSpeed's DistributedAttention, ALST's UlyssesSPAttentionHF;
+//   models/strategies/ulysses.hpp): the layer's compute around the all-to-alls that turn its
+//   s / sp tokens x all heads into s tokens x heads / sp for the attention core and back: forward
+//   [projections before the attention, q, k, v all-to-alls (three, one after another), attention
+//   core, context all-to-all, the rest]; backward the reverse [the rest's gradient, the context
+//   gradient's all-to-all, attention core, dq, dk, dv all-to-alls, the projections before it],
+//   after the recomputed forward (all-to-alls included) with full recomputation.
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -33,6 +41,10 @@ struct LayerTasks {
 struct LayerTimes {
   sim::TimePs forward{0}, backward{0};
   sim::TimePs experts_forward{0}, experts_backward{0};
+  // Ulysses: the attention core's part (KernelTimes::attention_fwd / attention_bwd) and the share
+  // of the rest that runs before it (the projections feeding the attention).
+  sim::TimePs attention_forward{0}, attention_backward{0};
+  double before_attention = 0.0;
 };
 
 class LayerCompute {
@@ -44,6 +56,11 @@ class LayerCompute {
     const CollectivePlan& dispatch_plan;   // the expert-parallel group (all-to-all)
     std::int64_t activation_elements = 0;  // each tensor-parallel all-reduce (b x s x h)
     std::int64_t dispatch_elements = 0;    // each all-to-all
+    // Ulysses sequence parallelism over sp consecutive ranks (sp_plan: all-to-all), each rank's
+    // buffer of the q, k, v and context all-to-alls in elements.
+    int sp = 1;
+    const CollectivePlan* sp_plan = nullptr;
+    std::array<std::int64_t, 4> sp_elements{};
   };
   LayerCompute(RankTimeline& ranks, Communicator& comm, LayerTimes times, Recompute recompute, Parallelism parallel);
 
@@ -54,6 +71,9 @@ class LayerCompute {
  private:
   LayerTasks expert_parallel(const std::string& name, const char* phase, bool forward, sim::Flops flops,
                              std::vector<std::vector<sim::TaskId>> deps);
+  // Defined in sequence_all_to_all.cpp.
+  LayerTasks sequence_parallel(const std::string& name, const char* phase, bool forward, sim::Flops flops,
+                               std::vector<std::vector<sim::TaskId>> deps);
 
   RankTimeline& ranks_;
   Communicator& comm_;
