@@ -14,7 +14,8 @@ Each is timed between two torch.cuda.synchronize() calls; at 16 tokens the GPU w
 so the time is the host's. Each model is built with 2 and with 4 layers (num_hidden_layers / n_layer
 overridden): a layer's host time is (T(4) - T(2)) / 2, the rest (embedding, final norm, head,
 loss) T(2) - 2 x that. Also per-operator costs this model's chains lack: view, transpose, reshape,
-an nn.Module call (nn.Identity), dropout, in <kind>-host-dispatch-extra.csv.
+an nn.Module call (nn.Identity), dropout, in <kind>-host-dispatch-extra.csv, and (gap_ops, not run
+yet) a view's backward node and torch.utils.checkpoint's non-reentrant overhead.
 """
 import argparse
 import os
@@ -120,6 +121,63 @@ def extra_ops(kind):
         torch.cuda.synchronize()
         rows.append(dict(device_kind=kind, op=name, mode="forward_grad", calls=calls,
                          host_s_per_call=repr((time.perf_counter() - t0) / calls)))
+        print(rows[-1], flush=True)
+    rows += gap_ops(kind, x)
+    return rows
+
+
+def gap_ops(kind, x):
+    """What offsim's python_host leaves out for want of a measurement (docs/models.md):
+      view_chain backward   one ViewBackward0 node of a 64-view chain's backward, per node:
+                            ((forward + backward) - forward) / 64, as dispatch_bench's mul_chain
+      checkpoint_identity   torch.utils.checkpoint.checkpoint(nn.Identity, x, use_reentrant=False),
+                            forward (its frame, saved-tensor hooks, RNG state) minus a bare
+                            module call: the per-layer overhead of a non-reentrant checkpoint
+      checkpoint_mul backward  forward + backward of checkpoint(x * 2) minus those of x * 2: both
+                            overheads, checkpoint_identity's forward one included (subtract it
+                            for the recomputation's hooks and checks; the recomputed mul is in it)
+    """
+    from torch.utils.checkpoint import checkpoint
+    ident = torch.nn.Identity()
+    chain = 64
+    calls = 200
+    rows = []
+
+    def timed(fn, n):
+        for _ in range(10):
+            fn()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        torch.cuda.synchronize()
+        return (time.perf_counter() - t0) / n
+
+    def view_chain():
+        y = x
+        for i in range(chain):
+            y = y.view(16, 896) if i % 2 else y.view(16, 14, 64)
+        return y.float().sum()
+
+    def view_both():
+        x.grad = None
+        view_chain().backward()
+
+    def mul_once():
+        x.grad = None
+        (x * 2.0).float().sum().backward()
+
+    def ckpt_mul():
+        x.grad = None
+        checkpoint(lambda t: t * 2.0, x, use_reentrant=False).float().sum().backward()
+
+    per_view = (timed(view_both, calls) - timed(view_chain, calls)) / chain
+    ckpt_fwd = timed(lambda: checkpoint(ident, x, use_reentrant=False), calls) - timed(lambda: ident(x), calls)
+    ckpt_bwd = timed(ckpt_mul, calls) - timed(mul_once, calls)
+    for op, mode, n, t in (("view_chain", "backward", calls * chain, per_view),
+                           ("checkpoint_identity", "forward_grad", calls, ckpt_fwd),
+                           ("checkpoint_mul", "backward", calls, ckpt_bwd)):
+        rows.append(dict(device_kind=kind, op=op, mode=mode, calls=n, host_s_per_call=repr(t)))
         print(rows[-1], flush=True)
     return rows
 

@@ -827,7 +827,8 @@ void parse_cpu_rate_fits(const Node& list, std::vector<CpuRateFit>& fits) {
 
 namespace {
 // A host table's dispatch: {source, forward: {class: time, ...} (every class of
-// kHostDispatchClasses), backward_node: time}, every time positive.
+// kHostDispatchClasses), backward_node: time, python (optional): {source, class: time, ...} (every
+// class of kHostPythonClasses)}, every time positive.
 HostDispatch parse_host_dispatch(const Node& node) {
   auto& ctx = node.context();
   MapReader r(node);
@@ -843,6 +844,11 @@ HostDispatch parse_host_dispatch(const Node& node) {
     for (const auto& cls : kHostDispatchClasses) d.forward[cls] = positive(f, *forward, cls);
   }
   d.backward_node = positive(r, node, "backward_node");
+  if (auto python = r.child("python")) {
+    MapReader py(*python);
+    d.python_source = py.required<std::string>("source").value;
+    for (const auto& cls : kHostPythonClasses) d.python[cls] = positive(py, *python, cls);
+  }
   return d;
 }
 }  // namespace

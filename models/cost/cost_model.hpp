@@ -156,13 +156,26 @@ struct HostDispatch {
   std::map<std::string, sim::TimePs> forward;  // by class: kHostDispatchClasses
   sim::TimePs backward_node{0};
   std::string source;
+  // The Python-level calls around the operators that launch no kernel (`python:`, by class:
+  // kHostPythonClasses); empty when the table has not measured them.
+  std::map<std::string, sim::TimePs> python;
+  std::string python_source;
   /// The forward cost of an operator of `op_class` (one of kHostDispatchClasses).
   [[nodiscard]] sim::TimePs forward_cost(const std::string& op_class) const { return forward.at(op_class); }
+  /// The host cost of a call of `call_class`: one of kHostPythonClasses (the table must have them)
+  /// or of kHostDispatchClasses.
+  [[nodiscard]] sim::TimePs call_cost(const std::string& call_class) const {
+    const auto it = python.find(call_class);
+    return it != python.end() ? it->second : forward.at(call_class);
+  }
 };
 
 /// The operator classes a dispatch table gives: GEMMs (F.linear, matmul), a fused norm, softmax,
 /// and every other operator (elementwise, copies, SDPA's call: the mean of the measured simple ones).
 inline const std::vector<std::string> kHostDispatchClasses{"linear", "layer_norm", "softmax", "elementwise"};
+/// The Python-level call classes a dispatch table's `python:` gives: an nn.Module call and a
+/// view-producing call (view, reshape, transpose, ...), neither launching a kernel.
+inline const std::vector<std::string> kHostPythonClasses{"module_call", "view"};
 
 /// A table written by `offsim calibrate`: whichever sections the measurements covered.
 struct MeasuredCosts {

@@ -41,6 +41,11 @@ struct Segment {
     forward.push_back({gpu, host});
     ++forward_ops;
   }
+  // Host time without a kernel of its own (the framework's Python around the operators): it
+  // delays the next kernel's issue, and leaves no backward node here.
+  void host_only(TimePs host) {
+    if (host > TimePs{0}) forward.push_back({TimePs{0}, host});
+  }
   // The backward nodes' host time (one per forward operator) over the backward kernels, and what
   // the kernels leave of the phase's time (`fwd_total`, `bwd_total`: FP8 casts, amax updates) as a
   // kernel of its own without host cost, so the GPU time adds up to the undispatched one.
@@ -58,6 +63,21 @@ struct Segment {
   }
 };
 
+// The framework's Python-level host work for this model (configs/frameworks/*.yaml python_host),
+// or nullptr: none counted for its family, or the host table has not measured module calls and
+// views (no `python:` in its dispatch).
+const PythonHostWork* python_work(const IterationInputs& in, const ModelSpec& m) {
+  if (!in.host.dispatch || in.host.dispatch->python.empty()) return nullptr;
+  return framework_profile(in.training.framework).python_host_work(m.hf_model_type);
+}
+
+// sum over the lines of count x the measured host cost of its class.
+TimePs python_time(const HostDispatch& d, const std::vector<PythonCalls>& calls) {
+  TimePs t{0};
+  for (const auto& c : calls) t += TimePs{d.call_cost(c.call_class).ps * c.count};
+  return t;
+}
+
 // The host class of a non-GEMM kernel (framework.hpp's and transformer.hpp's kernel classes).
 const char* host_class(const std::string& kernel) {
   if (kernel == "layernorm") return "layer_norm";
@@ -74,6 +94,7 @@ Segment layer_segment(const IterationInputs& in, const ModelSpec& m, std::int64_
   const auto& c = in.costs;
   const HostDispatch& d = *in.host.dispatch;
   Segment s;
+  if (const PythonHostWork* py = python_work(in, m)) s.host_only(python_time(d, py->layer));
   TimePs elementwise_fwd{0}, elementwise_bwd{0};
   std::vector<DispatchedKernel> other_fwd, other_bwd;
   for (const auto& e : layer_elementwise_kernels(m, t.micro_batch, tp, t.attention_kernels(), sp, ep, t.framework)) {
@@ -132,6 +153,7 @@ Segment embedding_segment(const IterationInputs& in, const ModelSpec& m, const K
   const int ops = 1 + (drop ? static_cast<int>(drop->forward.size()) : 0);
   const int bwd = 1 + (drop ? static_cast<int>(drop->backward.size()) : 0);
   Segment s;
+  if (const PythonHostWork* py = python_work(in, m)) s.host_only(python_time(d, py->embedding));
   for (int i = 0; i < ops; ++i) s.op(scaled(k.embed_fwd, 1.0 / ops), d.forward_cost("elementwise"));
   for (int i = 0; i < bwd; ++i) s.backward.push_back({scaled(k.embed_bwd, 1.0 / bwd), TimePs{0}});
   s.finish(d, k.embed_fwd, k.embed_bwd);
@@ -153,6 +175,7 @@ Segment head_segment(const IterationInputs& in, const ModelSpec& m, std::int64_t
   const int ops = (loss ? static_cast<int>(loss->forward.size()) : 1) + softcap;
   const int bwd = (loss ? static_cast<int>(loss->backward.size()) : 1) + softcap;
   Segment s;
+  if (const PythonHostWork* py = python_work(in, m)) s.host_only(python_time(d, py->head));
   const TimePs gemm = c.gemm_time(head);
   const TimePs grads = c.gemm_time(input_grad) + c.gemm_time(weight_grad);
   s.op(gemm, d.forward_cost("linear"));
@@ -215,18 +238,41 @@ std::string host_dispatch_approximation(const IterationInputs& in) {
            "eager frameworks' per-operator host time is not charged, so small shapes come out fast";
   }
   const HostDispatch& d = *in.host.dispatch;
-  return fmt::format(
+  const auto us = [](TimePs t) { return t.seconds() * 1e6; };
+  std::string text = fmt::format(
       "host dispatch of eager PyTorch (table: {}): each operator is issued after the host's measured time ({:.1f} us a "
       "linear, {:.1f} us a layer_norm, {:.1f} us a softmax, {:.1f} us any other operator, recording autograd; {:.1f} "
       "us per backward node, one per forward operator, spread over its kernels), and the GPU starts a kernel at the "
       "later of its issue and the previous kernel's end, per phase from an aligned start (exact for one GPU's "
       "stream); within a layer the GEMMs (their time split by FLOPs) come before the other kernels, so a layer's "
       "order can be off by less than one layer's time; the optimizer step and collectives are not dispatched (a "
-      "collective waits for its inputs as before); Python module calls, views and reshapes cost no host time here, "
-      "nor torch.utils.checkpoint's own per-layer work",
-      d.source, d.forward_cost("linear").seconds() * 1e6, d.forward_cost("layer_norm").seconds() * 1e6,
-      d.forward_cost("softmax").seconds() * 1e6, d.forward_cost("elementwise").seconds() * 1e6,
-      d.backward_node.seconds() * 1e6);
+      "collective waits for its inputs as before); ",
+      d.source, us(d.forward_cost("linear")), us(d.forward_cost("layer_norm")), us(d.forward_cost("softmax")),
+      us(d.forward_cost("elementwise")), us(d.backward_node));
+  const PythonHostWork* py = python_work(in, in.model);
+  if (!py) {
+    text += d.python.empty()
+                ? "Python module calls, views and reshapes cost no host time here (the host table has no python "
+                  "section)"
+                : "Python module calls, views and reshapes cost no host time here (the framework counts none for "
+                  "this model)";
+    return text + ", nor torch.utils.checkpoint's own per-layer work";
+  }
+  const auto& L = py->layer;
+  const int other = python_call_count(L, "elementwise") + python_call_count(L, "linear");
+  text += fmt::format(
+      "the framework's Python around the operators is included (configs/frameworks python_host, model_type {}; "
+      "table: {}): per decoder layer {} module calls x {:.2f} us + {} views x {:.2f} us{} = {:.1f} us of host time in "
+      "its forward "
+      "(again in a recomputed forward), {:.1f} us once for the embedding and {:.1f} us for the head, no GPU time; the "
+      "{} autograd nodes a layer's views leave cost nothing in backward (no microbenchmark of a view's node), nor do "
+      "the mask helpers or torch.utils.checkpoint's per-layer work (saved-tensor hooks, RNG state: no "
+      "microbenchmark)",
+      in.model.hf_model_type, d.python_source, python_call_count(L, "module_call"), us(d.call_cost("module_call")),
+      python_call_count(L, "view"), us(d.call_cost("view")),
+      other > 0 ? fmt::format(" + {} other operators at their class's cost", other) : std::string{},
+      us(python_time(d, L)), us(python_time(d, py->embedding)), us(python_time(d, py->head)), python_backward_nodes(L));
+  return text;
 }
 
 }  // namespace offsim::models

@@ -25,6 +25,28 @@ std::vector<ChainKernel> read_chain(const YAML::Node& list) {
   return out;
 }
 
+// The host classes a python_host line may name: host_dispatch.cpp costs each from the host
+// table's dispatch (cost_model.hpp's kHostPythonClasses and two of kHostDispatchClasses).
+const std::vector<std::string>& python_call_classes() {
+  static const std::vector<std::string> classes{"module_call", "view", "elementwise", "linear"};
+  return classes;
+}
+
+std::vector<PythonCalls> read_python_calls(const YAML::Node& list) {
+  std::vector<PythonCalls> out;
+  for (const auto& e : list) {
+    PythonCalls c{e["what"].as<std::string>(), e["class"].as<std::string>(), e["count"].as<int>(),
+                  e["backward_nodes"] ? e["backward_nodes"].as<int>() : 0};
+    const auto& known = python_call_classes();
+    if (std::find(known.begin(), known.end(), c.call_class) == known.end() || c.count <= 0 || c.backward_nodes < 0 ||
+        c.backward_nodes > c.count) {
+      throw std::logic_error("configs/frameworks: python_host line '" + c.what + "' has an unknown class or bad count");
+    }
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
 FrameworkProfile read_profile(Framework f, std::string_view yaml) {
   FrameworkProfile p;
   p.framework = f;
@@ -43,6 +65,18 @@ FrameworkProfile read_profile(Framework f, std::string_view yaml) {
   if (const auto proj = root["projections"]) {
     for (const auto& t : proj["separate_qkv"]) p.separate_qkv.push_back(t.as<std::string>());
     for (const auto& t : proj["separate_gate_up"]) p.separate_gate_up.push_back(t.as<std::string>());
+  }
+  if (const auto py = root["python_host"]) {
+    p.python_host_source = py["source"].as<std::string>();
+    for (const auto& fam : py["families"]) {
+      PythonHostWork w;
+      for (const auto& t : fam["model_types"]) w.model_types.push_back(t.as<std::string>());
+      w.source = fam["source"].as<std::string>();
+      w.layer = read_python_calls(fam["layer"]);
+      w.embedding = read_python_calls(fam["embedding"]);
+      w.head = read_python_calls(fam["head"]);
+      p.python_host.push_back(std::move(w));
+    }
   }
   if (const auto w = root["loss_workspace_bytes"]) {
     p.loss_workspace_forward = w["forward"].as<double>();
@@ -81,6 +115,28 @@ double ModuleChain::forward_bytes() const {
 }
 double ModuleChain::backward_bytes() const {
   return sum_bytes(backward);
+}
+
+int python_call_count(const std::vector<PythonCalls>& calls, std::string_view call_class) {
+  int n = 0;
+  for (const auto& c : calls) {
+    if (call_class.empty() || c.call_class == call_class) n += c.count;
+  }
+  return n;
+}
+
+int python_backward_nodes(const std::vector<PythonCalls>& calls) {
+  int n = 0;
+  for (const auto& c : calls) n += c.backward_nodes;
+  return n;
+}
+
+const PythonHostWork* FrameworkProfile::python_host_work(std::string_view model_type) const {
+  if (model_type.empty()) return nullptr;
+  for (const auto& w : python_host) {
+    if (std::find(w.model_types.begin(), w.model_types.end(), model_type) != w.model_types.end()) return &w;
+  }
+  return nullptr;
 }
 
 const ModuleChain* FrameworkProfile::chain(std::string_view module) const {

@@ -47,6 +47,28 @@ struct ModuleChain {
   [[nodiscard]] double backward_bytes() const;
 };
 
+/// One line of a framework's Python-level host work (configs/frameworks/<name>.yaml, python_host):
+/// `count` calls of one host class ("module_call", "view", "elementwise", "linear"), and the
+/// autograd nodes they leave for backward (counted; host_dispatch.cpp does not cost them).
+struct PythonCalls {
+  std::string what;
+  std::string call_class;
+  int count = 0;
+  int backward_nodes = 0;
+};
+
+/// A model family's Python around the operators: per decoder layer, and once per forward for the
+/// embedding (model entry, position ids, rotary table) and the head (final norm, lm_head, loss).
+struct PythonHostWork {
+  std::vector<std::string> model_types;  // config.json model_type values it describes
+  std::string source;
+  std::vector<PythonCalls> layer, embedding, head;
+};
+
+/// The sum of `calls`' counts of class `call_class` (empty: of every class), and of their nodes.
+[[nodiscard]] int python_call_count(const std::vector<PythonCalls>& calls, std::string_view call_class = {});
+[[nodiscard]] int python_backward_nodes(const std::vector<PythonCalls>& calls);
+
 /// A framework's kernel chains by module ("rmsnorm", "rotary", "gelu_new", "attention_output",
 /// "embedding_dropout", "loss"), and the loss's fp32 workspace per logit.
 struct FrameworkProfile {
@@ -57,6 +79,12 @@ struct FrameworkProfile {
   // config.json model_types whose Q, K and V (gate and up) projections are separate nn.Linear
   // modules where offsim runs one fused GEMM: the host dispatches each (host_dispatch.cpp).
   std::vector<std::string> separate_qkv, separate_gate_up;
+  // The Python-level host work by model family (hf-transformers' python_host).
+  std::string python_host_source;
+  std::vector<PythonHostWork> python_host;
+  /// The Python-level host work of a model of config.json `model_type`, or nullptr (an offsim
+  /// model file, a family not counted, a framework without such data).
+  [[nodiscard]] const PythonHostWork* python_host_work(std::string_view model_type) const;
   /// The module's chain, or nullptr when the framework runs the generic kernels for it.
   [[nodiscard]] const ModuleChain* chain(std::string_view module) const;
   /// The eager linears behind the layer GEMM `gemm` ("qkv", "mlp_up", ...) of a model of

@@ -125,6 +125,80 @@ TEST(HostDispatch, HuggingFaceProjectionsAreSeparateLinears) {
   EXPECT_EQ(hf.linears("qkv", "", false), 1);        // an offsim model file
 }
 
+// transformers' Python around the operators (configs/frameworks/hf-transformers.yaml, python_host)
+// as counted from modeling_llama.py: per decoder layer 13 module calls (the layer, two norms,
+// self_attn, q/k/v/o_proj, mlp, gate/up/down_proj, act_fn) and 14 views (q, k, v view + transpose:
+// 6; cos, sin unsqueeze: 2; rotate_half's two slices of q and of k: 4; SDPA's output transpose and
+// the reshape before o_proj: 2), 12 of which leave an autograd node (cos and sin carry none).
+TEST(HostDispatch, LlamaPythonCallsAreCountedFromTheSource) {
+  const PythonHostWork* llama = framework_profile(Framework::kHfTransformers).python_host_work("llama");
+  ASSERT_NE(llama, nullptr);
+  EXPECT_EQ(python_call_count(llama->layer, "module_call"), 13);
+  EXPECT_EQ(python_call_count(llama->layer, "view"), 14);
+  EXPECT_EQ(python_call_count(llama->layer), 27);
+  EXPECT_EQ(python_backward_nodes(llama->layer), 12);
+  EXPECT_EQ(framework_profile(Framework::kHfTransformers).python_host_work("qwen2"), llama);  // same code
+  EXPECT_EQ(framework_profile(Framework::kHfTransformers).python_host_work(""), nullptr);     // an offsim model file
+  EXPECT_EQ(framework_profile(Framework::kPyTorch).python_host_work("llama"), nullptr);
+}
+
+// A tiny Llama (2 layers, hidden 64, 16 tokens: every kernel far below its dispatch cost, so the
+// host sets every phase's end) with and without the host table's `python:` costs. With module call
+// c = 2 us, view v = 4 us, elementwise e = 17 us, linear l = 46 us, the Python-level work is
+//   per layer  L = 13 c + 14 v                   = 26 + 56           =  82 us
+//   embedding  E = 4 c + 5 v + 9 e + 1 l         = 8 + 20 + 153 + 46 = 227 us
+//   head       H = 2 c + 4 v + 2 e               = 4 + 16 + 34       =  54 us
+// (python_host's llama lines). It is host time only: on a host-bound stream it delays the last
+// kernel's issue by exactly its sum, so
+//   forward  grows by 2 L + E + H = 445 us,
+//   backward grows by 0 (view nodes are not costed), and by 2 L = 164 us under full recomputation
+//   (torch.utils.checkpoint runs each layer's forward, its Python included, again in backward).
+TEST(HostDispatch, PythonHostWorkAddsItsMeasuredCosts) {
+  const fs::path dir = fs::temp_directory_path() / fmt::format("offsim-python-host-{}", ::getpid());
+  fs::create_directories(dir);
+  const fs::path data = fs::path(OFFSIM_SOURCE_DIR) / "tests/data";
+  for (const char* f : {"two-gpu-node.yaml", "test-gpu-costs.yaml", "test-collectives.yaml"}) {
+    fs::copy_file(data / f, dir / f, fs::copy_options::overwrite_existing);
+  }
+  std::ofstream(dir / "tiny-llama.config.json")
+      << R"({"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 64, )"
+         R"("intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 4, "num_hidden_layers": 2, )"
+         R"("vocab_size": 256, "max_position_embeddings": 128, "rms_norm_eps": 1e-6, "hidden_act": "silu", )"
+         R"("tie_word_embeddings": false, "torch_dtype": "bfloat16"})";
+  const std::string table =
+      "device_kind: test-host\nsource: s\ndispatch:\n  source: s\n"
+      "  forward: {linear: \"46 us\", layer_norm: \"21 us\", softmax: \"27 us\", elementwise: \"17 us\"}\n"
+      "  backward_node: \"17 us\"\n";
+  std::ofstream(dir / "host.yaml") << table;
+  std::ofstream(dir / "host-python.yaml") << table << "  python: {source: s, module_call: \"2 us\", view: \"4 us\"}\n";
+  const auto run = [&](const char* host, const char* recompute) {
+    std::ofstream(dir / "e.yaml") << fmt::format(
+        "name: e\nhardware: !include two-gpu-node.yaml\ncalibration:\n  device: !include test-gpu-costs.yaml\n"
+        "  collectives: !include test-collectives.yaml\n  host: !include {}\nmodel: !include "
+        "tiny-llama.config.json\ntraining: {{micro_batch: 1, seq: 16, grad_accum: 1, precision: bf16, recompute: {}, "
+        "flash_attention: true}}\nstrategy: {{kind: data_parallel, zero_stage: 0, dp: 1, devices: [gpu0]}}\n",
+        host, recompute);
+    return run_experiment(load_experiment(dir / "e.yaml", {}));
+  };
+  for (const char* recompute : {"none", "full"}) {
+    const ExperimentResult plain = run("host.yaml", recompute);
+    const ExperimentResult python = run("host-python.yaml", recompute);
+    const double L = 13 * 2e-6 + 14 * 4e-6, E = 4 * 2e-6 + 5 * 4e-6 + 9 * 17e-6 + 46e-6,
+                 H = 2 * 2e-6 + 4 * 4e-6 + 2 * 17e-6;
+    const bool full = std::string(recompute) == "full";
+    EXPECT_NEAR(python.phase_seconds("forward") - plain.phase_seconds("forward"), 2 * L + E + H, 1e-9) << recompute;
+    EXPECT_NEAR(python.phase_seconds("backward") - plain.phase_seconds("backward"), full ? 2 * L : 0.0, 1e-9)
+        << recompute;
+    // The report names the cost per layer.
+    bool named = false;
+    for (const auto& a : python.approximations) {
+      named = named || a.find("13 module calls x 2.00 us + 14 views x 4.00 us = 82.0 us") != std::string::npos;
+    }
+    EXPECT_TRUE(named) << recompute;
+  }
+  fs::remove_all(dir);
+}
+
 // A feasibility claim holds when the run's verdict is the measured one (a case of claims only,
 // without metrics).
 TEST(HostDispatch, FeasibilityClaimsCompareTheVerdict) {
