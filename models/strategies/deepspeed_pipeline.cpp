@@ -33,9 +33,8 @@ std::string deepspeed_pipeline_approximation() {
          "each tensor sent as 1/tp per TP rank and all-gathered over the TP group before use); not costed, "
          "for want of any measurement in our sources: the engine's per-micro-batch host work (its Python "
          "instruction loop, the input clones, the partitioning copies, DeepSpeed's activation checkpointing); "
-         "not modelled: the tied "
-         "embedding's gradient all-reduce between the first and last stage (ReduceTiedGrads, once per "
-         "iteration)";
+         "the tied embedding's gradient all-reduce between the first and last stage (ReduceTiedGrads) runs as "
+         "a two-rank ring of flows, without a collective efficiency table";
 }
 
 std::string interleaved_under_deepspeed() {
