@@ -29,9 +29,9 @@ TEST(DeepSpeedPipeline, InstructionsFollowTrainSchedule) {
   const std::vector<PipeInstruction> stage0{{Kind::kForward, 0},  {Kind::kSendActivation, 0}, {Kind::kForward, 1},
                                             {Kind::kRecvGrad, 0}, {Kind::kSendActivation, 1}, {Kind::kBackward, 0},
                                             {Kind::kRecvGrad, 1}, {Kind::kBackward, 1}};
-  const std::vector<PipeInstruction> stage1{{Kind::kRecvActivation, 0}, {Kind::kForward, 0},  {Kind::kBackward, 0},
-                                            {Kind::kSendGrad, 0},       {Kind::kRecvActivation, 1},
-                                            {Kind::kForward, 1},        {Kind::kBackward, 1}, {Kind::kSendGrad, 1}};
+  const std::vector<PipeInstruction> stage1{
+      {Kind::kRecvActivation, 0}, {Kind::kForward, 0}, {Kind::kBackward, 0}, {Kind::kSendGrad, 0},
+      {Kind::kRecvActivation, 1}, {Kind::kForward, 1}, {Kind::kBackward, 1}, {Kind::kSendGrad, 1}};
   EXPECT_EQ(deepspeed_train_schedule(2, 0, 2), stage0);
   EXPECT_EQ(deepspeed_train_schedule(2, 1, 2), stage1);
 }
@@ -83,8 +83,8 @@ std::int64_t pipeline_ps(int p, int m, std::int64_t F, std::int64_t B, std::int6
   for (int s = 0; s + 1 < p; ++s) {
     up.push_back(platform.add_constraint({fmt::format("gpu{}->gpu{}", s, s + 1), sim::Bandwidth{1e12}, "gpu-gpu", "",
                                           fmt::format("gpu{}", s), fmt::format("gpu{}", s + 1)}));
-    down.push_back(platform.add_constraint({fmt::format("gpu{}->gpu{}", s + 1, s), sim::Bandwidth{1e12}, "gpu-gpu",
-                                            "", fmt::format("gpu{}", s + 1), fmt::format("gpu{}", s)}));
+    down.push_back(platform.add_constraint({fmt::format("gpu{}->gpu{}", s + 1, s), sim::Bandwidth{1e12}, "gpu-gpu", "",
+                                            fmt::format("gpu{}", s + 1), fmt::format("gpu{}", s)}));
   }
   sim::TaskGraph g;
   BlockingPointToPoint p2p(g);
@@ -92,9 +92,9 @@ std::int64_t pipeline_ps(int p, int m, std::int64_t F, std::int64_t B, std::int6
     sim::TaskId previous = g.add(fmt::format("r{}.start", s), "setup", sim::BarrierTask{});
     for (const PipeInstruction& i : deepspeed_train_schedule(p, s, m)) {
       if (i.compute()) {
-        previous = g.add(fmt::format("r{}.{}{}", s, i.forward() ? "F" : "B", i.micro_batch), "compute",
-                         sim::ComputeTask{unit[s], sim::TimePs{i.forward() ? F : B}, {}, sim::Bytes{0}, "gemm"},
-                         {previous});
+        previous =
+            g.add(fmt::format("r{}.{}{}", s, i.forward() ? "F" : "B", i.micro_batch), "compute",
+                  sim::ComputeTask{unit[s], sim::TimePs{i.forward() ? F : B}, {}, sim::Bytes{0}, "gemm"}, {previous});
         continue;
       }
       const int peer = i.with_next_stage() ? s + 1 : s - 1;
@@ -220,6 +220,26 @@ TEST(DeepSpeedPipeline, TheEngineIsTheDefaultUnderMegatronDeepSpeed) {
   const ExperimentSpec framework =
       load_experiment(file, {"strategy.optimizer=megatron", "training.framework=deepspeed-megatron"});
   EXPECT_EQ(std::get<MegatronSpec>(framework.strategy).pipeline_engine, MegatronSpec::PipelineEngine::kDeepSpeed);
+}
+
+}  // namespace
+}  // namespace offsim::models
+
+namespace offsim::models {
+namespace {
+
+TEST(DeepSpeedPipeline, SteadyStateExtrapolationEqualsEveryMicroBatch) {
+  // TrainSchedule adds the same work per micro-batch past the first (F + B + 2c at p = 2,
+  // TwoStagesFollowTheClosedForm), so the run's extrapolation from 2 and 4 micro-batches to 9 is
+  // the simulation of all 9.
+  const std::string file = tiny_pipeline("steady", "deepspeed");
+  const auto extrapolated = run_experiment(load_experiment(file, {"training.grad_accum=9"}));
+  const auto every =
+      run_experiment(load_experiment(file, {"training.grad_accum=9", "strategy.simulate_micro_batches=all"}));
+  EXPECT_NEAR(extrapolated.iteration_time.seconds(), every.iteration_time.seconds(), 1e-11);
+  bool noted = false;
+  for (const auto& a : extrapolated.approximations) noted = noted || a.starts_with("pipeline steady state");
+  EXPECT_TRUE(noted);
 }
 
 }  // namespace
