@@ -863,36 +863,25 @@ class DeepSpeedPipelineBuilder final : public MegatronBuilder {
     reduce_tied_grads();
   }
 
-  // ReduceTiedGrads (engine.py _exec_reduce_tied_grads) after each rank's last instruction: with
-  // tied embeddings the word embedding's gradient (V / tp x h per TP rank, in the gradients'
-  // dtype) all-reduced between a first-stage rank and its last-stage counterpart, as a two-rank
-  // ring: each sends the other half the buffer, twice (reduce-scatter, all-gather), as flows on
-  // the pair's route (no collective efficiency table applied: an approximation).
+  // ReduceTiedGrads (deepspeed_pipeline.hpp) with tied embeddings: the word embedding's gradient
+  // (V / tp x h per TP rank, in the gradients' dtype) between each first-stage rank and its
+  // last-stage counterpart.
   void reduce_tied_grads() {
     if (!m.tied_embeddings) return;
-    const Bytes half{(m.vocab + tp - 1) / tp * m.hidden * (policy.fp32_gradients() ? kFp32Bytes : kBf16Bytes) / 2};
+    std::vector<TiedPair> pairs;
     for (int a = 0; a < sims; ++a) {
       const RankState& ra = rank_state[a];
       const auto found = sim_of_rank.find(rank_of(spec, ra.t, ra.c, pp - 1, ra.rank / (tp * cp * pp)));
-      if (ra.stage != 0 || found == sim_of_rank.end()) continue;
-      const int b = found->second;
-      const int rb = rank_state[b].rank;
-      std::vector<TaskId> after{last_op[a], last_op[b]};
-      for (const char* step : {"reduce_scatter", "all_gather"}) {
-        const auto flow = [&](int from, int to) {
-          return g.add(fmt::format("tied_grads.{}.r{}to{}", step, from, to), phase::kCommunication,
-                       TransferTask{p2p_route(out.machine, in.topology, out.devices, layout.class_size, from, to),
-                                    half,
-                                    TimePs{0},
-                                    {},
-                                    {}},
-                       after);
-        };
-        after = {flow(ra.rank, rb), flow(rb, ra.rank)};
-      }
-      last_op[a] = timeline.barrier(a, "tied_grads.done", phase::kCommunication, after);
-      last_op[b] = timeline.barrier(b, "tied_grads.done", phase::kCommunication, after);
+      if (ra.stage == 0 && found != sim_of_rank.end()) pairs.push_back({a, found->second});
     }
+    const Bytes bytes{(m.vocab + tp - 1) / tp * m.hidden * (policy.fp32_gradients() ? kFp32Bytes : kBf16Bytes)};
+    all_reduce_tied_gradients(
+        timeline, pairs, bytes,
+        [&](int from, int to) {
+          return p2p_route(out.machine, in.topology, out.devices, layout.class_size, timeline.slot(from).rank,
+                           timeline.slot(to).rank);
+        },
+        last_op);
   }
 };
 
