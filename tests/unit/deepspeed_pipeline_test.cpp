@@ -142,7 +142,8 @@ TEST(DeepSpeedPipeline, MiddleStagesPayFourTransfersPerMicroBatch) {
   // In the steady state a middle stage runs, per micro-batch, F, B and its four blocking transfers
   // (SendGrad, RecvActivation, RecvGrad, SendActivation) one after the other, and it is the
   // busiest rank: each micro-batch more adds F + B + 4c (p = 2: F + B + 2c, its ranks have one
-  // neighbour). Megatron's 1F1B, with transfers as data dependencies, adds F + B.
+  // neighbour). Megatron's 1F1B, whose transfers are data dependencies that overlap other work,
+  // adds at most F + B + 2c.
   for (int p = 3; p <= 4; ++p) {
     for (int m = 2; m <= 5; ++m) {
       EXPECT_EQ(pipeline_ps(p, m + 1, F, B, c) - pipeline_ps(p, m, F, B, c), F + B + 4 * c) << p << " " << m;
