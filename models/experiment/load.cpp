@@ -12,6 +12,7 @@
 #include "models/experiment.hpp"
 #include "models/experiment/defaults.hpp"
 #include "models/experiment/sections.hpp"
+#include "models/strategies/deepspeed_pipeline.hpp"
 #include "models/strategies/strategy_registry.hpp"
 #include "models/strategies/value_ranges.hpp"
 #include "models/transformer/model_parser.hpp"
@@ -397,6 +398,24 @@ void infer_framework(ExperimentSpec& spec) {
   }
 }
 
+// The pipeline engine of a Megatron-DeepSpeed run named by training.framework: deepspeed-megatron
+// (strategy.pipeline_engine left out, pp > 1) is DeepSpeed's PipelineEngine, which has no
+// interleaved schedule (megatron_section.cpp resolves optimizer: deepspeed the same way).
+void resolve_pipeline_engine(Context& ctx, const TrainingFromStrategy& from_strategy, ExperimentSpec& spec) {
+  auto* mg = std::get_if<MegatronSpec>(&spec.strategy);
+  if (!mg || from_strategy.pipeline_engine_given || mg->pp < 2 ||
+      spec.training.framework != Framework::kDeepSpeedMegatron ||
+      mg->pipeline_engine == MegatronSpec::PipelineEngine::kDeepSpeed) {
+    return;
+  }
+  mg->pipeline_engine = MegatronSpec::PipelineEngine::kDeepSpeed;
+  spec.defaults_applied.emplace_back(
+      "strategy.pipeline_engine=deepspeed (training.framework deepspeed-megatron with pp > 1 runs DeepSpeed's "
+      "PipelineEngine)");
+  if (from_strategy.interleaved_at)
+    ctx.error(*from_strategy.interleaved_at, "strategy.schedule", interleaved_under_deepspeed());
+}
+
 // Step 6 of load_experiment (training a model, not a collective benchmark): the model required,
 // the training section read, the defaults recorded, the DeepSpeed config's batch adopted, then the
 // checks of the strategy against the model and of fp8 against the device.
@@ -417,6 +436,7 @@ void read_training(Context& ctx, MapReader& r, ExperimentSpec& spec, SectionsRea
   }
   if (read.model_ok && training_node) apply_sequence_length(ctx, *training_node, training_read, spec);
   if (read.model_ok && read.training_ok && !training_read.framework_given) infer_framework(spec);
+  if (read.strategy_ok && read.training_ok) resolve_pipeline_engine(ctx, from_strategy, spec);
   spec.defaults_applied.insert(spec.defaults_applied.end(), training_read.defaults.begin(),
                                training_read.defaults.end());
   spec.defaults_applied.insert(spec.defaults_applied.end(), from_strategy.defaults.begin(),

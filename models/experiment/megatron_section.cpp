@@ -9,6 +9,7 @@
 #include "models/experiment/defaults.hpp"
 #include "models/experiment/section_helpers.hpp"
 #include "models/experiment/sections.hpp"
+#include "models/strategies/deepspeed_pipeline.hpp"
 #include "models/strategies/partitioning_parser.hpp"
 #include "models/strategies/pipeline_split.hpp"
 #include "models/strategies/value_ranges.hpp"
@@ -167,15 +168,46 @@ void check_megatron_fsdp(const Node& node, const sim::config::Located<int>& zero
   }
 }
 
+// Step of read_megatron_options: the pipeline's engine (MegatronSpec::PipelineEngine). Left out:
+// DeepSpeed's PipelineEngine where Megatron-DeepSpeed runs the pipeline (optimizer: deepspeed and
+// pp > 1; training.framework: deepspeed-megatron is resolved in load.cpp), else Megatron's own.
+// DeepSpeed's engine runs only TrainSchedule (runtime/pipe/schedule.py): no interleaving.
+void read_pipeline_engine(const Node& node, MapReader& r, std::vector<std::string>& defaults_applied,
+                          const std::optional<sim::config::Location>& interleaved_at, TrainingFromStrategy* training,
+                          MegatronSpec& mg) {
+  auto& ctx = node.context();
+  const bool given = r.has("pipeline_engine");
+  const bool deepspeed_default = mg.optimizer == MegatronSpec::Optimizer::kDeepSpeed && mg.pp > 1;
+  const auto engine =
+      r.choice("pipeline_engine", {"megatron", "deepspeed"}, deepspeed_default ? "deepspeed" : "megatron");
+  if ((given ? engine.valid && engine.value == "deepspeed" : deepspeed_default)) {
+    mg.pipeline_engine = MegatronSpec::PipelineEngine::kDeepSpeed;
+  }
+  if (!given && deepspeed_default) {
+    defaults_applied.emplace_back(
+        "strategy.pipeline_engine=deepspeed (Megatron-DeepSpeed's pipeline with optimizer: deepspeed and pp > 1 runs "
+        "DeepSpeed's PipelineEngine)");
+  }
+  if (training) {
+    training->pipeline_engine_given = given;
+    training->interleaved_at = interleaved_at;
+  }
+  if (interleaved_at && mg.pipeline_engine == MegatronSpec::PipelineEngine::kDeepSpeed) {
+    ctx.error(*interleaved_at, node.child_path("schedule"), interleaved_under_deepspeed());
+  }
+}
+
 // Step 3 of read_megatron: the schedule (and the interleaved schedule's virtual stages),
 // sequence parallelism, the ZeRO stage, the optimizer and its gradient accumulation dtype, the
 // collective options and which ranks and micro-batches are simulated.
 void read_megatron_options(const Node& node, MapReader& r, std::vector<std::string>& defaults_applied,
-                           MegatronSpec& mg) {
+                           TrainingFromStrategy* training, MegatronSpec& mg) {
   auto& ctx = node.context();
   (void)megatron_default(r, "schedule", defaults_applied);
   const auto schedule = r.choice("schedule", {"1f1b", "interleaved"}, defaults::text("megatron.schedule"));
+  std::optional<sim::config::Location> interleaved_at;
   if (schedule.valid && schedule.value == "interleaved") {
+    interleaved_at = schedule.loc;
     const auto v = r.required<int>("virtual_stages");
     if (v.valid && v.value < 2) {
       ctx.error(v.loc, node.child_path("virtual_stages"),
@@ -202,6 +234,7 @@ void read_megatron_options(const Node& node, MapReader& r, std::vector<std::stri
   const auto optimizer = r.choice("optimizer", {"megatron", "deepspeed"}, "megatron");
   if (optimizer.valid && optimizer.value == "deepspeed") mg.optimizer = MegatronSpec::Optimizer::kDeepSpeed;
   check_megatron_fsdp(node, zero, mg);
+  read_pipeline_engine(node, r, defaults_applied, interleaved_at, training, mg);
   if (r.has("grad_accum_dtype")) {
     const auto accum = r.choice("grad_accum_dtype", {"fp32", "bf16"});
     if (accum.valid) mg.fp32_grad_accum = accum.value == "fp32";
@@ -257,7 +290,7 @@ std::optional<StrategySpec> read_megatron(const Node& node, MapReader& r, const 
   std::vector<std::string>& defaults_applied = training ? training->defaults : unused_defaults;
   const bool tp_ok = read_megatron_degrees(node, r, training, defaults_applied, mg);
   read_pipeline_split(node, r, training, mg);
-  read_megatron_options(node, r, defaults_applied, mg);
+  read_megatron_options(node, r, defaults_applied, training, mg);
   place_megatron_ranks(node, r, topology, tp_ok, errors_before, mg);
   if (ctx.error_count() != errors_before) return std::nullopt;
   return StrategySpec{mg};

@@ -26,6 +26,10 @@ struct TrainingFromStrategy {
   bool collective = false;            // kind: collective, which has no model or training (even when invalid)
   sim::config::Location kind_at;      // strategy.kind
   std::vector<std::string> defaults;  // strategy keys left out that took a default (key=value, whose)
+  // megatron: strategy.pipeline_engine written, and where the interleaved schedule was asked for
+  // (resolve_pipeline_engine in load.cpp, once training.framework is known).
+  bool pipeline_engine_given = false;
+  std::optional<sim::config::Location> interleaved_at;
   // In: the model when it was read before the strategy, so that a tp it cannot split over is
   // reported at tp (by its heads and widths), not as the rank count it makes.
   const ModelSpec* model = nullptr;

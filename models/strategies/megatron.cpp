@@ -59,6 +59,7 @@
 #include "models/collectives/communicator.hpp"
 #include "models/placement/state_placement.hpp"
 #include "models/strategies/context_parallel.hpp"
+#include "models/strategies/deepspeed_pipeline.hpp"
 #include "models/strategies/layer_kernels.hpp"
 #include "models/strategies/phases/layer_compute.hpp"
 #include "models/strategies/phases/operation_replay.hpp"
@@ -372,13 +373,8 @@ void add_pipeline_approximations(BuiltIteration& out, const MegatronSpec& spec, 
   if (policy.accumulates_whole_gradients()) {
     out.approximations.emplace_back(fsdp_under_pipeline_approximation());
   }
-  if (spec.optimizer == MegatronSpec::Optimizer::kDeepSpeed && spec.pp > 1) {
-    out.approximations.insert(
-        out.approximations.begin(),
-        "largest uncertainty of Megatron-DeepSpeed's pipeline, not measured: DeepSpeed's pipeline engine "
-        "(runtime/pipe/engine.py: its instruction loop, blocking point-to-point with shape metadata, DeepSpeed's "
-        "activation checkpointing) is costed as Megatron's 1F1B schedule; no measurement of the engine's "
-        "per-micro-batch costs is in our sources");
+  if (spec.pipeline_engine == MegatronSpec::PipelineEngine::kDeepSpeed && spec.pp > 1) {
+    out.approximations.insert(out.approximations.begin(), deepspeed_pipeline_approximation());
   }
 }
 
@@ -477,8 +473,9 @@ class MegatronBuilder {
     finish();
     return std::move(out);
   }
+  virtual ~MegatronBuilder() = default;
 
- private:
+ protected:  // (DeepSpeedPipelineBuilder runs its own schedule over these)
   const IterationInputs& in;
   const MegatronSpec& spec;
   BuiltIteration out;
@@ -601,7 +598,7 @@ class MegatronBuilder {
   }
 
   // One TP group's schedule; previous: each member's last task.
-  void run_group(int first, const std::vector<int>& members, const std::vector<TaskId>& ready) {
+  virtual void run_group(int first, const std::vector<int>& members, const std::vector<TaskId>& ready) {
     const int stage = rank_state[members.front()].stage;
     const std::vector<Op> ops = schedule(pp, stage, v, micro_batches);
     std::vector<TaskId> previous(members.size());
@@ -774,7 +771,7 @@ class MegatronBuilder {
 
   // Point-to-point: each operation's input comes from the same TP rank of the neighbouring virtual
   // stage (forward: the previous one's activations; backward: the next one's gradients).
-  void point_to_point() {
+  virtual void point_to_point() {
     for (int s = 0; s < sims; ++s) {
       const RankState& rs = rank_state[s];
       const int replica = rs.rank / (tp * cp * pp);
@@ -824,9 +821,76 @@ class MegatronBuilder {
   }
 };
 
+// Megatron-DeepSpeed's pipeline run by DeepSpeed's PipelineEngine (deepspeed_pipeline.hpp):
+// Megatron's layers, states and data-parallel step, TrainSchedule's order and its blocking
+// transfers, and with tp > 1 the TP all-gathers of the partitioned pipeline tensors.
+class DeepSpeedPipelineBuilder final : public MegatronBuilder {
+ public:
+  using MegatronBuilder::MegatronBuilder;
+
+ private:
+  BlockingPointToPoint blocking{g};
+
+  void run_group(int first, const std::vector<int>& members, const std::vector<TaskId>& ready) override {
+    TrainScheduleRun run{pp, rank_state[members.front()].stage, micro_batches, {}, {}, {}};
+    for (const int s : members) run.members.push_back({rank_state[s].rank, timeline.slot(s).prefix, ready[s]});
+    run.compute = [&](const PipeInstruction& ins, std::vector<TaskId> at) {
+      if (tp > 1) {
+        at = gather_partitioned(tp_comms.at(first), fmt::format("tp{}", first), run.stages, run.stage, ins,
+                                activation_elements, tp_plan, std::move(at));
+      }
+      return run_operation(first, members, run.stage, Op{ins.forward(), 0, ins.micro_batch}, at);
+    };
+    run.peer = [&](std::size_t i, int peer_stage) {
+      const RankState& rs = rank_state[members[i]];
+      return rank_of(spec, rs.t, rs.c, peer_stage, rs.rank / (tp * cp * pp));
+    };
+    // The rank's last instruction may be a send: its data-parallel step waits for it.
+    const std::vector<TaskId> last = run_train_schedule(run, blocking);
+    for (std::size_t i = 0; i < members.size(); ++i) last_op[members[i]] = last[i];
+  }
+
+  void point_to_point() override {
+    blocking.connect(
+        [&](const BlockingPointToPoint::Message& msg) {
+          return TransferTask{p2p_route(out.machine, in.topology, out.devices, layout.class_size, msg.from, msg.to),
+                              p2p_bytes,
+                              TimePs{0},
+                              {},
+                              {}};
+        },
+        phase::kCommunication);
+    reduce_tied_grads();
+  }
+
+  // ReduceTiedGrads (deepspeed_pipeline.hpp) with tied embeddings: the word embedding's gradient
+  // (V / tp x h per TP rank, in the gradients' dtype) between each first-stage rank and its
+  // last-stage counterpart.
+  void reduce_tied_grads() {
+    if (!m.tied_embeddings) return;
+    std::vector<TiedPair> pairs;
+    for (int a = 0; a < sims; ++a) {
+      const RankState& ra = rank_state[a];
+      const auto found = sim_of_rank.find(rank_of(spec, ra.t, ra.c, pp - 1, ra.rank / (tp * cp * pp)));
+      if (ra.stage == 0 && found != sim_of_rank.end()) pairs.push_back({a, found->second});
+    }
+    const Bytes bytes{(m.vocab + tp - 1) / tp * m.hidden * (policy.fp32_gradients() ? kFp32Bytes : kBf16Bytes)};
+    all_reduce_tied_gradients(
+        timeline, pairs, bytes,
+        [&](int from, int to) {
+          return p2p_route(out.machine, in.topology, out.devices, layout.class_size, timeline.slot(from).rank,
+                           timeline.slot(to).rank);
+        },
+        last_op);
+  }
+};
+
 }  // namespace
 
 BuiltIteration build_megatron(const IterationInputs& in, const MegatronSpec& spec) {
+  if (spec.pipeline_engine == MegatronSpec::PipelineEngine::kDeepSpeed && spec.pp > 1) {
+    return DeepSpeedPipelineBuilder(in, spec).build();
+  }
   return MegatronBuilder(in, spec).build();
 }
 

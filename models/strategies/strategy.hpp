@@ -120,6 +120,13 @@ struct MegatronSpec {
   // --grad-reduce-in-bf16) and DeepSpeed's by stage.
   enum class Optimizer { kMegatron, kDeepSpeed };
   Optimizer optimizer = Optimizer::kMegatron;
+  // The pipeline schedule's engine: Megatron's own (schedules.py: 1F1B or interleaved, transfers
+  // as data dependencies) or DeepSpeed's PipelineEngine (Megatron-DeepSpeed with --deepspeed and
+  // pp > 1; models/strategies/deepspeed_pipeline.hpp: TrainSchedule with blocking send/recv).
+  // The readers resolve the default (DeepSpeed's with optimizer: deepspeed or training.framework:
+  // deepspeed-megatron and pp > 1) and refuse the interleaved schedule under DeepSpeed's.
+  enum class PipelineEngine { kMegatron, kDeepSpeed };
+  PipelineEngine pipeline_engine = PipelineEngine::kMegatron;
   std::optional<bool> fp32_grad_accum;
   // Megatron-Core's DistributedDataParallelConfig (phases/pipeline_data_parallel.hpp,
   // OverlappedDataParallel): the gradients reduced in buckets of bucket_size elements as the last

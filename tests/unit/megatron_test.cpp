@@ -424,8 +424,9 @@ namespace offsim::models {
 namespace {
 
 TEST(Megatron, DeepSpeedsPipelineEngineIsNamedFirstAsUnmeasured) {
-  // Megatron-DeepSpeed with PP > 1 runs DeepSpeed's pipeline engine, costed as Megatron's 1F1B:
-  // the report's first approximation says so. Megatron's own optimizer, or no pipeline, does not.
+  // Megatron-DeepSpeed with PP > 1 runs DeepSpeed's pipeline engine (deepspeed_pipeline.hpp), whose
+  // per-micro-batch host costs no source measures: the report's first approximation says so.
+  // Megatron's own optimizer, or no pipeline, does not.
   const auto notes = [](const std::string& name, int pp, const std::string& optimizer) {
     return run_experiment(load_experiment(experiment(name, megatron(pp, "  schedule: 1f1b\n" + optimizer), 4), {}))
         .approximations;
