@@ -679,9 +679,14 @@ const CollectiveFit& MeasuredCosts::collective(const std::string& name, int rank
 
 namespace {
 
-// log-linear interpolation of a measured (bytes, busbw) curve at `bytes`, clamped at its ends.
+// log-linear interpolation of a measured (bytes, busbw) curve at `bytes`. Above the largest
+// measured buffer the bus bandwidth is held (the ring's bandwidth-bound limit). Below the smallest
+// one the *time* is held: a buffer that small is latency-bound, so it takes at least what the
+// smallest measured buffer took, t(b) = t(b0) for b < b0, i.e. busbw(b) = busbw(b0) x b / b0
+// (holding the bus bandwidth instead would let the time fall to zero with the buffer).
 double interpolate_by_size(const std::vector<std::pair<double, double>>& curve, double bytes) {
-  if (bytes <= curve.front().first) return curve.front().second;
+  if (bytes <= 0.0) return curve.front().second;
+  if (bytes <= curve.front().first) return curve.front().second * bytes / curve.front().first;
   if (bytes >= curve.back().first) return curve.back().second;
   const auto hi = std::lower_bound(curve.begin(), curve.end(), bytes,
                                    [](const std::pair<double, double>& p, double b) { return p.first < b; });

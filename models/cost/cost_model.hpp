@@ -202,7 +202,9 @@ struct MeasuredCosts {
   /// The measured bus bandwidth of `collective` over `ranks` ranks for a buffer of `bytes`, when
   /// the table has measured points: interpolated at the same bytes per rank (where the software
   /// changes protocol) between the nearest measured group sizes, log-linear in size and in ranks,
-  /// clamped at the ends of the measured range. nullopt without measured points.
+  /// held at the largest measured buffer's bus bandwidth above the measured range and at the
+  /// smallest measured buffer's time below it (a latency-bound floor). nullopt without measured
+  /// points.
   /// Groups within one node and across nodes are never mixed when the table records `nodes`.
   [[nodiscard]] std::optional<sim::Bandwidth> measured_bus_bandwidth(const std::string& collective, int ranks,
                                                                      double bytes, bool spans_nodes) const;

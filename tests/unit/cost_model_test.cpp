@@ -27,6 +27,30 @@ GemmShape cube(std::int64_t n) {
   return {"g", n, n, n, 1};
 }
 
+// A measured collective curve below its smallest buffer is latency-bound: the time is held, not
+// the bus bandwidth. One measured group, g0 = 8 ranks over 2 nodes, points (b0 = 1 KiB, 0.1 GB/s)
+// and (1 GiB, 36 GB/s); a ring over g ranks takes t = (g - 1) / g x S / busbw.
+//   t8(b0) = 7/8 x 1024 / 0.1e9 = 8.96 us; per ring step t8(b0) / 7 = 1.28 us.
+//   g = 8, S = 256 B < b0:  busbw = 0.1e9 x 256 / 1024 = 0.025e9, t = 7/8 x 256 / 0.025e9 = 8.96 us
+//     (held at t8(b0); holding the bus bandwidth would give 2.24 us, falling to zero with S).
+//   g = 1024, S = 16 KiB, 16 B per rank, i.e. 128 B at 8 ranks (< b0): busbw = 0.1e9 x 128 / 1024
+//     = 0.0125e9, t = 1023/1024 x 16384 / 0.0125e9 = 1309.44 us = 1023 steps x 1.28 us.
+//   above the largest buffer the bus bandwidth is held: 4 GiB at 8 ranks runs at 36 GB/s.
+TEST(CostModel, MeasuredCollectiveHoldsItsSmallestBufferTimeBelowTheMeasuredRange) {
+  MeasuredCosts m;
+  m.collectives["all_gather"] = {{8, 2, sim::TimePs{0}, sim::Bandwidth{36e9}, {{1024.0, 0.1e9}, {1073741824.0, 36e9}}}};
+  const auto ring_time_us = [&](int g, double bytes) {
+    const auto bw = m.measured_bus_bandwidth("all_gather", g, bytes, true);
+    EXPECT_TRUE(bw.has_value());
+    return (g - 1.0) / g * bytes / bw->bytes_per_s * 1e6;
+  };
+  EXPECT_NEAR(ring_time_us(8, 1024.0), 8.96, 1e-9);
+  EXPECT_NEAR(ring_time_us(8, 256.0), 8.96, 1e-9);
+  EXPECT_NEAR(ring_time_us(8, 1.0), 8.96, 1e-9);
+  EXPECT_NEAR(ring_time_us(1024, 16384.0), 1309.44, 1e-6);
+  EXPECT_NEAR(m.measured_bus_bandwidth("all_gather", 8, 4294967296.0, true)->bytes_per_s, 36e9, 1e-3);
+}
+
 TEST(CostModel, InterpolatesGemmEfficiencyInLogSize) {
   // 4096^3 lies 6/9 of the way from 1024^3 (2^30) to 8192^3 (2^39) in log2(m n k):
   //   efficiency = 0.5 + (6/9)(0.8 - 0.5) = 0.7;  t = 2 x 4096^3 / (0.7 x 100 TFLOP/s)
