@@ -260,10 +260,66 @@ void FlowNetwork::reshare_changed() {
       for (const auto c : flow.accounted) reach(c.index);
     }
   }
-  // The same orders as a reshare of the whole network: constraints and flows by ascending id.
-  std::sort(touched_.begin(), touched_.end());
-  std::sort(component_.begin(), component_.end());
+  // A flow alone in its component (one that moves alone on its links), or none (flows that left
+  // links nobody else uses), needs no progressive filling.
+  if (component_.size() <= 1) {
+    fill_alone();
+  } else {
+    // The same orders as a reshare of the whole network: constraints and flows by ascending id.
+    std::sort(touched_.begin(), touched_.end());
+    std::sort(component_.begin(), component_.end());
+    fill_component();
+  }
 
+  // A flow whose rate changed is stepped to now at its old rate, and its finish worked out again
+  // from the bytes it has left; the others keep theirs.
+  const TimePs now = sim_.now();
+  for (const auto id : component_) {
+    Flow& flow = flows_[id];
+    if (!(flow.share > 0.0)) {
+      throw SimulationError(
+          fmt::format("flow {} has no bandwidth: every constraint on its route is saturated by zero capacity", id));
+    }
+    if (flow.share == flow.rate) continue;
+    step(flow);
+    flow.rate = flow.share;
+    flow.finish = now + duration_of(flow.remaining_bytes, flow.rate);
+    ++flow.version;
+    pending_.push_back(Pending{flow.finish, id, flow.version});
+    std::push_heap(pending_.begin(), pending_.end(), Pending::Later{});
+  }
+  // Aggregate rates per constraint, for statistics and timelines: each flow's rate added once per
+  // listing, flows by ascending id (the order of a whole-network sum).
+  for (const auto index : touched_) {
+    Constraint& c = constraints_[index];
+    double sum = 0.0;
+    for (const auto id : c.users) sum += flows_[id].rate;
+    c.shared_rate = sum;
+    set_current_rate(index, c.shared_rate + c.fixed_rate);
+  }
+}
+
+void FlowNetwork::fill_alone() {
+  // Progressive filling with one flow takes one step: the lowest of its bound and its
+  // constraints' fair shares (capacity over the times its route lists them), compared as
+  // fill_component() compares them, so the rate is the same double.
+  if (component_.empty()) return;
+  Flow& flow = flows_[component_.front()];
+  double constraint_level = std::numeric_limits<double>::infinity();
+  for (const auto c : flow.spec.route) {
+    const Constraint& con = constraints_[c.index];
+    const auto unfixed = static_cast<std::uint32_t>(con.flows.size());
+    constraint_level = std::min(constraint_level, con.capacity / unfixed);
+  }
+  const double bound_level =
+      flow.spec.rate_bound ? flow.spec.rate_bound->bytes_per_s : std::numeric_limits<double>::infinity();
+  if (!std::isfinite(constraint_level) && !std::isfinite(bound_level)) {
+    throw SimulationError("progressive filling made no progress (a flow with neither route nor bound)");
+  }
+  flow.share = bound_level <= constraint_level * (1.0 + kShareTieTolerance) ? bound_level : constraint_level;
+}
+
+void FlowNetwork::fill_component() {
   // Progressive filling driven by a min-heap of constraint fair shares (remaining / unfixed) and
   // the bounded flows sorted by bound: each step saturates the constraint with the smallest share,
   // or fixes the flow with the smallest bound, whichever level is lower. Cost
@@ -339,32 +395,6 @@ void FlowNetwork::reshare_changed() {
       fix(id, constraint_level);
       --unfixed_flows;
     }
-  }
-  // A flow whose rate changed is stepped to now at its old rate, and its finish worked out again
-  // from the bytes it has left; the others keep theirs.
-  const TimePs now = sim_.now();
-  for (const auto id : component_) {
-    Flow& flow = flows_[id];
-    if (!(flow.share > 0.0)) {
-      throw SimulationError(
-          fmt::format("flow {} has no bandwidth: every constraint on its route is saturated by zero capacity", id));
-    }
-    if (flow.share == flow.rate) continue;
-    step(flow);
-    flow.rate = flow.share;
-    flow.finish = now + duration_of(flow.remaining_bytes, flow.rate);
-    ++flow.version;
-    pending_.push_back(Pending{flow.finish, id, flow.version});
-    std::push_heap(pending_.begin(), pending_.end(), Pending::Later{});
-  }
-  // Aggregate rates per constraint, for statistics and timelines: each flow's rate added once per
-  // listing, flows by ascending id (the order of a whole-network sum).
-  for (const auto index : touched_) {
-    Constraint& c = constraints_[index];
-    double sum = 0.0;
-    for (const auto id : c.users) sum += flows_[id].rate;
-    c.shared_rate = sum;
-    set_current_rate(index, c.shared_rate + c.fixed_rate);
   }
 }
 

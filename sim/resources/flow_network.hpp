@@ -194,6 +194,10 @@ class FlowNetwork {
   void mark_changed(const Flow& flow);
   // Recomputes the rates of the components that hold a changed constraint.
   void reshare_changed();
+  // The new rates (Flow::share) of the component's flows: progressive filling, or its one step
+  // when the component holds one flow or none.
+  void fill_component();
+  void fill_alone();
   void invalidate();
   void flush();
   void schedule_next_completion();
