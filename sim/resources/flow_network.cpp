@@ -25,7 +25,6 @@ ConstraintId FlowNetwork::add_constraint(std::string name, Bandwidth capacity) {
   c.name = std::move(name);
   c.capacity = capacity.bytes_per_s;
   constraints_.push_back(std::move(c));
-  in_use_at_.push_back(kNotInUse);
   return ConstraintId{static_cast<std::uint32_t>(constraints_.size() - 1)};
 }
 
@@ -73,10 +72,20 @@ FlowId FlowNetwork::start_flow(FlowSpec spec, Completion on_complete, std::vecto
 }
 
 void FlowNetwork::activate(FlowId f) {
-  advance_to(sim_.now());
-  active_.insert(std::upper_bound(active_.begin(), active_.end(), f.index), f.index);
+  Flow& flow = flows_[f.index];
+  flow.t0 = sim_.now();
+  flow.rate = 0.0;
+  flow.active_at = static_cast<std::uint32_t>(active_.size());
+  active_.push_back(f.index);
   link_flow(f.index);
   invalidate();
+}
+
+void FlowNetwork::remove_active(Flow& flow) {
+  const std::uint32_t at = flow.active_at;
+  active_[at] = active_.back();
+  flows_[active_[at]].active_at = at;
+  active_.pop_back();
 }
 
 namespace {
@@ -115,7 +124,6 @@ void FlowNetwork::mark_changed(const Flow& flow) {
 }
 
 void FlowNetwork::start_fixed(FlowId f) {
-  advance_to(sim_.now());
   Flow& flow = flows_[f.index];
   flow.rate = flow.spec.rate_bound->bytes_per_s;
   flow.finish = sim_.now() + duration_of(flow.remaining_bytes, flow.rate);
@@ -124,7 +132,6 @@ void FlowNetwork::start_fixed(FlowId f) {
 }
 
 void FlowNetwork::finish_fixed(FlowId f) {
-  advance_to(sim_.now());
   Flow& flow = flows_[f.index];
   // Its constraints were credited its rate over its duration, which rounds up to whole
   // picoseconds: the remainder (a fraction of a picosecond's worth) makes their bytes exact.
@@ -146,6 +153,7 @@ void FlowNetwork::add_fixed_rate(const std::vector<ConstraintId>& accounted, dou
   // sorted, so that is once per constraint).
   for_each_run(accounted, [&](std::uint32_t index, std::uint32_t times) {
     Constraint& con = constraints_[index];
+    credit(con);
     if (starting) {
       con.fixed_flows += times;
       con.fixed_rate += times * rate;
@@ -157,23 +165,39 @@ void FlowNetwork::add_fixed_rate(const std::vector<ConstraintId>& accounted, dou
   });
 }
 
-void FlowNetwork::set_in_use(std::uint32_t index, bool in_use) {
-  if (in_use == (in_use_at_[index] != kNotInUse)) return;
-  if (in_use) {
-    in_use_at_[index] = static_cast<std::uint32_t>(in_use_.size());
-    in_use_.push_back(index);
-    return;
+void FlowNetwork::credit(Constraint& c) {
+  // Statistics count the rates that held over [since, now): transient rates seen while several
+  // flows join at one instant last no time and are not peaks. Fixed-rate flows are credited by
+  // their aggregate rate (their completion events end them exactly on time).
+  const TimePs now = sim_.now();
+  const TimePs dt = now - c.since;
+  if (dt.ps > 0 && c.current_rate > 0.0) {
+    c.stats.busy_time += dt;
+    c.stats.bytes_carried += c.fixed_rate * dt.seconds();
+    c.stats.peak_bytes_per_s = std::max(c.stats.peak_bytes_per_s, c.current_rate);
   }
-  const std::uint32_t at = in_use_at_[index];
-  in_use_[at] = in_use_.back();
-  in_use_at_[in_use_[at]] = at;
-  in_use_.pop_back();
-  in_use_at_[index] = kNotInUse;
+  c.since = now;
+}
+
+void FlowNetwork::step(Flow& flow) {
+  const TimePs dt = sim_.now() - flow.t0;
+  flow.t0 = sim_.now();
+  if (dt.ps <= 0) return;
+  const double dt_s = dt.seconds();
+  const double moved = std::min(flow.remaining_bytes, flow.rate * dt_s);
+  flow.remaining_bytes = std::max(0.0, flow.remaining_bytes - flow.rate * dt_s);
+  for (const auto c : flow.spec.route) constraints_[c.index].stats.bytes_carried += moved;
+  for (const auto c : flow.accounted) constraints_[c.index].stats.bytes_carried += moved;
+}
+
+void FlowNetwork::sync_stats() {
+  for (const auto id : active_) step(flows_[id]);
+  for (auto& c : constraints_) credit(c);
 }
 
 void FlowNetwork::set_current_rate(std::uint32_t index, double rate) {
   Constraint& c = constraints_[index];
-  set_in_use(index, rate > 0.0);
+  credit(c);
   if (record_timelines_ && (c.stats.timeline.empty() || c.stats.timeline.back().bytes_per_s != rate)) {
     if (!c.stats.timeline.empty() && c.stats.timeline.back().time == sim_.now()) {
       c.stats.timeline.back().bytes_per_s = rate;
@@ -203,33 +227,6 @@ void FlowNetwork::flush() {
 double FlowNetwork::rate(FlowId f) {
   if (rates_stale_) reshare_changed();
   return flows_[f.index].rate;
-}
-
-void FlowNetwork::advance_to(TimePs now) {
-  const TimePs dt = now - last_update_;
-  if (dt.ps > 0 && !active_.empty()) {
-    const double dt_s = dt.seconds();
-    for (const auto id : active_) {
-      Flow& flow = flows_[id];
-      const double moved = std::min(flow.remaining_bytes, flow.rate * dt_s);
-      flow.remaining_bytes = std::max(0.0, flow.remaining_bytes - flow.rate * dt_s);
-      for (const auto c : flow.spec.route) constraints_[c.index].stats.bytes_carried += moved;
-      for (const auto c : flow.accounted) constraints_[c.index].stats.bytes_carried += moved;
-    }
-  }
-  if (dt.ps > 0) {
-    // Statistics count the rates that held over [last_update_, now): transient rates seen while
-    // several flows join at one instant last no time and are not peaks. Fixed-rate flows are
-    // credited by their aggregate rate (their completion events end them exactly on time).
-    const double dt_s = dt.seconds();
-    for (const auto index : in_use_) {
-      Constraint& c = constraints_[index];
-      c.stats.busy_time += dt;
-      c.stats.bytes_carried += c.fixed_rate * dt_s;
-      c.stats.peak_bytes_per_s = std::max(c.stats.peak_bytes_per_s, c.current_rate);
-    }
-  }
-  last_update_ = now;
 }
 
 void FlowNetwork::reshare() {
@@ -263,10 +260,66 @@ void FlowNetwork::reshare_changed() {
       for (const auto c : flow.accounted) reach(c.index);
     }
   }
-  // The same orders as a reshare of the whole network: constraints and flows by ascending id.
-  std::sort(touched_.begin(), touched_.end());
-  std::sort(component_.begin(), component_.end());
+  // A flow alone in its component (one that moves alone on its links), or none (flows that left
+  // links nobody else uses), needs no progressive filling.
+  if (component_.size() <= 1) {
+    fill_alone();
+  } else {
+    // The same orders as a reshare of the whole network: constraints and flows by ascending id.
+    std::sort(touched_.begin(), touched_.end());
+    std::sort(component_.begin(), component_.end());
+    fill_component();
+  }
 
+  // A flow whose rate changed is stepped to now at its old rate, and its finish worked out again
+  // from the bytes it has left; the others keep theirs.
+  const TimePs now = sim_.now();
+  for (const auto id : component_) {
+    Flow& flow = flows_[id];
+    if (!(flow.share > 0.0)) {
+      throw SimulationError(
+          fmt::format("flow {} has no bandwidth: every constraint on its route is saturated by zero capacity", id));
+    }
+    if (flow.share == flow.rate) continue;
+    step(flow);
+    flow.rate = flow.share;
+    flow.finish = now + duration_of(flow.remaining_bytes, flow.rate);
+    ++flow.version;
+    pending_.push_back(Pending{flow.finish, id, flow.version});
+    std::push_heap(pending_.begin(), pending_.end(), Pending::Later{});
+  }
+  // Aggregate rates per constraint, for statistics and timelines: each flow's rate added once per
+  // listing, flows by ascending id (the order of a whole-network sum).
+  for (const auto index : touched_) {
+    Constraint& c = constraints_[index];
+    double sum = 0.0;
+    for (const auto id : c.users) sum += flows_[id].rate;
+    c.shared_rate = sum;
+    set_current_rate(index, c.shared_rate + c.fixed_rate);
+  }
+}
+
+void FlowNetwork::fill_alone() {
+  // Progressive filling with one flow takes one step: the lowest of its bound and its
+  // constraints' fair shares (capacity over the times its route lists them), compared as
+  // fill_component() compares them, so the rate is the same double.
+  if (component_.empty()) return;
+  Flow& flow = flows_[component_.front()];
+  double constraint_level = std::numeric_limits<double>::infinity();
+  for (const auto c : flow.spec.route) {
+    const Constraint& con = constraints_[c.index];
+    const auto unfixed = static_cast<std::uint32_t>(con.flows.size());
+    constraint_level = std::min(constraint_level, con.capacity / unfixed);
+  }
+  const double bound_level =
+      flow.spec.rate_bound ? flow.spec.rate_bound->bytes_per_s : std::numeric_limits<double>::infinity();
+  if (!std::isfinite(constraint_level) && !std::isfinite(bound_level)) {
+    throw SimulationError("progressive filling made no progress (a flow with neither route nor bound)");
+  }
+  flow.share = bound_level <= constraint_level * (1.0 + kShareTieTolerance) ? bound_level : constraint_level;
+}
+
+void FlowNetwork::fill_component() {
   // Progressive filling driven by a min-heap of constraint fair shares (remaining / unfixed) and
   // the bounded flows sorted by bound: each step saturates the constraint with the smallest share,
   // or fixes the flow with the smallest bound, whichever level is lower. Cost
@@ -282,7 +335,7 @@ void FlowNetwork::reshare_changed() {
   for (const auto id : component_) {
     Flow& flow = flows_[id];
     flow.fixed = false;
-    flow.rate = 0.0;
+    flow.share = 0.0;
     if (flow.spec.rate_bound) bounded_.push_back(id);
   }
   std::stable_sort(bounded_.begin(), bounded_.end(), [this](std::uint32_t a, std::uint32_t b) {
@@ -301,7 +354,7 @@ void FlowNetwork::reshare_changed() {
   const auto fix = [this, &push_share](std::uint32_t id, double rate) {
     Flow& flow = flows_[id];
     flow.fixed = true;
-    flow.rate = rate;
+    flow.share = rate;
     for (const auto c : flow.spec.route) {
       Constraint& con = constraints_[c.index];
       con.remaining = std::max(0.0, con.remaining - rate);
@@ -343,44 +396,41 @@ void FlowNetwork::reshare_changed() {
       --unfixed_flows;
     }
   }
-  // Aggregate rates per constraint, for statistics and timelines: each flow's rate added once per
-  // listing, flows by ascending id (the order of a whole-network sum).
-  for (const auto index : touched_) {
-    Constraint& c = constraints_[index];
-    double sum = 0.0;
-    for (const auto id : c.users) sum += flows_[id].rate;
-    c.shared_rate = sum;
-    set_current_rate(index, c.shared_rate + c.fixed_rate);
-  }
 }
 
 void FlowNetwork::schedule_next_completion() {
-  if (active_.empty()) return;
-  TimePs next = TimePs::max();
-  for (const auto id : active_) {
-    Flow& flow = flows_[id];
-    if (!(flow.rate > 0.0)) {
-      throw SimulationError(
-          fmt::format("flow {} has no bandwidth: every constraint on its route is saturated by zero capacity", id));
-    }
-    flow.finish = sim_.now() + duration_of(flow.remaining_bytes, flow.rate);
-    next = std::min(next, flow.finish);
+  // Drop the entries of flows whose finish moved since (a later entry holds the new one).
+  while (!pending_.empty() && pending_.front().version != flows_[pending_.front().id].version) {
+    std::pop_heap(pending_.begin(), pending_.end(), Pending::Later{});
+    pending_.pop_back();
   }
+  if (pending_.empty()) return;
   const std::uint64_t generation = generation_;
-  sim_.schedule_at(next, EventPhase::kCompletion, [this, generation] { on_completion_event(generation); });
+  sim_.schedule_at(pending_.front().finish, EventPhase::kCompletion,
+                   [this, generation] { on_completion_event(generation); });
 }
 
 void FlowNetwork::on_completion_event(std::uint64_t generation) {
   if (generation != generation_) return;  // superseded by a later change
-  advance_to(sim_.now());
+  const TimePs now = sim_.now();
+  ended_.clear();
+  while (!pending_.empty() && pending_.front().finish <= now) {
+    const Pending p = pending_.front();
+    std::pop_heap(pending_.begin(), pending_.end(), Pending::Later{});
+    pending_.pop_back();
+    Flow& flow = flows_[p.id];
+    if (p.version != flow.version) continue;
+    ++flow.version;  // no entry of it is current any more
+    step(flow);
+    flow.remaining_bytes = 0.0;
+    flow.rate = 0.0;
+    remove_active(flow);
+    ended_.push_back(p.id);
+  }
+  // Flows that end at one instant leave, and then complete, by ascending id.
+  std::sort(ended_.begin(), ended_.end());
   std::vector<std::uint32_t> finished;
-  std::erase_if(active_, [&](std::uint32_t id) {
-    if (flows_[id].finish > sim_.now()) return false;
-    flows_[id].remaining_bytes = 0.0;
-    flows_[id].rate = 0.0;
-    finished.push_back(id);
-    return true;
-  });
+  finished.swap(ended_);
   for (const auto id : finished) unlink_flow(id);
   invalidate();
   for (const auto id : finished) {
@@ -392,6 +442,8 @@ void FlowNetwork::on_completion_event(std::uint64_t generation) {
     auto done = std::move(flow.on_complete);
     if (done) done();
   }
+  finished.clear();
+  if (ended_.capacity() < finished.capacity()) ended_.swap(finished);
 }
 
 }  // namespace offsim::sim

@@ -18,6 +18,14 @@
 // once per instant at which flows join or leave; between such instants every rate is constant,
 // so the next completion time is exact up to the 1 ps rounding rule of units.hpp.
 //
+// Flows are advanced lazily: a moving flow keeps (its bytes left at t0, t0, its rate, its finish)
+// and is stepped to now only when a reshare gives it a different rate; then its finish is worked
+// out again from the bytes left. A flow whose rate a change leaves alone keeps its finish, and a
+// fixed-rate flow's start or end touches no shared flow. Constraints credit their busy time, peak
+// and fixed-rate bytes when their aggregate rate changes (and at sync_stats()); a shared flow's
+// bytes are credited to its constraints when it is stepped and when it ends. Completions come
+// from a min-heap of (finish, flow): no per-change scan of the moving flows.
+//
 // Only the connected component of the flows and constraints that a change touches is recomputed
 // (flows joined when they share a constraint, on their routes or in their accounting): a flow's
 // max-min rate depends on its component alone, and progressive filling restricted to a component
@@ -96,7 +104,7 @@ class FlowNetwork {
   [[nodiscard]] double rate(FlowId f);
   [[nodiscard]] std::size_t active_flow_count() const { return active_.size(); }
   /// Brings the byte and busy-time counters up to now(); call before reading stats at the end.
-  void sync_stats() { advance_to(sim_.now()); }
+  void sync_stats();
 
   /// Recomputes the max-min fair rates of every active flow. Public so that benchmarks can time
   /// one whole reshare; the simulation itself recomputes only the components that changed.
@@ -111,6 +119,7 @@ class FlowNetwork {
     double shared_rate = 0.0;   // the part of it from shared flows, as the last reshare left it
     double fixed_rate = 0.0;    // the part of it from fixed-rate flows accounted on it
     std::uint32_t fixed_flows = 0;
+    TimePs since{0};  // its statistics are credited up to this time
     // Active flows crossing it, one entry per time a route lists it, ascending ids.
     std::vector<std::uint32_t> flows;
     // Active flows crossing it or accounted on it, one entry per listing, ascending ids.
@@ -136,11 +145,26 @@ class FlowNetwork {
     FlowSpec spec;
     std::vector<ConstraintId> accounted;
     Completion on_complete;
-    double remaining_bytes = 0.0;
-    double rate = 0.0;
+    double remaining_bytes = 0.0;  // at t0
+    double rate = 0.0;             // since t0
+    double share = 0.0;            // scratch space of reshare(): the new rate
+    TimePs t0{0};
     TimePs finish{0};
-    std::uint32_t seen = 0;  // == search_epoch_: in the component being reshared
+    std::uint32_t seen = 0;       // == search_epoch_: in the component being reshared
+    std::uint32_t version = 0;    // of its entry in the completion heap
+    std::uint32_t active_at = 0;  // its place in active_ while it moves
     bool fixed = false;
+  };
+  // A shared flow's finish, in the completion heap (stale when the flow's version moved on).
+  struct Pending {
+    TimePs finish;
+    std::uint32_t id;
+    std::uint32_t version;
+    struct Later {
+      bool operator()(const Pending& a, const Pending& b) const {
+        return a.finish != b.finish ? a.finish > b.finish : a.id > b.id;
+      }
+    };
   };
 
   void activate(FlowId f);
@@ -150,6 +174,10 @@ class FlowNetwork {
   void finish_fixed(FlowId f);
   void add_fixed_rate(const std::vector<ConstraintId>& accounted, double rate, bool starting);
   void set_current_rate(std::uint32_t index, double rate);
+  // Credits a constraint's statistics with its aggregate rate over [since, now).
+  void credit(Constraint& c);
+  // Steps a shared flow's bytes from t0 to now at its rate, crediting its constraints.
+  void step(Flow& flow);
   // Calls f(constraint index, times) for each run of equal consecutive entries of `list`.
   template <typename F>
   static void for_each_run(const std::vector<ConstraintId>& list, F&& f) {
@@ -166,9 +194,12 @@ class FlowNetwork {
   void mark_changed(const Flow& flow);
   // Recomputes the rates of the components that hold a changed constraint.
   void reshare_changed();
+  // The new rates (Flow::share) of the component's flows: progressive filling, or its one step
+  // when the component holds one flow or none.
+  void fill_component();
+  void fill_alone();
   void invalidate();
   void flush();
-  void advance_to(TimePs now);
   void schedule_next_completion();
   void on_completion_event(std::uint64_t generation);
 
@@ -178,21 +209,19 @@ class FlowNetwork {
   // A deque, not a vector: flows are only appended, and a vector's doubling held the old and the
   // new buffer at once (28 MB at the peak of the full-Frontier GPT-1T run, 2/3 of it spare).
   std::deque<Flow> flows_;
-  std::vector<std::uint32_t> active_;  // ids of flows moving bytes, ascending
-  static constexpr std::uint32_t kNotInUse = std::numeric_limits<std::uint32_t>::max();
-  void set_in_use(std::uint32_t index, bool in_use);
-  std::vector<std::uint32_t> in_use_;     // constraints with a non-zero rate, in no particular order
-  std::vector<std::uint32_t> in_use_at_;  // per constraint: its place in in_use_, or kNotInUse
+  std::vector<std::uint32_t> active_;  // ids of shared flows moving bytes, in no particular order
+  void remove_active(Flow& flow);
+  std::vector<Pending> pending_;          // min-heap of the moving shared flows' finishes
+  std::vector<std::uint32_t> ended_;      // scratch space of on_completion_event()
   std::vector<std::uint32_t> changed_;    // constraints whose flows changed since the last reshare
   std::vector<std::uint32_t> touched_;    // scratch space of reshare(): the component's constraints
   std::vector<std::uint32_t> component_;  // scratch space of reshare(): the component's flows
   std::uint32_t search_epoch_ = 0;
   std::vector<std::uint32_t> bounded_;  // scratch space of reshare()
   std::vector<ShareEntry> share_heap_;  // scratch space of reshare()
-  TimePs last_update_{0};
-  std::uint64_t generation_ = 0;  // invalidates completion events scheduled before a change
-  bool rates_stale_ = false;      // flows joined or left since the last reshare
-  bool flush_pending_ = false;    // a flush event is scheduled at the current instant
+  std::uint64_t generation_ = 0;        // invalidates completion events scheduled before a change
+  bool rates_stale_ = false;            // flows joined or left since the last reshare
+  bool flush_pending_ = false;          // a flush event is scheduled at the current instant
 };
 
 }  // namespace offsim::sim

@@ -250,8 +250,8 @@ TEST(Sweep, PointsRunWithoutLinkStatisticsInTheSameTime) {
 
 TEST(Sweep, ReplayedMegatronOperationsGiveTheFullBuildsFigures) {
   // A sweep's Megatron point with analytic collectives and tensor-parallel classes builds the
-  // first operation of each kind in full and replays its chain for the next ones, kernels folded
-  // into the latency of the transfer after them (megatron.cpp, `replayable`); a run that reports
+  // first operation of each kind in full and prices the next ones as one task of its chain's
+  // duration (phases/operation_replay.hpp); a run that reports
   // links is built in full. Every figure of the sweep row (iteration time, TFLOPS, MFU, tokens/s,
   // exposed communication, model states, HBM peak), every phase and every memory peak must be the
   // same to the bit, over pipelines of 2-16 stages, micro-batches 1-8, ZeRO 0 and 1, and the

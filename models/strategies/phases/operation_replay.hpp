@@ -1,18 +1,20 @@
 #pragma once
 // Replayed operations (issue 35): a schedule's repeated operations built once in full and then
-// replayed as their fixed-rate transfers alone.
+// replayed as one task of the whole chain's duration (a "whole-chain price").
 //
 // With analytic collectives and tensor-parallel classes (one simulated rank per TP group) and no
 // link activity reported (a sweep's or search's point), a Megatron operation's compute is a chain
 // on its rank alone: kernels on its GPU, which nothing else uses while the schedule runs (one
 // operation at a time), and analytic all-reduces, fixed-rate transfers that share no link and
 // credit none. The first operation of each kind (TP group, forward or backward, virtual stage) is
-// built in full and recorded; the next ones replay its chain with the kernels folded into the
-// latency of the transfer after them: the same transfers, starting and ending at the same times.
-// The flow network is touched at exactly those instants, so the shared pipeline flows advance in
-// the same steps and every figure is the same to the bit (tests/unit/sweep_test.cpp compares the
-// CSV rows with full builds), with a third fewer tasks. A chain that is not one (a task with two
-// dependencies, a memory task, a routed transfer) is never replayed: its kind is built in full.
+// built in full and recorded; the next ones are one delay of its summed duration: kernel times,
+// latencies and each transfer's bytes at its bound, each rounded up to the picosecond as the flow
+// network rounds it, so the operation ends at the same picosecond. A fixed-rate transfer's start
+// and end touch no shared flow (the flow network advances shared flows lazily), so the shared
+// pipeline flows see the same changes at the same instants and every figure is the same to the
+// bit (tests/unit/sweep_test.cpp compares the CSV rows with full builds), with one task per
+// operation. A chain that is not one (a task with two dependencies, a memory task, a routed
+// transfer) is never replayed: its kind is built in full.
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -31,8 +33,7 @@ class OperationReplays {
   using Key = std::tuple<int, bool, int>;
   /// An operation being built in full to be recorded (slot null: nothing to record).
   struct Recording {
-    std::optional<std::vector<sim::TransferTask>>* slot = nullptr;
-    sim::TimePs* tail = nullptr;
+    std::optional<sim::TimePs>* slot = nullptr;
     std::size_t begin = 0;
     sim::TaskId start{};
   };
@@ -50,12 +51,8 @@ class OperationReplays {
   void finish(const Recording& recording, const sim::TaskGraph& g, sim::TaskId last, std::uint32_t unit);
 
  private:
-  struct Replay {
-    std::optional<std::vector<sim::TransferTask>> transfers;  // nullopt: not a chain
-    sim::TimePs tail{0};                                      // the time after the last transfer
-  };
   bool enabled_;
-  std::map<Key, Replay> replays_;
+  std::map<Key, std::optional<sim::TimePs>> replays_;  // the chain's duration; nullopt: not a chain
 };
 
 }  // namespace offsim::models
