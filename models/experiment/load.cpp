@@ -12,6 +12,7 @@
 #include "models/experiment.hpp"
 #include "models/experiment/defaults.hpp"
 #include "models/experiment/sections.hpp"
+#include "models/experiment/torchtitan_section.hpp"
 #include "models/strategies/strategy_registry.hpp"
 #include "models/strategies/value_ranges.hpp"
 #include "models/transformer/model_parser.hpp"
@@ -417,6 +418,9 @@ void read_training(Context& ctx, MapReader& r, ExperimentSpec& spec, SectionsRea
   }
   if (read.model_ok && training_node) apply_sequence_length(ctx, *training_node, training_read, spec);
   if (read.model_ok && read.training_ok && !training_read.framework_given) infer_framework(spec);
+  if (read.training_ok && spec.training.framework == Framework::kTorchtitan) {
+    detail::check_torchtitan_training(*training_node, training_read.defaults);
+  }
   spec.defaults_applied.insert(spec.defaults_applied.end(), training_read.defaults.begin(),
                                training_read.defaults.end());
   spec.defaults_applied.insert(spec.defaults_applied.end(), from_strategy.defaults.begin(),
@@ -458,6 +462,7 @@ ExperimentSpec load_experiment(const std::filesystem::path& file, const std::vec
     note_gpu_kind_overrides(ctx, hw, hw_node);
     SectionsRead read;
     read_model(r, spec, read);
+    read.from_strategy.torchtitan = detail::names_torchtitan(r);
     read_strategy(ctx, r, hw ? &*hw : nullptr, collectives_loc, spec, read);
     // A collective benchmark has no model; training a model needs one.
     if (read.needs_model) read_training(ctx, r, spec, read);

@@ -88,6 +88,10 @@ int checked_ranks(const IterationInputs& in, const DataParallelSpec& spec) {
           "data_parallel: expert parallelism together with tp > 1, a partitioning or offload is not modelled");
     }
   }
+  if (spec.fsdp2 && (spec.zero_stage != 3 || spec.partitioning || spec.offload)) {
+    // The readers refuse these at their keys (models/experiment/torchtitan_profile.cpp).
+    throw std::invalid_argument("data_parallel: FSDP2 is modelled at zero_stage 3 without partitioning or offload");
+  }
   if (spec.offload_param && !spec.offload) {
     // The readers refuse it at its key; the host pool and threads come with the optimizer offload.
     throw std::invalid_argument("data_parallel: parameter offload is modelled together with optimizer offload");
@@ -125,8 +129,9 @@ RankParameters rank_parameters(const ModelSpec& m, int tp, int ep, const ZeroPol
 
 // The gradient items, in the order backward produces them (each parameter once): the head, the
 // layers in reverse, the embedding.
+// FSDP2 (`units_alone`) reduce-scatters each unit's gradients by themselves after its backward.
 std::vector<GradientReduction::Item> gradient_items(const ModelSpec& m, const ParameterCounts& params, int ep,
-                                                    std::int64_t experts_per_layer_on_rank) {
+                                                    std::int64_t experts_per_layer_on_rank, bool units_alone) {
   std::vector<GradientReduction::Item> items;
   // Parameter tensors: each projection's weight (and bias), each norm's weight (and bias).
   const std::int64_t norm_tensors = m.norm == NormKind::kLayerNorm ? 2 : 1;
@@ -139,6 +144,7 @@ std::vector<GradientReduction::Item> gradient_items(const ModelSpec& m, const Pa
     items.push_back({params.per_layer - experts_per_layer_on_rank, experts_per_layer_on_rank, layer_tensors});
   }
   items.push_back({params.embedding + params.position, 0, 1 + (params.position > 0 ? 1 : 0)});
+  for (auto& item : items) item.closes_bucket = units_alone;
   return items;
 }
 
@@ -182,6 +188,33 @@ RankLayout data_parallel_layout(BuiltIteration& out, const IterationInputs& in, 
   return {Bytes{logits * kLossWorkspaceBytesPerElement}, Bytes{logits * kLossWorkspaceBytesPerElement}};
 }
 
+// The report notes of a data-parallel iteration: the common ones, the host dispatch, the
+// collectives, stage 3's gathering (DeepSpeed's or FSDP2's) and expert parallelism.
+void add_data_parallel_approximations(BuiltIteration& out, const IterationInputs& in, const DataParallelSpec& spec,
+                                      const ZeroPolicy& policy, int shard_ranks) {
+  add_common_approximations(out, in, policy);
+  out.approximations.push_back(host_dispatch_approximation(in));
+  out.approximations.push_back(
+      "collectives: bidirectional rings (all-to-all for qgZ) over each stage of the plan, in rank order; reduction "
+      "arithmetic not modelled");
+  std::vector<std::string> notes;
+  if (policy.engine() == OptimizerEngine::kZeroStage3) {
+    notes = parameter_gather_approximations(spec.zero3_fetch, spec.zero3_host, shard_ranks);
+  } else if (policy.fsdp2()) {
+    notes = fsdp2_approximations(*spec.fsdp2, spec.tp, shard_ranks);
+  }
+  for (auto& note : notes) out.approximations.push_back(std::move(note));
+  if (in.model.moe()) {
+    out.approximations.push_back(
+        spec.ep > 1
+            ? fmt::format("expert parallelism over {} consecutive ranks: each routed token goes to its expert's rank "
+                          "and back by all-to-all (even routing: (ep - 1) / ep of the tokens leave each rank), "
+                          "on the critical path of its layer",
+                          spec.ep)
+            : "no expert parallelism: every rank runs every expert (set strategy.ep to spread them)");
+  }
+}
+
 // build_data_parallel in phases. The constructor checks the spec and works out the layout, the
 // parameter counts, the kernel times, the modules and each rank's placement; build() adds the
 // iteration's tasks phase by phase: model states, each micro-batch's forward, backward and
@@ -197,7 +230,9 @@ class DataParallelBuilder {
         m(inputs.model),
         train(inputs.training),
         ranks(checked_ranks(inputs, strategy)),
-        policy(ZeroPolicy::deepspeed(strategy.zero_stage, strategy.fp32_grad_accum, strategy.fp32_gradient_reduce)),
+        policy(strategy.fsdp2 ? ZeroPolicy::fsdp2(strategy.fp32_gradient_reduce)
+                              : ZeroPolicy::deepspeed(strategy.zero_stage, strategy.fp32_grad_accum,
+                                                      strategy.fp32_gradient_reduce)),
         tp(strategy.tp),
         replicas(ranks / tp),
         ep(strategy.ep),
@@ -321,7 +356,8 @@ class DataParallelBuilder {
   const sim::Flops head_flops = head_forward_flops(m, train.micro_batch) * (1.0 / tp);
 
   void define_modules() {
-    modules = model_modules(m, params, tp, ep, spec.param_persistence_threshold);
+    modules = spec.fsdp2 ? fsdp2_units(m, params, experts_per_layer_on_rank, ep, *spec.fsdp2)
+                         : model_modules(m, params, tp, ep, spec.param_persistence_threshold);
     for (const auto& mod : modules) persistent += mod.persistent;
   }
 
@@ -342,7 +378,7 @@ class DataParallelBuilder {
       gather.emplace(timeline, comm, ParameterGather::Plans{part, expert_plan}, spec.zero3_fetch, spec.zero3_host,
                      *host_threads, spec.offload_param ? &*host : nullptr, spec.param_pin_memory);
     }
-    reduction.emplace(timeline, comm, policy, gradient_items(m, params, ep, experts_per_layer_on_rank),
+    reduction.emplace(timeline, comm, policy, gradient_items(m, params, ep, experts_per_layer_on_rank, policy.fsdp2()),
                       GradientReduction::Plans{replica_plan, expert_plan, part},
                       GradientReduction::Options{
                           spec.reduce_bucket_elements, spec.overlap_comm, shard, replicas, spec.zero3_host, {}, {}},
@@ -360,8 +396,10 @@ class DataParallelBuilder {
     c.partitioned = policy.partitioned();
     c.shard_ranks = shard;
     c.gradient_buffers = policy.gradient_buffers();
+    c.fp32_gradient_partition = c.parameter_shard_is_master = policy.fsdp2();
     c.persistent = persistent;
-    c.reduce_bucket_elements = spec.reduce_bucket_elements;
+    c.reduce_bucket_elements =
+        policy.fsdp2() ? fsdp2_reduce_buffer_elements(modules, policy.fp32_gradients()) : spec.reduce_bucket_elements;
     if (host) host->describe(c);
     c.parameter_offload = spec.offload_param;
     c.secondary_elements = gather ? gather->secondary_elements() : 0;
@@ -565,24 +603,7 @@ class DataParallelBuilder {
     // Model states on one GPU: parameters, gradients, optimizer states (the setup allocations) and
     // the hpZ secondary partition.
     out.model_states_per_device = Bytes{states().gpu_model_states()};
-    add_common_approximations(out, in, policy);
-    out.approximations.push_back(host_dispatch_approximation(in));
-    out.approximations.push_back(
-        "collectives: bidirectional rings (all-to-all for qgZ) over each stage of the plan, in rank order; reduction "
-        "arithmetic not modelled");
-    if (policy.engine() == OptimizerEngine::kZeroStage3) {
-      for (auto& note : parameter_gather_approximations(spec.zero3_fetch, spec.zero3_host, part.shard_ranks))
-        out.approximations.push_back(std::move(note));
-    }
-    if (m.moe()) {
-      out.approximations.push_back(
-          ep > 1
-              ? fmt::format("expert parallelism over {} consecutive ranks: each routed token goes to its expert's rank "
-                            "and back by all-to-all (even routing: (ep - 1) / ep of the tokens leave each rank), "
-                            "on the critical path of its layer",
-                            ep)
-              : "no expert parallelism: every rank runs every expert (set strategy.ep to spread them)");
-    }
+    add_data_parallel_approximations(out, in, spec, policy, part.shard_ranks);
   }
 };
 

@@ -1,0 +1,123 @@
+// Closed-form checks of FSDP2 x TP as torchtitan runs it (models/strategies/phases/fsdp2.hpp) on a
+// synthetic four-GPU machine (tests/data/tiny-fsdp-tp.yaml): the tiny GPT (L = 2, h = 64, a = 4,
+// f = 256, V = 128, s = 32, b = 1, untied, biases) with tp 2 inside the pairs (gpu0, gpu1) and
+// (gpu2, gpu3) on "tp-link" links and FSDP over the dp = 2 dp_shard ranks of each tensor rank,
+// (gpu0, gpu2) and (gpu1, gpu3), on "dp-link" links; every link 1 GB/s full duplex; all-gather
+// ring steps 20 us at a 0.5 GB/s bus bandwidth (tests/data/test-collectives.yaml).
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+#include "models/experiment.hpp"
+#include "sim/config/config_reader.hpp"
+
+namespace offsim::models {
+namespace {
+
+const std::string kTinyFsdpTp = std::string(OFFSIM_SOURCE_DIR) + "/tests/data/tiny-fsdp-tp.yaml";
+
+// Each rank's tensor-parallel share (offsim splits every count by tp, docs/strategies.md):
+//   a block   P_l = (12 h^2 + 13 h) / tp = 49,984 / 2 = 24,992
+//   the root's embedding E = (V h + s h) / tp = (8,192 + 2,048) / 2 = 5,120
+//   and head  H = (2 h + V h) / tp = (128 + 8,192) / 2 = 4,160
+constexpr double kBlock = 24'992, kEmbedding = 5'120, kHead = 4'160;
+constexpr double kTp = 2, kDp = 2, kBf16 = 2, kFp32 = 4;
+
+double link_bytes(const ExperimentResult& r, const std::string& link_class) {
+  for (const auto& l : r.links) {
+    if (l.link_class == link_class) return l.bytes;
+  }
+  throw std::runtime_error(fmt::format("the run has no link class '{}'", link_class));
+}
+
+// Bytes one rank sends (and receives) in a ring all-gather of a unit whose whole parameter count
+// is params_unit, over the dp_shard ranks of its tensor rank:
+//   params_unit x w / (tp x dp) x (dp - 1),
+// and in the ring reduce-scatter of its gradients in the reduce dtype r: the same with r for w.
+double gathered_per_rank(double tp_share, double bytes) {
+  const double params_unit = tp_share * kTp;
+  return params_unit * bytes / (kTp * kDp) * (kDp - 1);
+}
+
+TEST(Fsdp2, GathersAndReduceScattersOverTheDpShardRanksOfEachTensorRank) {
+  // torchtitan's default reshard_after_forward: forward gathers the root's embedding, both blocks
+  // and the root's head; backward gathers block 0 only (the last block and the root are kept).
+  // Every unit's gradients are reduce-scattered once in fp32. Each of the 4 ranks sends what it
+  // gathers / reduces, all of it on the dp links:
+  //   dp-link bytes = 4 x [sum over gathers of gathered_per_rank(n, 2) + sum over units of
+  //                        gathered_per_rank(n, 4)]
+  //                 = 4 x [(E + H + 3 P_l) + 2 (E + H + 2 P_l)] = 4 x (3E + 3H + 7P_l) = 811,136 B
+  const ExperimentResult r = run_experiment(load_experiment(kTinyFsdpTp, {}));
+  const double gathers = gathered_per_rank(kEmbedding, kBf16) + gathered_per_rank(kHead, kBf16) +
+                         3 * gathered_per_rank(kBlock, kBf16);
+  const double reductions = gathered_per_rank(kEmbedding, kFp32) + gathered_per_rank(kHead, kFp32) +
+                            2 * gathered_per_rank(kBlock, kFp32);
+  EXPECT_NEAR(link_bytes(r, "dp-link"), 4 * (gathers + reductions), 1.0);
+  EXPECT_NEAR(link_bytes(r, "dp-link"), 811'136.0, 1.0);
+  EXPECT_TRUE(r.feasible);
+  // reshard_after_forward always: the last block is gathered again for its backward (+ 4 x P_l);
+  // never: no backward gathers (- 4 x P_l); a bf16 reduce-scatter halves the reductions.
+  const auto dp_bytes = [](const std::string& set) {
+    return link_bytes(run_experiment(load_experiment(kTinyFsdpTp, {set})), "dp-link");
+  };
+  EXPECT_NEAR(dp_bytes("strategy.reshard_after_forward=always"), 811'136.0 + 4 * kBlock, 1.0);
+  EXPECT_NEAR(dp_bytes("strategy.reshard_after_forward=never"), 811'136.0 - 4 * kBlock, 1.0);
+  EXPECT_NEAR(dp_bytes("strategy.gradient_reduce_dtype=bf16"), 4 * (gathers + reductions / 2), 1.0);
+}
+
+TEST(Fsdp2, OneGatherPerBlockAtTheFixedLinkRate) {
+  // One all-gather per FSDP unit (DeepSpeed's stage 3 gathers each projection apart): block 0's is
+  // one ring step over the 2 ranks, a quarter of its 2 x P_l B buffer per direction and flow, so
+  // on the 0.5 GB/s bus bandwidth (0.25 GB/s per direction) it takes
+  //   20 us + (2 P_l / 4) B / 0.25 GB/s = 20 us + 12,496 B / 0.25 GB/s = 69.984 us.
+  const ExperimentSpec spec = load_experiment(kTinyFsdpTp, {});
+  std::istringstream graph(dump_task_graph(spec, false));
+  int flows = 0;
+  for (std::string line; std::getline(graph, line);) {
+    if (line.find(" gather.mb0.fwd.layer0.") == std::string::npos || line.find(".cw0.r0 ") == std::string::npos)
+      continue;
+    EXPECT_EQ(std::stoll(line.substr(line.find("bytes=") + 6)), static_cast<long long>(kBf16 * kBlock / 4));
+    ++flows;
+  }
+  EXPECT_EQ(flows, 1);
+  const double seconds = 20e-6 + (kBf16 * kBlock / 4) / 0.25e9;
+  EXPECT_NEAR(seconds, 69.984e-6, 1e-12);
+}
+
+TEST(Fsdp2, ShardsAreFp32AndTheTpCollectivesAreThoseOfTheLayers) {
+  // Model states per rank: the rank's tensor-parallel share P = 2 P_l + E + H = 59,264 sharded
+  // over 2 (29,632 each): the fp32 parameter shard (the master copy) 4 B, the fp32 gradient shard
+  // 4 B, Adam's m and v 8 B: 16 B x 29,632.
+  const ExperimentResult r = run_experiment(load_experiment(kTinyFsdpTp, {}));
+  EXPECT_EQ(r.model_states_per_device.count, 16 * 29'632);
+  // The TP collectives inside each layer are the data_parallel strategy's (sequence parallelism
+  // on, torchtitan's apply_tp): the same bytes on the tp links as DeepSpeed's stage 3 with tp.
+  const ExperimentResult deepspeed = run_experiment(load_experiment(
+      kTinyFsdpTp, {"training.framework=pytorch", "strategy.zero_stage=3", "strategy.sequence_parallel=true",
+                    "strategy.param_persistence_threshold=0"}));
+  EXPECT_NEAR(link_bytes(r, "tp-link"), link_bytes(deepspeed, "tp-link"), 1.0);
+  EXPECT_GT(link_bytes(r, "tp-link"), 0.0);
+}
+
+TEST(Fsdp2, TorchtitansDefaultsAreNamed) {
+  const ExperimentSpec spec = load_experiment(kTinyFsdpTp, {});
+  const auto named = [&](const std::string& prefix) {
+    for (const auto& d : spec.defaults_applied)
+      if (d.starts_with(prefix) && d.find("torchtitan") != std::string::npos) return true;
+    return false;
+  };
+  for (const char* key : {"strategy.zero_stage=3", "strategy.reshard_after_forward=default",
+                          "strategy.gradient_reduce_dtype=fp32", "strategy.sequence_parallel=true"}) {
+    EXPECT_TRUE(named(key)) << key;
+  }
+  // Other stages, DeepSpeed's keys and a left-out recompute are errors (tests/config_errors/torchtitan-*.yaml).
+  EXPECT_THROW((void)load_experiment(kTinyFsdpTp, {"strategy.zero_stage=2"}), sim::config::ConfigError);
+  EXPECT_THROW((void)load_experiment(kTinyFsdpTp, {"strategy.overlap_comm=true"}), sim::config::ConfigError);
+}
+
+}  // namespace
+}  // namespace offsim::models
