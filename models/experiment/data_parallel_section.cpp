@@ -381,16 +381,12 @@ void place_dp_ranks_and_options(const Node& node, MapReader& r, const topo::Topo
   place_dp_ranks(node, r, topology, degrees, dp);
   dp.collectives = parse_collective_options(r);
   dp.all_ranks = parse_all_ranks(r);
-  if (dp.ep > 1 && (dp.tp > 1 || dp.offload || r.has("partitioning"))) {
-    const std::string why =
-        dp.tp > 1 ? fmt::format(
-                        "tp = {} (the routed tokens' all-to-all inside a tp x ep layout and the experts' "
-                        "split over tp have no phase yet)",
-                        dp.tp)
-        : dp.offload ? std::string(
-                           "optimizer offload (the experts' gradients, reduced over their own data-parallel "
-                           "group, have no path through the host offload yet)")
-                     : std::string("a hierarchical partitioning");
+  if (dp.ep > 1 && (dp.offload || r.has("partitioning"))) {
+    const std::string why = dp.offload ? std::string(
+                                             "optimizer offload (the experts' gradients, reduced over their "
+                                             "own data-parallel group, have no path through the host "
+                                             "offload yet)")
+                                       : std::string("a hierarchical partitioning");
     ctx.error(degrees.ep.loc, node.child_path("ep"),
               fmt::format("expert parallelism together with {} is not modelled", why));
   }

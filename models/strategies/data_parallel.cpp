@@ -83,9 +83,9 @@ int checked_ranks(const IterationInputs& in, const DataParallelSpec& spec) {
           "data_parallel: ep ({}) needs a mixture-of-experts model whose experts ({}) and ranks ({}) divide by it", ep,
           m.experts, replicas));
     }
-    if (tp > 1 || spec.partitioning || spec.offload || spec.offload_param) {
+    if (spec.partitioning || spec.offload || spec.offload_param) {
       throw std::invalid_argument(
-          "data_parallel: expert parallelism together with tp > 1, a partitioning or offload is not modelled");
+          "data_parallel: expert parallelism together with a partitioning or offload is not modelled");
     }
   }
   if (spec.fsdp2 && (spec.zero_stage != 3 || spec.partitioning || spec.offload)) {
@@ -207,10 +207,17 @@ void add_data_parallel_approximations(BuiltIteration& out, const IterationInputs
   if (in.model.moe()) {
     out.approximations.push_back(
         spec.ep > 1
-            ? fmt::format("expert parallelism over {} consecutive ranks: each routed token goes to its expert's rank "
+            ? fmt::format("expert parallelism over {} {}: each routed token goes to its expert's rank "
                           "and back by all-to-all (even routing: (ep - 1) / ep of the tokens leave each rank), "
                           "on the critical path of its layer",
-                          spec.ep)
+                          spec.ep,
+                          spec.tp > 1 ? fmt::format("replicas of each tensor rank (stride {}), each expert split over "
+                                                    "the {} tensor ranks as Megatron-Core's expert tensor parallelism "
+                                                    "(a TP all-reduce after its down-projection); every tensor rank "
+                                                    "dispatches the micro-batch's tokens (sequence parallelism's "
+                                                    "smaller dispatch not modelled)",
+                                                    spec.tp, spec.tp)
+                                      : std::string("consecutive ranks"))
             : "no expert parallelism: every rank runs every expert (set strategy.ep to spread them)");
   }
 }
@@ -243,8 +250,8 @@ class DataParallelBuilder {
         replica_plan(tp == 1 ? Communicator::flat(ranks)
                              : CollectivePlan{{Band{"dp", tp, ranks}}, StageAlgorithm::kRing, {}}),
         tp_plan(Communicator::flat(tp)),
-        expert_plan{{Band{"expert-dp", ep, ranks}}, StageAlgorithm::kRing, {}},
-        dispatch_plan{{Band{"ep", 1, ep}}, StageAlgorithm::kAllToAll, {}},
+        expert_plan{{Band{"expert-dp", tp * ep, ranks}}, StageAlgorithm::kRing, {}},
+        dispatch_plan{{Band{"ep", tp, tp * ep}}, StageAlgorithm::kAllToAll, {}},
         part(strategy.partitioning.value_or(Partitioning{replicas, replica_plan, 0, {}, replica_plan, {}})),
         shard(policy.gathers_parameters_before_use() ? part.shard_ranks : replicas),
         rank_params(rank_parameters(inputs.model, tp, ep, policy, shard)),
@@ -302,8 +309,8 @@ class DataParallelBuilder {
   const int tp;
   const int replicas;
   // Expert parallelism (DeepSpeed-MoE): the experts of every MoE layer spread over ep consecutive
-  // ranks; each expert's states are ZeRO-partitioned over its data-parallel group (the ranks of
-  // one expert-parallel position, stride ep).
+  // replicas (of one tensor rank); each expert's states are ZeRO-partitioned over its data-parallel
+  // group (the ranks of one expert-parallel position, stride tp x ep).
   const int ep;
   const RankLayout layout;
   const int sims;
@@ -312,8 +319,9 @@ class DataParallelBuilder {
   // tensor-parallel all-reduces inside each group of tp consecutive ranks.
   const CollectivePlan replica_plan;
   const CollectivePlan tp_plan;
-  // Expert parallelism: the experts' states over their data-parallel group (stride ep); the routed
-  // tokens' all-to-all among the ep consecutive ranks of an expert-parallel group.
+  // Expert parallelism: the experts' states over their data-parallel group (the ranks of one
+  // tensor rank and one expert-parallel position, stride tp x ep); the routed tokens' all-to-all
+  // among the ep replicas of an expert-parallel group that hold the same tensor rank (stride tp).
   const CollectivePlan expert_plan;
   const CollectivePlan dispatch_plan;
   // Stage 3 follows the partitioning (by default: every state over all replicas, flat rings).

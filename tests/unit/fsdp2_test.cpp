@@ -3,7 +3,8 @@
 // f = 256, V = 128, s = 32, b = 1, untied, biases) with tp 2 inside the pairs (gpu0, gpu1) and
 // (gpu2, gpu3) on "tp-link" links and FSDP over the dp = 2 dp_shard ranks of each tensor rank,
 // (gpu0, gpu2) and (gpu1, gpu3), on "dp-link" links; every link 1 GB/s full duplex; all-gather
-// ring steps 20 us at a 0.5 GB/s bus bandwidth (tests/data/test-collectives.yaml).
+// ring steps 20 us at a 0.5 GB/s bus bandwidth (tests/data/test-collectives.yaml). Also expert
+// parallelism inside the same tp x ep layout (tests/data/tiny-moe-tp-ep.yaml).
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
@@ -52,10 +53,10 @@ TEST(Fsdp2, GathersAndReduceScattersOverTheDpShardRanksOfEachTensorRank) {
   //                        gathered_per_rank(n, 4)]
   //                 = 4 x [(E + H + 3 P_l) + 2 (E + H + 2 P_l)] = 4 x (3E + 3H + 7P_l) = 811,136 B
   const ExperimentResult r = run_experiment(load_experiment(kTinyFsdpTp, {}));
-  const double gathers = gathered_per_rank(kEmbedding, kBf16) + gathered_per_rank(kHead, kBf16) +
-                         3 * gathered_per_rank(kBlock, kBf16);
-  const double reductions = gathered_per_rank(kEmbedding, kFp32) + gathered_per_rank(kHead, kFp32) +
-                            2 * gathered_per_rank(kBlock, kFp32);
+  const double gathers =
+      gathered_per_rank(kEmbedding, kBf16) + gathered_per_rank(kHead, kBf16) + 3 * gathered_per_rank(kBlock, kBf16);
+  const double reductions =
+      gathered_per_rank(kEmbedding, kFp32) + gathered_per_rank(kHead, kFp32) + 2 * gathered_per_rank(kBlock, kFp32);
   EXPECT_NEAR(link_bytes(r, "dp-link"), 4 * (gathers + reductions), 1.0);
   EXPECT_NEAR(link_bytes(r, "dp-link"), 811'136.0, 1.0);
   EXPECT_TRUE(r.feasible);
@@ -96,9 +97,9 @@ TEST(Fsdp2, ShardsAreFp32AndTheTpCollectivesAreThoseOfTheLayers) {
   EXPECT_EQ(r.model_states_per_device.count, 16 * 29'632);
   // The TP collectives inside each layer are the data_parallel strategy's (sequence parallelism
   // on, torchtitan's apply_tp): the same bytes on the tp links as DeepSpeed's stage 3 with tp.
-  const ExperimentResult deepspeed = run_experiment(load_experiment(
-      kTinyFsdpTp, {"training.framework=pytorch", "strategy.zero_stage=3", "strategy.sequence_parallel=true",
-                    "strategy.param_persistence_threshold=0"}));
+  const ExperimentResult deepspeed = run_experiment(
+      load_experiment(kTinyFsdpTp, {"training.framework=pytorch", "strategy.zero_stage=3",
+                                    "strategy.sequence_parallel=true", "strategy.param_persistence_threshold=0"}));
   EXPECT_NEAR(link_bytes(r, "tp-link"), link_bytes(deepspeed, "tp-link"), 1.0);
   EXPECT_GT(link_bytes(r, "tp-link"), 0.0);
 }
@@ -117,6 +118,29 @@ TEST(Fsdp2, TorchtitansDefaultsAreNamed) {
   // Other stages, DeepSpeed's keys and a left-out recompute are errors (tests/config_errors/torchtitan-*.yaml).
   EXPECT_THROW((void)load_experiment(kTinyFsdpTp, {"strategy.zero_stage=2"}), sim::config::ConfigError);
   EXPECT_THROW((void)load_experiment(kTinyFsdpTp, {"strategy.overlap_comm=true"}), sim::config::ConfigError);
+}
+
+TEST(ExpertParallelWithTp, TheAllToAllRunsOverTheReplicasOfEachTensorRank) {
+  // The tiny mixture of experts (2 experts, 1 per token; tests/unit/data_parallel_test.cpp states
+  // its counts: per layer 83,200 parameters of which 2 x 33,088 experts; P = 184,960) with tp 2,
+  // ep 2, dp 2, ZeRO-0 with 16-bit gradients. Each rank holds its tensor share of everything and
+  // of its one expert (Megatron-Core's expert tensor parallelism: the experts split over tp):
+  //   non-expert (184,960 - 2 x 66,176) / 2 = 26,304, experts 2 x 66,176 / 2 / 2 = 33,088;
+  //   model states 16 B x (26,304 + 33,088) = 950,272 B.
+  // dp links (the ranks of one tensor rank): the non-expert gradients all-reduced over the 2
+  // replicas (2 x 2 B x 26,304 per group, 2 groups); the expert's data-parallel group is the rank
+  // alone. The all-to-alls of each expert-parallel group (s k h = 2,048 elements, 4,096 B on its
+  // link per all-to-all, 2 groups), 2 in forward and 2 in backward per layer, 2 layers:
+  //   dp-link = 2 x 4 x 26,304 + 2 layers x 4 x 2 groups x 4,096 = 210,432 + 65,536 = 275,968 B.
+  // tp links: the attention's and the experts' all-reduces of s h = 2,048 activations (2 x 4,096 B
+  // per all-reduce over 2 ranks), 2 in forward and 2 in backward per layer, 2 groups:
+  //   tp-link = 2 x 4 x 2 x 8,192 = 131,072 B.
+  const ExperimentResult r =
+      run_experiment(load_experiment(std::string(OFFSIM_SOURCE_DIR) + "/tests/data/tiny-moe-tp-ep.yaml", {}));
+  EXPECT_EQ(r.model_states_per_device.count, 950'272);
+  EXPECT_NEAR(link_bytes(r, "dp-link"), 2 * 4 * 26'304 + 2 * 4 * 2 * 4'096, 1.0);
+  EXPECT_NEAR(link_bytes(r, "tp-link"), 2 * 4 * 2 * 8'192, 1.0);
+  EXPECT_TRUE(r.feasible);
 }
 
 }  // namespace
