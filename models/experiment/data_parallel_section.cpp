@@ -381,12 +381,12 @@ void place_dp_ranks_and_options(const Node& node, MapReader& r, const topo::Topo
   place_dp_ranks(node, r, topology, degrees, dp);
   dp.collectives = parse_collective_options(r);
   dp.all_ranks = parse_all_ranks(r);
-  if (dp.ep > 1 && (dp.offload || r.has("partitioning"))) {
-    const std::string why = dp.offload ? std::string(
-                                             "optimizer offload (the experts' gradients, reduced over their "
-                                             "own data-parallel group, have no path through the host "
-                                             "offload yet)")
-                                       : std::string("a hierarchical partitioning");
+  if (dp.ep > 1 && (dp.offload_param || r.has("partitioning"))) {
+    const std::string why = dp.offload_param ? std::string(
+                                                   "parameter offload (ZeRO-Infinity's fetch of each shard "
+                                                   "from the host is sized by the shard group, not the "
+                                                   "experts' own)")
+                                             : std::string("a hierarchical partitioning");
     ctx.error(degrees.ep.loc, node.child_path("ep"),
               fmt::format("expert parallelism together with {} is not modelled", why));
   }

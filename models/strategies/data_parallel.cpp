@@ -83,9 +83,9 @@ int checked_ranks(const IterationInputs& in, const DataParallelSpec& spec) {
           "data_parallel: ep ({}) needs a mixture-of-experts model whose experts ({}) and ranks ({}) divide by it", ep,
           m.experts, replicas));
     }
-    if (spec.partitioning || spec.offload || spec.offload_param) {
+    if (spec.partitioning || spec.offload_param) {
       throw std::invalid_argument(
-          "data_parallel: expert parallelism together with a partitioning or offload is not modelled");
+          "data_parallel: expert parallelism together with a partitioning or parameter offload is not modelled");
     }
   }
   if (spec.fsdp2 && (spec.zero_stage != 3 || spec.partitioning || spec.offload)) {

@@ -4,7 +4,8 @@
 // (gpu2, gpu3) on "tp-link" links and FSDP over the dp = 2 dp_shard ranks of each tensor rank,
 // (gpu0, gpu2) and (gpu1, gpu3), on "dp-link" links; every link 1 GB/s full duplex; all-gather
 // ring steps 20 us at a 0.5 GB/s bus bandwidth (tests/data/test-collectives.yaml). Also expert
-// parallelism inside the same tp x ep layout (tests/data/tiny-moe-tp-ep.yaml).
+// parallelism inside the same tp x ep layout (tests/data/tiny-moe-tp-ep.yaml), and with optimizer
+// offload (tests/data/tiny-moe-offload.yaml).
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
@@ -141,6 +142,27 @@ TEST(ExpertParallelWithTp, TheAllToAllRunsOverTheReplicasOfEachTensorRank) {
   EXPECT_NEAR(link_bytes(r, "dp-link"), 2 * 4 * 26'304 + 2 * 4 * 2 * 4'096, 1.0);
   EXPECT_NEAR(link_bytes(r, "tp-link"), 2 * 4 * 2 * 8'192, 1.0);
   EXPECT_TRUE(r.feasible);
+}
+
+TEST(ExpertParallelWithOffload, EachRanksExpertsGoToTheHostWithTheRest) {
+  // The tiny mixture of experts (P = 184,960: 52,608 non-expert, 2 x 66,176 experts) with ep 2 on
+  // the two-GPU offload node, ZeRO-2 with optimizer offload (DeepSpeed 0.16). Each rank holds the
+  // non-expert parameters and its own expert (118,784) and updates U = 52,608 / 2 + 66,176 =
+  // 92,480 of them: its half of the non-expert partition and the whole of its expert (the expert's
+  // data-parallel group is the rank alone).
+  //   host link: each reduced bucket up-cast and copied down in fp32 (4 B) and the updated bf16
+  //              parameters back (2 B): 6 B x U per rank, 2 ranks = 1,109,760 B;
+  //   host memory: 16 B x U per rank (fp32 master, m, v and gradient), 2 ranks = 2,959,360 B;
+  //   GPU model states: the bf16 parameters it holds, 2 B x 118,784 = 237,568 B;
+  //   gpu-gpu: the non-expert gradients' reduce-scatter and the updated parameters' all-gather
+  //            (each 2 B x 52,608 on the link over 2 ranks) and the all-to-alls (2 layers x 4 x 4,096 B):
+  //            105,216 + 105,216 + 32,768 = 243,200 B.
+  const ExperimentResult r =
+      run_experiment(load_experiment(std::string(OFFSIM_SOURCE_DIR) + "/tests/data/tiny-moe-offload.yaml", {}));
+  EXPECT_NEAR(link_bytes(r, "cpu-gpu"), 2 * 6 * 92'480, 1e-6 * 92'480);
+  EXPECT_EQ(r.peak_bytes("dram"), 2 * 16 * 92'480);
+  EXPECT_EQ(r.model_states_per_device.count, 2 * 118'784);
+  EXPECT_NEAR(link_bytes(r, "gpu-gpu"), 105'216 + 105'216 + 2 * 4 * 4'096, 1.0);
 }
 
 }  // namespace
