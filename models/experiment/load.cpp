@@ -420,6 +420,13 @@ void read_training(Context& ctx, MapReader& r, ExperimentSpec& spec, SectionsRea
   if (read.model_ok && read.training_ok && !training_read.framework_given) infer_framework(spec);
   if (read.training_ok && spec.training.framework == Framework::kTorchtitan) {
     detail::check_torchtitan_training(*training_node, training_read.defaults);
+    const auto* dp = std::get_if<DataParallelSpec>(&spec.strategy);
+    if (read.strategy_ok && dp && !dp->fsdp2) {
+      ctx.error(training_node->location(), "training.framework",
+                "torchtitan's FSDP2 runs as kind: data_parallel with the training section in the experiment file "
+                "itself (not a DeepSpeed config, not an !include'd training section, which the strategy is read "
+                "before)");
+    }
   }
   spec.defaults_applied.insert(spec.defaults_applied.end(), training_read.defaults.begin(),
                                training_read.defaults.end());

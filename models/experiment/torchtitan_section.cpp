@@ -15,6 +15,10 @@ using sim::config::MapReader;
 using sim::config::Node;
 
 bool names_torchtitan(MapReader& root) {
+  // An !include'd training section is not peeked (its include is read, and reported, once, by
+  // read_training); load.cpp refuses torchtitan there.
+  const YAML::Node raw = root.node().yaml()["training"];
+  if (!raw.IsDefined() || !raw.IsMap()) return false;
   const std::optional<Node> training = root.child("training");
   if (!training || !training->is_map()) return false;
   const YAML::Node found = training->yaml()["framework"];
