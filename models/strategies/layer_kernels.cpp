@@ -367,6 +367,15 @@ std::string non_gemm_kernels_approximation(const TrainingSpec& t) {
         "computation are not costed",
         attention);
   }
+  if (t.framework == Framework::kTorchtitan) {
+    return fmt::format(
+        "non-GEMM layer kernels as torch.compile fuses torchtitan's blocks (its published runs compile): the "
+        "generic list (norms, activation, residual adds; {}), each costed by its HBM bytes, one kernel per norm; "
+        "attention by the device's measured SDPA rates of the FlashAttention backend where its table has them "
+        "(torchtitan/models/attention.py puts it first); eager torchtitan's separate RMSNorm, rotary and SwiGLU "
+        "kernels are not costed",
+        attention);
+  }
   return fmt::format(
       "non-GEMM layer kernels are PyTorch's eager kernels (norms, activation, dropouts, residual adds, bias "
       "gradients; {}), each costed by its HBM bytes; a norm is one kernel (PyTorch's layer_norm, apex's fused "
