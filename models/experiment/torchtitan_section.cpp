@@ -17,6 +17,7 @@ using sim::config::Node;
 bool names_torchtitan(MapReader& root) {
   // An !include'd training section is not peeked (its include is read, and reported, once, by
   // read_training); load.cpp refuses torchtitan there.
+  if (!root.node().is_map()) return false;
   const YAML::Node raw = root.node().yaml()["training"];
   if (!raw.IsDefined() || !raw.IsMap()) return false;
   const std::optional<Node> training = root.child("training");
