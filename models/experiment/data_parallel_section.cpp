@@ -11,6 +11,7 @@
 #include "models/experiment/defaults.hpp"
 #include "models/experiment/section_helpers.hpp"
 #include "models/experiment/sections.hpp"
+#include "models/experiment/torchtitan_section.hpp"
 #include "models/strategies/partitioning_parser.hpp"
 #include "models/strategies/value_ranges.hpp"
 
@@ -231,11 +232,11 @@ struct DataParallelDegrees {
 // parallelism and ep (experts over ep consecutive ranks, for mixture-of-experts models).
 template <class NameDefault>
 DataParallelDegrees read_dp_degrees(const Node& node, MapReader& r, TrainingFromStrategy* training,
-                                    DataParallelSpec& dp, const NameDefault& ds_default) {
+                                    DataParallelSpec& dp, const NameDefault& ds_default, const char* stage_default) {
   auto& ctx = node.context();
   DataParallelDegrees out;
-  if (!r.has("zero_stage")) ds_default("zero_stage", defaults::text("deepspeed.stage"));
-  out.stage = r.optional<int>("zero_stage", static_cast<int>(defaults::integer("deepspeed.stage")));
+  if (!r.has("zero_stage")) ds_default("zero_stage", defaults::text(stage_default));
+  out.stage = r.optional<int>("zero_stage", static_cast<int>(defaults::integer(stage_default)));
   const auto& stage = out.stage;
   if (stage.valid) (void)check_range(ctx, stage.loc, node.child_path("zero_stage"), stage.value, ranges::kZeroStage);
   dp.zero_stage = stage.value;
@@ -372,6 +373,25 @@ void read_dp_partitioning(const Node& node, MapReader& r, const sim::config::Loc
   }
 }
 
+// Step 6 of read_data_parallel: the ranks' devices, the collective options, and the compositions
+// expert parallelism is not modelled in (refused at ep).
+void place_dp_ranks_and_options(const Node& node, MapReader& r, const topo::Topology* topology,
+                                const DataParallelDegrees& degrees, DataParallelSpec& dp) {
+  auto& ctx = node.context();
+  place_dp_ranks(node, r, topology, degrees, dp);
+  dp.collectives = parse_collective_options(r);
+  dp.all_ranks = parse_all_ranks(r);
+  if (dp.ep > 1 && (dp.offload_param || r.has("partitioning"))) {
+    const std::string why = dp.offload_param ? std::string(
+                                                   "parameter offload (ZeRO-Infinity's fetch of each shard "
+                                                   "from the host is sized by the shard group, not the "
+                                                   "experts' own)")
+                                             : std::string("a hierarchical partitioning");
+    ctx.error(degrees.ep.loc, node.child_path("ep"),
+              fmt::format("expert parallelism together with {} is not modelled", why));
+  }
+}
+
 }  // namespace
 
 // kind: data_parallel, ZeRO 0-3 with offload, tp, ep and partitionings; also read for an unknown kind.
@@ -383,12 +403,22 @@ std::optional<StrategySpec> read_data_parallel(const Node& node, MapReader& r, c
   // Keys left out take DeepSpeed's defaults (configs/defaults.yaml), named in the report.
   std::vector<std::string> unused_defaults;
   std::vector<std::string>& defaults_applied = training ? training->defaults : unused_defaults;
+  // training.framework: torchtitan: FSDP2 with torchtitan's defaults instead (torchtitan_section.hpp).
+  const bool torchtitan = training && training->torchtitan;
   const auto ds_default = [&](const char* key, const std::string& value) {
     defaults_applied.push_back(
-        fmt::format("strategy.{}={} (DeepSpeed {}'s default)", key, value, defaults::deepspeed_version()));
+        torchtitan ? torchtitan_default(key, value)
+                   : fmt::format("strategy.{}={} (DeepSpeed {}'s default)", key, value, defaults::deepspeed_version()));
   };
-  const DataParallelDegrees degrees = read_dp_degrees(node, r, training, dp, ds_default);
+  const DataParallelDegrees degrees =
+      read_dp_degrees(node, r, training, dp, ds_default, torchtitan ? "torchtitan.zero_stage" : "deepspeed.stage");
   const auto& stage = degrees.stage;
+  if (torchtitan) {
+    read_torchtitan_fsdp(node, r, stage, dp, defaults_applied);
+    place_dp_ranks_and_options(node, r, topology, degrees, dp);
+    if (ctx.error_count() != errors_before) return std::nullopt;
+    return StrategySpec{dp};
+  }
   // What the stage partitions (nullopt: an invalid stage, reported above).
   const auto partitioned = stage.valid ? ZeroPolicy::partitioning_if_valid(stage.value) : std::nullopt;
   read_dp_gradients(node, r, partitioned, dp, ds_default);
@@ -409,13 +439,7 @@ std::optional<StrategySpec> read_data_parallel(const Node& node, MapReader& r, c
               "fp32 gradient reduction is not modelled with optimizer offload (DeepSpeed's offload recipes move bf16 "
               "gradient partitions)");
   }
-  place_dp_ranks(node, r, topology, degrees, dp);
-  dp.collectives = parse_collective_options(r);
-  dp.all_ranks = parse_all_ranks(r);
-  if (dp.ep > 1 && (dp.tp > 1 || dp.offload || r.has("partitioning"))) {
-    ctx.error(degrees.ep.loc, node.child_path("ep"),
-              "expert parallelism together with tp > 1, a partitioning or optimizer offload is not modelled");
-  }
+  place_dp_ranks_and_options(node, r, topology, degrees, dp);
   if (dp.offload && topology && !dp.devices.empty()) check_offload_hosts(ctx, *topology, dp, offload_at);
   read_dp_partitioning(node, r, stage, partitioned, levels, dp);
   if (ctx.error_count() != errors_before) return std::nullopt;

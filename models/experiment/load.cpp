@@ -13,6 +13,7 @@
 #include "models/experiment/defaults.hpp"
 #include "models/experiment/sections.hpp"
 #include "models/strategies/deepspeed_pipeline.hpp"
+#include "models/experiment/torchtitan_section.hpp"
 #include "models/strategies/strategy_registry.hpp"
 #include "models/strategies/value_ranges.hpp"
 #include "models/transformer/model_parser.hpp"
@@ -437,6 +438,16 @@ void read_training(Context& ctx, MapReader& r, ExperimentSpec& spec, SectionsRea
   if (read.model_ok && training_node) apply_sequence_length(ctx, *training_node, training_read, spec);
   if (read.model_ok && read.training_ok && !training_read.framework_given) infer_framework(spec);
   if (read.strategy_ok && read.training_ok) resolve_pipeline_engine(ctx, from_strategy, spec);
+  if (read.training_ok && spec.training.framework == Framework::kTorchtitan) {
+    detail::check_torchtitan_training(*training_node, training_read.defaults);
+    const auto* dp = std::get_if<DataParallelSpec>(&spec.strategy);
+    if (read.strategy_ok && dp && !dp->fsdp2) {
+      ctx.error(training_node->location(), "training.framework",
+                "torchtitan's FSDP2 runs as kind: data_parallel with the training section in the experiment file "
+                "itself (not a DeepSpeed config, not an !include'd training section, which the strategy is read "
+                "before)");
+    }
+  }
   spec.defaults_applied.insert(spec.defaults_applied.end(), training_read.defaults.begin(),
                                training_read.defaults.end());
   spec.defaults_applied.insert(spec.defaults_applied.end(), from_strategy.defaults.begin(),
@@ -478,6 +489,7 @@ ExperimentSpec load_experiment(const std::filesystem::path& file, const std::vec
     note_gpu_kind_overrides(ctx, hw, hw_node);
     SectionsRead read;
     read_model(r, spec, read);
+    read.from_strategy.torchtitan = detail::names_torchtitan(r);
     read_strategy(ctx, r, hw ? &*hw : nullptr, collectives_loc, spec, read);
     // A collective benchmark has no model; training a model needs one.
     if (read.needs_model) read_training(ctx, r, spec, read);

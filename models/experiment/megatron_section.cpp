@@ -164,7 +164,8 @@ void check_megatron_fsdp(const Node& node, const sim::config::Located<int>& zero
               "deepspeed use 0 or 1");
   } else if (mg.pp < 2) {
     ctx.error(zero.loc, node.child_path("zero_stage"),
-              "2 is FSDP2 under a pipeline schedule (pp >= 2); without pipelines use kind: data_parallel");
+              "2 is FSDP2 under a pipeline schedule (pp >= 2); without pipelines use kind: data_parallel with "
+              "training.framework: torchtitan (FSDP2, with tp)");
   }
 }
 

@@ -180,8 +180,9 @@ std::optional<TrainingSpec> parse_training(const Node& node, TrainingRead* read)
   }
   // Megatron's default follows its code: the megatron strategy, or a data-parallel run that names
   // a Megatron framework (Megatron-DeepSpeed's GPT under ZeRO, as SC21's ZeRO-3 baseline ran).
-  const bool megatron_code = out.megatron || (out.framework_given && t.framework != Framework::kPyTorch &&
-                                              t.framework != Framework::kHfTransformers);
+  const bool megatron_code =
+      out.megatron || (out.framework_given && t.framework != Framework::kPyTorch &&
+                       t.framework != Framework::kHfTransformers && t.framework != Framework::kTorchtitan);
   if (!r.has("fused_softmax") && megatron_code && !t.flash_attention) {
     t.fused_softmax = defaults::flag("megatron.masked_softmax_fusion");
     if (t.fused_softmax) out.defaults.emplace_back("training.fused_softmax=true (Megatron-LM's masked_softmax_fusion)");

@@ -33,6 +33,9 @@ struct TrainingFromStrategy {
   // In: the model when it was read before the strategy, so that a tp it cannot split over is
   // reported at tp (by its heads and widths), not as the rank count it makes.
   const ModelSpec* model = nullptr;
+  // In: training.framework is torchtitan (peeked before the strategy is read): a data_parallel
+  // strategy is FSDP2 with torchtitan's defaults (torchtitan_section.hpp).
+  bool torchtitan = false;
 };
 
 /// What parse_training says besides the TrainingSpec.

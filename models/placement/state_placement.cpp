@@ -3,7 +3,8 @@
 // (fp32 master + m + v) bytes per element, and U the updated parameters (P at stage 0, P_model / g
 // otherwise), of which C update on the CPU under optimizer offload:
 //   parameters   w P                  (stage 3: w (P_model - persistent) / g + w persistent);
-//                on the host with parameter offload
+//                on the host with parameter offload; FSDP2's fp32 shard that is the master copy:
+//                f (P_model - persistent) / g, and the optimizer then (o - f) U
 //   gradients    at stages 0-1 w P, f P or (f + w) P by the framework's gradient buffers;
 //                w P_model / g at stages 2-3 (f P_model / g for an fp32 partition); with offload f (U - C) on the GPU
 //                and f C on the host (on the NVMe with ZeRO-Infinity)
@@ -50,7 +51,9 @@ StatePlacement place_model_states(const StateCounts& c, const StatePrecision& by
   out.parameter_elements =
       partitioned.parameters ? share(c.sharded - c.persistent, c.shard_ranks) + c.persistent : c.held;
   out.updated_elements = updated_parameters(partitioned, c.held, c.sharded, c.shard_ranks);
-  (c.parameter_offload ? out.parameters.host : out.parameters.gpu) = out.parameter_elements * bytes.working;
+  const bool master_shard = c.parameter_shard_is_master && partitioned.parameters && !c.optimizer_offload;
+  (c.parameter_offload ? out.parameters.host : out.parameters.gpu) =
+      out.parameter_elements * (master_shard ? bytes.fp32 : bytes.working);
 
   // Optimizer offload: the GPU keeps the states of its own subgroups (fp32 master, m, v and fp32
   // gradients); the host (or the NVMe) keeps the rest.
@@ -60,7 +63,7 @@ StatePlacement place_model_states(const StateCounts& c, const StatePrecision& by
                       : partitioned.gradients
                           ? share(c.sharded, c.shard_ranks) * (c.fp32_gradient_partition ? bytes.fp32 : bytes.working)
                           : c.held * unsharded_gradient_bytes(c.gradient_buffers, bytes);
-  out.optimizer.gpu = gpu_updated * bytes.optimizer;
+  out.optimizer.gpu = gpu_updated * (master_shard ? bytes.optimizer - bytes.fp32 : bytes.optimizer);
   if (c.optimizer_offload) {
     (c.nvme ? out.optimizer.nvme : out.optimizer.host) = offloaded * bytes.optimizer;
     (c.nvme ? out.gradients.nvme : out.gradients.host) = offloaded * bytes.fp32;

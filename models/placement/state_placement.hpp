@@ -67,6 +67,10 @@ struct StateCounts {
   // Stages 2-3: the gradient partition in fp32 rather than the working precision (FSDP2's sharded
   // gradients take the dtype of its sharded fp32 parameters).
   bool fp32_gradient_partition = false;
+  // Stage 3: the parameter shard is fp32 and is the optimizer's master copy (FSDP2's sharded
+  // parameters; the bf16 copies exist only while gathered): the shard counts f bytes under
+  // parameters and the optimizer states o - f (Adam's m and v) per updated parameter.
+  bool parameter_shard_is_master = false;
   // Optimizer offload: the updated parameters whose optimizer step runs on the CPU (Twin-Flow's
   // host subgroups; the rest stay on the GPU), their states on the NVMe instead of host memory
   // (ZeRO-Infinity) through host swap buffers of `swap_buffer_elements` in all.

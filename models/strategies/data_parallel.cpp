@@ -84,9 +84,9 @@ int checked_ranks(const IterationInputs& in, const DataParallelSpec& spec) {
           "data_parallel: ep ({}) needs a mixture-of-experts model whose experts ({}) and ranks ({}) divide by it", ep,
           m.experts, replicas));
     }
-    if (tp > 1 || spec.partitioning || spec.offload || spec.offload_param) {
+    if (spec.partitioning || spec.offload_param) {
       throw std::invalid_argument(
-          "data_parallel: expert parallelism together with tp > 1, a partitioning or offload is not modelled");
+          "data_parallel: expert parallelism together with a partitioning or parameter offload is not modelled");
     }
   }
   if (spec.sp != 1) {
@@ -94,6 +94,11 @@ int checked_ranks(const IterationInputs& in, const DataParallelSpec& spec) {
       throw std::invalid_argument(fmt::format(
           "data_parallel: Ulysses over sp = {} ranks needs sp to divide the {} ranks, tp 1 and ep 1", spec.sp, ranks));
     }
+  }
+  const auto partitioned = ZeroPolicy::partitioning_if_valid(spec.zero_stage);
+  if (spec.fsdp2 && (!partitioned || !partitioned->parameters || spec.partitioning || spec.offload)) {
+    // The readers refuse these at their keys (models/experiment/torchtitan_profile.cpp).
+    throw std::invalid_argument("data_parallel: FSDP2 is modelled at zero_stage 3 without partitioning or offload");
   }
   if (spec.offload_param && !spec.offload) {
     // The readers refuse it at its key; the host pool and threads come with the optimizer offload.
@@ -132,8 +137,9 @@ RankParameters rank_parameters(const ModelSpec& m, int tp, int ep, const ZeroPol
 
 // The gradient items, in the order backward produces them (each parameter once): the head, the
 // layers in reverse, the embedding.
+// FSDP2 (`units_alone`) reduce-scatters each unit's gradients by themselves after its backward.
 std::vector<GradientReduction::Item> gradient_items(const ModelSpec& m, const ParameterCounts& params, int ep,
-                                                    std::int64_t experts_per_layer_on_rank) {
+                                                    std::int64_t experts_per_layer_on_rank, bool units_alone) {
   std::vector<GradientReduction::Item> items;
   // Parameter tensors: each projection's weight (and bias), each norm's weight (and bias).
   const std::int64_t norm_tensors = m.norm == NormKind::kLayerNorm ? 2 : 1;
@@ -146,6 +152,7 @@ std::vector<GradientReduction::Item> gradient_items(const ModelSpec& m, const Pa
     items.push_back({params.per_layer - experts_per_layer_on_rank, experts_per_layer_on_rank, layer_tensors});
   }
   items.push_back({params.embedding + params.position, 0, 1 + (params.position > 0 ? 1 : 0)});
+  for (auto& item : items) item.closes_bucket = units_alone;
   return items;
 }
 
@@ -189,6 +196,40 @@ RankLayout data_parallel_layout(BuiltIteration& out, const IterationInputs& in, 
   return {Bytes{logits * kLossWorkspaceBytesPerElement}, Bytes{logits * kLossWorkspaceBytesPerElement}};
 }
 
+// The report notes of a data-parallel iteration: the common ones, the host dispatch, the
+// collectives, stage 3's gathering (DeepSpeed's or FSDP2's) and expert parallelism.
+void add_data_parallel_approximations(BuiltIteration& out, const IterationInputs& in, const DataParallelSpec& spec,
+                                      const ZeroPolicy& policy, int shard_ranks) {
+  add_common_approximations(out, in, policy);
+  out.approximations.push_back(host_dispatch_approximation(in));
+  out.approximations.push_back(
+      "collectives: bidirectional rings (all-to-all for qgZ) over each stage of the plan, in rank order; reduction "
+      "arithmetic not modelled");
+  std::vector<std::string> notes;
+  if (policy.engine() == OptimizerEngine::kZeroStage3) {
+    notes = parameter_gather_approximations(spec.zero3_fetch, spec.zero3_host, shard_ranks);
+  } else if (policy.fsdp2()) {
+    notes = fsdp2_approximations(*spec.fsdp2, spec.tp, shard_ranks);
+  }
+  for (auto& note : notes) out.approximations.push_back(std::move(note));
+  if (in.model.moe()) {
+    out.approximations.push_back(
+        spec.ep > 1
+            ? fmt::format("expert parallelism over {} {}: each routed token goes to its expert's rank "
+                          "and back by all-to-all (even routing: (ep - 1) / ep of the tokens leave each rank), "
+                          "on the critical path of its layer",
+                          spec.ep,
+                          spec.tp > 1 ? fmt::format("replicas of each tensor rank (stride {}), each expert split over "
+                                                    "the {} tensor ranks as Megatron-Core's expert tensor parallelism "
+                                                    "(a TP all-reduce after its down-projection); every tensor rank "
+                                                    "dispatches the micro-batch's tokens (sequence parallelism's "
+                                                    "smaller dispatch not modelled)",
+                                                    spec.tp, spec.tp)
+                                      : std::string("consecutive ranks"))
+            : "no expert parallelism: every rank runs every expert (set strategy.ep to spread them)");
+  }
+}
+
 // build_data_parallel in phases. The constructor checks the spec and works out the layout, the
 // parameter counts, the kernel times, the modules and each rank's placement; build() adds the
 // iteration's tasks phase by phase: model states, each micro-batch's forward, backward and
@@ -204,7 +245,9 @@ class DataParallelBuilder {
         m(inputs.model),
         train(inputs.training),
         ranks(checked_ranks(inputs, strategy)),
-        policy(ZeroPolicy::deepspeed(strategy.zero_stage, strategy.fp32_grad_accum, strategy.fp32_gradient_reduce)),
+        policy(strategy.fsdp2 ? ZeroPolicy::fsdp2(strategy.fp32_gradient_reduce)
+                              : ZeroPolicy::deepspeed(strategy.zero_stage, strategy.fp32_grad_accum,
+                                                      strategy.fp32_gradient_reduce)),
         tp(strategy.tp),
         replicas(ranks / tp),
         ep(strategy.ep),
@@ -215,8 +258,8 @@ class DataParallelBuilder {
         replica_plan(tp == 1 ? Communicator::flat(ranks)
                              : CollectivePlan{{Band{"dp", tp, ranks}}, StageAlgorithm::kRing, {}}),
         tp_plan(Communicator::flat(tp)),
-        expert_plan{{Band{"expert-dp", ep, ranks}}, StageAlgorithm::kRing, {}},
-        dispatch_plan{{Band{"ep", 1, ep}}, StageAlgorithm::kAllToAll, {}},
+        expert_plan{{Band{"expert-dp", tp * ep, ranks}}, StageAlgorithm::kRing, {}},
+        dispatch_plan{{Band{"ep", tp, tp * ep}}, StageAlgorithm::kAllToAll, {}},
         part(strategy.partitioning.value_or(Partitioning{replicas, replica_plan, 0, {}, replica_plan, {}})),
         shard(policy.gathers_parameters_before_use() ? part.shard_ranks : replicas),
         rank_params(rank_parameters(inputs.model, tp, ep, policy, shard)),
@@ -274,8 +317,8 @@ class DataParallelBuilder {
   const int tp;
   const int replicas;
   // Expert parallelism (DeepSpeed-MoE): the experts of every MoE layer spread over ep consecutive
-  // ranks; each expert's states are ZeRO-partitioned over its data-parallel group (the ranks of
-  // one expert-parallel position, stride ep).
+  // replicas (of one tensor rank); each expert's states are ZeRO-partitioned over its data-parallel
+  // group (the ranks of one expert-parallel position, stride tp x ep).
   const int ep;
   const RankLayout layout;
   const int sims;
@@ -284,8 +327,9 @@ class DataParallelBuilder {
   // tensor-parallel all-reduces inside each group of tp consecutive ranks.
   const CollectivePlan replica_plan;
   const CollectivePlan tp_plan;
-  // Expert parallelism: the experts' states over their data-parallel group (stride ep); the routed
-  // tokens' all-to-all among the ep consecutive ranks of an expert-parallel group.
+  // Expert parallelism: the experts' states over their data-parallel group (the ranks of one
+  // tensor rank and one expert-parallel position, stride tp x ep); the routed tokens' all-to-all
+  // among the ep replicas of an expert-parallel group that hold the same tensor rank (stride tp).
   const CollectivePlan expert_plan;
   const CollectivePlan dispatch_plan;
   // Stage 3 follows the partitioning (by default: every state over all replicas, flat rings).
@@ -328,7 +372,8 @@ class DataParallelBuilder {
   const sim::Flops head_flops = head_forward_flops(m, train.micro_batch) * (1.0 / tp);
 
   void define_modules() {
-    modules = model_modules(m, params, tp, ep, spec.param_persistence_threshold);
+    modules = spec.fsdp2 ? fsdp2_units(m, params, experts_per_layer_on_rank, ep, *spec.fsdp2)
+                         : model_modules(m, params, tp, ep, spec.param_persistence_threshold);
     for (const auto& mod : modules) persistent += mod.persistent;
   }
 
@@ -349,7 +394,7 @@ class DataParallelBuilder {
       gather.emplace(timeline, comm, ParameterGather::Plans{part, expert_plan}, spec.zero3_fetch, spec.zero3_host,
                      *host_threads, spec.offload_param ? &*host : nullptr, spec.param_pin_memory);
     }
-    reduction.emplace(timeline, comm, policy, gradient_items(m, params, ep, experts_per_layer_on_rank),
+    reduction.emplace(timeline, comm, policy, gradient_items(m, params, ep, experts_per_layer_on_rank, policy.fsdp2()),
                       GradientReduction::Plans{replica_plan, expert_plan, part},
                       GradientReduction::Options{
                           spec.reduce_bucket_elements, spec.overlap_comm, shard, replicas, spec.zero3_host, {}, {}},
@@ -367,8 +412,10 @@ class DataParallelBuilder {
     c.partitioned = policy.partitioned();
     c.shard_ranks = shard;
     c.gradient_buffers = policy.gradient_buffers();
+    c.fp32_gradient_partition = c.parameter_shard_is_master = policy.fsdp2();
     c.persistent = persistent;
-    c.reduce_bucket_elements = spec.reduce_bucket_elements;
+    c.reduce_bucket_elements =
+        policy.fsdp2() ? fsdp2_reduce_buffer_elements(modules, policy.fp32_gradients()) : spec.reduce_bucket_elements;
     if (host) host->describe(c);
     c.parameter_offload = spec.offload_param;
     c.secondary_elements = gather ? gather->secondary_elements() : 0;
@@ -572,24 +619,7 @@ class DataParallelBuilder {
     // Model states on one GPU: parameters, gradients, optimizer states (the setup allocations) and
     // the hpZ secondary partition.
     out.model_states_per_device = Bytes{states().gpu_model_states()};
-    add_common_approximations(out, in, policy);
-    out.approximations.push_back(host_dispatch_approximation(in));
-    out.approximations.push_back(
-        "collectives: bidirectional rings (all-to-all for qgZ) over each stage of the plan, in rank order; reduction "
-        "arithmetic not modelled");
-    if (policy.engine() == OptimizerEngine::kZeroStage3) {
-      for (auto& note : parameter_gather_approximations(spec.zero3_fetch, spec.zero3_host, part.shard_ranks))
-        out.approximations.push_back(std::move(note));
-    }
-    if (m.moe()) {
-      out.approximations.push_back(
-          ep > 1
-              ? fmt::format("expert parallelism over {} consecutive ranks: each routed token goes to its expert's rank "
-                            "and back by all-to-all (even routing: (ep - 1) / ep of the tokens leave each rank), "
-                            "on the critical path of its layer",
-                            ep)
-              : "no expert parallelism: every rank runs every expert (set strategy.ep to spread them)");
-    }
+    add_data_parallel_approximations(out, in, spec, policy, part.shard_ranks);
   }
 };
 

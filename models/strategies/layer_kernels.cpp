@@ -136,13 +136,17 @@ LayerGemmTimes layer_gemm_times(const CostModel& c, const TrainingSpec& t, const
     // Hugging Face's sdpa attention at the device's measured SDPA rates. The generic pytorch
     // framework keeps the GEMM-grid cost (its validation group, bench/torch/transformer_bench.py,
     // and llm-foundry's runs came out further off with the SDPA table: docs/models.md).
-    const bool torch_sdpa = t.framework == Framework::kHfTransformers;
+    // torchtitan's SDPA puts the FlashAttention backend first on the H100
+    // (torchtitan/models/attention.py, ScaledDotProductAttention._init_backend).
+    const bool torchtitan = t.framework == Framework::kTorchtitan;
+    const bool torch_sdpa = t.framework == Framework::kHfTransformers || torchtitan;
     // With dropout on the probabilities the run takes FlashAttention's backend (the kernel
     // PyTorch's default pick, cuDNN's, is measured without dropout only).
     const bool prob_dropout = t.framework == Framework::kHfTransformers ? m.attention_dropout : m.dropout;
-    if (const auto sdpa = fused && torch_sdpa && !m.mla() ? c.sdpa_rates(prob_dropout ? "flash_attention" : "default",
-                                                                         m.head_dim(), m.seq, m.kv_heads < m.heads)
-                                                          : std::nullopt) {
+    if (const auto sdpa = fused && torch_sdpa && !m.mla()
+                              ? c.sdpa_rates(prob_dropout || torchtitan ? "flash_attention" : "default", m.head_dim(),
+                                             m.seq, m.kv_heads < m.heads)
+                              : std::nullopt) {
       // PyTorch's scaled_dot_product_attention at its measured rates (the backend it picks by
       // default): one kernel for Q K^T and P V, the causal FLOPs of Q K^T's shape (2 b h s span d)
       // forward, 2.5 x those backward.
@@ -361,6 +365,15 @@ std::string non_gemm_kernels_approximation(const TrainingSpec& t) {
         "tokens per call (the host's per-operator dispatch: its own line); repeat_kv copies for GQA and the rotary "
         "cos/sin "
         "computation are not costed",
+        attention);
+  }
+  if (t.framework == Framework::kTorchtitan) {
+    return fmt::format(
+        "non-GEMM layer kernels as torch.compile fuses torchtitan's blocks (its published runs compile): the "
+        "generic list (norms, activation, residual adds; {}), each costed by its HBM bytes, one kernel per norm; "
+        "attention by the device's measured SDPA rates of the FlashAttention backend where its table has them "
+        "(torchtitan/models/attention.py puts it first); eager torchtitan's separate RMSNorm, rotary and SwiGLU "
+        "kernels are not costed",
         attention);
   }
   return fmt::format(

@@ -12,6 +12,7 @@
 #include "models/collectives/plan.hpp"
 #include "models/cost/cost_model.hpp"
 #include "models/platform/machine_resources.hpp"
+#include "models/strategies/phases/fsdp2.hpp"
 #include "models/strategies/phases/host_offload.hpp"
 #include "models/strategies/phases/iteration.hpp"
 #include "models/strategies/phases/parameter_gather.hpp"
@@ -72,6 +73,11 @@ struct DataParallelSpec {
   bool offload_param = false;
   bool param_pin_memory = true;
   std::optional<Partitioning> partitioning;  // stage 3 only; absent: everything over all ranks, flat
+  // Stage 3 as PyTorch's FSDP2 runs it (training.framework: torchtitan; phases/fsdp2.hpp), with its
+  // reshard_after_forward policy, instead of DeepSpeed's stage 3: one gather and one reduce-scatter
+  // per FSDP unit (the reduce-scatter in fp32 with fp32_gradient_reduce), fp32 parameter and
+  // gradient shards; no persistence threshold, host launch costs, partitioning or offload.
+  std::optional<ReshardAfterForward> fsdp2;
   CollectiveOptions collectives;
   bool all_ranks = false;  // simulate every rank even when one node could stand for all
 };

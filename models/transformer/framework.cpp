@@ -95,7 +95,7 @@ double sum_bytes(const std::vector<ChainKernel>& chain) {
 
 const std::vector<std::string>& framework_names() {
   static const std::vector<std::string> names{"pytorch", "hf-transformers", "megatron-core", "deepspeed-megatron",
-                                              "nemo"};
+                                              "nemo",    "torchtitan"};
   return names;
 }
 
@@ -156,8 +156,8 @@ int FrameworkProfile::linears(std::string_view gemm, std::string_view model_type
 }
 
 const FrameworkProfile& framework_profile(Framework f) {
-  static const std::array<FrameworkProfile, 5> profiles = [] {
-    std::array<FrameworkProfile, 5> out;
+  static const std::array<FrameworkProfile, 6> profiles = [] {
+    std::array<FrameworkProfile, 6> out;
     for (std::size_t i = 0; i < out.size(); ++i) out[i].framework = static_cast<Framework>(i);
     out[static_cast<std::size_t>(Framework::kHfTransformers)] =
         read_profile(Framework::kHfTransformers, kHfTransformersYaml);

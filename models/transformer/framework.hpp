@@ -24,6 +24,12 @@ enum class Framework {
   kMegatronCore,
   kDeepSpeedMegatron,
   kNemo,
+  /// torchtitan (pytorch/torchtitan): Llama blocks under FSDP2 (fully_shard) and DTensor tensor
+  /// parallelism, its defaults from configs/defaults.yaml's torchtitan section
+  /// (models/experiment/torchtitan_profile.hpp). Its blocks run as torch.compile fuses them (the
+  /// published runs compile): the generic kernel list; attention is PyTorch's SDPA with the
+  /// FlashAttention backend first (torchtitan/models/attention.py, ScaledDotProductAttention).
+  kTorchtitan,
 };
 
 /// The names `training.framework` takes, in Framework order.

@@ -115,7 +115,12 @@ void GradientReduction::reduce(std::int64_t mb, bool boundary, const std::vector
       }
     }
     if (offload_) {
-      offload_->offload_bucket(mb, boundary, name, partition(bucket.elements), bucket.last_item + 1, stream_,
+      // The rank's partition of the bucket: its share of the rest over the shard group, and of its
+      // experts' gradients over their own data-parallel group (expert parallelism).
+      int expert_group = 1;
+      for (const auto& band : plans_.experts.stages) expert_group *= band.group();
+      const std::int64_t experts = (bucket.expert_elements + expert_group - 1) / expert_group;
+      offload_->offload_bucket(mb, boundary, name, partition(bucket.elements) + experts, bucket.last_item + 1, stream_,
                                backward_tasks_, options_.overlap_comm);
     }
   }

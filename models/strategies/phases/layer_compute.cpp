@@ -19,10 +19,31 @@ LayerCompute::LayerCompute(RankTimeline& ranks, Communicator& comm, LayerTimes t
 LayerTasks LayerCompute::expert_parallel(const std::string& name, const char* phase, bool forward, sim::Flops flops,
                                          std::vector<std::vector<TaskId>> deps) {
   const int sims = ranks_.size();
-  std::vector<std::optional<TimePs>> steps;  // compute pieces; nullopt: an all-to-all
+  // Compute pieces between the collectives: an all-to-all (dispatch or combine) or, with tp > 1,
+  // the tensor-parallel all-reduce after the attention and after the experts' row-parallel
+  // down-projection (Megatron-Core's experts split over the tensor-parallel group).
+  enum class Kind { kCompute, kAllToAll, kTp };
+  struct Step {
+    Kind kind;
+    TimePs time{0};
+  };
+  const bool tp = parallel_.tp > 1;
+  std::vector<Step> steps;
+  const auto add_rest = [&](TimePs rest) {
+    if (!tp) {
+      steps.push_back({Kind::kCompute, rest});
+      return;
+    }
+    // The attention's all-reduce halfway through the rest (attention, router), as run() splits.
+    const TimePs half{rest.ps / 2};
+    steps.insert(steps.end(), {{Kind::kCompute, half}, {Kind::kTp}, {Kind::kCompute, TimePs{rest.ps - half.ps}}});
+  };
   const auto forward_steps = [&] {
-    steps.insert(steps.end(), {TimePs{times_.forward.ps - times_.experts_forward.ps}, std::nullopt,
-                               times_.experts_forward, std::nullopt});
+    add_rest(TimePs{times_.forward.ps - times_.experts_forward.ps});
+    steps.push_back({Kind::kAllToAll});
+    steps.push_back({Kind::kCompute, times_.experts_forward});
+    if (tp) steps.push_back({Kind::kTp});
+    steps.push_back({Kind::kAllToAll});
   };
   if (forward) {
     forward_steps();
@@ -32,21 +53,29 @@ LayerTasks LayerCompute::expert_parallel(const std::string& name, const char* ph
       forward_steps();
       rest -= times_.forward.ps;
     }
-    steps.insert(steps.end(), {std::nullopt, times_.experts_backward, std::nullopt, TimePs{rest}});
+    steps.push_back({Kind::kAllToAll});
+    if (tp) steps.push_back({Kind::kTp});
+    steps.push_back({Kind::kCompute, times_.experts_backward});
+    steps.push_back({Kind::kAllToAll});
+    add_rest(TimePs{rest});
   }
   const TimePs total = forward ? times_.forward : times_.backward;
   LayerTasks t{std::vector<TaskId>(sims), std::vector<TaskId>(sims), std::vector<TaskId>(sims)};
   bool started = false;
   for (std::size_t i = 0; i < steps.size(); ++i) {
-    if (!steps[i]) {
-      t.end = comm_.add(CollectiveKind::kReduceScatter, fmt::format(FMT_COMPILE("all_to_all.{}.{}"), name, i),
-                        parallel_.dispatch_elements, parallel_.dispatch_plan, started ? ranks_.per_rank(t.end) : deps);
+    if (steps[i].kind != Kind::kCompute) {
+      const bool a2a = steps[i].kind == Kind::kAllToAll;
+      t.end = comm_.add(a2a ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce,
+                        fmt::format(FMT_COMPILE("{}.{}.{}"), a2a ? "all_to_all" : "tp", name, i),
+                        a2a ? parallel_.dispatch_elements : parallel_.activation_elements,
+                        a2a ? parallel_.dispatch_plan : parallel_.tp_plan, started ? ranks_.per_rank(t.end) : deps);
       if (!started) deps = ranks_.per_rank(t.end);
       continue;
     }
+    const TimePs time = steps[i].time;
     for (int r = 0; r < sims; ++r) {
-      const double share = total.ps > 0 ? static_cast<double>(steps[i]->ps) / static_cast<double>(total.ps) : 0.0;
-      t.last_compute[r] = ranks_.compute(r, fmt::format(FMT_COMPILE("{}.{}"), name, i), phase, *steps[i], flops * share,
+      const double share = total.ps > 0 ? static_cast<double>(time.ps) / static_cast<double>(total.ps) : 0.0;
+      t.last_compute[r] = ranks_.compute(r, fmt::format(FMT_COMPILE("{}.{}"), name, i), phase, time, flops * share,
                                          "layer", started ? std::vector<TaskId>{t.end[r]} : std::move(deps[r]));
       if (!started) t.first[r] = t.last_compute[r];
       t.end[r] = t.last_compute[r];

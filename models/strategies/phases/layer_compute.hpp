@@ -11,7 +11,10 @@
 //   each routed token to its expert's rank and back: forward [attention and router, dispatch,
 //   experts, combine]; backward [combine's gradient, experts, dispatch's gradient, the rest], after
 //   the recomputed forward (all-to-alls included) with full recomputation. An all-to-all is costed
-//   as a reduce-scatter of the same bytes.
+//   as a reduce-scatter of the same bytes. With tp > 1 too (the experts split over the
+//   tensor-parallel group, Megatron-Core's expert_tensor_parallel_size = tp): the rest of the layer
+//   in two halves around the attention's TP all-reduce, and a TP all-reduce after the experts'
+//   row-parallel down-projection (before the combine; in backward after the combine's gradient).
 // - Ulysses sequence parallelism (DeepSpeed's DistributedAttention, ALST's UlyssesSPAttentionHF;
 //   models/strategies/ulysses.hpp): the layer's compute around the all-to-alls that turn its
 //   s / sp tokens x all heads into s tokens x heads / sp for the attention core and back: forward

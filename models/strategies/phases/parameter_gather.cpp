@@ -19,7 +19,8 @@ constexpr const char* kGathered = "gathered parameters (bf16)";
 
 Module make_module(std::string name, const std::vector<std::int64_t>& parts, std::int64_t persistence_threshold,
                    const std::vector<bool>& expert) {
-  Module mod{std::move(name), {}, {}, 0};
+  Module mod;
+  mod.name = std::move(name);
   for (std::size_t i = 0; i < parts.size(); ++i) {
     const std::int64_t n = parts[i];
     if (n <= 0) continue;
@@ -116,6 +117,11 @@ std::vector<TaskId> ParameterGather::gather(const Module& mod, const std::string
 
 std::vector<std::vector<TaskId>> ParameterGather::before(const Module& mod, const std::string& when,
                                                          const std::vector<TaskId>& previous) {
+  if (!mod.reshard_after_forward && when.ends_with(".bwd")) {
+    std::vector<std::vector<TaskId>> deps(previous.size());
+    for (std::size_t r = 0; r < previous.size(); ++r) deps[r] = {previous[r]};
+    return deps;
+  }
   const std::vector<TaskId> gathered = gather(mod, when, previous);
   const bool keep_secondary = part_.secondary_ranks > 0 && when == "mb0.fwd";
   const std::int64_t secondary_shard =
@@ -133,6 +139,7 @@ std::vector<std::vector<TaskId>> ParameterGather::before(const Module& mod, cons
 }
 
 void ParameterGather::after(const Module& mod, const std::string& when, const std::vector<TaskId>& done) {
+  if (!mod.reshard_after_forward && when.ends_with(".fwd")) return;
   for (int r = 0; r < ranks_.size(); ++r) {
     const TaskId f = ranks_.release(r, fmt::format(FMT_COMPILE("{}.free.{}"), when, mod.name), phase::kCommunication,
                                     kGathered, Bytes{mod.gathered() * kBf16Bytes}, {done[r]});

@@ -67,6 +67,9 @@ struct Module {
   std::vector<std::int64_t> gathers;  // elements of each all-gather
   std::vector<bool> expert;           // per gather: the rank's experts (gathered over their data-parallel group)
   std::int64_t persistent = 0;        // elements kept whole on every rank
+  // false: kept gathered from its forward until after its backward, which gathers nothing (FSDP2's
+  // reshard_after_forward, phases/fsdp2.hpp); DeepSpeed reshards every module.
+  bool reshard_after_forward = true;
   [[nodiscard]] std::int64_t gathered() const {
     std::int64_t n = 0;
     for (const auto g : gathers) n += g;
@@ -107,7 +110,10 @@ class ParameterGather {
   /// first forward with hpZ, the secondary shard it keeps. Returns each rank's dependencies.
   [[nodiscard]] std::vector<std::vector<sim::TaskId>> before(const Module& mod, const std::string& when,
                                                              const std::vector<sim::TaskId>& previous);
-  /// After `mod` ran (each rank's last task `done`): its gathered parameters freed.
+  /// A backward `when` ("mb0.bwd") of a module not resharded after forward gathers nothing: its
+  /// dependencies are each rank's `previous`.
+  /// After `mod` ran (each rank's last task `done`): its gathered parameters freed (not after the
+  /// forward of a module that is not resharded).
   void after(const Module& mod, const std::string& when, const std::vector<sim::TaskId>& done);
   /// Elements of the hpZ secondary partition each rank keeps (known once the first forward is built).
   [[nodiscard]] std::int64_t secondary_elements() const { return secondary_elements_; }

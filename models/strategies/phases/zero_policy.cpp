@@ -46,6 +46,15 @@ ZeroPolicy ZeroPolicy::megatron(int stage, std::optional<bool> fp32_grad_accum) 
   return p;
 }
 
+ZeroPolicy ZeroPolicy::fsdp2(bool fp32_reduce) {
+  ZeroPolicy p;
+  p.stage_ = 3;
+  p.partitioned_ = partitioning_of_stage(3);
+  p.engine_ = OptimizerEngine::kFsdp2;
+  p.fp32_gradients_ = fp32_reduce;
+  return p;
+}
+
 const char* ZeroPolicy::gradient_tenant() const {
   if (accumulates_whole_gradients()) return "gradient partition (fp32)";
   switch (buffers_) {

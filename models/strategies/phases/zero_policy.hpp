@@ -47,6 +47,12 @@ enum class OptimizerEngine {
   // optimizer updates the rank's shard (the fp32 sharded parameters are the master weights) and
   // the bf16 parameters are all-gathered once before the next forwards.
   kFsdpUnderPipeline,
+  // PyTorch's FSDP2 (fully_shard, ZeRO-3) as torchtitan runs it without pipelines
+  // (phases/fsdp2.hpp): each FSDP unit's parameters all-gathered (one collective per unit) before
+  // its forward and, where resharded after forward, again before its backward; its gradients
+  // reduce-scattered in the reduce dtype right after its backward, every micro-batch; the sharded
+  // parameters are fp32 and are the optimizer's master weights, the sharded gradients fp32 too.
+  kFsdp2,
 };
 
 class ZeroPolicy {
@@ -76,6 +82,10 @@ class ZeroPolicy {
   /// mixed_precision_reduce default, and Meta's "reduce-scatter gradients in FP32"). Throws
   /// std::invalid_argument outside 0-2.
   [[nodiscard]] static ZeroPolicy megatron(int stage, std::optional<bool> fp32_grad_accum);
+  /// PyTorch's FSDP2 (fully_shard) without pipelines: everything partitioned (stage 3), the
+  /// reduce-scatter in fp32 when `fp32_reduce` (MixedPrecisionPolicy.reduce_dtype; torchtitan's
+  /// mixed_precision_reduce default), the gradient and parameter shards fp32 (kFsdp2).
+  [[nodiscard]] static ZeroPolicy fsdp2(bool fp32_reduce);
   /// What stage `stage` (0-3) partitions, whatever the framework (tests, reports). Throws
   /// std::invalid_argument outside kStages.
   [[nodiscard]] static ZeroPartitioning partitioning_of_stage(int stage);
@@ -113,6 +123,9 @@ class ZeroPolicy {
   /// from the rank's first backward until their one reduce-scatter after its last
   /// (kFsdpUnderPipeline); the partition is fp32.
   [[nodiscard]] bool accumulates_whole_gradients() const { return engine_ == OptimizerEngine::kFsdpUnderPipeline; }
+  /// FSDP2 (kFsdp2): one all-gather and one reduce-scatter per FSDP unit, the parameter and
+  /// gradient shards in fp32 (the parameter shard is the optimizer's master copy).
+  [[nodiscard]] bool fsdp2() const { return engine_ == OptimizerEngine::kFsdp2; }
   /// The bytes of that transient buffer for n gradients (0 when there is none).
   [[nodiscard]] std::int64_t whole_gradient_buffer_bytes(std::int64_t n) const {
     return accumulates_whole_gradients() ? n * (fp32_gradients_ ? kFp32Bytes : kBf16Bytes) : 0;
