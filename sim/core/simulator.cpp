@@ -58,8 +58,8 @@ void Simulator::append(Chain& chain, Entry&& e) {
 }
 
 void Simulator::SlabDelete::operator()(Block* slab) const {
-  ::operator delete (static_cast<void*>(slab), bytes,
-                     std::align_val_t{bytes >= kHugePage ? kHugePage : alignof(Block)});
+  // The unsized aligned form: clang declares the sized one only with -fsized-deallocation.
+  ::operator delete (static_cast<void*>(slab), std::align_val_t{bytes >= kHugePage ? kHugePage : alignof(Block)});
 }
 
 // Blocks are not constructed: append sets a block's header when it takes the block.
