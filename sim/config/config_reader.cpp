@@ -106,17 +106,20 @@ struct WorkerMemo {
   std::unordered_map<std::string, std::vector<std::filesystem::path>> include_roots;  // root file -> roots
   std::unordered_map<std::string, std::optional<std::filesystem::path>> absolute;     // target -> normal absolute
 };
-thread_local WorkerMemo worker_memo;
+// Owned by the thread's outermost ScopedFileCache (created and deleted with it): a plain pointer,
+// so nothing is left for the thread's exit to destroy (a static ScopedFileCache, as in the fuzz
+// harness, ends after the main thread's thread_locals).
+thread_local WorkerMemo* worker_memo = nullptr;
 
 // An override's value parsed as YAML; a scalar is parsed once per worker and handed out as a copy
 // (readers may not share a node). Throws YAML::Exception as YAML::Load does.
 YAML::Node parse_override_value(const std::string& text) {
-  if (file_cache == nullptr) return YAML::Load(text);
-  if (auto it = worker_memo.scalar_values.find(text); it != worker_memo.scalar_values.end()) {
+  if (worker_memo == nullptr) return YAML::Load(text);
+  if (auto it = worker_memo->scalar_values.find(text); it != worker_memo->scalar_values.end()) {
     return YAML::Clone(it->second);
   }
   YAML::Node value = YAML::Load(text);
-  if (value.IsScalar()) worker_memo.scalar_values.emplace(text, YAML::Clone(value));
+  if (value.IsScalar()) worker_memo->scalar_values.emplace(text, YAML::Clone(value));
   return value;
 }
 
@@ -128,8 +131,8 @@ std::optional<std::filesystem::path> normal_absolute(const std::filesystem::path
     if (ec) return std::nullopt;
     return real;
   };
-  if (file_cache == nullptr) return compute();
-  const auto [it, inserted] = worker_memo.absolute.try_emplace(target.string());
+  if (worker_memo == nullptr) return compute();
+  const auto [it, inserted] = worker_memo->absolute.try_emplace(target.string());
   if (inserted) it->second = compute();
   return it->second;
 }
@@ -144,6 +147,7 @@ YAML::Node load_file(const std::string& name) {
 
 ScopedFileCache::ScopedFileCache() {
   if (file_cache != nullptr) return;
+  worker_memo = new WorkerMemo();  // NOLINT(cppcoreguidelines-owning-memory): deleted by this owner's destructor
   file_cache = &files_;
   owner_ = true;
 }
@@ -151,7 +155,8 @@ ScopedFileCache::ScopedFileCache() {
 ScopedFileCache::~ScopedFileCache() {
   if (!owner_) return;
   file_cache = nullptr;
-  worker_memo = WorkerMemo{};
+  delete worker_memo;
+  worker_memo = nullptr;
 }
 
 bool check_fraction(Context& ctx, const Location& at, std::string_view path, double value) {
@@ -241,8 +246,8 @@ std::vector<std::filesystem::path> find_include_roots(const std::filesystem::pat
 }  // namespace
 
 std::vector<std::filesystem::path> include_roots(const std::filesystem::path& root_file) {
-  if (file_cache == nullptr) return find_include_roots(root_file);
-  const auto [it, inserted] = worker_memo.include_roots.try_emplace(root_file.string());
+  if (worker_memo == nullptr) return find_include_roots(root_file);
+  const auto [it, inserted] = worker_memo->include_roots.try_emplace(root_file.string());
   if (inserted) it->second = find_include_roots(root_file);
   return it->second;
 }
