@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <ios>
+#include <optional>
 #include <tuple>
 #include <unordered_map>
 
@@ -96,6 +97,46 @@ bool cached(const std::string& name) {
   return file_cache != nullptr && file_cache->contains(name);
 }
 
+// What a worker under a ScopedFileCache works out once for all its experiments rather than once
+// per experiment: the parsed values of --set / sweep overrides (a sweep's points repeat the same
+// few), the include roots of each root file and the absolute form of each include target (both
+// from the file system's layout and the working folder, which do not change during a sweep).
+struct WorkerMemo {
+  std::unordered_map<std::string, YAML::Node> scalar_values;  // override value text -> parsed scalar
+  std::unordered_map<std::string, std::vector<std::filesystem::path>> include_roots;  // root file -> roots
+  std::unordered_map<std::string, std::optional<std::filesystem::path>> absolute;     // target -> normal absolute
+};
+// Owned by the thread's outermost ScopedFileCache (created and deleted with it): a plain pointer,
+// so nothing is left for the thread's exit to destroy (a static ScopedFileCache, as in the fuzz
+// harness, ends after the main thread's thread_locals).
+thread_local WorkerMemo* worker_memo = nullptr;
+
+// An override's value parsed as YAML; a scalar is parsed once per worker and handed out as a copy
+// (readers may not share a node). Throws YAML::Exception as YAML::Load does.
+YAML::Node parse_override_value(const std::string& text) {
+  if (worker_memo == nullptr) return YAML::Load(text);
+  if (auto it = worker_memo->scalar_values.find(text); it != worker_memo->scalar_values.end()) {
+    return YAML::Clone(it->second);
+  }
+  YAML::Node value = YAML::Load(text);
+  if (value.IsScalar()) worker_memo->scalar_values.emplace(text, YAML::Clone(value));
+  return value;
+}
+
+// std::filesystem::absolute(target).lexically_normal(), nullopt when it fails; once per worker.
+std::optional<std::filesystem::path> normal_absolute(const std::filesystem::path& target) {
+  const auto compute = [&]() -> std::optional<std::filesystem::path> {
+    std::error_code ec;
+    auto real = std::filesystem::absolute(target, ec).lexically_normal();
+    if (ec) return std::nullopt;
+    return real;
+  };
+  if (worker_memo == nullptr) return compute();
+  const auto [it, inserted] = worker_memo->absolute.try_emplace(target.string());
+  if (inserted) it->second = compute();
+  return it->second;
+}
+
 YAML::Node load_file(const std::string& name) {
   if (file_cache == nullptr) return YAML::LoadFile(name);
   if (auto it = file_cache->find(name); it != file_cache->end()) return it->second;
@@ -106,12 +147,16 @@ YAML::Node load_file(const std::string& name) {
 
 ScopedFileCache::ScopedFileCache() {
   if (file_cache != nullptr) return;
+  worker_memo = new WorkerMemo();  // NOLINT(cppcoreguidelines-owning-memory): deleted by this owner's destructor
   file_cache = &files_;
   owner_ = true;
 }
 
 ScopedFileCache::~ScopedFileCache() {
-  if (owner_) file_cache = nullptr;
+  if (!owner_) return;
+  file_cache = nullptr;
+  delete worker_memo;
+  worker_memo = nullptr;
 }
 
 bool check_fraction(Context& ctx, const Location& at, std::string_view path, double value) {
@@ -154,7 +199,7 @@ Context::Context(const std::vector<std::string>& overrides) {
     }
     const std::string key = raw.substr(0, eq);
     try {
-      overrides_[key] = Override{raw, YAML::Load(raw.substr(eq + 1)), false, fmt::format("--set {}", raw)};
+      overrides_[key] = Override{raw, parse_override_value(raw.substr(eq + 1)), false, fmt::format("--set {}", raw)};
     } catch (const YAML::Exception& e) {
       error(loc, key, fmt::format("the value is not valid YAML: {}", e.msg));
     }
@@ -171,14 +216,15 @@ void Context::add_file_overrides(const std::vector<Located<std::string>>& overri
     const std::string key = o.value.substr(0, eq);
     if (overrides_.contains(key)) continue;  // the command line wins
     try {
-      overrides_[key] = Override{o.value, YAML::Load(o.value.substr(eq + 1)), false, o.loc.str()};
+      overrides_[key] = Override{o.value, parse_override_value(o.value.substr(eq + 1)), false, o.loc.str()};
     } catch (const YAML::Exception& e) {
       error(o.loc, "set", fmt::format("the value is not valid YAML: {}", e.msg));
     }
   }
 }
 
-std::vector<std::filesystem::path> include_roots(const std::filesystem::path& root_file) {
+namespace {
+std::vector<std::filesystem::path> find_include_roots(const std::filesystem::path& root_file) {
   namespace fs = std::filesystem;
   std::error_code ec;
   const fs::path folder = fs::absolute(root_file, ec).lexically_normal().parent_path();
@@ -196,6 +242,14 @@ std::vector<std::filesystem::path> include_roots(const std::filesystem::path& ro
   }
   if (roots.size() == 2 && inside(roots[0], roots[1])) roots.erase(roots.begin());
   return roots;
+}
+}  // namespace
+
+std::vector<std::filesystem::path> include_roots(const std::filesystem::path& root_file) {
+  if (worker_memo == nullptr) return find_include_roots(root_file);
+  const auto [it, inserted] = worker_memo->include_roots.try_emplace(root_file.string());
+  if (inserted) it->second = find_include_roots(root_file);
+  return it->second;
 }
 
 Node Context::load_root(const std::filesystem::path& file) {
@@ -330,10 +384,9 @@ Node Context::include_file(const Node& parent, const std::string& child_path, co
     return broken();
   }
   if (!include_anywhere_) {
-    std::error_code ec;
-    const auto real = std::filesystem::absolute(target, ec).lexically_normal();
-    const bool allowed = !ec && std::any_of(include_roots_.begin(), include_roots_.end(),
-                                            [&](const auto& root) { return inside(real, root); });
+    const auto real = normal_absolute(target);
+    const bool allowed = real && std::any_of(include_roots_.begin(), include_roots_.end(),
+                                             [&](const auto& root) { return inside(*real, root); });
     if (!allowed) {
       error(at, child_path,
             fmt::format("!include: '{}' is outside the experiment's folder and its project (the folder that "

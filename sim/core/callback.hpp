@@ -1,7 +1,7 @@
 #pragma once
 // A move-only `void()` callable for the engine's events and completions. A closure of up to
-// kInlineBytes (every closure the engine and the executor make: a pointer and an index or two)
-// is stored inside the object, so scheduling an event allocates nothing; a larger one (a
+// kInlineBytes (every closure the engine and the executor make: a pointer and one or two 32-bit
+// indices) is stored inside the object, so scheduling an event allocates nothing; a larger one (a
 // std::function, say) is kept on the heap. A trivially copyable closure (pointers and indices) moves as
 // plain bytes, which is what the event queue's buckets do most.
 #include <cstddef>
@@ -15,7 +15,9 @@ namespace offsim::sim {
 
 class Callback {
  public:
-  static constexpr std::size_t kInlineBytes = 24;
+  // 16 bytes: a Callback is 24 bytes and an event queue entry (time and callback) 32, half a
+  // cache line; the queue moves each entry a few times (sim/core/simulator.hpp).
+  static constexpr std::size_t kInlineBytes = 16;
 
   Callback() noexcept = default;
   Callback(std::nullptr_t) noexcept {}  // NOLINT(google-explicit-constructor): an empty completion

@@ -15,8 +15,9 @@
 // one out reads memory the queue has just walked (docs/adr/0013-radix-event-queue-and-component-reshare.md).
 #include <array>
 #include <cstdint>
-#include <deque>
+#include <memory>
 #include <new>
+#include <vector>
 
 #include "sim/core/callback.hpp"
 #include "sim/core/units.hpp"
@@ -59,7 +60,7 @@ class Simulator {
   static constexpr std::size_t kDigits = (64 + kDigitBits - 1) / kDigitBits;
   static constexpr std::size_t kValues = std::size_t{1} << kDigitBits;
   static constexpr std::size_t kWords = kValues / 64;  // occupancy words per digit
-  // The time (at most 2^63 - 1 ps) and, in the top bit, the phase: a 40-byte entry.
+  // The time (at most 2^63 - 1 ps) and, in the top bit, the phase: a 32-byte entry.
   struct Entry {
     std::uint64_t key;
     Callback callback;
@@ -67,26 +68,35 @@ class Simulator {
     [[nodiscard]] std::uint32_t phase() const { return static_cast<std::uint32_t>(key >> 63); }
   };
   // Buckets and FIFOs are chains of fixed blocks from a free list: appending never moves what is
-  // already queued, and emptied blocks are reused while still in cache.
-  static constexpr std::size_t kBlockEntries = 64;
+  // already queued, and emptied blocks are reused while still in cache. A block is 2 KB, 64-byte
+  // aligned: a 32-byte header, then 63 entries that never straddle a cache line.
+  static constexpr std::size_t kBlockBytes = 2048;
+  static constexpr std::size_t kHeaderBytes = 32;
+  static constexpr std::size_t kBlockEntries = (kBlockBytes - kHeaderBytes) / sizeof(Entry);
   // Entries are constructed in place (appending only writes the slot) and destroyed when taken
   // out or moved on.
-  struct Block {
-    alignas(Entry) unsigned char storage[kBlockEntries * sizeof(Entry)];
-    std::uint32_t count = 0;
-    Block* next = nullptr;
+  struct alignas(64) Block {
+    std::uint32_t count;  // set when the block is taken (slabs are not written before use)
+    Block* next;
+    alignas(kHeaderBytes) unsigned char storage[kBlockEntries * sizeof(Entry)];
     Entry& at(std::uint32_t i) { return *std::launder(reinterpret_cast<Entry*>(storage + i * sizeof(Entry))); }
   };
+  static_assert(sizeof(Block) == kBlockBytes);
+  // A bucket also keeps its smallest time and the phases it holds (bit p: phase p), kept up as
+  // entries are appended, so emptying it needs no pass to find them.
   struct Chain {
     Block* head = nullptr;
     Block* tail = nullptr;
-    std::uint32_t read = 0;  // entries of head already taken out (FIFOs only)
+    std::uint32_t read = 0;                 // entries of head already taken out (FIFOs only)
+    std::uint32_t phases = 0;               // buckets only
+    std::uint64_t min = ~std::uint64_t{0};  // buckets only
     [[nodiscard]] bool empty() const { return head == nullptr; }
   };
 
   void append(Chain& chain, Entry&& e);
   void push(Entry&& e);
   void release(Block* block);
+  Block* new_block();
   // Moves the lowest non-empty bucket into lower ones (or the FIFOs); false when no event is left.
   bool refill();
 
@@ -94,7 +104,20 @@ class Simulator {
   std::array<Chain, kDigits * kValues> buckets_;
   std::array<std::array<std::uint64_t, kWords>, kDigits> occupied_{};  // bit v of digit d: bucket (d, v)
   std::uint32_t digits_occupied_ = 0;                                  // bit d: some bucket of digit d
-  std::deque<Block> blocks_;  // every block; a deque does not move them as it grows
+  // Every block, in slabs that double in size up to kMaxSlabBlocks (a small simulation allocates
+  // little; a million queued events take a few hundred slabs, not fifteen thousand allocations).
+  static constexpr std::size_t kFirstSlabBlocks = 8;
+  static constexpr std::size_t kMaxSlabBlocks = 1024;
+  struct SlabDelete {
+    std::size_t bytes;
+    void operator()(Block* slab) const;
+  };
+  std::vector<std::unique_ptr<Block, SlabDelete>> slabs_;
+  static constexpr std::size_t kHugePage = std::size_t{2} << 20;
+  static_assert(kMaxSlabBlocks * sizeof(Block) == kHugePage);
+  static std::unique_ptr<Block, SlabDelete> new_slab(std::size_t blocks);
+  std::size_t slab_used_ = 0;  // blocks of slabs_.back() handed out
+  std::size_t slab_size_ = 0;  // blocks in slabs_.back()
   Block* free_blocks_ = nullptr;
   std::uint64_t last_ = 0;
   std::size_t pending_ = 0;
