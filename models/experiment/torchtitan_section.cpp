@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "models/experiment/defaults.hpp"
+#include "models/strategies/phases/zero_policy.hpp"
 
 namespace offsim::models::detail {
 
@@ -34,7 +35,8 @@ std::string torchtitan_default(const std::string& key, const std::string& value)
 void read_torchtitan_fsdp(const Node& node, MapReader& r, const sim::config::Located<int>& stage, DataParallelSpec& dp,
                           std::vector<std::string>& defaults_applied) {
   auto& ctx = node.context();
-  if (stage.valid && stage.value != 3) {
+  const auto partitioned = stage.valid ? ZeroPolicy::partitioning_if_valid(stage.value) : std::nullopt;
+  if (stage.valid && !(partitioned && partitioned->parameters)) {
     ctx.error(stage.loc, node.child_path("zero_stage"),
               fmt::format("torchtitan's data parallelism is FSDP2 (zero_stage 3: data_parallel_shard_degree); its "
                           "DDP and HSDP replicas are not modelled, got {}",
