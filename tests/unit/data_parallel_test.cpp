@@ -15,22 +15,14 @@
 #include <fmt/format.h>
 
 #include "models/experiment.hpp"
+#include "tests/unit/tiny_dp2_closed_form.hpp"
 
 namespace offsim::models {
 namespace {
 
-using sim::duration_of;
-
 const std::string kTiny = std::string(OFFSIM_SOURCE_DIR) + "/tests/data/tiny-dp2.yaml";
 
-constexpr double s = 32, h = 64, a = 4, V = 128, L = 2;
-constexpr double P = L * (12 * h * h + 13 * h) + V * h + s * h + 2 * h + V * h;  // 118,528
-constexpr double kGemmRate = 10e12 * 0.5;
-constexpr double kMemRate = 100e9;
-
-std::int64_t ps(double amount, double rate) {
-  return duration_of(amount, rate).ps;
-}
+using namespace testing::tiny_dp2;  // s, h, a, V, L, P, the rates, ps, gemm_ps, gemm_bwd_ps
 
 // The bytes over the links of `link_class` in a run; throws (failing the test) when the run has no
 // such class, so that a renamed class cannot leave a check that checks nothing.
@@ -47,17 +39,6 @@ const MemoryKindSummary& memory_of(const ExperimentResult& r, const std::string&
     if (m.kind == kind) return m;
   }
   throw std::runtime_error(fmt::format("the run has no memory of kind '{}'", kind));
-}
-
-// One GEMM on the roofline: max(2 m n k b / gemm rate, 2 B x b (m k + k n + m n) / memory rate).
-std::int64_t gemm_ps(double m, double n, double k, double batch = 1) {
-  return std::max(ps(2 * m * n * k * batch, kGemmRate), ps(2 * batch * (m * k + k * n + m * n), kMemRate));
-}
-
-// Backward of a forward GEMM (m, n, k, batch): the input gradient m x k x n and the weight
-// gradient k x n x m.
-std::int64_t gemm_bwd_ps(double m, double n, double k, double batch = 1) {
-  return gemm_ps(m, k, n, batch) + gemm_ps(k, n, m, batch);
 }
 
 // Per-rank compute, one stream, no gaps. The forward GEMMs of a layer (d = h / a = 16, kv = h):

@@ -17,27 +17,14 @@
 #include "models/experiment.hpp"
 #include "models/strategies/ulysses.hpp"
 #include "tests/unit/source_paths.hpp"
+#include "tests/unit/tiny_dp2_closed_form.hpp"
 
 namespace offsim::models {
 namespace {
 
 namespace fs = std::filesystem;
-using sim::duration_of;
 
-constexpr double s = 32, h = 64, a = 4, V = 128, L = 2;
-constexpr double P = L * (12 * h * h + 13 * h) + V * h + s * h + 2 * h + V * h;  // 118,528
-constexpr double kGemmRate = 10e12 * 0.5;
-constexpr double kMemRate = 100e9;
-
-std::int64_t ps(double amount, double rate) {
-  return duration_of(amount, rate).ps;
-}
-std::int64_t gemm_ps(double m, double n, double k, double batch = 1) {
-  return std::max(ps(2 * m * n * k * batch, kGemmRate), ps(2 * batch * (m * k + k * n + m * n), kMemRate));
-}
-std::int64_t gemm_bwd_ps(double m, double n, double k, double batch = 1) {
-  return gemm_ps(m, k, n, batch) + gemm_ps(k, n, m, batch);
-}
+using namespace testing::tiny_dp2;  // s, h, a, V, L, P, the rates, ps, gemm_ps, gemm_bwd_ps
 
 // One rank's compute with sp ranks per sequence (data_parallel_test.cpp's compute_ps at sp = 1):
 // every GEMM and kernel outside the attention core over t = s / sp tokens; the attention core
