@@ -81,6 +81,19 @@ TEST(CollectiveReplay, TensorParallelAllReducesOnTheirOwnLinksReplayToTheBit) {
   EXPECT_LT(replayed.tasks * 5, full.tasks);
 }
 
+TEST(CollectiveReplay, MembersThatDoNotStartTogetherFallBackToTheFullSimulation) {
+  // tp 16 over two nodes, pp 1, dp 1: the rings' links are their own (precondition 1 holds), but
+  // a ring across two nodes is not symmetric: its members end an all-reduce at different instants
+  // (those whose neighbour is across the InfiniBand link later), so the next all-reduce's members
+  // do not start together. The run sees it (precondition 2) and simulates the iteration in full:
+  // the same tasks and figures as without replays.
+  const ExperimentSpec spec = load_experiment(dgx_megatron("replay-tp16", 2, 16, 1, 1, 1), {});
+  const ExperimentResult replayed = run_experiment(spec);
+  const ExperimentResult full = run_experiment(spec, RunExperimentOptions{.replay_collectives = false});
+  EXPECT_EQ(replayed.tasks, full.tasks);
+  expect_same_figures(replayed, full);
+}
+
 TEST(CollectiveReplay, SharedLinksFallBackToTheFullSimulation) {
   // tp 2 x pp 4 on one node: the point-to-point transfers between stages cross the same NVSwitch
   // links as the TP rings, so no replay is exact: the iteration is built in full (the same tasks).
