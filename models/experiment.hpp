@@ -221,6 +221,11 @@ struct RunExperimentOptions {
   /// result's link lists empty; the analytic transfers are then built without the links they
   /// stand for (CollectiveOptions::link_statistics). Times are the same either way.
   bool link_statistics = true;
+  /// Whether flow-level collectives that repeat may be simulated once and replayed, their
+  /// preconditions checked with the full simulation as the fallback
+  /// (models/strategies/phases/collective_replay.hpp). Every figure is the same either way; a run
+  /// with outputs_over_time never replays (its link timelines and trace would differ).
+  bool replay_collectives = true;
 };
 
 /// The effective configuration (every value read, after includes and overrides) as YAML.

@@ -9,6 +9,7 @@
 
 #include "models/experiment.hpp"
 #include "models/strategies/layer_kernels.hpp"
+#include "models/strategies/phases/collective_replay.hpp"
 #include "models/strategies/strategy_registry.hpp"
 #include "sim/report/timeline.hpp"
 
@@ -275,9 +276,21 @@ void add_memory(const sim::RunResult& run, ExperimentResult& r) {
 ExperimentResult simulate_iteration(const ExperimentSpec& spec, const RunExperimentOptions& options) {
   const CostModel costs(spec.device);
   const bool link_statistics = options.link_statistics || options.outputs_over_time;
-  const BuiltIteration built = build_located(spec, inputs_of(spec, costs, link_statistics));
-  const sim::RunResult run =
-      sim::execute(built.machine.platform, built.graph, sim::ExecOptions{options.outputs_over_time});
+  IterationInputs inputs = inputs_of(spec, costs, link_statistics);
+  // Flow-level collectives may be replayed (models/strategies/phases/collective_replay.hpp) unless
+  // the run records link timelines and a trace, which a replay does not reproduce.
+  inputs.replay_flow_collectives = options.replay_collectives && !options.outputs_over_time;
+  BuiltIteration built = build_located(spec, inputs);
+  sim::RunResult run = sim::execute(built.machine.platform, built.graph, sim::ExecOptions{options.outputs_over_time});
+  if (!built.replayed.empty()) {
+    if (replays_held(built.replayed, run)) {
+      add_replayed_statistics(built.replayed, run);
+    } else {  // a replay's members did not start together: the iteration in full
+      inputs.replay_flow_collectives = false;
+      built = build_located(spec, inputs);
+      run = sim::execute(built.machine.platform, built.graph, sim::ExecOptions{options.outputs_over_time});
+    }
+  }
 
   ExperimentResult r;
   r.iteration_time = run.makespan;
@@ -375,7 +388,8 @@ ExperimentResult run_experiment(const ExperimentSpec& spec, const RunExperimentO
   shorter.training.grad_accum = plan->m1;
   // The shorter run reports link activity only if the result does (its times are the same).
   const ExperimentResult r1 =
-      simulate_iteration(shorter, RunExperimentOptions{.link_statistics = options.link_statistics});
+      simulate_iteration(shorter, RunExperimentOptions{.link_statistics = options.link_statistics,
+                                                       .replay_collectives = options.replay_collectives});
   shorter.training.grad_accum = plan->m2;
   return extrapolate_steady_state(*plan, r1, simulate_iteration(shorter, options));
 }

@@ -61,6 +61,7 @@
 #include "models/strategies/context_parallel.hpp"
 #include "models/strategies/deepspeed_pipeline.hpp"
 #include "models/strategies/layer_kernels.hpp"
+#include "models/strategies/phases/collective_replay.hpp"
 #include "models/strategies/phases/layer_compute.hpp"
 #include "models/strategies/phases/operation_replay.hpp"
 #include "models/strategies/phases/pipeline_data_parallel.hpp"
@@ -321,7 +322,8 @@ std::string tp_name(int first, const std::string& tag, std::int64_t layer, int h
 // never take part in its all-reduces.
 struct TensorParallelGroups {
   std::deque<RankLayout> layouts;
-  std::map<int, Communicator> comms;  // by the group's first rank
+  std::map<int, Communicator> comms;           // by the group's first rank
+  std::map<int, const RankLayout*> layout_of;  // by the group's first rank
   [[nodiscard]] Communicator& at(int first) { return comms.at(first); }
   // The group of `tp` ranks from `first` (once).
   void add(int first, int tp, int class_size, BuiltIteration& out, const IterationInputs& in,
@@ -331,6 +333,7 @@ struct TensorParallelGroups {
     for (int t = 0; t < tp; ++t) group.push_back(out.devices[first + t]);
     layouts.push_back(make_rank_layout(in.topology, group, true, nullptr));
     if (class_size > 1) collapse_classes(layouts.back(), tp);
+    layout_of[first] = &layouts.back();
     comms.emplace(std::piecewise_construct, std::forward_as_tuple(first),
                   std::forward_as_tuple(out.graph, out.machine, in.topology, layouts.back(), in.collectives, in.costs,
                                         options, out.approximations));
@@ -471,6 +474,7 @@ class MegatronBuilder {
     point_to_point();
     (void)g.add("iteration.end", "end", BarrierTask{}, data_parallel_step());
     finish();
+    out.replayed = collective_replays.take();
     return std::move(out);
   }
   virtual ~MegatronBuilder() = default;
@@ -545,6 +549,26 @@ class MegatronBuilder {
   // (ddp_start, ddp_end) add tasks beside the chain and are built in full.
   OperationReplays replays{tp > 1 && cp == 1 && spec.collectives.fidelity == Fidelity::kAnalytic &&
                            !in.link_statistics && layout.class_size == tp};
+
+  // Replayed flow-level TP all-reduces (phases/collective_replay.hpp): every TP all-reduce of a
+  // group moves the same buffer over the same ranks, so under flow fidelity it is simulated once
+  // alone and replayed; the checks of its preconditions fall back to the full build.
+  CollectiveReplays collective_replays{in.replay_flow_collectives && spec.collectives.fidelity == Fidelity::kFlow &&
+                                           tp > 1 && cp == 1 && !ub && layout.class_size == 1,
+                                       out.machine.platform};
+
+  // A layer piece's TP all-reduce (or what replaces it), replayed where it can be.
+  std::vector<TaskId> tp_all_reduce(int first, const std::vector<int>& members, const std::string& name, bool forward,
+                                    const std::vector<std::vector<TaskId>>& deps) {
+    const auto build = [&](sim::TaskGraph& scratch, const std::vector<std::vector<TaskId>>& starts) {
+      Communicator alone(scratch, out.machine, in.topology, *tp_comms.layout_of.at(first), in.collectives, in.costs,
+                         in.collective_options(spec.collectives), out.approximations);
+      return alone.add(CollectiveKind::kAllReduce, name, activation_elements, tp_plan, starts);
+    };
+    if (auto replayed = collective_replays.add(first, timeline, members, name, deps, build)) return *replayed;
+    return tp_reduction(tp_comms.at(first), timeline, members, name, overlap_extra(ub, forward), activation_elements,
+                        tp_plan, deps);
+  }
 
   // Of a rank's n parameters, those whose optimizer states it holds and updates: 1/dp of them
   // where the optimizer is partitioned (Megatron's distributed optimizer, DeepSpeed's ZeRO-1 and
@@ -715,8 +739,7 @@ class MegatronBuilder {
                                       layer_flops * (1.0 / reductions), "layer", {at[i]})};
           if (half == 0) ddp_start(members[i], op, vs, l, deps[i][0]);
         }
-        at = tp_reduction(tp_comms.at(first), timeline, members, tp_name(first, tag, l, half),
-                          overlap_extra(ub, forward), activation_elements, tp_plan, deps);
+        at = tp_all_reduce(first, members, tp_name(first, tag, l, half), forward, deps);
       }
       for (std::size_t i = 0; i < members.size(); ++i) ddp_end(members[i], op, vs, l, at[i]);
     }
@@ -888,10 +911,21 @@ class DeepSpeedPipelineBuilder final : public MegatronBuilder {
 }  // namespace
 
 BuiltIteration build_megatron(const IterationInputs& in, const MegatronSpec& spec) {
-  if (spec.pipeline_engine == MegatronSpec::PipelineEngine::kDeepSpeed && spec.pp > 1) {
-    return DeepSpeedPipelineBuilder(in, spec).build();
+  const auto build = [&spec](const IterationInputs& inputs) {
+    if (spec.pipeline_engine == MegatronSpec::PipelineEngine::kDeepSpeed && spec.pp > 1) {
+      return DeepSpeedPipelineBuilder(inputs, spec).build();
+    }
+    return MegatronBuilder(inputs, spec).build();
+  };
+  BuiltIteration built = build(in);
+  // Replayed collectives need links of their own (phases/collective_replay.hpp, precondition 1):
+  // where another flow of the iteration shares one, the iteration is built in full.
+  if (!built.replayed.empty() && !replay_links_exclusive(built.replayed, built.graph)) {
+    IterationInputs full = in;
+    full.replay_flow_collectives = false;
+    return build(full);
   }
-  return MegatronBuilder(in, spec).build();
+  return built;
 }
 
 }  // namespace offsim::models

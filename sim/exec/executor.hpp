@@ -59,6 +59,7 @@ struct RunResult {
 
 struct ExecOptions {
   bool record_link_timelines = false;
+  bool record_link_credits = false;  // ConstraintStats::credits (a replay's recording run)
 };
 
 /// Runs `graph` on fresh resources built from `platform`. Throws std::invalid_argument for an

@@ -137,7 +137,7 @@ void FlowNetwork::finish_fixed(FlowId f) {
   // picoseconds: the remainder (a fraction of a picosecond's worth) makes their bytes exact.
   const double credited = flow.rate * duration_of(flow.remaining_bytes, flow.rate).seconds();
   for_each_run(flow.accounted, [&](std::uint32_t index, std::uint32_t times) {
-    constraints_[index].stats.bytes_carried += times * (flow.remaining_bytes - credited);
+    add_bytes(constraints_[index].stats, times * (flow.remaining_bytes - credited));
   });
   add_fixed_rate(flow.accounted, flow.rate, false);
   flow.remaining_bytes = 0.0;
@@ -173,7 +173,7 @@ void FlowNetwork::credit(Constraint& c) {
   const TimePs dt = now - c.since;
   if (dt.ps > 0 && c.current_rate > 0.0) {
     c.stats.busy_time += dt;
-    c.stats.bytes_carried += c.fixed_rate * dt.seconds();
+    if (c.fixed_rate != 0.0) add_bytes(c.stats, c.fixed_rate * dt.seconds());
     c.stats.peak_bytes_per_s = std::max(c.stats.peak_bytes_per_s, c.current_rate);
   }
   c.since = now;
@@ -186,8 +186,8 @@ void FlowNetwork::step(Flow& flow) {
   const double dt_s = dt.seconds();
   const double moved = std::min(flow.remaining_bytes, flow.rate * dt_s);
   flow.remaining_bytes = std::max(0.0, flow.remaining_bytes - flow.rate * dt_s);
-  for (const auto c : flow.spec.route) constraints_[c.index].stats.bytes_carried += moved;
-  for (const auto c : flow.accounted) constraints_[c.index].stats.bytes_carried += moved;
+  for (const auto c : flow.spec.route) add_bytes(constraints_[c.index].stats, moved);
+  for (const auto c : flow.accounted) add_bytes(constraints_[c.index].stats, moved);
 }
 
 void FlowNetwork::sync_stats() {

@@ -76,14 +76,18 @@ struct ConstraintStats {
   TimePs busy_time{0};               // time with at least one flow moving bytes across it
   double peak_bytes_per_s = 0.0;     // highest aggregate rate held for a non-zero time
   std::vector<RateSample> timeline;  // only when recording is on; 0 B/s before the first sample
+  // Every amount added to bytes_carried, in order (only when credit recording is on): what a
+  // replay of the same traffic adds again to reproduce bytes_carried to the bit (a floating-point
+  // sum depends on its order). models/strategies/phases/collective_replay.hpp uses it.
+  std::vector<double> credits;
 };
 
 class FlowNetwork {
  public:
   using Completion = Callback;
 
-  explicit FlowNetwork(Simulator& simulator, bool record_timelines = false)
-      : sim_(simulator), record_timelines_(record_timelines) {}
+  explicit FlowNetwork(Simulator& simulator, bool record_timelines = false, bool record_credits = false)
+      : sim_(simulator), record_timelines_(record_timelines), record_credits_(record_credits) {}
   FlowNetwork(const FlowNetwork&) = delete;
   FlowNetwork& operator=(const FlowNetwork&) = delete;
 
@@ -174,6 +178,11 @@ class FlowNetwork {
   void finish_fixed(FlowId f);
   void add_fixed_rate(const std::vector<ConstraintId>& accounted, double rate, bool starting);
   void set_current_rate(std::uint32_t index, double rate);
+  // Adds `bytes` to a constraint's bytes_carried (and to its credit log when recording).
+  void add_bytes(ConstraintStats& stats, double bytes) {
+    stats.bytes_carried += bytes;
+    if (record_credits_) stats.credits.push_back(bytes);
+  }
   // Credits a constraint's statistics with its aggregate rate over [since, now).
   void credit(Constraint& c);
   // Steps a shared flow's bytes from t0 to now at its rate, crediting its constraints.
@@ -205,6 +214,7 @@ class FlowNetwork {
 
   Simulator& sim_;
   bool record_timelines_;
+  bool record_credits_;
   std::vector<Constraint> constraints_;
   // A deque, not a vector: flows are only appended, and a vector's doubling held the old and the
   // new buffer at once (28 MB at the peak of the full-Frontier GPT-1T run, 2/3 of it spare).

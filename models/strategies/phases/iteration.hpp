@@ -45,6 +45,24 @@ struct PhaseSpan {
   bool from_end = false;
 };
 
+/// Flow-level collectives replayed from one recorded run of each (phases/collective_replay.hpp):
+/// the replays' tasks, which the run must check (replays_held), and the link statistics each
+/// recorded collective left, which the run adds once per replay (add_replayed_statistics).
+struct ReplayedCollectives {
+  struct Link {
+    sim::ConstraintId constraint;
+    std::vector<double> credits;  // every amount the recorded run added to its bytes, in order
+    sim::TimePs busy{0};
+    double peak = 0.0;
+  };
+  struct Group {
+    std::vector<Link> links;                          // the recorded collective's, by constraint id
+    std::vector<std::vector<sim::TaskId>> instances;  // per replay: each member's task
+  };
+  std::vector<Group> groups;
+  [[nodiscard]] bool empty() const { return groups.empty(); }
+};
+
 struct BuiltIteration {
   MachineResources machine;
   sim::TaskGraph graph;
@@ -56,6 +74,7 @@ struct BuiltIteration {
   sim::Flops model_flops_per_device{};
   sim::Flops hardware_flops_per_device{};
   std::vector<std::string> approximations;
+  ReplayedCollectives replayed;  // empty unless IterationInputs::replay_flow_collectives
 };
 
 struct IterationInputs {
@@ -66,6 +85,9 @@ struct IterationInputs {
   const MeasuredCosts& collectives;
   const MeasuredCosts& host;    // host-side costs (cpu_adam); may be empty
   bool link_statistics = true;  // whether the run reports link activity (RunExperimentOptions::link_statistics)
+  // Whether a builder may replay flow-level collectives (phases/collective_replay.hpp): only a run
+  // that checks and completes them (simulate_iteration) asks for it; a graph dump does not.
+  bool replay_flow_collectives = false;
 
   /// The strategy's collective options, with this run's link_statistics.
   [[nodiscard]] CollectiveOptions collective_options(CollectiveOptions options) const {
