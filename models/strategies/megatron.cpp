@@ -23,9 +23,10 @@
 //   With tp_comm_overlap (Transformer Engine's userbuffers, tp_overlap.hpp) there is no TP
 //   collective task: each layer runs its kernels, then what its overlapped GEMM + collective pairs
 //   add to them (exposed chunks, GEMMs slowed by the SMs the communication takes).
-// - Stages exchange activations (forward) and their gradients (backward) point to point: b x s x h
-//   bf16 split over the TP group (Megatron's scatter-gather of pipeline tensors), from each TP rank
-//   to the same TP rank of the next (previous) stage.
+// - Stages exchange activations (forward) and their gradients (backward) point to point, from each
+//   TP rank to the same TP rank of the next (previous) stage: b x s x h bf16 whole (Megatron-Core),
+//   or 1/tp of it with sequence parallelism or with Megatron-LM's scatter/gather of pipeline tensors,
+//   which the receiver all-gathers over its TP group (phases/pipeline_tensors.hpp).
 // - Schedule, per rank, in Megatron's order: 1F1B (pp - s - 1 warm-up forwards, then one forward
 //   one backward, then the cool-down backwards) or, with v > 1, the interleaved schedule
 //   (warm-up (pp - s - 1) x 2 + (v - 1) x pp, micro-batches in groups of pp through the chunks).
@@ -33,7 +34,9 @@
 // - After the last backward (Megatron's optimizer; `optimizer: deepspeed` takes DeepSpeed's, see
 //   MegatronBuilder::policy): all-reduce of the rank's fp32 gradients (main_grad) over its DP
 //   group (ZeRO-0) or a reduce-scatter, Adam on 1/dp of them, and an all-gather of the updated parameters (ZeRO-1,
-//   Megatron's distributed optimizer). Adam on the GPU. With overlap_grad_reduce / overlap_param_gather,
+//   Megatron's distributed optimizer). Adam on the GPU. With tied embeddings and pp > 1, between the
+//   reduction and Adam, the word embedding's gradient all-reduce between the first and last stage
+//   (phases/tied_embedding.hpp). With overlap_grad_reduce / overlap_param_gather, the reduction as
 //   Megatron-Core's overlapped DDP instead (phases/pipeline_data_parallel.hpp, OverlappedDataParallel): each
 //   bucket reduced once the last micro-batch's backward produced it, the parameters gathered before the
 //   first micro-batch's forwards. At zero_stage 2, PyTorch's FSDP2 under the pipeline schedule
