@@ -424,8 +424,10 @@ void gather_received(const PipelineTensorExchange& exchange, TensorParallelGroup
 // (DeepSpeed's PipelineEngine) first of all the engine's unmeasured costs: with the device's
 // unmeasured kernels, the largest uncertainty of such a run.
 void add_pipeline_approximations(BuiltIteration& out, const MegatronSpec& spec, const PipelineSplit& split,
-                                 const ZeroPolicy& policy) {
+                                 const ZeroPolicy& policy, bool tied_embeddings) {
   for (auto& note : pipeline_approximations(spec, split)) out.approximations.push_back(std::move(note));
+  if (tied_embeddings && spec.pp > 1 && !deepspeed_engine(spec))
+    out.approximations.push_back(tied_embedding_approximation());
   if (policy.accumulates_whole_gradients()) {
     out.approximations.emplace_back(fsdp_under_pipeline_approximation());
   }
@@ -874,7 +876,7 @@ class MegatronBuilder {
     // largest over the ranks would change the shipped llama2-70b figure, so it is left as is.
     out.model_states_per_device = Bytes{states_of(0).gpu_model_states()};
     add_common_approximations(out, in, policy);
-    add_pipeline_approximations(out, spec, split, policy);
+    add_pipeline_approximations(out, spec, split, policy, m.tied_embeddings);
   }
 };
 

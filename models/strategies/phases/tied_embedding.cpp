@@ -28,6 +28,13 @@ sim::Bytes tied_embedding_gradient_bytes(const ModelSpec& m, int tp, std::int64_
   return sim::Bytes{(m.vocab + tp - 1) / tp * m.hidden * gradient_bytes};
 }
 
+std::string tied_embedding_approximation() {
+  return "tied embeddings: the word embedding's gradient all-reduce between the first and last pipeline stage "
+         "(after the data-parallel reduction) runs as a two-rank ring of flows on the pair's route, without a "
+         "collective efficiency table; as for the pipeline transfers, the other replicas' pairs are not simulated "
+         "beside it";
+}
+
 void all_reduce_tied_gradients(RankTimeline& timeline, const std::vector<TiedPair>& pairs, sim::Bytes bytes,
                                const std::function<std::vector<sim::ConstraintId>(int, int)>& route,
                                std::vector<sim::TaskId>& last) {

@@ -18,6 +18,7 @@
 // - DeepSpeed's pipeline engine: ReduceTiedGrads (deepspeed_pipeline.hpp), before ReduceGrads.
 // Both are costed the same way: a two-rank ring of flows on the pair's route.
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "models/strategies/phases/rank_timeline.hpp"
@@ -49,5 +50,8 @@ struct TiedPair {
 void all_reduce_tied_gradients(RankTimeline& timeline, const std::vector<TiedPair>& pairs, sim::Bytes bytes,
                                const std::function<std::vector<sim::ConstraintId>(int, int)>& route,
                                std::vector<sim::TaskId>& last);
+
+/// The report's note on how Megatron's all-reduce of the tied embedding's gradient is costed.
+[[nodiscard]] std::string tied_embedding_approximation();
 
 }  // namespace offsim::models
