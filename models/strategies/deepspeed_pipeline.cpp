@@ -137,24 +137,4 @@ std::vector<sim::TaskId> gather_partitioned(Communicator& tp_group, const std::s
   return at;
 }
 
-void all_reduce_tied_gradients(RankTimeline& timeline, const std::vector<TiedPair>& pairs, sim::Bytes bytes,
-                               const std::function<std::vector<sim::ConstraintId>(int, int)>& route,
-                               std::vector<sim::TaskId>& last) {
-  sim::TaskGraph& g = timeline.graph();
-  const sim::Bytes half{bytes.count / 2};
-  for (const TiedPair& pair : pairs) {
-    std::vector<sim::TaskId> after{last[pair.first], last[pair.last]};
-    for (const char* step : {"reduce_scatter", "all_gather"}) {
-      const auto flow = [&](int from, int to) {
-        const auto name = fmt::format("tied_grads.{}.r{}to{}", step, timeline.slot(from).rank, timeline.slot(to).rank);
-        return g.add(name, phase::kCommunication, sim::TransferTask{route(from, to), half, sim::TimePs{0}, {}, {}},
-                     after);
-      };
-      after = {flow(pair.first, pair.last), flow(pair.last, pair.first)};
-    }
-    last[pair.first] = timeline.barrier(pair.first, "tied_grads.done", phase::kCommunication, after);
-    last[pair.last] = timeline.barrier(pair.last, "tied_grads.done", phase::kCommunication, after);
-  }
-}
-
 }  // namespace offsim::models

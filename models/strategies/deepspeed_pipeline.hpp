@@ -36,6 +36,7 @@
 
 #include "models/collectives/communicator.hpp"
 #include "models/strategies/phases/rank_timeline.hpp"
+#include "models/strategies/phases/tied_embedding.hpp"
 #include "models/transformer/phases.hpp"
 #include "sim/core/units.hpp"
 #include "sim/exec/task_graph.hpp"
@@ -140,20 +141,5 @@ std::vector<sim::TaskId> run_train_schedule(const TrainScheduleRun& run, Blockin
 std::vector<sim::TaskId> gather_partitioned(Communicator& tp_group, const std::string& prefix, int stages, int stage,
                                             const PipeInstruction& ins, std::int64_t elements,
                                             const CollectivePlan& plan, std::vector<sim::TaskId> at);
-
-/// A first-stage rank and its last-stage counterpart (simulated indices) holding a tied weight.
-struct TiedPair {
-  int first = 0;
-  int last = 0;
-};
-
-/// ReduceTiedGrads (engine.py _exec_reduce_tied_grads), after each rank's last instruction: the
-/// tied weight's gradient (`bytes` per rank) all-reduced within each pair as a two-rank ring, each
-/// rank sending the other half the buffer twice (reduce-scatter, all-gather), as flows on the
-/// pair's routes (route(from, to), simulated indices): no collective efficiency table is applied,
-/// an approximation. `last`: each simulated rank's last task, moved past the all-reduce.
-void all_reduce_tied_gradients(RankTimeline& timeline, const std::vector<TiedPair>& pairs, sim::Bytes bytes,
-                               const std::function<std::vector<sim::ConstraintId>(int, int)>& route,
-                               std::vector<sim::TaskId>& last);
 
 }  // namespace offsim::models

@@ -23,9 +23,10 @@
 //   With tp_comm_overlap (Transformer Engine's userbuffers, tp_overlap.hpp) there is no TP
 //   collective task: each layer runs its kernels, then what its overlapped GEMM + collective pairs
 //   add to them (exposed chunks, GEMMs slowed by the SMs the communication takes).
-// - Stages exchange activations (forward) and their gradients (backward) point to point: b x s x h
-//   bf16 split over the TP group (Megatron's scatter-gather of pipeline tensors), from each TP rank
-//   to the same TP rank of the next (previous) stage.
+// - Stages exchange activations (forward) and their gradients (backward) point to point, from each
+//   TP rank to the same TP rank of the next (previous) stage: b x s x h bf16 whole (Megatron-Core),
+//   or 1/tp of it with sequence parallelism or with Megatron-LM's scatter/gather of pipeline tensors,
+//   which the receiver all-gathers over its TP group (phases/pipeline_tensors.hpp).
 // - Schedule, per rank, in Megatron's order: 1F1B (pp - s - 1 warm-up forwards, then one forward
 //   one backward, then the cool-down backwards) or, with v > 1, the interleaved schedule
 //   (warm-up (pp - s - 1) x 2 + (v - 1) x pp, micro-batches in groups of pp through the chunks).
@@ -33,7 +34,9 @@
 // - After the last backward (Megatron's optimizer; `optimizer: deepspeed` takes DeepSpeed's, see
 //   MegatronBuilder::policy): all-reduce of the rank's fp32 gradients (main_grad) over its DP
 //   group (ZeRO-0) or a reduce-scatter, Adam on 1/dp of them, and an all-gather of the updated parameters (ZeRO-1,
-//   Megatron's distributed optimizer). Adam on the GPU. With overlap_grad_reduce / overlap_param_gather,
+//   Megatron's distributed optimizer). Adam on the GPU. With tied embeddings and pp > 1, between the
+//   reduction and Adam, the word embedding's gradient all-reduce between the first and last stage
+//   (phases/tied_embedding.hpp). With overlap_grad_reduce / overlap_param_gather, the reduction as
 //   Megatron-Core's overlapped DDP instead (phases/pipeline_data_parallel.hpp, OverlappedDataParallel): each
 //   bucket reduced once the last micro-batch's backward produced it, the parameters gathered before the
 //   first micro-batch's forwards. At zero_stage 2, PyTorch's FSDP2 under the pipeline schedule
@@ -50,6 +53,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <functional>
 #include <limits>
 #include <map>
 #include <optional>
@@ -65,8 +69,10 @@
 #include "models/strategies/phases/layer_compute.hpp"
 #include "models/strategies/phases/operation_replay.hpp"
 #include "models/strategies/phases/pipeline_data_parallel.hpp"
+#include "models/strategies/phases/pipeline_tensors.hpp"
 #include "models/strategies/phases/rank_timeline.hpp"
 #include "models/strategies/phases/steps.hpp"
+#include "models/strategies/phases/tied_embedding.hpp"
 #include "models/strategies/phases/zero_policy.hpp"
 #include "models/strategies/pipeline_split.hpp"
 #include "models/strategies/strategy.hpp"
@@ -228,6 +234,45 @@ struct RankState {
   return route;
 }
 
+// The tied word embedding's gradient all-reduce (phases/tied_embedding.hpp: Megatron-LM's after the
+// data-parallel reduction, DeepSpeed's ReduceTiedGrads before it) between each simulated first-stage
+// rank and its last-stage counterpart, after `last`: V / tp x h per TP rank in the gradients' dtype.
+void reduce_tied_embedding(const IterationInputs& in, BuiltIteration& out, RankTimeline& timeline,
+                           const MegatronSpec& spec, int class_size, const ZeroPolicy& policy,
+                           std::vector<TaskId>& last) {
+  if (!in.model.tied_embeddings) return;
+  const Bytes bytes =
+      tied_embedding_gradient_bytes(in.model, spec.tp, policy.fp32_gradients() ? kFp32Bytes : kBf16Bytes);
+  const auto route = [&](int from, int to) {
+    return p2p_route(out.machine, in.topology, out.devices, class_size, timeline.slot(from).rank,
+                     timeline.slot(to).rank);
+  };
+  all_reduce_tied_gradients(timeline, embedding_group_pairs(timeline, spec.tp * spec.cp, spec.pp), bytes, route, last);
+}
+
+// Whether DeepSpeed's pipeline engine runs the pipeline (DeepSpeedPipelineBuilder).
+[[nodiscard]] bool deepspeed_engine(const MegatronSpec& spec) {
+  return spec.pipeline_engine == MegatronSpec::PipelineEngine::kDeepSpeed && spec.pp > 1;
+}
+
+// Megatron's tied embedding all-reduce after the data-parallel reduction (PipelineDataParallel's
+// after_reduction); none under DeepSpeed's engine, which runs it before (point_to_point).
+[[nodiscard]] std::function<void(std::vector<TaskId>&)> tied_embedding_after_reduction(
+    const IterationInputs& in, BuiltIteration& out, RankTimeline& timeline, const MegatronSpec& spec, int class_size,
+    const ZeroPolicy& policy) {
+  if (deepspeed_engine(spec) || !in.model.tied_embeddings) return {};
+  return [&in, &out, &timeline, &spec, class_size, &policy](std::vector<TaskId>& last) {
+    reduce_tied_embedding(in, out, timeline, spec, class_size, policy, last);
+  };
+}
+
+// How the schedules pass pipeline tensors (phases/pipeline_tensors.hpp): Megatron's by
+// spec.scatter_gather_tensors_in_pipeline and sequence parallelism; DeepSpeed's engine splits them.
+[[nodiscard]] PipelineTensorExchange megatron_exchange(const MegatronSpec& spec, std::int64_t elements) {
+  return pipeline_tensor_exchange(elements, spec.tp, spec.sequence_parallel, spec.scatter_gather_tensors_in_pipeline,
+                                  deepspeed_engine(spec));
+}
+
 // The embedding's and the head's work on the first and last virtual stages.
 struct EdgeWork {
   TimePs time{0};
@@ -340,6 +385,17 @@ struct TensorParallelGroups {
   }
 };
 
+// Before an operation (after its entry barriers `at`, which the received transfer precedes), with
+// the scatter/gather of pipeline tensors: the received tensor's all-gather over TP group `first`
+// (gather_split_1d_tensor, phases/pipeline_tensors.hpp).
+void gather_received(const PipelineTensorExchange& exchange, TensorParallelGroups& tp_comms, int first,
+                     const std::string& tag, bool forward, int vs, int last_virtual, std::int64_t elements,
+                     const CollectivePlan& plan, std::vector<TaskId>& at) {
+  if (!exchange.gathered) return;
+  at = gather_received_tensor(tp_comms.at(first), fmt::format(FMT_COMPILE("tp{}.{}.gather"), first, tag), forward, vs,
+                              last_virtual, elements, plan, at);
+}
+
 // The rank of TP rank t, context rank c of `stage` in `replica` (Megatron's order: tp fastest,
 // then cp, pp, dp).
 [[nodiscard]] int rank_of(const MegatronSpec& spec, int t, int c, int stage, int replica) {
@@ -371,8 +427,10 @@ struct TensorParallelGroups {
 // (DeepSpeed's PipelineEngine) first of all the engine's unmeasured costs: with the device's
 // unmeasured kernels, the largest uncertainty of such a run.
 void add_pipeline_approximations(BuiltIteration& out, const MegatronSpec& spec, const PipelineSplit& split,
-                                 const ZeroPolicy& policy) {
+                                 const ZeroPolicy& policy, bool tied_embeddings) {
   for (auto& note : pipeline_approximations(spec, split)) out.approximations.push_back(std::move(note));
+  if (tied_embeddings && spec.pp > 1 && !deepspeed_engine(spec))
+    out.approximations.push_back(tied_embedding_approximation());
   if (policy.accumulates_whole_gradients()) {
     out.approximations.emplace_back(fsdp_under_pipeline_approximation());
   }
@@ -518,7 +576,7 @@ class MegatronBuilder {
   const Bytes logits{tokens * ((m.vocab + tp - 1) / tp) * kLogitBytesPerElement};
   // The loss's fp32 workspace on the last stage (transformer/precision.hpp): held while the head runs.
   const Bytes loss_workspace{tokens * ((m.vocab + tp - 1) / tp) * kLossWorkspaceBytesPerElement};
-  const Bytes p2p_bytes{activation_elements * kBf16Bytes / tp};
+  const PipelineTensorExchange exchange = megatron_exchange(spec, activation_elements);  // p2p bytes, gathers
   const LayerWork w = [&] {
     LayerWork work = layer_forward(ml, train.micro_batch, train.flash_attention);
     work.attention = work.attention * static_cast<double>(cp);
@@ -541,8 +599,7 @@ class MegatronBuilder {
   std::vector<std::map<OpKey, TaskId>> entry, exit;
   std::vector<TaskId> last_op;
 
-  // The DP group of a rank (reduce_gradients, parameter_allgather): the ranks tp x pp apart, with
-  // context parallelism its CP group's and theirs (gradient_group_plan).
+  // The DP group of a rank: the ranks tp x cp x pp apart, with cp > 1 its CP group's too (gradient_group_plan).
   const CollectivePlan dp_plan;
 
   // Replayed operations (phases/operation_replay.hpp); those the overlapped DDP hooks into
@@ -646,6 +703,7 @@ class MegatronBuilder {
       if (!op.forward && op.micro_batch == 0 && op.chunk == v - 1)  // the rank's first backward
         at[i] = allocate_whole_gradients(timeline, s, policy, rank_state[s].params, tag, at[i]);
     }
+    gather_received(exchange, tp_comms, first, tag, op.forward, vs, last_virtual, activation_elements, tp_plan, at);
     const char* phase = op.forward ? phase::kForward : phase::kBackward;
     const bool head = vs == last_virtual;
     if (op.forward) {
@@ -809,7 +867,7 @@ class MegatronBuilder {
         const TaskId sent = exit[from].at({forward, from_vs, mb});
         TransferTask transfer{};
         transfer.route = p2p_route(out.machine, in.topology, out.devices, layout.class_size, from_rank, rs.rank);
-        transfer.bytes = p2p_bytes;
+        transfer.bytes = exchange.bytes_per_rank;
         const auto name = fmt::format(FMT_COMPILE("p2p.{}{}.mb{}.r{}to{}"), forward ? "act" : "grad", from_vs, mb,
                                       from_rank, rs.rank);
         g.add_dependency(start, g.add(name, phase::kCommunication, std::move(transfer), {sent}));
@@ -817,12 +875,13 @@ class MegatronBuilder {
     }
   }
 
-  // Data parallelism after the schedules (phases/pipeline_data_parallel.hpp): the gradients over
-  // each rank's DP group (ranks tp x cp x pp apart and its CP group's, gradient_group_plan), Adam,
-  // and the parameter all-gather where the optimizer is partitioned.
+  // Data parallelism after the schedules (phases/pipeline_data_parallel.hpp): the gradients over each rank's DP
+  // group (gradient_group_plan), the tied embedding's all-reduce, Adam, the parameter all-gather (ZeRO-1).
   std::vector<TaskId> data_parallel_step() {
-    PipelineDataParallel step{timeline, dp_comm,       policy, dp_plan, dp,
-                              in.costs, micro_batches, {},     {},      ddp ? &*ddp : nullptr};
+    auto tied = tied_embedding_after_reduction(in, out, timeline, spec, layout.class_size, policy);
+    PipelineDataParallel step{timeline,       dp_comm,       policy, dp_plan, dp,
+                              in.costs,       micro_batches, {},     {},      ddp ? &*ddp : nullptr,
+                              std::move(tied)};
     for (const RankState& rs : rank_state) {
       step.params.push_back(rs.params);
       step.adam.push_back(rs.k.adam);
@@ -840,7 +899,7 @@ class MegatronBuilder {
     // largest over the ranks would change the shipped llama2-70b figure, so it is left as is.
     out.model_states_per_device = Bytes{states_of(0).gpu_model_states()};
     add_common_approximations(out, in, policy);
-    add_pipeline_approximations(out, spec, split, policy);
+    add_pipeline_approximations(out, spec, split, policy, m.tied_embeddings);
   }
 };
 
@@ -877,34 +936,13 @@ class DeepSpeedPipelineBuilder final : public MegatronBuilder {
     blocking.connect(
         [&](const BlockingPointToPoint::Message& msg) {
           return TransferTask{p2p_route(out.machine, in.topology, out.devices, layout.class_size, msg.from, msg.to),
-                              p2p_bytes,
+                              exchange.bytes_per_rank,
                               TimePs{0},
                               {},
                               {}};
         },
         phase::kCommunication);
-    reduce_tied_grads();
-  }
-
-  // ReduceTiedGrads (deepspeed_pipeline.hpp) with tied embeddings: the word embedding's gradient
-  // (V / tp x h per TP rank, in the gradients' dtype) between each first-stage rank and its
-  // last-stage counterpart.
-  void reduce_tied_grads() {
-    if (!m.tied_embeddings) return;
-    std::vector<TiedPair> pairs;
-    for (int a = 0; a < sims; ++a) {
-      const RankState& ra = rank_state[a];
-      const auto found = sim_of_rank.find(rank_of(spec, ra.t, ra.c, pp - 1, ra.rank / (tp * cp * pp)));
-      if (ra.stage == 0 && found != sim_of_rank.end()) pairs.push_back({a, found->second});
-    }
-    const Bytes bytes{(m.vocab + tp - 1) / tp * m.hidden * (policy.fp32_gradients() ? kFp32Bytes : kBf16Bytes)};
-    all_reduce_tied_gradients(
-        timeline, pairs, bytes,
-        [&](int from, int to) {
-          return p2p_route(out.machine, in.topology, out.devices, layout.class_size, timeline.slot(from).rank,
-                           timeline.slot(to).rank);
-        },
-        last_op);
+    reduce_tied_embedding(in, out, timeline, spec, layout.class_size, policy, last_op);  // ReduceTiedGrads
   }
 };
 

@@ -117,6 +117,10 @@ struct MegatronSpec {
   bool account_for_embedding_in_pipeline_split = false;
   bool account_for_loss_in_pipeline_split = false;
   bool sequence_parallel = false;
+  // Megatron-LM's --scatter-gather-tensors-in-pipeline (phases/pipeline_tensors.hpp): each TP rank
+  // sends 1/tp of a pipeline tensor and the receiver all-gathers it over the TP group (Megatron-LM
+  // 2021-02 to 2023-03, default on there); off: the whole tensor (Megatron-Core's p2p, the default).
+  bool scatter_gather_tensors_in_pipeline = false;
   int zero_stage = 0;
   // The data-parallel optimizer: Megatron-LM's (main_grad reduced in its dtype; at zero_stage 1 its
   // distributed optimizer), or DeepSpeed's under Megatron-DeepSpeed, chosen as DeepSpeed's engine

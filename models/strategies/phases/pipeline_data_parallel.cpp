@@ -73,6 +73,7 @@ std::vector<TaskId> pipeline_data_parallel_step(const PipelineDataParallel& p, s
                                 : overlapped_reduction
                                     ? p.overlapped->reduce(last)
                                     : by_size(p, p.policy.gradient_reduction(), "gradients", last, true);
+  if (p.after_reduction) p.after_reduction(reduced);
   std::vector<TaskId> end(static_cast<std::size_t>(sims));
   for (int s = 0; s < sims; ++s) {
     if (p.policy.accumulates_whole_gradients()) {  // reduce-scattered into the partition: the buffer goes

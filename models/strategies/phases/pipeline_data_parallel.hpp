@@ -6,6 +6,7 @@
 // partitioned the updated parameters all-gathered. Ranks of different pipeline stages hold
 // different amounts: one collective per distinct size, each rank taking part in its own.
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,9 @@ struct PipelineDataParallel {
   // during the schedule and, with overlap_param_gather, the updated parameters are gathered before
   // the next forwards; null: both after the schedule.
   OverlappedDataParallel* overlapped = nullptr;
+  // Run on each rank's task after the gradient reduction, before the optimizer (Megatron's tied
+  // embedding all-reduce, phases/tied_embedding.hpp); may move them on. Empty: nothing.
+  std::function<void(std::vector<sim::TaskId>&)> after_reduction;
 };
 
 /// Megatron-Core's DistributedDataParallel with overlap_grad_reduce and overlap_param_gather

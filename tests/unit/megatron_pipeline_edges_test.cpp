@@ -1,0 +1,162 @@
+// Two mechanisms of Megatron-LM's own pipeline against closed forms: the tied word embedding's
+// gradient all-reduce between the first and last stage (phases/tied_embedding.hpp) and the
+// scatter/gather of pipeline tensors over the TP group (phases/pipeline_tensors.hpp), each under
+// analytic and flow-level collectives.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "models/experiment.hpp"
+#include "models/strategies/phases/pipeline_tensors.hpp"
+#include "models/strategies/phases/tied_embedding.hpp"
+#include "tests/unit/source_paths.hpp"
+
+namespace offsim::models {
+namespace {
+
+namespace fs = std::filesystem;
+
+// tiny-gpt (2 layers, h 64, V 128, s 32, micro-batch 1) on `gpus` synthetic GPUs joined pairwise
+// by 10 GB/s links without latency: with 2 GPUs one link; with 4, TP pairs (gpu0-gpu1, gpu2-gpu3)
+// and stage links (gpu0-gpu2, gpu1-gpu3), so that rank t of stage 0 talks to rank t of stage 1 on
+// a link of its own. One micro-batch: every transfer and collective lies on the critical path.
+std::string tiny(const std::string& name, int gpus, const std::string& strategy, const std::string& fidelity) {
+  const fs::path dir = testing::scratch_folder("offsim-megatron-edges-test");
+  std::string links = "  - {between: [gpu0, gpu1], bandwidth: \"10 GB/s\", latency: \"0 s\", class: gpu-gpu}\n";
+  if (gpus == 4) {
+    links +=
+        "  - {between: [gpu2, gpu3], bandwidth: \"10 GB/s\", latency: \"0 s\", class: gpu-gpu}\n"
+        "  - {between: [gpu0, gpu2], bandwidth: \"10 GB/s\", latency: \"0 s\", class: gpu-gpu}\n"
+        "  - {between: [gpu1, gpu3], bandwidth: \"10 GB/s\", latency: \"0 s\", class: gpu-gpu}\n";
+  }
+  std::ofstream(dir / fmt::format("machine{}.yaml", gpus)) << fmt::format(
+      "name: gpus-10gbs\nsource: \"synthetic, for tests\"\ndevices:\n"
+      "  - {{name: gpu, count: {}, kind: gpu, device_kind: test-gpu, memory: {{kind: hbm, capacity: "
+      "\"1 GB\", bandwidth: \"100 GB/s\"}}}}\nlinks:\n{}",
+      gpus, links);
+  const fs::path file = dir / (name + ".yaml");
+  std::ofstream(file) << fmt::format(
+      "name: {0}\n"
+      "hardware: !include machine{2}.yaml\n"
+      "calibration:\n"
+      "  device: !include {1}/tests/data/test-gpu-costs.yaml\n"
+      "  collectives: !include {1}/tests/data/test-collectives.yaml\n"
+      "model: !include {1}/tests/data/tiny-gpt.yaml\n"
+      "training: {{micro_batch: 1, grad_accum: 1, precision: bf16, recompute: none, flash_attention: false}}\n"
+      "strategy: {{kind: megatron, dp: 1, schedule: 1f1b, zero_stage: 0, collectives: {{fidelity: {3}}}, {4}}}\n",
+      name, OFFSIM_SOURCE_DIR, gpus, fidelity, strategy);
+  return file.string();
+}
+
+double phase_seconds(const ExperimentResult& r, const char* name) {
+  double t = 0.0;
+  for (const auto& ph : r.phases) {
+    if (ph.phase == name) t += ph.time.seconds();
+  }
+  return t;
+}
+
+TEST(MegatronPipelineEdges, TheExchangeFollowsMegatronsVersions) {
+  // b s h = 2048 elements, 4096 B whole. Megatron-Core: whole from every TP rank; with sequence
+  // parallelism the s / tp slice (2048 B at tp 2), no gather; Megatron-LM 2021-02 .. 2023-03: 1/tp
+  // and a gather; DeepSpeed's engine: 1/tp, its own gathers; tp 1: whole, nothing to gather.
+  const auto check = [](PipelineTensorExchange e, std::int64_t bytes, bool gathered) {
+    EXPECT_EQ(e.bytes_per_rank.count, bytes);
+    EXPECT_EQ(e.gathered, gathered);
+  };
+  check(pipeline_tensor_exchange(2048, 2, false, false, false), 4096, false);
+  check(pipeline_tensor_exchange(2048, 2, true, false, false), 2048, false);
+  check(pipeline_tensor_exchange(2048, 2, false, true, false), 2048, true);
+  check(pipeline_tensor_exchange(2048, 2, true, true, false), 2048, false);
+  check(pipeline_tensor_exchange(2048, 2, false, false, true), 2048, false);
+  check(pipeline_tensor_exchange(2048, 1, false, true, false), 4096, false);
+}
+
+TEST(MegatronPipelineEdges, TiedEmbeddingGradientsAreAllReducedAfterTheReduction) {
+  // tp 1, pp 2, dp 1 on two GPUs: no data-parallel reduction, so rank 0's gradient-reduction phase
+  // is the embedding group's all-reduce alone, after rank 0's last backward (the last operation of
+  // 1F1B): a two-rank ring, two exchanges of half the gradient, both directions of the link at once:
+  //   t = 2 x (V h x g / 2) / B = V h g / B, V h = 128 x 64, B = 10 GB/s,
+  //   g = 4 (Megatron's fp32 main_grad for bf16 training): 3.2768 us; g = 2 (grad_accum_dtype bf16): 1.6384 us.
+  // Untied (tiny-gpt's own setting) or one stage: none. Analytic and flow-level agree (the same flows).
+  for (const char* fidelity : {"analytic", "flow"}) {
+    SCOPED_TRACE(fidelity);
+    const std::string pp2 = "tp: 1, pp: 2, sequence_parallel: false";
+    const auto tied = [&](const std::string& name, const std::string& strategy, std::vector<std::string> set) {
+      set.emplace_back("model.tied_embeddings=true");
+      return run_experiment(load_experiment(tiny(name + fidelity, 2, strategy, fidelity), set));
+    };
+    const double vh = 128.0 * 64.0;
+    const auto fp32 = tied("tied-fp32-", pp2, {});
+    EXPECT_NEAR(phase_seconds(fp32, "gradient_reduction"), vh * 4 / 10e9, 1e-12);
+    bool noted = false;  // the report says how it is costed
+    for (const auto& a : fp32.approximations) noted = noted || a.starts_with("tied embeddings:");
+    EXPECT_TRUE(noted);
+    EXPECT_NEAR(phase_seconds(tied("tied-bf16-", pp2 + ", grad_accum_dtype: bf16", {}), "gradient_reduction"),
+                vh * 2 / 10e9, 1e-12);
+    const auto untied = run_experiment(load_experiment(tiny(std::string("untied-") + fidelity, 2, pp2, fidelity), {}));
+    EXPECT_NEAR(phase_seconds(untied, "gradient_reduction"), 0.0, 1e-15);
+    const auto one_stage = tied("tied-pp1-", "tp: 1, pp: 1, sequence_parallel: false", {});
+    EXPECT_NEAR(phase_seconds(one_stage, "gradient_reduction"), 0.0, 1e-15);
+  }
+}
+
+TEST(MegatronPipelineEdges, TiedEmbeddingGradientIsSplitOverTheTensorParallelGroup) {
+  // tp 2, pp 2 on four GPUs: each TP rank's pair (0 with 2, 1 with 3) has a link of its own and
+  // all-reduces ceil(V / 2) x h fp32: t = 64 x 64 x 4 / 10 GB/s = 1.6384 us.
+  for (const char* fidelity : {"analytic", "flow"}) {
+    SCOPED_TRACE(fidelity);
+    const auto r = run_experiment(
+        load_experiment(tiny(std::string("tied-tp2-") + fidelity, 4, "tp: 2, pp: 2, sequence_parallel: true", fidelity),
+                        {"model.tied_embeddings=true"}));
+    EXPECT_NEAR(phase_seconds(r, "gradient_reduction"), 64.0 * 64.0 * 4 / 10e9, 1e-12);
+  }
+}
+
+TEST(MegatronPipelineEdges, ScatterGatherHalvesTheTransferAndAddsAGather) {
+  // tp 2, pp 2, one micro-batch, no sequence parallelism. The critical path holds two pipeline
+  // transfers (activations to stage 1, their gradient back). Whole tensors (Megatron-Core):
+  //   T = X + 2 c_whole, c_whole = 4096 B / 10 GB/s = 0.4096 us.
+  // Scatter/gather (Megatron-LM of 2021): half on each TP rank's own link, then the receiver's
+  // all-gather of the 4096 B tensor over its TP pair, costed from the two-rank all-gather of
+  // tests/data/test-collectives.yaml (step latency alpha = 20 us, bus bandwidth 0.5 GB/s):
+  //   G = alpha + (1/2) 4096 B / 0.5 GB/s = 24.096 us, and T' = X + 2 (c_half + G), c_half = 0.2048 us:
+  //   T' - T = 2 (0.2048 + 24.096 - 0.4096) us = 47.7824 us.
+  for (const char* fidelity : {"analytic", "flow"}) {
+    SCOPED_TRACE(fidelity);
+    const std::string base = "tp: 2, pp: 2, sequence_parallel: false";
+    const auto whole = run_experiment(load_experiment(tiny(std::string("whole-") + fidelity, 4, base, fidelity), {}));
+    const auto split = run_experiment(load_experiment(
+        tiny(std::string("split-") + fidelity, 4, base + ", scatter_gather_tensors_in_pipeline: true", fidelity), {}));
+    const double g = 20e-6 + 0.5 * 4096 / 0.5e9;
+    EXPECT_NEAR(split.iteration_time.seconds() - whole.iteration_time.seconds(), 2 * (2048 / 10e9 + g - 4096 / 10e9),
+                1e-11);
+    // With sequence parallelism the tensor is already split: the flag changes nothing.
+    const std::string sp = "tp: 2, pp: 2, sequence_parallel: true";
+    const auto sp_off = run_experiment(load_experiment(tiny(std::string("sp-") + fidelity, 4, sp, fidelity), {}));
+    const auto sp_on = run_experiment(load_experiment(
+        tiny(std::string("sp-sg-") + fidelity, 4, sp + ", scatter_gather_tensors_in_pipeline: true", fidelity), {}));
+    EXPECT_EQ(sp_on.iteration_time.ps, sp_off.iteration_time.ps);
+  }
+}
+
+TEST(MegatronPipelineEdges, TheWholeTensorDefaultIsNamedWhereItMatters) {
+  // Left out with tp > 1, pp > 1 and no sequence parallelism, Megatron-Core's whole tensors are
+  // named among the defaults applied; with sequence parallelism the key changes nothing and is not.
+  const auto named = [](const ExperimentSpec& spec) {
+    bool found = false;
+    for (const auto& d : spec.defaults_applied)
+      found = found || d.starts_with("strategy.scatter_gather_tensors_in_pipeline=false");
+    return found;
+  };
+  EXPECT_TRUE(named(load_experiment(tiny("named", 4, "tp: 2, pp: 2, sequence_parallel: false", "analytic"), {})));
+  EXPECT_FALSE(named(load_experiment(tiny("unnamed", 4, "tp: 2, pp: 2, sequence_parallel: true", "analytic"), {})));
+}
+
+}  // namespace
+}  // namespace offsim::models
