@@ -785,7 +785,7 @@ class MegatronBuilder {
         const int from = found->second;
         const TaskId sent = exit[from].at({forward, from_vs, mb});
         TransferTask transfer{};
-        transfer.route = p2p_route(out.machine, in.topology, out.devices, layout.class_size, from_rank, rs.rank);
+        transfer.route = stage_route(from_rank, rs.rank);
         transfer.bytes = p2p_bytes;
         const auto name = fmt::format(FMT_COMPILE("p2p.{}{}.mb{}.r{}to{}"), forward ? "act" : "grad", from_vs, mb,
                                       from_rank, rs.rank);
@@ -793,6 +793,16 @@ class MegatronBuilder {
       }
     }
   }
+
+  // The route of the pipeline transfer from rank `from` to rank `to` (p2p_route), worked out once
+  // per pair of ranks: every micro-batch's transfer between two stages crosses the same links, and
+  // the route depends on nothing else (the machine and the devices are fixed for the build).
+  [[nodiscard]] const std::vector<sim::ConstraintId>& stage_route(int from, int to) {
+    auto [it, inserted] = stage_routes.try_emplace({from, to});
+    if (inserted) it->second = p2p_route(out.machine, in.topology, out.devices, layout.class_size, from, to);
+    return it->second;
+  }
+  std::map<std::pair<int, int>, std::vector<sim::ConstraintId>> stage_routes;
 
   // Data parallelism after the schedules (phases/pipeline_data_parallel.hpp): the gradients over
   // each rank's DP group (ranks tp x cp x pp apart and its CP group's, gradient_group_plan), Adam,
@@ -853,7 +863,7 @@ class DeepSpeedPipelineBuilder final : public MegatronBuilder {
   void point_to_point() override {
     blocking.connect(
         [&](const BlockingPointToPoint::Message& msg) {
-          return TransferTask{p2p_route(out.machine, in.topology, out.devices, layout.class_size, msg.from, msg.to),
+          return TransferTask{stage_route(msg.from, msg.to),
                               p2p_bytes,
                               TimePs{0},
                               {},
