@@ -126,6 +126,48 @@ std::vector<Op> schedule(int pp, int stage, int v, int m) {
 
 using OpKey = std::tuple<bool, int, int>;  // (forward, virtual stage, micro-batch)
 
+// One task per operation of a simulated rank (its entry barrier, or its last task), by OpKey: a
+// flat table in OpKey's order (backward before forward, then chunk, then micro-batch), so that
+// walking it visits the operations as an ordered map of OpKey would, without a tree node per
+// operation. A rank of stage s runs virtual stages c x pp + s only: its chunk c is vs / pp.
+class OperationTasks {
+ public:
+  OperationTasks(int pp, int chunks, int micro_batches)
+      : pp_(pp),
+        chunks_(chunks),
+        micro_batches_(micro_batches),
+        tasks_(static_cast<std::size_t>(2 * chunks * micro_batches), kNone) {}
+  TaskId& operator[](const OpKey& key) { return tasks_[slot(key)]; }
+  [[nodiscard]] TaskId at(const OpKey& key) const {
+    const TaskId t = tasks_[slot(key)];
+    if (t == kNone) throw std::out_of_range("megatron: no such operation");
+    return t;
+  }
+  // Calls f(key, task) for each operation set, in OpKey order; `stage` is the rank's.
+  template <class F>
+  void for_each(int stage, F&& f) const {
+    for (std::size_t i = 0; i < tasks_.size(); ++i) {
+      if (tasks_[i] == kNone) continue;
+      const int mb = static_cast<int>(i % static_cast<std::size_t>(micro_batches_));
+      const int chunk = static_cast<int>(i / static_cast<std::size_t>(micro_batches_)) % chunks_;
+      const bool forward = i >= static_cast<std::size_t>(chunks_ * micro_batches_);
+      f(OpKey{forward, chunk * pp_ + stage, mb}, tasks_[i]);
+    }
+  }
+
+ private:
+  static constexpr TaskId kNone{std::numeric_limits<std::uint32_t>::max()};
+  [[nodiscard]] std::size_t slot(const OpKey& key) const {
+    const auto [forward, vs, mb] = key;
+    if (mb < 0 || mb >= micro_batches_ || vs / pp_ >= chunks_) throw std::out_of_range("megatron: no such operation");
+    return static_cast<std::size_t>(((forward ? 1 : 0) * chunks_ + vs / pp_) * micro_batches_ + mb);
+  }
+  int pp_;
+  int chunks_;
+  int micro_batches_;
+  std::vector<TaskId> tasks_;
+};
+
 // Tensor-parallel classes: with analytic collectives, the tp ranks of a TP group run the same
 // kernels, and each one's all-reduce waits on nothing but its own work, so they move in lockstep;
 // TP rank 0 can stand for its group (collapse_classes). Their pipeline transfers, which share NICs
@@ -443,8 +485,8 @@ class MegatronBuilder {
         dp_comm(g, out.machine, inputs.topology, layout, inputs.collectives, inputs.costs,
                 inputs.collective_options(strategy.collectives), out.approximations),
         rank_state(sims),
-        entry(sims),
-        exit(sims),
+        entry(sims, OperationTasks(strategy.pp, strategy.virtual_stages, micro_batches)),
+        exit(sims, OperationTasks(strategy.pp, strategy.virtual_stages, micro_batches)),
         dp_plan{gradient_group_plan(tp, cp, pp, ranks)} {
     if (train.recompute == Recompute::kFull) recomputed = w.gemm + w.attention;
     if (train.recompute == Recompute::kSelective) recomputed = w.attention;
@@ -534,7 +576,7 @@ class MegatronBuilder {
 
   // entry[s][(forward, vs, mb)]: the barrier at which the operation may start; exit: its last
   // task (run_schedules). last_op: each rank's last task so far.
-  std::vector<std::map<OpKey, TaskId>> entry, exit;
+  std::vector<OperationTasks> entry, exit;
   std::vector<TaskId> last_op;
 
   // The DP group of a rank (reduce_gradients, parameter_allgather): the ranks tp x pp apart, with
@@ -775,13 +817,13 @@ class MegatronBuilder {
     for (int s = 0; s < sims; ++s) {
       const RankState& rs = rank_state[s];
       const int replica = rs.rank / (tp * cp * pp);
-      for (const auto& [key, start] : entry[s]) {
+      entry[s].for_each(rs.stage, [&](const OpKey& key, TaskId start) {
         const auto [forward, vs, mb] = key;
         const int from_vs = forward ? vs - 1 : vs + 1;
-        if (from_vs < 0 || from_vs > last_virtual) continue;
+        if (from_vs < 0 || from_vs > last_virtual) return;
         const int from_rank = rank_of(spec, rs.t, rs.c, from_vs % pp, replica);
         const auto found = sim_of_rank.find(from_rank);
-        if (found == sim_of_rank.end()) continue;
+        if (found == sim_of_rank.end()) return;
         const int from = found->second;
         const TaskId sent = exit[from].at({forward, from_vs, mb});
         TransferTask transfer{};
@@ -790,7 +832,7 @@ class MegatronBuilder {
         const auto name = fmt::format(FMT_COMPILE("p2p.{}{}.mb{}.r{}to{}"), forward ? "act" : "grad", from_vs, mb,
                                       from_rank, rs.rank);
         g.add_dependency(start, g.add(name, phase::kCommunication, std::move(transfer), {sent}));
-      }
+      });
     }
   }
 
@@ -863,11 +905,7 @@ class DeepSpeedPipelineBuilder final : public MegatronBuilder {
   void point_to_point() override {
     blocking.connect(
         [&](const BlockingPointToPoint::Message& msg) {
-          return TransferTask{stage_route(msg.from, msg.to),
-                              p2p_bytes,
-                              TimePs{0},
-                              {},
-                              {}};
+          return TransferTask{stage_route(msg.from, msg.to), p2p_bytes, TimePs{0}, {}, {}};
         },
         phase::kCommunication);
     reduce_tied_grads();
