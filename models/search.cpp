@@ -8,7 +8,6 @@
 #include <optional>
 #include <stdexcept>
 
-#include "models/experiment/defaults.hpp"
 #include "models/placement/state_placement.hpp"
 #include "models/strategies/deepspeed_config.hpp"
 #include "models/strategies/layer_kernels.hpp"
@@ -102,10 +101,10 @@ BaseFacts base_facts(const ExperimentSpec& base) {
 // while the states above are held all iteration, so the simulated peak holds both and their sum
 // is still a lower bound on it.
 //
-// Under torchtitan a data-parallel point is FSDP2 (ZeroPolicy::fsdp2 with torchtitan's default
-// reduce dtype, fp32), all partitioned as data_parallel.cpp places them: the fp32 parameter shard,
-// which is the master (4q), Adam's m and v (8q) and the fp32 gradient shard (4q) = 16q (its reduce
-// buffers and gathered bf16 parameters are transient and left out of the bound).
+// Under torchtitan a data-parallel point is FSDP2 (ZeroPolicy::fsdp2), all partitioned as
+// data_parallel.cpp places them: the fp32 parameter shard, which is the master (4q), Adam's m and v
+// (8q) and the fp32 gradient shard (4q) = 16q. Its reduce buffers (in the reduce dtype, which is
+// therefore no part of the bound) and gathered bf16 parameters are transient and left out.
 std::int64_t state_bytes(const SearchCandidate& c, std::int64_t params_on_rank, const BaseFacts& f) {
   StateCounts counts;
   counts.held = params_on_rank;
@@ -113,8 +112,8 @@ std::int64_t state_bytes(const SearchCandidate& c, std::int64_t params_on_rank, 
   // The candidates take their framework's default gradient handling.
   const bool fsdp2 = c.kind != "megatron" && f.torchtitan;
   const ZeroPolicy policy = c.kind == "megatron" ? ZeroPolicy::megatron(c.zero_stage, std::nullopt)
-                            : fsdp2 ? ZeroPolicy::fsdp2(defaults::text("torchtitan.gradient_reduce_dtype") == "fp32")
-                                    : ZeroPolicy::deepspeed(c.zero_stage, std::nullopt, false);
+                            : fsdp2              ? ZeroPolicy::fsdp2(/*fp32_reduce=*/true)  // (no part of the bound)
+                                                 : ZeroPolicy::deepspeed(c.zero_stage, std::nullopt, false);
   counts.partitioned = policy.partitioned();
   counts.shard_ranks = c.dp;
   counts.gradient_buffers = policy.gradient_buffers();
