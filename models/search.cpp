@@ -40,11 +40,15 @@ struct BaseFacts {
   int channels = 1;
   std::vector<std::string> devices_per_node;  // local names in the base's order; empty: default
   bool fp8 = false;                           // training.precision: fp8 is modelled under Megatron only
+  // training.framework: torchtitan: data parallelism is FSDP2 (torchtitan_section.hpp), which runs
+  // at ZeRO-3 only, without offload, and reads no DeepSpeed key; the rest takes torchtitan's defaults.
+  bool torchtitan = false;
 };
 
 BaseFacts base_facts(const ExperimentSpec& base) {
   BaseFacts f;
   f.fp8 = base.training.fp8.has_value();
+  f.torchtitan = base.training.framework == Framework::kTorchtitan;
   const auto& topo = base.hardware.topology;
   const auto gpus = topo.devices_of(topo::DeviceKind::kGpu);
   f.total_gpus = static_cast<int>(gpus.size());
@@ -96,17 +100,25 @@ BaseFacts base_facts(const ExperimentSpec& base) {
 // frees it after the one reduce-scatter (allocate_whole_gradients, pipeline_data_parallel_step),
 // while the states above are held all iteration, so the simulated peak holds both and their sum
 // is still a lower bound on it.
-std::int64_t state_bytes(const SearchCandidate& c, std::int64_t params_on_rank) {
+//
+// Under torchtitan a data-parallel point is FSDP2 (ZeroPolicy::fsdp2), all partitioned as
+// data_parallel.cpp places them: the fp32 parameter shard, which is the master (4q), Adam's m and v
+// (8q) and the fp32 gradient shard (4q) = 16q. Its reduce buffers (in the reduce dtype, which is
+// therefore no part of the bound) and gathered bf16 parameters are transient and left out.
+std::int64_t state_bytes(const SearchCandidate& c, std::int64_t params_on_rank, const BaseFacts& f) {
   StateCounts counts;
   counts.held = params_on_rank;
   counts.sharded = params_on_rank;
   // The candidates take their framework's default gradient handling.
+  const bool fsdp2 = c.kind != "megatron" && f.torchtitan;
   const ZeroPolicy policy = c.kind == "megatron" ? ZeroPolicy::megatron(c.zero_stage, std::nullopt)
+                            : fsdp2              ? ZeroPolicy::fsdp2(/*fp32_reduce=*/true)  // (no part of the bound)
                                                  : ZeroPolicy::deepspeed(c.zero_stage, std::nullopt, false);
   counts.partitioned = policy.partitioned();
   counts.shard_ranks = c.dp;
   counts.gradient_buffers = policy.gradient_buffers();
-  counts.fp32_gradient_partition = policy.accumulates_whole_gradients();
+  counts.fp32_gradient_partition = policy.accumulates_whole_gradients() || fsdp2;
+  counts.parameter_shard_is_master = fsdp2;
   counts.optimizer_offload = c.offload;
   counts.offloaded_elements = policy.updated_parameters(params_on_rank, params_on_rank, c.dp);
   return place_model_states(counts, kBf16MixedPrecision).gpu_model_states() +
@@ -127,6 +139,10 @@ std::string strategy_override(const SearchCandidate& c, const BaseFacts& f) {
   if (c.kind == "megatron") {
     s = fmt::format("{{kind: megatron, tp: {}, pp: {}, dp: {}, schedule: 1f1b, sequence_parallel: {}, zero_stage: {}",
                     c.tp, c.pp, c.dp, c.tp > 1 ? "true" : "false", c.zero_stage);
+  } else if (f.torchtitan) {
+    // FSDP2 reads no DeepSpeed key: the rest takes torchtitan's defaults (named in each report).
+    s = fmt::format("{{kind: data_parallel, zero_stage: {}, dp: {}, tp: {}", c.zero_stage, c.dp, c.tp);
+    if (c.ep > 1) s += fmt::format(", ep: {}", c.ep);
   } else {
     s = fmt::format(
         "{{kind: data_parallel, zero_stage: {}, dp: {}, tp: {}, reduce_bucket_elements: {}, overlap_comm: {}, "
@@ -188,7 +204,12 @@ std::vector<SearchCandidate> strategy_shapes(const ModelSpec& m, const SearchSpa
         for (const int ep : megatron ? std::vector<int>{1} : eps) {
           for (const int zero : stages) {
             for (const bool offload : offloads) {
-              if (offload && (megatron || zero < 2 || !f.has_cpu)) continue;
+              if (offload && (megatron || zero < 2 || !f.has_cpu || f.torchtitan)) continue;
+              // torchtitan's data parallelism is FSDP2, ZeRO-3 alone.
+              if (!megatron && f.torchtitan) {
+                const auto partitioned = ZeroPolicy::partitioning_if_valid(zero);
+                if (!partitioned || !partitioned->parameters) continue;
+              }
               if (megatron && !megatron_runs(zero, pp)) continue;
               if (ep > 1 && (tp > 1 || offload)) continue;
               if (!widths_not_dividing(m, tp).empty() || m.layers % pp != 0) continue;
@@ -275,7 +296,7 @@ SearchPlan plan_search(const ExperimentSpec& base, const SearchSpace& space, con
         }
         c.dp = gpus / (c.tp * c.pp);
         c.grad_accum = plan.global_batch / (mb * c.dp);
-        c.state_bytes_lower_bound = state_bytes(c, parameters_held(m, params, c));
+        c.state_bytes_lower_bound = state_bytes(c, parameters_held(m, params, c), f);
         c.overrides = {fmt::format("strategy={}", strategy_override(c, f)), fmt::format("training.micro_batch={}", mb),
                        fmt::format("training.grad_accum={}", c.grad_accum)};
         if (f.nodes_vary) c.overrides.push_back(fmt::format("hardware.nodes={}", c.nodes));

@@ -135,6 +135,11 @@ class Topology {
   [[nodiscard]] const Route& route(std::size_t src, std::size_t dst) const;
   /// The direct link from `src` to `dst`, if any (the first declared).
   [[nodiscard]] std::optional<std::size_t> direct_link(std::size_t src, std::size_t dst) const;
+  /// The identity of a sealed topology's content: copies of one sealed topology share it (they
+  /// cannot change), and every seal() makes a new one, so two topologies with the same identity
+  /// have the same devices, links and routes. Null before seal(). Caches keyed on it hold it, so
+  /// that no other machine can take its address.
+  [[nodiscard]] std::shared_ptr<const void> identity() const { return route_cache_; }
 
  private:
   std::vector<Device> devices_;

@@ -13,6 +13,7 @@
 #include "apps/offsim/heap.hpp"
 #include "apps/offsim/progress.hpp"
 #include "models/search.hpp"
+#include "models/strategies/layout_cache.hpp"
 #include "sim/report/atomic_file.hpp"
 
 namespace offsim::app {
@@ -155,6 +156,8 @@ int search_or_throw(const SearchCliOptions& given) {
     }
     return rows;
   };
+  // The points lay out the same ranks of the same machine: made once (layout_cache.hpp).
+  const models::LayoutCacheScope layouts;
   if (!sweep.points.empty()) {
     SweepCliOptions distributed;
     distributed.out = journal.string();

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <map>
 #include <vector>
@@ -24,8 +25,12 @@ Communicator::AnalyticStage Communicator::analytic_bodies(const CollectiveFit& f
   // Each constraint split evenly among the stage's flows that cross it; a flow's rate is its
   // tightest share (and, for rings, half the calibrated bus bandwidth); a subgroup moves at the
   // pace of its slowest flow.
+  // Counts and rates in flat arrays indexed by constraint and by rank (the members of this stage
+  // only are touched, and reset after): the same sums and minimums as maps keyed on them, without a
+  // tree node per constraint and subgroup.
   const auto& constraints = machine_.platform.constraints;
-  std::map<std::uint32_t, int> crossing;
+  std::vector<int>& crossing = crossing_scratch_;
+  if (crossing.size() < constraints.size()) crossing.resize(constraints.size(), 0);
   for (const auto& direction : flows) {
     for (const Flow& fl : direction) {
       for (const auto c : fl.route) ++crossing[c.index];
@@ -34,21 +39,29 @@ Communicator::AnalyticStage Communicator::analytic_bodies(const CollectiveFit& f
   // With rank classes, a simulated rank's flows are those of every member it stands for, and it
   // moves at the pace of the slowest of their subgroups (exact when the members are symmetric).
   const int sims = layout_.simulated_ranks();
-  std::map<int, double> subgroup_rate;  // by the subgroup's first rank
-  const auto subgroup = [&](int r) { return r - r % band.hi + r % band.lo; };
+  constexpr double kNone = std::numeric_limits<double>::quiet_NaN();  // no flow of the subgroup yet
+  std::vector<double>& subgroup_rate = subgroup_scratch_;             // by the subgroup's first rank
+  if (subgroup_rate.size() < static_cast<std::size_t>(layout_.ranks())) subgroup_rate.resize(layout_.ranks(), kNone);
+  const auto subgroup = [&](int r) { return static_cast<std::size_t>(r - r % band.hi + r % band.lo); };
   for (const auto& direction : flows) {
     for (const Flow& fl : direction) {
       double rate = ring ? f.bus_bandwidth.bytes_per_s * 0.5 : std::numeric_limits<double>::infinity();
       for (const auto c : fl.route) {
         rate = std::min(rate, constraints[c.index].capacity.bytes_per_s / crossing[c.index]);
       }
-      auto [it, inserted] = subgroup_rate.emplace(subgroup(fl.rank), rate);
-      if (!inserted) it->second = std::min(it->second, rate);
+      double& held = subgroup_rate[subgroup(fl.rank)];
+      held = std::isnan(held) ? rate : std::min(held, rate);
     }
   }
   std::vector<double> rate_of(sims, std::numeric_limits<double>::infinity());
   for (const auto& direction : flows) {
-    for (const Flow& fl : direction) rate_of[fl.from] = std::min(rate_of[fl.from], subgroup_rate.at(subgroup(fl.rank)));
+    for (const Flow& fl : direction) rate_of[fl.from] = std::min(rate_of[fl.from], subgroup_rate[subgroup(fl.rank)]);
+  }
+  for (const auto& direction : flows) {
+    for (const Flow& fl : direction) {
+      subgroup_rate[subgroup(fl.rank)] = kNone;
+      for (const auto c : fl.route) crossing[c.index] = 0;
+    }
   }
   // Every link a rank's flows cross is credited with their bytes and rate (once per flow), so the
   // report's link activity matches what the flows would have carried (unless it reports none).

@@ -133,6 +133,48 @@ std::vector<Op> schedule(int pp, int stage, int v, int m) {
 
 using OpKey = std::tuple<bool, int, int>;  // (forward, virtual stage, micro-batch)
 
+// One task per operation of a simulated rank (its entry barrier, or its last task), by OpKey: a
+// flat table in OpKey's order (backward before forward, then chunk, then micro-batch), so that
+// walking it visits the operations as an ordered map of OpKey would, without a tree node per
+// operation. A rank of stage s runs virtual stages c x pp + s only: its chunk c is vs / pp.
+class OperationTasks {
+ public:
+  OperationTasks(int pp, int chunks, int micro_batches)
+      : pp_(pp),
+        chunks_(chunks),
+        micro_batches_(micro_batches),
+        tasks_(static_cast<std::size_t>(2 * chunks * micro_batches), kNone) {}
+  TaskId& operator[](const OpKey& key) { return tasks_[slot(key)]; }
+  [[nodiscard]] TaskId at(const OpKey& key) const {
+    const TaskId t = tasks_[slot(key)];
+    if (t == kNone) throw std::out_of_range("megatron: no such operation");
+    return t;
+  }
+  // Calls f(key, task) for each operation set, in OpKey order; `stage` is the rank's.
+  template <class F>
+  void for_each(int stage, F&& f) const {
+    for (std::size_t i = 0; i < tasks_.size(); ++i) {
+      if (tasks_[i] == kNone) continue;
+      const int mb = static_cast<int>(i % static_cast<std::size_t>(micro_batches_));
+      const int chunk = static_cast<int>(i / static_cast<std::size_t>(micro_batches_)) % chunks_;
+      const bool forward = i >= static_cast<std::size_t>(chunks_ * micro_batches_);
+      f(OpKey{forward, chunk * pp_ + stage, mb}, tasks_[i]);
+    }
+  }
+
+ private:
+  static constexpr TaskId kNone{std::numeric_limits<std::uint32_t>::max()};
+  [[nodiscard]] std::size_t slot(const OpKey& key) const {
+    const auto [forward, vs, mb] = key;
+    if (mb < 0 || mb >= micro_batches_ || vs / pp_ >= chunks_) throw std::out_of_range("megatron: no such operation");
+    return static_cast<std::size_t>(((forward ? 1 : 0) * chunks_ + vs / pp_) * micro_batches_ + mb);
+  }
+  int pp_;
+  int chunks_;
+  int micro_batches_;
+  std::vector<TaskId> tasks_;
+};
+
 // Tensor-parallel classes: with analytic collectives, the tp ranks of a TP group run the same
 // kernels, and each one's all-reduce waits on nothing but its own work, so they move in lockstep;
 // TP rank 0 can stand for its group (collapse_classes). Their pipeline transfers, which share NICs
@@ -200,6 +242,14 @@ int checked_ranks(const IterationInputs& in, const MegatronSpec& spec) {
 }
 
 // A simulated rank: its place in the grid, its parameters and kernels (its GPU: its RankTimeline slot).
+// One layer's forward work on a rank holding `local` (the rank's seq / cp tokens with context
+// parallelism): the attention is over cp blocks of it (ring attention), the rest over its share.
+[[nodiscard]] LayerWork context_parallel_layer_work(const ModelSpec& local, const TrainingSpec& train, int cp) {
+  LayerWork work = layer_forward(local, train.micro_batch, train.flash_attention);
+  work.attention = work.attention * static_cast<double>(cp);
+  return work;
+}
+
 struct RankState {
   int rank = 0;
   int t = 0;
@@ -233,6 +283,28 @@ struct RankState {
   }
   return route;
 }
+
+// The routes of a build's pipeline transfers (p2p_route), worked out once per pair of ranks: every
+// micro-batch's transfer between two stages crosses the same links, and the route depends on
+// nothing else (the machine and the devices are fixed for the build).
+class PipelineRoutes {
+ public:
+  PipelineRoutes(const MachineResources& machine, const topo::Topology& topology,
+                 const std::vector<std::size_t>& devices, int class_size)
+      : machine_(machine), topology_(topology), devices_(devices), class_size_(class_size) {}
+  [[nodiscard]] const std::vector<sim::ConstraintId>& operator()(int from, int to) {
+    auto [it, inserted] = routes_.try_emplace({from, to});
+    if (inserted) it->second = p2p_route(machine_, topology_, devices_, class_size_, from, to);
+    return it->second;
+  }
+
+ private:
+  const MachineResources& machine_;
+  const topo::Topology& topology_;
+  const std::vector<std::size_t>& devices_;
+  int class_size_;
+  std::map<std::pair<int, int>, std::vector<sim::ConstraintId>> routes_;
+};
 
 // The tied word embedding's gradient all-reduce (phases/tied_embedding.hpp: Megatron-LM's after the
 // data-parallel reduction, DeepSpeed's ReduceTiedGrads before it) between each simulated first-stage
@@ -363,13 +435,44 @@ std::string tp_name(int first, const std::string& tag, std::int64_t layer, int h
   return rc;
 }
 
+// ddp_chunks of every simulated rank, in rank_state's order.
+[[nodiscard]] std::vector<OverlappedDataParallel::RankChunks> ddp_rank_chunks(const MegatronSpec& spec,
+                                                                              const ModelSpec& m,
+                                                                              const ParameterCounts& params,
+                                                                              const PipelineSplit& split,
+                                                                              const std::vector<RankState>& ranks) {
+  std::vector<OverlappedDataParallel::RankChunks> chunks;
+  for (const RankState& rs : ranks) chunks.push_back(ddp_chunks(spec, m, params, split, rs.stage, rs.params));
+  return chunks;
+}
+
 // One TP communicator per (replica, stage) group of simulated ranks: ranks outside a TP group
 // never take part in its all-reduces.
 struct TensorParallelGroups {
   std::deque<RankLayout> layouts;
   std::map<int, Communicator> comms;           // by the group's first rank
   std::map<int, const RankLayout*> layout_of;  // by the group's first rank
+  // Replayed flow-level TP all-reduces (phases/collective_replay.hpp): every TP all-reduce of a
+  // group moves the same buffer over the same ranks, so under flow fidelity it is simulated once
+  // alone and replayed; the checks of its preconditions fall back to the full build.
+  std::optional<CollectiveReplays> replays;
   [[nodiscard]] Communicator& at(int first) { return comms.at(first); }
+  // A layer piece's TP all-reduce over the group from `first` (tp_reduction), replayed where it can be.
+  std::vector<TaskId> all_reduce(int first, RankTimeline& timeline, const std::vector<int>& members,
+                                 const std::string& name, std::optional<sim::TimePs> overlap_extra,
+                                 std::int64_t elements, const CollectivePlan& plan,
+                                 const std::vector<std::vector<TaskId>>& deps, BuiltIteration& out,
+                                 const IterationInputs& in, const CollectiveOptions& options) {
+    const auto build = [&](sim::TaskGraph& scratch, const std::vector<std::vector<TaskId>>& starts) {
+      Communicator alone(scratch, out.machine, in.topology, *layout_of.at(first), in.collectives, in.costs, options,
+                         out.approximations);
+      return alone.add(CollectiveKind::kAllReduce, name, elements, plan, starts);
+    };
+    if (replays) {
+      if (auto replayed = replays->add(first, timeline, members, name, deps, build)) return *replayed;
+    }
+    return tp_reduction(at(first), timeline, members, name, overlap_extra, elements, plan, deps);
+  }
   // The group of `tp` ranks from `first` (once).
   void add(int first, int tp, int class_size, BuiltIteration& out, const IterationInputs& in,
            const CollectiveOptions& options) {
@@ -504,8 +607,8 @@ class MegatronBuilder {
         dp_comm(g, out.machine, inputs.topology, layout, inputs.collectives, inputs.costs,
                 inputs.collective_options(strategy.collectives), out.approximations),
         rank_state(sims),
-        entry(sims),
-        exit(sims),
+        entry(sims, OperationTasks(strategy.pp, strategy.virtual_stages, micro_batches)),
+        exit(sims, OperationTasks(strategy.pp, strategy.virtual_stages, micro_batches)),
         dp_plan{gradient_group_plan(tp, cp, pp, ranks)} {
     if (train.recompute == Recompute::kFull) recomputed = w.gemm + w.attention;
     if (train.recompute == Recompute::kSelective) recomputed = w.attention;
@@ -516,9 +619,8 @@ class MegatronBuilder {
                    spec.collectives.fidelity, in.link_statistics, ring_kv);
     }
     if (spec.overlap_grad_reduce) {
-      std::vector<OverlappedDataParallel::RankChunks> chunks;
-      for (const RankState& rs : rank_state) chunks.push_back(ddp_chunks(spec, m, params, split, rs.stage, rs.params));
-      ddp.emplace(timeline, dp_comm, policy, dp_plan, dp, std::move(chunks), ddp_options(spec, micro_batches));
+      ddp.emplace(timeline, dp_comm, policy, dp_plan, dp, ddp_rank_chunks(spec, m, params, split, rank_state),
+                  ddp_options(spec, micro_batches));
     }
   }
 
@@ -532,7 +634,7 @@ class MegatronBuilder {
     point_to_point();
     (void)g.add("iteration.end", "end", BarrierTask{}, data_parallel_step());
     finish();
-    out.replayed = collective_replays.take();
+    if (tp_comms.replays) out.replayed = tp_comms.replays->take();
     return std::move(out);
   }
   virtual ~MegatronBuilder() = default;
@@ -577,11 +679,7 @@ class MegatronBuilder {
   // The loss's fp32 workspace on the last stage (transformer/precision.hpp): held while the head runs.
   const Bytes loss_workspace{tokens * ((m.vocab + tp - 1) / tp) * kLossWorkspaceBytesPerElement};
   const PipelineTensorExchange exchange = megatron_exchange(spec, activation_elements);  // p2p bytes, gathers
-  const LayerWork w = [&] {
-    LayerWork work = layer_forward(ml, train.micro_batch, train.flash_attention);
-    work.attention = work.attention * static_cast<double>(cp);
-    return work;
-  }();
+  const LayerWork w = context_parallel_layer_work(ml, train, cp);
   const Bytes ring_kv = ring_kv_bytes(m, train.micro_batch, cp, tp);
   std::optional<RingAttention> ring;          // context parallelism's ring attention (context_parallel.hpp)
   std::optional<OverlappedDataParallel> ddp;  // Megatron-Core's overlap_grad_reduce / overlap_param_gather
@@ -596,7 +694,7 @@ class MegatronBuilder {
 
   // entry[s][(forward, vs, mb)]: the barrier at which the operation may start; exit: its last
   // task (run_schedules). last_op: each rank's last task so far.
-  std::vector<std::map<OpKey, TaskId>> entry, exit;
+  std::vector<OperationTasks> entry, exit;
   std::vector<TaskId> last_op;
 
   // The DP group of a rank: the ranks tp x cp x pp apart, with cp > 1 its CP group's too (gradient_group_plan).
@@ -607,29 +705,8 @@ class MegatronBuilder {
   OperationReplays replays{tp > 1 && cp == 1 && spec.collectives.fidelity == Fidelity::kAnalytic &&
                            !in.link_statistics && layout.class_size == tp};
 
-  // Replayed flow-level TP all-reduces (phases/collective_replay.hpp): every TP all-reduce of a
-  // group moves the same buffer over the same ranks, so under flow fidelity it is simulated once
-  // alone and replayed; the checks of its preconditions fall back to the full build.
-  CollectiveReplays collective_replays{in.replay_flow_collectives && spec.collectives.fidelity == Fidelity::kFlow &&
-                                           tp > 1 && cp == 1 && !ub && layout.class_size == 1,
-                                       out.machine.platform};
-
-  // A layer piece's TP all-reduce (or what replaces it), replayed where it can be.
-  std::vector<TaskId> tp_all_reduce(int first, const std::vector<int>& members, const std::string& name, bool forward,
-                                    const std::vector<std::vector<TaskId>>& deps) {
-    const auto build = [&](sim::TaskGraph& scratch, const std::vector<std::vector<TaskId>>& starts) {
-      Communicator alone(scratch, out.machine, in.topology, *tp_comms.layout_of.at(first), in.collectives, in.costs,
-                         in.collective_options(spec.collectives), out.approximations);
-      return alone.add(CollectiveKind::kAllReduce, name, activation_elements, tp_plan, starts);
-    };
-    if (auto replayed = collective_replays.add(first, timeline, members, name, deps, build)) return *replayed;
-    return tp_reduction(tp_comms.at(first), timeline, members, name, overlap_extra(ub, forward), activation_elements,
-                        tp_plan, deps);
-  }
-
-  // Of a rank's n parameters, those whose optimizer states it holds and updates: 1/dp of them
-  // where the optimizer is partitioned (Megatron's distributed optimizer, DeepSpeed's ZeRO-1 and
-  // BF16_Optimizer).
+  // Of a rank's n parameters, those whose optimizer states it holds and updates: 1/dp of them where
+  // the optimizer is partitioned (Megatron's distributed optimizer, DeepSpeed's ZeRO-1, BF16_Optimizer).
   [[nodiscard]] std::int64_t optimizer_share(std::int64_t n) const { return policy.updated_parameters(n, n, dp); }
   [[nodiscard]] StatePlacement states_of(int s) const { return rank_model_states(rank_state[s].params, policy, dp); }
 
@@ -651,6 +728,9 @@ class MegatronBuilder {
 
   void make_tp_communicators() {
     if (tp == 1) return;
+    tp_comms.replays.emplace(in.replay_flow_collectives && spec.collectives.fidelity == Fidelity::kFlow && cp == 1 &&
+                                 !ub && layout.class_size == 1,
+                             out.machine.platform);
     for (const RankState& rs : rank_state)
       tp_comms.add(rs.rank - rs.t, tp, layout.class_size, out, in, in.collective_options(spec.collectives));
   }
@@ -797,7 +877,8 @@ class MegatronBuilder {
                                       layer_flops * (1.0 / reductions), "layer", {at[i]})};
           if (half == 0) ddp_start(members[i], op, vs, l, deps[i][0]);
         }
-        at = tp_all_reduce(first, members, tp_name(first, tag, l, half), forward, deps);
+        at = tp_comms.all_reduce(first, timeline, members, tp_name(first, tag, l, half), overlap_extra(ub, forward),
+                                 activation_elements, tp_plan, deps, out, in, in.collective_options(spec.collectives));
       }
       for (std::size_t i = 0; i < members.size(); ++i) ddp_end(members[i], op, vs, l, at[i]);
     }
@@ -856,24 +937,26 @@ class MegatronBuilder {
     for (int s = 0; s < sims; ++s) {
       const RankState& rs = rank_state[s];
       const int replica = rs.rank / (tp * cp * pp);
-      for (const auto& [key, start] : entry[s]) {
+      entry[s].for_each(rs.stage, [&](const OpKey& key, TaskId start) {
         const auto [forward, vs, mb] = key;
         const int from_vs = forward ? vs - 1 : vs + 1;
-        if (from_vs < 0 || from_vs > last_virtual) continue;
+        if (from_vs < 0 || from_vs > last_virtual) return;
         const int from_rank = rank_of(spec, rs.t, rs.c, from_vs % pp, replica);
         const auto found = sim_of_rank.find(from_rank);
-        if (found == sim_of_rank.end()) continue;
+        if (found == sim_of_rank.end()) return;
         const int from = found->second;
         const TaskId sent = exit[from].at({forward, from_vs, mb});
         TransferTask transfer{};
-        transfer.route = p2p_route(out.machine, in.topology, out.devices, layout.class_size, from_rank, rs.rank);
+        transfer.route = stage_route(from_rank, rs.rank);
         transfer.bytes = exchange.bytes_per_rank;
         const auto name = fmt::format(FMT_COMPILE("p2p.{}{}.mb{}.r{}to{}"), forward ? "act" : "grad", from_vs, mb,
                                       from_rank, rs.rank);
         g.add_dependency(start, g.add(name, phase::kCommunication, std::move(transfer), {sent}));
-      }
+      });
     }
   }
+
+  PipelineRoutes stage_route{out.machine, in.topology, out.devices, layout.class_size};  // p2p_route, once a pair
 
   // Data parallelism after the schedules (phases/pipeline_data_parallel.hpp): the gradients over each rank's DP
   // group (gradient_group_plan), the tied embedding's all-reduce, Adam, the parameter all-gather (ZeRO-1).
@@ -935,11 +1018,7 @@ class DeepSpeedPipelineBuilder final : public MegatronBuilder {
   void point_to_point() override {
     blocking.connect(
         [&](const BlockingPointToPoint::Message& msg) {
-          return TransferTask{p2p_route(out.machine, in.topology, out.devices, layout.class_size, msg.from, msg.to),
-                              exchange.bytes_per_rank,
-                              TimePs{0},
-                              {},
-                              {}};
+          return TransferTask{stage_route(msg.from, msg.to), exchange.bytes_per_rank, TimePs{0}, {}, {}};
         },
         phase::kCommunication);
     reduce_tied_embedding(in, out, timeline, spec, layout.class_size, policy, last_op);  // ReduceTiedGrads

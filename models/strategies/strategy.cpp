@@ -4,6 +4,7 @@
 
 #include "models/collectives/communicator.hpp"
 #include "models/strategies/layer_kernels.hpp"
+#include "models/strategies/layout_cache.hpp"
 #include "models/strategies/phases/zero_policy.hpp"
 #include "models/strategies/strategy_registry.hpp"
 #include "models/transformer/phases.hpp"
@@ -16,6 +17,15 @@ BuiltIteration build_iteration(const IterationInputs& in, const StrategySpec& st
 
 RankLayout lay_out_ranks(BuiltIteration& out, const topo::Topology& topology, const std::vector<std::string>& names,
                          const char* strategy, bool all_ranks, int block_ranks) {
+  // The points of a search lay out the same ranks on the same machine (layout_cache.hpp).
+  const bool cacheable = out.devices.empty();
+  if (const auto hit = cacheable ? layout_cache::find(topology, names, all_ranks, block_ranks) : nullptr) {
+    out.devices = hit->devices;
+    if (!hit->note.empty()) out.approximations.push_back(hit->note);
+    out.simulated_ranks = hit->layout.simulated_ranks();
+    out.machine = hit->machine;
+    return hit->layout;
+  }
   for (const auto& name : names) {
     const auto d = topology.find_device(name);
     if (!d || topology.device(*d).kind != topo::DeviceKind::kGpu) {
@@ -37,6 +47,10 @@ RankLayout lay_out_ranks(BuiltIteration& out, const topo::Topology& topology, co
     simulated_nodes[node] = true;
   }
   out.machine = make_machine_resources(topology, simulated_nodes);
+  if (cacheable) {
+    layout_cache::insert(topology, names, all_ranks, block_ranks,
+                         std::make_shared<const LaidOutRanks>(LaidOutRanks{out.devices, layout, note, out.machine}));
+  }
   return layout;
 }
 

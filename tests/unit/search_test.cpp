@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "models/search.hpp"
+#include "models/strategies/layer_kernels.hpp"
 
 namespace offsim::models {
 namespace {
@@ -119,6 +120,42 @@ TEST(Search, MegatronZeroTwoIsSearchedOnlyWithPipelinesAndPrunedByItsWholeFp32Bu
   const SearchPlan none = plan_search(base, space, {});
   EXPECT_TRUE(none.simulated.empty());
   EXPECT_TRUE(none.pruned.empty());
+}
+
+TEST(Search, TorchtitanDataParallelPointsAreFsdp2WithTorchtitansKeysOnly) {
+  // Llama 3 70B on 256 H100 with training.framework: torchtitan: its data parallelism is FSDP2,
+  // modelled at ZeRO-3 without offload, whose reader refuses DeepSpeed's keys (reduce bucket,
+  // overlap_comm, persistence threshold, offload, runtime). The search writes zero_stage, dp, tp
+  // and leaves the rest to torchtitan's defaults. A rank's FSDP2 states are all partitioned over
+  // dp: q = ceil(P / dp) of its tp share P; the fp32 parameter shard is the master (FSDP2's
+  // mixed precision casts it to bf16 when gathering), so 4q + Adam's m and v 8q + the fp32
+  // gradient shard 4q = 16q.
+  const std::string file =
+      std::string(OFFSIM_SOURCE_DIR) + "/configs/experiments/llama3-70b-torchtitan-fsdp32-tp8-h100.yaml";
+  const ExperimentSpec base = load_experiment(file, {});
+  SearchSpace space;
+  space.kinds = {"data_parallel"};
+  space.tp = {8};
+  space.micro_batches = {16};
+  const SearchPlan plan = plan_search(base, space, {});
+  std::vector<SearchCandidate> all = plan.simulated;
+  all.insert(all.end(), plan.pruned.begin(), plan.pruned.end());
+  ASSERT_EQ(all.size(), 1u);  // ZeRO-3 alone, no offload
+  const SearchCandidate& c = all.front();
+  EXPECT_EQ(c.zero_stage, 3);
+  EXPECT_FALSE(c.offload);
+  EXPECT_EQ(c.overrides.front().find("reduce_bucket"), std::string::npos) << c.overrides.front();
+  EXPECT_EQ(c.overrides.front().find("overlap_comm"), std::string::npos) << c.overrides.front();
+  EXPECT_EQ(c.overrides.front().find("persistence"), std::string::npos) << c.overrides.front();
+  const std::int64_t p = tensor_parallel_share(count_parameters(base.model), 8).total;
+  EXPECT_EQ(c.state_bytes_lower_bound, 16 * ((p + 31) / 32));
+  // Asked for ZeRO 0-2 or offload, a torchtitan base has no data-parallel point to run.
+  space.zero_stages = {0, 1, 2};
+  EXPECT_TRUE(plan_search(base, space, {}).simulated.empty());
+  // The point runs (the reader takes it) and its simulated model states are at least the bound.
+  const ExperimentSpec point = load_experiment(file, c.overrides);
+  const ExperimentResult r = run_experiment(point, RunExperimentOptions{.link_statistics = false});
+  EXPECT_GE(r.model_states_per_device.count, c.state_bytes_lower_bound);
 }
 
 TEST(Search, TheParetoFrontKeepsOnlyUndominatedPointsFastestFirst) {

@@ -1,0 +1,108 @@
+// The search's layout cache (models/strategies/layout_cache.hpp): lay_out_ranks gives the same
+// devices, layout, note and machine resources from the cache as it makes without it, keys on the
+// machine's identity (a copy of one sealed topology hits, another machine with the same names
+// misses), and a point's figures are the same either way.
+#include <gtest/gtest.h>
+
+#include "models/experiment.hpp"
+#include "models/strategies/layout_cache.hpp"
+#include "models/strategies/strategy.hpp"
+
+namespace offsim::models {
+namespace {
+
+const std::string kGpt3 = std::string(OFFSIM_SOURCE_DIR) + "/configs/experiments/scale/gpt3-175b-a100-1024.yaml";
+
+void expect_same(const BuiltIteration& a, const RankLayout& la, const BuiltIteration& b, const RankLayout& lb) {
+  EXPECT_EQ(a.devices, b.devices);
+  EXPECT_EQ(a.simulated_ranks, b.simulated_ranks);
+  EXPECT_EQ(a.approximations, b.approximations);
+  EXPECT_EQ(la.devices, lb.devices);
+  EXPECT_EQ(la.simulated, lb.simulated);
+  EXPECT_EQ(la.simulated_index, lb.simulated_index);
+  EXPECT_EQ(la.mirror_of, lb.mirror_of);
+  EXPECT_EQ(la.symmetric, lb.symmetric);
+  EXPECT_EQ(la.class_size, lb.class_size);
+  const auto& pa = a.machine.platform;
+  const auto& pb = b.machine.platform;
+  ASSERT_EQ(pa.units.size(), pb.units.size());
+  for (std::size_t i = 0; i < pa.units.size(); ++i) {
+    EXPECT_EQ(pa.units[i].name, pb.units[i].name);
+    EXPECT_EQ(pa.units[i].lanes, pb.units[i].lanes);
+  }
+  ASSERT_EQ(pa.constraints.size(), pb.constraints.size());
+  for (std::size_t i = 0; i < pa.constraints.size(); ++i) {
+    const auto& x = pa.constraints[i];
+    const auto& y = pb.constraints[i];
+    EXPECT_EQ(x.name, y.name);
+    EXPECT_EQ(x.capacity.bytes_per_s, y.capacity.bytes_per_s);
+    EXPECT_EQ(std::tie(x.link_class, x.group, x.from, x.to), std::tie(y.link_class, y.group, y.from, y.to));
+  }
+  ASSERT_EQ(pa.pools.size(), pb.pools.size());
+  for (std::size_t i = 0; i < pa.pools.size(); ++i) {
+    EXPECT_EQ(pa.pools[i].name, pb.pools[i].name);
+    EXPECT_EQ(pa.pools[i].capacity.count, pb.pools[i].capacity.count);
+  }
+  EXPECT_EQ(a.machine.unit_of_device, b.machine.unit_of_device);
+  EXPECT_EQ(a.machine.pool_of_device, b.machine.pool_of_device);
+  EXPECT_EQ(a.machine.memory_constraint_of_device, b.machine.memory_constraint_of_device);
+  EXPECT_EQ(a.machine.constraint_of_link, b.machine.constraint_of_link);
+}
+
+TEST(LayoutCache, CachedLayoutsAreTheOnesMadeAndKeyOnTheMachine) {
+  const ExperimentSpec spec = load_experiment(kGpt3, {});
+  const auto& names = std::get<MegatronSpec>(spec.strategy).devices;
+  const topo::Topology& machine = spec.hardware.topology;
+  ASSERT_NE(machine.identity(), nullptr);
+  // Without a scope nothing is kept.
+  BuiltIteration uncached;
+  const RankLayout plain = lay_out_ranks(uncached, machine, names, "megatron", false, 64);
+  EXPECT_EQ(layout_cache::size(), 0u);
+  {
+    const LayoutCacheScope scope;
+    BuiltIteration first;
+    const RankLayout made = lay_out_ranks(first, machine, names, "megatron", false, 64);
+    EXPECT_EQ(layout_cache::size(), 1u);
+    expect_same(first, made, uncached, plain);
+    // A copy of the machine (what each point of a search holds) hits the entry.
+    const topo::Topology copy = machine;
+    EXPECT_EQ(copy.identity(), machine.identity());
+    BuiltIteration second;
+    const RankLayout cached = lay_out_ranks(second, copy, names, "megatron", false, 64);
+    EXPECT_EQ(layout_cache::size(), 1u);
+    expect_same(second, cached, uncached, plain);
+    // Another block size, or every rank, is another entry.
+    BuiltIteration all;
+    (void)lay_out_ranks(all, machine, names, "megatron", true, 64);
+    EXPECT_EQ(layout_cache::size(), 2u);
+    // The same file read again is another machine (its own seal): a miss, not the entry above.
+    const ExperimentSpec again = load_experiment(kGpt3, {});
+    EXPECT_NE(again.hardware.topology.identity(), machine.identity());
+    BuiltIteration other;
+    (void)lay_out_ranks(other, again.hardware.topology, names, "megatron", false, 64);
+    EXPECT_EQ(layout_cache::size(), 3u);
+  }
+  EXPECT_EQ(layout_cache::size(), 0u);  // dropped with the scope
+}
+
+TEST(LayoutCache, APointsFiguresAreTheSameCachedOrNot) {
+  const ExperimentSpec spec = load_experiment(kGpt3, {});
+  const RunExperimentOptions options{.link_statistics = false};
+  const ExperimentResult plain = run_experiment(spec, options);
+  const LayoutCacheScope scope;
+  const ExperimentResult first = run_experiment(spec, options);
+  const ExperimentResult cached = run_experiment(spec, options);
+  for (const ExperimentResult* r : {&first, &cached}) {
+    EXPECT_EQ(r->iteration_time.ps, plain.iteration_time.ps);
+    EXPECT_EQ(r->peak_bytes("hbm"), plain.peak_bytes("hbm"));
+    EXPECT_EQ(r->phases.size(), plain.phases.size());
+    for (std::size_t i = 0; i < r->phases.size() && i < plain.phases.size(); ++i)
+      EXPECT_EQ(r->phases[i].time.ps, plain.phases[i].time.ps) << r->phases[i].phase;
+    EXPECT_EQ(r->tasks, plain.tasks);
+    EXPECT_EQ(r->events, plain.events);
+    EXPECT_EQ(r->approximations, plain.approximations);
+  }
+}
+
+}  // namespace
+}  // namespace offsim::models
