@@ -117,7 +117,7 @@ inline thread_local bool unnamed_tasks = false;
 /// While one lives, the graphs made on its thread keep no task names (TaskGraph::keeps_names):
 /// names feed only outputs (dumps, traces) and error messages, and a sweep point writes neither
 /// unless it fails, when it is run again with names (models/sweep.cpp). Building the names was
-/// a tenth of a sweep point's work (issue 35). Nests; restores the previous setting.
+/// an eighth of a sweep point's work (issue 35). Nests; restores the previous setting.
 class ScopedUnnamedTasks {
  public:
   ScopedUnnamedTasks() : previous_(unnamed_tasks) { unnamed_tasks = true; }
