@@ -41,6 +41,7 @@ TaskId Communicator::pass_through(const std::string& name, int s, std::span<cons
 
 std::string_view Communicator::rank_task_name(const std::string& name, std::string_view part, int s) {
   name_buffer_.clear();
+  if (!graph_.keeps_names()) return name_buffer_;  // a graph without names (sim::ScopedUnnamedTasks)
   fmt::format_to(std::back_inserter(name_buffer_), FMT_COMPILE("{}{}.r{}"), name, part, layout_.simulated[s]);
   return name_buffer_;
 }
@@ -197,7 +198,9 @@ std::vector<TaskId> Communicator::add(CollectiveKind kind, const std::string& na
   // Quantized collectives hold their wire data in a send and a receive buffer of the whole
   // buffer's quantized size while they run.
   const Bytes quantized_buffers{q.quantized() ? 2 * q.wire_bytes(elements) : 0};
-  if (q.quantized()) add_quantization_buffers(name + ".alloc.quantized", quantized_buffers, false, progress);
+  if (q.quantized())
+    add_quantization_buffers(graph_.name_from([&] { return name + ".alloc.quantized"; }), quantized_buffers, false,
+                             progress);
   std::int64_t held = elements;  // elements each rank holds before the next stage
   if (kind == CollectiveKind::kReduceScatter || kind == CollectiveKind::kAllReduce) {
     held = add_reduce_scatter_stages(name, held, plan, progress);
@@ -205,7 +208,9 @@ std::vector<TaskId> Communicator::add(CollectiveKind kind, const std::string& na
   if (kind == CollectiveKind::kAllGather || kind == CollectiveKind::kAllReduce) {
     add_all_gather_stages(kind, name, held, plan, progress);
   }
-  if (q.quantized()) add_quantization_buffers(name + ".free.quantized", quantized_buffers, true, progress);
+  if (q.quantized())
+    add_quantization_buffers(graph_.name_from([&] { return name + ".free.quantized"; }), quantized_buffers, true,
+                             progress);
   // An analytic collective ends with its last stage's one task per rank: no barrier after it (a TP
   // all-reduce per layer piece would otherwise add a third of its tasks). Flow-level stages end with
   // their own barriers too, but their names are what golden graphs and traces show, so they keep
@@ -248,14 +253,17 @@ std::int64_t Communicator::add_reduce_scatter_stages(const std::string& name, st
     const int g = band.group();
     if (g < 2) continue;
     const std::int64_t share = ceil_div(held, g);
-    const std::string stage = fmt::format(FMT_COMPILE("{}.rs{}"), name, j);
+    const std::string stage = graph_.name_from([&] { return fmt::format(FMT_COMPILE("{}.rs{}"), name, j); });
     // Quantize the buffer; after the exchange, dequantize the g shares received and reduce.
-    if (q.quantized()) add_kernels(stage + ".quantize", Bytes{held * 2 + q.wire_bytes(held)}, progress);
+    if (q.quantized())
+      add_kernels(graph_.name_from([&] { return stage + ".quantize"; }), Bytes{held * 2 + q.wire_bytes(held)},
+                  progress);
     std::vector<TaskId> exchanged = add_stage(stage, "reduce_scatter", band, plan, share, progress.first);
     if (q.quantized()) {
+      const std::string dequantize = graph_.name_from([&] { return stage + ".dequantize_reduce"; });
       for (int s = 0; s < progress.sims; ++s) {
-        exchanged[s] = add_kernel(stage + ".dequantize_reduce", s, Bytes{q.wire_bytes(held) + share * 2},
-                                  std::span<const TaskId>(&exchanged[s], 1));
+        exchanged[s] =
+            add_kernel(dequantize, s, Bytes{q.wire_bytes(held) + share * 2}, std::span<const TaskId>(&exchanged[s], 1));
       }
     }
     progress.advance(exchanged);
@@ -276,7 +284,8 @@ void Communicator::add_all_gather_stages(CollectiveKind kind, const std::string&
     for (const auto& b : plan.stages) held = ceil_div(held, std::max(1, b.group()));
   }
   const bool quantized_gather = q.quantized() && kind == CollectiveKind::kAllGather;
-  if (quantized_gather) add_kernels(name + ".quantize", Bytes{held * 2 + q.wire_bytes(held)}, progress);
+  if (quantized_gather)
+    add_kernels(graph_.name_from([&] { return name + ".quantize"; }), Bytes{held * 2 + q.wire_bytes(held)}, progress);
   // The gathers of a quantized reduction (qgZ's all-reduce) move bf16: the plan without its
   // quantization, copied once per collective that needs it.
   std::optional<CollectivePlan> unquantized;
@@ -288,11 +297,12 @@ void Communicator::add_all_gather_stages(CollectiveKind kind, const std::string&
   for (std::size_t j = 0; j < bands; ++j) {
     const int g = band_of(j).group();
     if (g < 2) continue;
-    progress.advance(add_stage(fmt::format(FMT_COMPILE("{}.ag{}"), name, j), "all_gather", band_of(j), gather, held,
-                               progress.first));
+    progress.advance(add_stage(graph_.name_from([&] { return fmt::format(FMT_COMPILE("{}.ag{}"), name, j); }),
+                               "all_gather", band_of(j), gather, held, progress.first));
     held *= g;
   }
-  if (quantized_gather) add_kernels(name + ".dequantize", Bytes{q.wire_bytes(held) + held * 2}, progress);
+  if (quantized_gather)
+    add_kernels(graph_.name_from([&] { return name + ".dequantize"; }), Bytes{q.wire_bytes(held) + held * 2}, progress);
 }
 
 std::vector<TaskId> Communicator::add_done_barriers(const std::string& name, const Progress& progress) {

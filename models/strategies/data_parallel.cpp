@@ -501,17 +501,18 @@ class DataParallelBuilder {
                                            std::move(deps));
     });
     for (std::int64_t l = 0; l < m.layers; ++l) {
-      run_module_on_all(modules[static_cast<std::size_t>(l + 1)], mbs + ".fwd",
-                        [&](std::vector<std::vector<TaskId>> deps) {
-                          for (int r = 0; r < sims; ++r) {
-                            deps[r].push_back(timeline.alloc(r, fmt::format(FMT_COMPILE("{}.alloc.act{}"), mbs, l),
-                                                             phase::kForward, "activations", stored, {prev[r]}));
-                          }
-                          return layers
-                              ->run(fmt::format(FMT_COMPILE("{}.fwd.layer{}"), mbs, l), phase::kForward, true,
-                                    (w.gemm + w.attention) * (1.0 / tp), std::move(deps))
-                              .end;
-                        });
+      run_module_on_all(
+          modules[static_cast<std::size_t>(l + 1)], mbs + ".fwd", [&](std::vector<std::vector<TaskId>> deps) {
+            const std::string alloc =
+                timeline.graph().name_from([&] { return fmt::format(FMT_COMPILE("{}.alloc.act{}"), mbs, l); });
+            for (int r = 0; r < sims; ++r) {
+              deps[r].push_back(timeline.alloc(r, alloc, phase::kForward, "activations", stored, {prev[r]}));
+            }
+            return layers
+                ->run(fmt::format(FMT_COMPILE("{}.fwd.layer{}"), mbs, l), phase::kForward, true,
+                      (w.gemm + w.attention) * (1.0 / tp), std::move(deps))
+                .end;
+          });
     }
     run_module(modules.back(), mbs + ".fwd", [&](int r, std::vector<TaskId> deps) {
       deps.push_back(timeline.alloc(r, mbs + ".alloc.logits", phase::kForward, "activations", logits, {prev[r]}));
@@ -542,23 +543,24 @@ class DataParallelBuilder {
     if (reduces) reduction->item_done(item, mbs);
     ++item;
     for (std::int64_t l = m.layers - 1; l >= 0; --l) {
-      run_module_on_all(modules[static_cast<std::size_t>(l + 1)], mbs + ".bwd",
-                        [&](std::vector<std::vector<TaskId>> deps) {
-                          const LayerTasks b =
-                              layers->run(fmt::format(FMT_COMPILE("{}.bwd.layer{}"), mbs, l), phase::kBackward, false,
-                                          ((w.gemm + w.attention) * 2.0 + recomputed) * (1.0 / tp), std::move(deps));
-                          std::vector<TaskId> done(sims);
-                          for (int r = 0; r < sims; ++r) {
-                            // The layer's weight gradients exist after its last compute piece; a later kernel
-                            // that must wait (the offload's blocking copy) holds back its first piece.
-                            if (reduces) {
-                              reduction->produced(item, r, b.last_compute[r], b.first[r]);
-                            }
-                            done[r] = timeline.release(r, fmt::format(FMT_COMPILE("{}.free.act{}"), mbs, l),
-                                                       phase::kBackward, "activations", stored, {b.end[r]});
-                          }
-                          return done;
-                        });
+      run_module_on_all(
+          modules[static_cast<std::size_t>(l + 1)], mbs + ".bwd", [&](std::vector<std::vector<TaskId>> deps) {
+            const LayerTasks b =
+                layers->run(fmt::format(FMT_COMPILE("{}.bwd.layer{}"), mbs, l), phase::kBackward, false,
+                            ((w.gemm + w.attention) * 2.0 + recomputed) * (1.0 / tp), std::move(deps));
+            std::vector<TaskId> done(sims);
+            const std::string free =
+                timeline.graph().name_from([&] { return fmt::format(FMT_COMPILE("{}.free.act{}"), mbs, l); });
+            for (int r = 0; r < sims; ++r) {
+              // The layer's weight gradients exist after its last compute piece; a later kernel
+              // that must wait (the offload's blocking copy) holds back its first piece.
+              if (reduces) {
+                reduction->produced(item, r, b.last_compute[r], b.first[r]);
+              }
+              done[r] = timeline.release(r, free, phase::kBackward, "activations", stored, {b.end[r]});
+            }
+            return done;
+          });
       if (reduces) reduction->item_done(item, mbs);
       ++item;
     }

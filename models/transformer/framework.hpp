@@ -104,6 +104,11 @@ struct FrameworkProfile {
 
 /// The efficiency classes the framework chains name (what a calibration table's
 /// memory_bound.framework_kernels may hold).
+/// A compiled list, equal to profile_kernel_classes() (a unit test holds them equal), so that
+/// reading a calibration table does not parse the framework profiles.
 [[nodiscard]] const std::vector<std::string>& framework_kernel_classes();
+/// The efficiency classes the compiled-in profiles' chains name, in first-named order, read
+/// from the profiles (parses them).
+[[nodiscard]] std::vector<std::string> profile_kernel_classes();
 
 }  // namespace offsim::models

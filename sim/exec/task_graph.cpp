@@ -52,6 +52,7 @@ TaskId TaskGraph::add(std::string_view name, std::string_view phase, TaskBody bo
   for (const auto d : deps) {
     if (d.index >= id.index) throw std::invalid_argument(fmt::format("task '{}' depends on an unknown task", name));
   }
+  if (!keeps_names_) name = {};
   if (names_.size() + name.size() > std::numeric_limits<std::uint32_t>::max() ||
       deps_.size() + deps.size() > std::numeric_limits<std::uint32_t>::max()) {
     throw std::length_error("the task graph's names or dependencies exceed 2^32 entries");

@@ -12,6 +12,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -110,17 +111,47 @@ inline constexpr std::size_t kBytesPerTaskEstimate = 1000;
 /// 2 GiB memory limit, far below what default_task_limit() reads from the machine.
 inline std::size_t task_limit_cap = 0;
 
+/// Whether the graphs made on this thread keep their tasks' names (ScopedUnnamedTasks).
+inline thread_local bool unnamed_tasks = false;
+
+/// While one lives, the graphs made on its thread keep no task names (TaskGraph::keeps_names):
+/// names feed only outputs (dumps, traces) and error messages, and a sweep point writes neither
+/// unless it fails, when it is run again with names (models/sweep.cpp). Building the names was
+/// an eighth of a sweep point's work (issue 35). Nests; restores the previous setting.
+class ScopedUnnamedTasks {
+ public:
+  ScopedUnnamedTasks() : previous_(unnamed_tasks) { unnamed_tasks = true; }
+  ~ScopedUnnamedTasks() { unnamed_tasks = previous_; }
+  ScopedUnnamedTasks(const ScopedUnnamedTasks&) = delete;
+  ScopedUnnamedTasks& operator=(const ScopedUnnamedTasks&) = delete;
+
+ private:
+  bool previous_;
+};
+
 class TaskGraph {
  public:
   TaskGraph()
-      : task_limit_(task_limit_cap != 0 ? std::min(task_limit_cap, default_task_limit()) : default_task_limit()) {}
+      : task_limit_(task_limit_cap != 0 ? std::min(task_limit_cap, default_task_limit()) : default_task_limit()),
+        keeps_names_(!unnamed_tasks) {}
   /// A graph that grows past `tasks` throws SimulationLimit (exit 3) instead of exhausting the
   /// machine's memory.
   void set_task_limit(std::size_t tasks) { task_limit_ = tasks; }
   [[nodiscard]] std::size_t task_limit() const { return task_limit_; }
 
-  /// Adds a task after `deps`: the graph copies the name and the dependencies into its buffers,
-  /// so the caller's may be temporaries or reused storage.
+  /// Whether the graph keeps the names given to add (true unless made under ScopedUnnamedTasks):
+  /// without them every task's name is empty, and builders may skip making names
+  /// (`if (graph.keeps_names())`). Nothing but outputs and error messages reads a name.
+  [[nodiscard]] bool keeps_names() const { return keeps_names_; }
+  /// `make()` when the graph keeps names, else an empty name without calling it: for a name built
+  /// at the call site (`g.name_from([&] { return fmt::format(...); })`).
+  template <typename MakeName>
+  [[nodiscard]] std::string name_from(MakeName&& make) const {
+    return keeps_names_ ? std::string(std::forward<MakeName>(make)()) : std::string();
+  }
+
+  /// Adds a task after `deps`: the graph copies the name (when it keeps names) and the
+  /// dependencies into its buffers, so the caller's may be temporaries or reused storage.
   TaskId add(std::string_view name, std::string_view phase, TaskBody body, std::span<const TaskId> deps,
              std::int64_t priority = 0);
   TaskId add(std::string_view name, std::string_view phase, TaskBody body, std::initializer_list<TaskId> deps = {},
@@ -157,6 +188,7 @@ class TaskGraph {
   std::vector<TaskId> deps_;         // every task's dependencies, back to back
   std::vector<std::string> phases_;  // the distinct phases, in order of first use
   std::size_t task_limit_;
+  bool keeps_names_ = true;
 };
 
 [[nodiscard]] std::string_view task_kind(const TaskBody& body);

@@ -235,3 +235,10 @@ TEST(HfModules, FrameworkDefaultFollowsTheModelFileAndStrategy) {
 
 }  // namespace
 }  // namespace offsim::models
+
+// framework_kernel_classes() is a compiled list so that reading a calibration table does not parse
+// the profiles; it must be exactly what the profiles' chains name, in their order (the order a
+// table's framework_kernels entries are read, and so the order of their errors).
+TEST(FrameworkProfile, KernelClassesAreThoseTheProfilesName) {
+  EXPECT_EQ(offsim::models::framework_kernel_classes(), offsim::models::profile_kernel_classes());
+}

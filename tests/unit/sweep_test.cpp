@@ -17,6 +17,7 @@
 #include "models/figures.hpp"
 #include "models/sweep.hpp"
 #include "sim/config/config_reader.hpp"
+#include "sim/exec/task_graph.hpp"
 #include "tests/unit/source_paths.hpp"
 
 namespace offsim::models {
@@ -282,6 +283,76 @@ TEST(Sweep, ReplayedMegatronOperationsGiveTheFullBuildsFigures) {
     EXPECT_EQ(replayed.infeasible_reasons, full.infeasible_reasons);
     EXPECT_LT(replayed.tasks, full.tasks);
   }
+}
+
+TEST(Sweep, GraphsWithoutTaskNamesGiveTheSameFigures) {
+  // A sweep builds its points' graphs without task names (sim::ScopedUnnamedTasks; names feed
+  // only outputs and error messages). The graph's tasks, their order and every figure must be
+  // the same as with names: data parallel (ZeRO-3, ZeRO++, 3-level), Megatron with the replayed
+  // operations, ZeRO-Offload, flow fidelity.
+  const std::vector<std::pair<std::string, std::vector<std::string>>> points = {
+      {"neox20b-frontier-zero3.yaml", {"strategy.collectives.fidelity=analytic"}},
+      {"neox20b-frontier-zeropp.yaml", {"strategy.collectives.fidelity=analytic", "training.micro_batch=2"}},
+      {"neox20b-frontier-3level.yaml", {"strategy.collectives.fidelity=flow"}},
+      {"scale/gpt3-175b-a100-1024.yaml", {"strategy.collectives.fidelity=analytic", "training.grad_accum=16"}},
+      {"llama-13b-offload-polaris.yaml", {}},
+  };
+  for (const auto& [file, overrides] : points) {
+    SCOPED_TRACE(file);
+    const ExperimentSpec spec =
+        load_experiment(fmt::format("{}/configs/experiments/{}", OFFSIM_SOURCE_DIR, file), overrides);
+    const RunExperimentOptions options{.link_statistics = false};
+    const ExperimentResult named = run_experiment(spec, options);
+    const ExperimentResult unnamed = [&] {
+      const sim::ScopedUnnamedTasks scope;
+      return run_experiment(spec, options);
+    }();
+    for (const Figure& f : headline_figures()) EXPECT_EQ(f.text(unnamed), f.text(named)) << f.name;
+    EXPECT_EQ(unnamed.iteration_time.ps, named.iteration_time.ps);
+    EXPECT_EQ(unnamed.tasks, named.tasks);
+    EXPECT_EQ(unnamed.events, named.events);
+    ASSERT_EQ(unnamed.phases.size(), named.phases.size());
+    for (std::size_t i = 0; i < named.phases.size(); ++i) {
+      EXPECT_EQ(unnamed.phases[i].phase, named.phases[i].phase);
+      EXPECT_EQ(unnamed.phases[i].time.ps, named.phases[i].time.ps);
+    }
+    ASSERT_EQ(unnamed.memory.size(), named.memory.size());
+    for (std::size_t i = 0; i < named.memory.size(); ++i)
+      EXPECT_EQ(unnamed.memory[i].peak.count, named.memory[i].peak.count);
+    EXPECT_EQ(unnamed.infeasible_reasons, named.infeasible_reasons);
+    EXPECT_EQ(unnamed.approximations, named.approximations);
+  }
+}
+
+TEST(Sweep, UnnamedGraphsKeepEverythingButTheNames) {
+  // Under ScopedUnnamedTasks a graph stores empty names and the same phases, bodies and
+  // dependencies; the scope nests and restores; graphs made outside it keep their names.
+  const auto build = [] {
+    sim::TaskGraph g;
+    const auto a = g.add("mb0.fwd.layer0.r0", "forward", sim::BarrierTask{});
+    g.add("mb0.bwd.layer0.r0", "backward", sim::BarrierTask{}, {a}, 3);
+    return g;
+  };
+  const sim::TaskGraph named = build();
+  EXPECT_TRUE(named.keeps_names());
+  EXPECT_EQ(named.name(named.task(sim::TaskId{1})), "mb0.bwd.layer0.r0");
+  {
+    const sim::ScopedUnnamedTasks outer;
+    { const sim::ScopedUnnamedTasks inner; }
+    const sim::TaskGraph unnamed = build();
+    EXPECT_FALSE(unnamed.keeps_names());
+    ASSERT_EQ(unnamed.size(), named.size());
+    for (std::uint32_t i = 0; i < unnamed.size(); ++i) {
+      const auto& u = unnamed.task(sim::TaskId{i});
+      const auto& n = named.task(sim::TaskId{i});
+      EXPECT_EQ(unnamed.name(u), "");
+      EXPECT_EQ(unnamed.phase(u), named.phase(n));
+      EXPECT_EQ(u.priority, n.priority);
+      EXPECT_EQ(std::vector<sim::TaskId>(unnamed.deps(u).begin(), unnamed.deps(u).end()),
+                std::vector<sim::TaskId>(named.deps(n).begin(), named.deps(n).end()));
+    }
+  }
+  EXPECT_TRUE(build().keeps_names());
 }
 
 TEST(ReadCache, MachinesAndTablesReadOncePerSetOfOverrides) {

@@ -77,13 +77,16 @@ std::vector<TaskId> ParameterGather::gather(const Module& mod, const std::string
                                             const std::vector<TaskId>& previous) {
   const int sims = ranks_.size();
   std::vector<TaskId> done(static_cast<std::size_t>(sims));
+  // Names are built only for a graph that keeps them (sim::ScopedUnnamedTasks: a sweep's points).
+  const sim::TaskGraph& g = ranks_.graph();
+  const std::string alloc_name = g.name_from([&] { return fmt::format(FMT_COMPILE("{}.alloc.{}"), when, mod.name); });
   for (int r = 0; r < sims; ++r) {
     std::vector<TaskId> d{stream_[r]};
     // Blocking fetch: the gather starts once the rank's queued work (the previous module) is done.
     if (fetch_ == ZeroFetch::kBlocking) d.push_back(previous[r]);
     d.insert(d.end(), freed_two_ago_[r].begin(), freed_two_ago_[r].end());
-    done[r] = ranks_.alloc(r, fmt::format(FMT_COMPILE("{}.alloc.{}"), when, mod.name), phase::kCommunication, kGathered,
-                           Bytes{mod.gathered() * kBf16Bytes}, std::move(d));
+    done[r] =
+        ranks_.alloc(r, alloc_name, phase::kCommunication, kGathered, Bytes{mod.gathered() * kBf16Bytes}, std::move(d));
   }
   // Backward gathers come from the secondary partition inside its group when there is one (hpZ).
   const bool from_secondary = part_.secondary_ranks > 0 && when.ends_with(".bwd");
@@ -93,22 +96,24 @@ std::vector<TaskId> ParameterGather::gather(const Module& mod, const std::string
       // The framework's host work before this parameter's all-gather is enqueued (a delay on the
       // rank's fetch path: it holds no link or unit).
       for (int r = 0; r < sims; ++r) {
-        done[r] = host_threads_.work(r, fmt::format(FMT_COMPILE("{}.host.gather.{}.{}"), when, mod.name, i),
-                                     host_cost_->all_gather.at(group), {done[r]});
+        done[r] = host_threads_.work(
+            r, g.name_from([&] { return fmt::format(FMT_COMPILE("{}.host.gather.{}.{}"), when, mod.name, i); }),
+            host_cost_->all_gather.at(group), {done[r]});
       }
     }
     if (parameters_on_host_) {
       // ZeRO-Infinity: the rank's shard comes from host memory first.
       for (int r = 0; r < sims; ++r) {
         done[r] = parameters_on_host_->copy(
-            r, fmt::format(FMT_COMPILE("{}.fetch.{}.{}"), when, mod.name, i), phase::kCommunication, false,
-            Bytes{(mod.gathers[i] + group - 1) / group * kBf16Bytes}, {done[r]}, pinned_);
+            r, g.name_from([&] { return fmt::format(FMT_COMPILE("{}.fetch.{}.{}"), when, mod.name, i); }),
+            phase::kCommunication, false, Bytes{(mod.gathers[i] + group - 1) / group * kBf16Bytes}, {done[r]}, pinned_);
       }
     }
     const CollectivePlan& plan = mod.expert[i]    ? expert_plan_
                                  : from_secondary ? part_.secondary_gather
                                                   : part_.parameter_gather;
-    done = comm_.add(CollectiveKind::kAllGather, fmt::format(FMT_COMPILE("gather.{}.{}.{}"), when, mod.name, i),
+    done = comm_.add(CollectiveKind::kAllGather,
+                     g.name_from([&] { return fmt::format(FMT_COMPILE("gather.{}.{}.{}"), when, mod.name, i); }),
                      mod.gathers[i], plan, ranks_.per_rank(done));
   }
   stream_ = done;
@@ -140,9 +145,11 @@ std::vector<std::vector<TaskId>> ParameterGather::before(const Module& mod, cons
 
 void ParameterGather::after(const Module& mod, const std::string& when, const std::vector<TaskId>& done) {
   if (!mod.reshard_after_forward && when.ends_with(".fwd")) return;
+  const std::string name =
+      ranks_.graph().name_from([&] { return fmt::format(FMT_COMPILE("{}.free.{}"), when, mod.name); });
   for (int r = 0; r < ranks_.size(); ++r) {
-    const TaskId f = ranks_.release(r, fmt::format(FMT_COMPILE("{}.free.{}"), when, mod.name), phase::kCommunication,
-                                    kGathered, Bytes{mod.gathered() * kBf16Bytes}, {done[r]});
+    const TaskId f =
+        ranks_.release(r, name, phase::kCommunication, kGathered, Bytes{mod.gathered() * kBf16Bytes}, {done[r]});
     freed_two_ago_[r] = freed_one_ago_[r];
     freed_one_ago_[r] = {f};
   }

@@ -13,6 +13,7 @@ int RankTimeline::add_rank(int rank, std::uint32_t unit, std::uint32_t pool) {
 }
 
 std::string RankTimeline::task_name(int r, std::string_view name) const {
+  if (!graph_.keeps_names()) return {};  // a graph without names (sim::ScopedUnnamedTasks)
   return fmt::format(FMT_COMPILE("{}.{}"), slot(r).prefix, name);
 }
 
