@@ -3,6 +3,7 @@
 // from one YAML file (with !include), run as one simulated training iteration, and reported.
 #include <condition_variable>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -221,6 +222,10 @@ struct RunExperimentOptions {
   /// result's link lists empty; the analytic transfers are then built without the links they
   /// stand for (CollectiveOptions::link_statistics). Times are the same either way.
   bool link_statistics = true;
+  /// Called with every graph the run simulates (two with the steady-state extrapolation) and its
+  /// run, before the result is made of them: the simulating fuzz harness checks the simulator's
+  /// invariants there (tests/fuzz/fuzz_simulate.cpp) instead of building and running it again.
+  std::function<void(const sim::Platform&, const sim::TaskGraph&, const sim::RunResult&)> on_simulated;
 };
 
 /// The effective configuration (every value read, after includes and overrides) as YAML.

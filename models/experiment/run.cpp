@@ -278,6 +278,7 @@ ExperimentResult simulate_iteration(const ExperimentSpec& spec, const RunExperim
   const BuiltIteration built = build_located(spec, inputs_of(spec, costs, link_statistics));
   const sim::RunResult run =
       sim::execute(built.machine.platform, built.graph, sim::ExecOptions{options.outputs_over_time});
+  if (options.on_simulated) options.on_simulated(built.machine.platform, built.graph, run);
 
   ExperimentResult r;
   r.iteration_time = run.makespan;
@@ -374,8 +375,8 @@ ExperimentResult run_experiment(const ExperimentSpec& spec, const RunExperimentO
   ExperimentSpec shorter = spec;
   shorter.training.grad_accum = plan->m1;
   // The shorter run reports link activity only if the result does (its times are the same).
-  const ExperimentResult r1 =
-      simulate_iteration(shorter, RunExperimentOptions{.link_statistics = options.link_statistics});
+  const ExperimentResult r1 = simulate_iteration(
+      shorter, RunExperimentOptions{.link_statistics = options.link_statistics, .on_simulated = options.on_simulated});
   shorter.training.grad_accum = plan->m2;
   return extrapolate_steady_state(*plan, r1, simulate_iteration(shorter, options));
 }
