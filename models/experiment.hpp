@@ -225,7 +225,7 @@ struct RunExperimentOptions {
   /// Called with every graph the run simulates (two with the steady-state extrapolation) and its
   /// run, before the result is made of them: the simulating fuzz harness checks the simulator's
   /// invariants there (tests/fuzz/fuzz_simulate.cpp) instead of building and running it again.
-  std::function<void(const sim::Platform&, const sim::TaskGraph&, const sim::RunResult&)> on_simulated;
+  std::function<void(const sim::Platform&, const sim::TaskGraph&, const sim::RunResult&)> on_simulated{};
 };
 
 /// The effective configuration (every value read, after includes and overrides) as YAML.
