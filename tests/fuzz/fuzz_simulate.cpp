@@ -3,9 +3,11 @@
 // executions of the readers' harness had passed, because that harness never simulates).
 //
 // The input is the text of one experiment YAML, written to <tmp>/configs/experiments/fuzz.yaml
-// (tests/fuzz/fuzz_common.hpp) so the seeds' `!include`s resolve. An input that loads is built and,
-// when small (kMaxTasks tasks, kMaxRanks ranks: the fuzzer's time goes to many small runs, not a
-// few large ones), simulated; then these must hold, or the harness aborts (a crash for libFuzzer):
+// (tests/fuzz/fuzz_common.hpp) so the seeds' `!include`s resolve. An input that loads is, when
+// small (kMaxTasks tasks, kMaxRanks ranks: the fuzzer's time goes to many small runs, not a few
+// large ones), run as `offsim run --out` runs it, and on every graph that run simulates (once
+// each, through RunExperimentOptions::on_simulated) these must hold, or the harness aborts (a
+// crash for libFuzzer):
 //   - no SimulationError: no negative reservation, no release of more than a tenant holds, no
 //     deadlock, time never going back (the engine throws these);
 //   - every task ran once: ready <= start <= end <= makespan for every task, and the compute units
@@ -41,8 +43,9 @@ namespace {
 using namespace offsim_fuzz;
 using offsim::sim::TaskGraph;
 
-// What the harness simulates: graphs of at most this many tasks, strategies of at most this many
-// ranks (larger inputs are read and built, not simulated: a 10 s hang limit under the sanitizers).
+// What the harness simulates: graphs of at most this many tasks (a larger graph stops its build
+// at this size), strategies of at most this many ranks (larger ones are read, not built): a 10 s
+// hang limit under the sanitizers.
 constexpr std::size_t kMaxTasks = 20000;
 constexpr std::size_t kMaxRanks = 64;
 // The outputs over time (timeline.csv, trace.json) of a run whose full trace would hold more events
