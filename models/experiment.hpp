@@ -3,6 +3,7 @@
 // from one YAML file (with !include), run as one simulated training iteration, and reported.
 #include <condition_variable>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -226,6 +227,10 @@ struct RunExperimentOptions {
   /// (models/strategies/phases/collective_replay.hpp). Every figure is the same either way; a run
   /// with outputs_over_time never replays (its link timelines and trace would differ).
   bool replay_collectives = true;
+  /// Called with every graph the run simulates (two with the steady-state extrapolation) and its
+  /// run, before the result is made of them: the simulating fuzz harness checks the simulator's
+  /// invariants there (tests/fuzz/fuzz_simulate.cpp) instead of building and running it again.
+  std::function<void(const sim::Platform&, const sim::TaskGraph&, const sim::RunResult&)> on_simulated{};
 };
 
 /// The effective configuration (every value read, after includes and overrides) as YAML.

@@ -291,6 +291,7 @@ ExperimentResult simulate_iteration(const ExperimentSpec& spec, const RunExperim
       run = sim::execute(built.machine.platform, built.graph, sim::ExecOptions{options.outputs_over_time});
     }
   }
+  if (options.on_simulated) options.on_simulated(built.machine.platform, built.graph, run);
 
   ExperimentResult r;
   r.iteration_time = run.makespan;
@@ -389,7 +390,8 @@ ExperimentResult run_experiment(const ExperimentSpec& spec, const RunExperimentO
   // The shorter run reports link activity only if the result does (its times are the same).
   const ExperimentResult r1 =
       simulate_iteration(shorter, RunExperimentOptions{.link_statistics = options.link_statistics,
-                                                       .replay_collectives = options.replay_collectives});
+                                                       .replay_collectives = options.replay_collectives,
+                                                       .on_simulated = options.on_simulated});
   shorter.training.grad_accum = plan->m2;
   return extrapolate_steady_state(*plan, r1, simulate_iteration(shorter, options));
 }

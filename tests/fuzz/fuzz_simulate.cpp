@@ -3,9 +3,11 @@
 // executions of the readers' harness had passed, because that harness never simulates).
 //
 // The input is the text of one experiment YAML, written to <tmp>/configs/experiments/fuzz.yaml
-// (tests/fuzz/fuzz_common.hpp) so the seeds' `!include`s resolve. An input that loads is built and,
-// when small (kMaxTasks tasks, kMaxRanks ranks: the fuzzer's time goes to many small runs, not a
-// few large ones), simulated; then these must hold, or the harness aborts (a crash for libFuzzer):
+// (tests/fuzz/fuzz_common.hpp) so the seeds' `!include`s resolve. An input that loads is, when
+// small (kMaxTasks tasks, kMaxRanks ranks: the fuzzer's time goes to many small runs, not a few
+// large ones), run as `offsim run --out` runs it, and on every graph that run simulates (once
+// each, through RunExperimentOptions::on_simulated) these must hold, or the harness aborts (a
+// crash for libFuzzer):
 //   - no SimulationError: no negative reservation, no release of more than a tenant holds, no
 //     deadlock, time never going back (the engine throws these);
 //   - every task ran once: ready <= start <= end <= makespan for every task, and the compute units
@@ -41,10 +43,17 @@ namespace {
 using namespace offsim_fuzz;
 using offsim::sim::TaskGraph;
 
-// What the harness simulates: graphs of at most this many tasks, strategies of at most this many
-// ranks (larger inputs are read and built, not simulated: a 10 s hang limit under the sanitizers).
+// What the harness simulates: graphs of at most this many tasks (a larger graph stops its build
+// at this size), strategies of at most this many ranks (larger ones are read, not built): a 10 s
+// hang limit under the sanitizers.
 constexpr std::size_t kMaxTasks = 20000;
 constexpr std::size_t kMaxRanks = 64;
+// The outputs over time (timeline.csv, trace.json) of a run whose full trace would hold more events
+// than this are the compact trace, cut at this many events, as `offsim run --out --trace-limit`
+// writes them: a run writes at most about this many, and the fuzzer reaches both writers (with the
+// CLI's default, 4 M events, no graph it simulates reached the compact one). Before, writing the
+// full trace was two thirds of the harness's time.
+constexpr std::size_t kTraceEventLimit = 2000;
 
 [[noreturn]] void broken(const std::string& what) {
   std::fprintf(stderr, "offsim fuzz: invariant broken: %s\n", what.c_str());
@@ -113,21 +122,34 @@ void simulate(const std::filesystem::path& file, offsim::models::ReadCache& read
     if (g_verbose) std::fprintf(stderr, "not simulated: %zu ranks\n", ranks_of(spec.strategy));
     return;
   }
+  // The whole path a user runs (the run with its extrapolation, the summary and the report), with
+  // the invariants checked on every graph it simulates: one build and one run per graph (a graph
+  // past kMaxTasks stops its build with SimulationLimit, LLVMFuzzerInitialize).
+  int simulated = 0;
+  const auto check = [&](const offsim::sim::Platform& platform, const TaskGraph& graph,
+                         const offsim::sim::RunResult& run) {
+    check_run(graph, platform, run);
+    ++simulated;
+    if (g_verbose) std::fprintf(stderr, "simulated: %zu tasks, invariants hold\n", graph.size());
+  };
+  const ExperimentResult result = run_experiment(
+      spec,
+      RunExperimentOptions{.outputs_over_time = true, .trace_event_limit = kTraceEventLimit, .on_simulated = check});
+  if (g_verbose) {
+    std::fprintf(stderr, "outputs over time: %s trace (%zu events in full)\n",
+                 result.trace.compact ? "compact" : "full", result.trace.full_events);
+  }
+  (void)summary_json(spec, result, {"fuzz", "fuzz"});
+  (void)text_report(spec, result);
+  if (simulated == 1) return;
+  // A long pipeline schedule ran as two shorter ones and was extrapolated (run_experiment): the
+  // full schedule, which the CLI never runs, is checked too, as long as it is small.
   const CostModel costs(spec.device);
   const IterationInputs inputs{spec.model, spec.training, spec.hardware.topology, costs, spec.collectives,
                                spec.host,  true};
   const BuiltIteration built = build_iteration(inputs, spec.strategy);
-  if (built.graph.size() > kMaxTasks) {
-    if (g_verbose) std::fprintf(stderr, "not simulated: %zu tasks\n", built.graph.size());
-    return;
-  }
   const offsim::sim::RunResult run = offsim::sim::execute(built.machine.platform, built.graph);
-  check_run(built.graph, built.machine.platform, run);
-  if (g_verbose) std::fprintf(stderr, "simulated: %zu tasks, invariants hold\n", built.graph.size());
-  // The whole path a user runs: the run (with its extrapolation), the summary and the report.
-  const ExperimentResult result = run_experiment(spec, {true});
-  (void)summary_json(spec, result, {"fuzz", "fuzz"});
-  (void)text_report(spec, result);
+  check(built.machine.platform, built.graph, run);
 }
 
 }  // namespace
@@ -137,9 +159,11 @@ extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
   g_verbose = std::getenv("OFFSIM_FUZZ_VERBOSE") != nullptr;
   // As in the readers' harness: machines of at most 64 K devices and links under the sanitizers.
   offsim::topo::max_machine_elements = std::size_t{1} << 16;
-  // Graphs of at most 1 M tasks are built (larger inputs stop with SimulationLimit): a sub_group_size
-  // of 1 on 13 B parameters ran the harness out of its 2 GiB before it had a limit.
-  offsim::sim::task_limit_cap = std::size_t{1} << 20;
+  // Graphs of at most kMaxTasks tasks are built and simulated; a larger one stops its build with
+  // SimulationLimit when it reaches that size (a sub_group_size of 1 on 13 B parameters ran the
+  // harness out of its 2 GiB before it had a limit, and building graphs of up to 1 M tasks that
+  // were then not simulated cost a second each under the sanitizers).
+  offsim::sim::task_limit_cap = kMaxTasks;
   return 0;
 }
 
@@ -149,8 +173,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   // The shipped files are parsed once per process, as in the readers' harness.
   static offsim::sim::config::ScopedFileCache shipped_files;
   static offsim::models::ReadCache shipped_reads;
-  shipped_files.forget(g_input.string());
-  shipped_reads.forget(g_input.string());
   try {
     simulate(g_input, shipped_reads);
   } catch (const offsim::sim::config::ConfigError& e) {
@@ -159,8 +181,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     // A strategy the machine cannot host, caught by the builders (exit 2).
     if (g_verbose) std::fprintf(stderr, "%s\n", e.what());
   } catch (const offsim::sim::SimulationLimit& e) {
-    // Beyond the 64-bit clock (exit 3): a result of the input, not a bug.
+    // Beyond the 64-bit clock (exit 3) or a graph past kMaxTasks: a result of the input, not a bug.
     if (g_verbose) std::fprintf(stderr, "%s\n", e.what());
   }
+  // What was read from the input goes within the run that read it: a run that ends holding more
+  // blocks than it started with makes libFuzzer run the input again to look for a leak (and, when
+  // it still does, scan the heap), which doubled the cost of about half the runs when the input's
+  // parse was only dropped at the start of the next one.
+  shipped_files.forget(g_input.string());
+  shipped_reads.forget(g_input.string());
   return 0;
 }
