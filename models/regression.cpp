@@ -7,6 +7,7 @@
 #include <fstream>
 #include <map>
 
+#include "models/case_files.hpp"
 #include "models/experiment.hpp"
 #include "models/figures.hpp"
 #include "sim/config/config_reader.hpp"
@@ -40,11 +41,7 @@ bool RegressionReport::passed() const {
 }
 
 RegressionReport check_regressions(const std::filesystem::path& dir, bool update) {
-  std::vector<std::filesystem::path> files;
-  for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
-    if (e.path().extension() == ".yaml") files.push_back(e.path());
-  }
-  std::sort(files.begin(), files.end());
+  const std::vector<std::filesystem::path> files = case_files(dir);
   RegressionReport report;
   for (const auto& file : files) {
     sim::config::Context ctx;

@@ -8,6 +8,7 @@
 #include <map>
 #include <tuple>
 
+#include "models/case_files.hpp"
 #include "models/experiment.hpp"
 #include "models/figures.hpp"
 #include "models/transformer/phases.hpp"
@@ -319,11 +320,7 @@ bool ValidationRow::within() const {
 }
 
 ValidationReport validate(const std::filesystem::path& dir) {
-  std::vector<std::filesystem::path> files;
-  for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
-    if (e.path().extension() == ".yaml") files.push_back(e.path());
-  }
-  std::sort(files.begin(), files.end());
+  const std::vector<std::filesystem::path> files = case_files(dir);
   ValidationReport report;
   // Ratio metrics share runs (a baseline appears in several ratios): each run is simulated once.
   std::map<Run, ExperimentResult> runs;

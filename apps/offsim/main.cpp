@@ -143,7 +143,8 @@ int main(int argc, char** argv) {
                                           "run every validation case (predictions against published measurements) and "
                                           "print the errors; exit 1 if a bound fails");
   auto* validate_dir_opt = validate_cmd->add_option(
-      "dir", validate_dir, "folder of case files (default configs/validation, found from here or a parent folder)");
+      "dir", validate_dir,
+      "folder of case files, or one case file (default configs/validation, found from here or a parent folder)");
   validate_cmd->add_flag("--json", validate_json, "as JSON");
   std::string validate_residuals;
   validate_cmd->add_option("--residuals", validate_residuals,
@@ -162,7 +163,8 @@ int main(int argc, char** argv) {
   auto* check_cmd = app.add_subcommand(
       "check", "re-run every regression case and name each predicted figure that moved; exit 1 if any did");
   auto* check_dir_opt = check_cmd->add_option(
-      "dir", check_dir, "folder of regression cases (default configs/regression, found from here or a parent folder)");
+      "dir", check_dir,
+      "folder of regression cases, or one case file (default configs/regression, found from here or a parent folder)");
   check_cmd->add_flag(
       "--update", check_update,
       "re-record the cases whose predictions moved beyond their tolerance (the others stay as they are)");
@@ -259,7 +261,7 @@ int main(int argc, char** argv) {
   // `offsim validate` works from anywhere inside the repository.
   const auto folder = [](const std::string& dir, bool given, const char* command) {
     namespace fs = std::filesystem;
-    if (fs::is_directory(dir)) return dir;
+    if (fs::is_directory(dir) || (given && fs::is_regular_file(dir))) return dir;  // a folder of cases, or one case
     if (!given) {
       for (fs::path at = fs::current_path(); !at.empty(); at = at.parent_path()) {
         if (fs::is_directory(at / dir)) return (at / dir).string();
@@ -269,7 +271,7 @@ int main(int argc, char** argv) {
           "{}: no such folder here or in any parent folder; run from the offsim repository or give it: offsim {} DIR",
           dir, command));
     }
-    throw std::invalid_argument(fmt::format("{}: no such folder", dir));
+    throw std::invalid_argument(fmt::format("{}: no such folder or case file", dir));
   };
 
   try {

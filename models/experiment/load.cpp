@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -465,6 +466,54 @@ void read_training(Context& ctx, MapReader& r, ExperimentSpec& spec, SectionsRea
   if (read.training_ok && spec.training.fp8) check_fp8(ctx, spec, read.strategy_ok);
 }
 
+// A file of another kind given where an experiment was expected (`offsim run sweep.yaml`): its
+// top-level keys say which, and one located error says which command reads it, in place of the
+// missing hardware, model, strategy and training of an experiment and every key unknown to one.
+// Only a file with none of an experiment's sections is taken for another kind.
+void reject_other_kinds_of_file(Context& ctx, const Node& root) {
+  const YAML::Node& y = root.yaml();
+  if (!y.IsMap()) return;
+  std::map<std::string, sim::config::Location> keys;
+  for (auto it = y.begin(); it != y.end(); ++it) {
+    if (!it->first.IsScalar()) continue;
+    const YAML::Mark m = it->first.Mark();
+    keys.emplace(it->first.Scalar(), sim::config::Location{root.file(), m.line + 1, m.column + 1});
+  }
+  for (const char* section : {"hardware", "model", "strategy", "training"}) {
+    if (keys.contains(section)) return;
+  }
+  const std::string file = root.file();
+  struct Kind {
+    std::vector<std::string> keys;  // all present
+    std::string what;               // "a sweep file"
+    std::string use;                // the command that reads it
+  };
+  const std::vector<Kind> kinds{
+      {{"axes"}, "a sweep file", fmt::format("offsim sweep {} --out results.csv", file)},
+      {{"zip"}, "a sweep file", fmt::format("offsim sweep {} --out results.csv", file)},
+      {{"experiment", "metrics"}, "a validation case", fmt::format("offsim validate {}", file)},
+      {{"experiment", "recorded"}, "a regression case", fmt::format("offsim check {}", file)},
+      {{"node", "network"},
+       "a machine",
+       fmt::format("offsim topo {}; an experiment names it as hardware: !include {}", file,
+                   std::filesystem::path(file).filename().string())},
+      {{"layers", "hidden"},
+       "a model",
+       fmt::format("offsim model {}; an experiment names it as model: !include FILE", file)},
+      {{"device_kind"}, "a device cost table", "an experiment names it as calibration: {device: !include FILE}"},
+      {{"framework", "modules"}, "a framework profile", "an experiment names the framework as training.framework"},
+  };
+  for (const auto& kind : kinds) {
+    if (!std::all_of(kind.keys.begin(), kind.keys.end(), [&](const auto& k) { return keys.contains(k); })) continue;
+    const std::string& key = kind.keys.front();
+    ctx.error(keys.at(key), key,
+              fmt::format("this file is {}, not an experiment (one with hardware, model, strategy and "
+                          "training): {}",
+                          kind.what, kind.use));
+    ctx.finish();  // throws: nothing else of an experiment is there to check
+  }
+}
+
 }  // namespace
 
 // The steps in file order, each reporting its errors and going on, so that one run lists them all.
@@ -472,6 +521,7 @@ ExperimentSpec load_experiment(const std::filesystem::path& file, const std::vec
                                ReadCache* cache) {
   Context ctx(overrides);
   const Node root = ctx.load_root(file);
+  reject_other_kinds_of_file(ctx, root);
   ExperimentSpec spec;
   spec.file = file.string();
   {
