@@ -16,6 +16,7 @@
 #include "models/experiment.hpp"
 #include "models/figures.hpp"
 #include "models/intervals.hpp"
+#include "models/strategies/layout_cache.hpp"
 #include "sim/config/config_reader.hpp"
 #include "sim/exec/task_graph.hpp"
 #include "sim/report/atomic_file.hpp"
@@ -454,7 +455,10 @@ SweepSummary run_sweep(const Sweep& sweep, const SweepOptions& options) {
   std::vector<std::optional<std::string>> ready(todo.size());
   std::size_t written = 0;
   std::size_t finished = summary.skipped;
-  ReadCache reads;  // every worker reads the machines and calibration tables through it
+  ReadCache reads;  // every worker reads the machines, calibration tables and models through it
+  // Points on one machine with the same devices (a sweep's other axes) share their rank layout and
+  // machine resources (layout_cache.hpp): the machines come from `reads`, copies of one topology.
+  const LayoutCacheScope layouts;
   const auto worker = [&] {
     const sim::config::ScopedFileCache files;  // each worker parses the experiments' YAML once
     while (true) {
