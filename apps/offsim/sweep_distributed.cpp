@@ -61,7 +61,7 @@ std::optional<int> run_distributed_sweep(const models::Sweep& sweep, const Sweep
 #else
   DistributedSweepEntry* entry = load_mpi_module();
   const sim::config::ScopedFileCache files;  // this rank parses the experiments' YAML once
-  models::ReadCache reads;                   // and their machines, calibration tables and models
+  models::ReadCache reads;                   // and their machines, tables, models, strategies, training
   const models::LayoutCacheScope layouts;    // and the rank layouts of its points (layout_cache.hpp)
   if (!hooks.finished_rows) hooks.finished_rows = [&] { return models::finished_rows(sweep, options.out); };
   if (!hooks.write_sorted) {

@@ -84,6 +84,17 @@ void ReadCache::forget(const std::string& file) {
   const std::lock_guard guard(mutex_);
   const std::string prefix = file + '\n';
   std::erase_if(entries_, [&](const auto& entry) { return entry.first.starts_with(prefix); });
+  // And the values read against what was read from it (a strategy in another file, read against
+  // the machine or model of this one: read_key names them in its key).
+  const std::string machine = "\nmachine " + prefix;
+  const std::string model = "\nmodel " + prefix;
+  for (auto& [place, held] : entries_) {
+    std::erase_if(held, [&](const Held& h) {
+      return std::ranges::any_of(h.overrides,
+                                 [&](const std::string& o) { return o.starts_with(machine) || o.starts_with(model); });
+    });
+  }
+  std::erase_if(entries_, [](const auto& entry) { return entry.second.empty(); });
 }
 
 namespace {

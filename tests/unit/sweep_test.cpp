@@ -508,6 +508,27 @@ TEST(ReadCache, AFileThatChangedIsReadAfreshOnceForgotten) {
   std::filesystem::remove(file);
 }
 
+TEST(ReadCache, ForgettingAFileForgetsWhatWasReadAgainstIt) {
+  // A strategy kept under another file's place was read against the machine or model of the file
+  // named in its key: when that file changes, the strategy goes too; another file's does not.
+  ReadCache cache;
+  const auto keep = [&](const std::string& place, const std::string& input) {
+    ASSERT_EQ(cache.find_or_begin_reading(place, {input}), nullptr);
+    cache.insert(place, {input}, {ReadCache::StrategyRead{}, {}, nullptr});
+    cache.end_reading(place, {input});
+  };
+  keep("strategy.yaml\nstrategy", "\nmachine input.yaml\nhardware\n");
+  keep("strategy.yaml\nstrategy", "\nmachine other.yaml\nhardware\n");
+  keep("table.yaml\ncalibration.device", "\nnot megatron");
+  keep("input.yaml\nhardware", "\nnot megatron");
+  EXPECT_EQ(cache.size(), 4u);
+  cache.forget("input.yaml");
+  EXPECT_EQ(cache.size(), 2u);  // the other machine's strategy and the table stay
+  EXPECT_NE(cache.find_or_begin_reading("strategy.yaml\nstrategy", {"\nmachine other.yaml\nhardware\n"}), nullptr);
+  cache.forget("other.yaml");
+  EXPECT_EQ(cache.size(), 1u);
+}
+
 // The message of the ConfigError that loading `experiment` with `overrides` throws.
 std::string load_error(const std::string& experiment, const std::vector<std::string>& overrides, ReadCache* cache) {
   try {
