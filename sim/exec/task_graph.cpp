@@ -64,11 +64,9 @@ TaskId TaskGraph::add(std::string_view name, std::string_view phase, TaskBody bo
     phases_.emplace_back(phase);
     phase_at = phases_.rbegin();
   }
-  const auto phase_index = static_cast<std::uint16_t>(phases_.rend() - phase_at - 1);
-  // Made in place: the body (a variant holding strings and vectors) is moved once.
-  tasks_.emplace_back(id, static_cast<std::uint32_t>(names_.size()), static_cast<std::uint32_t>(name.size()),
-                      phase_index, std::move(body), static_cast<std::uint32_t>(deps_.size()),
-                      static_cast<std::uint32_t>(deps.size()), priority);
+  tasks_.push_back(Task{id, static_cast<std::uint32_t>(names_.size()), static_cast<std::uint32_t>(name.size()),
+                        static_cast<std::uint16_t>(phases_.rend() - phase_at - 1), std::move(body),
+                        static_cast<std::uint32_t>(deps_.size()), static_cast<std::uint32_t>(deps.size()), priority});
   names_.append(name);
   deps_.insert(deps_.end(), deps.begin(), deps.end());
   return id;
