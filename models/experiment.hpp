@@ -52,19 +52,36 @@ struct ExperimentSpec {
   std::vector<sim::config::Diagnostic> warnings;
 };
 
-/// Machines and calibration tables already read, shared by the points of a sweep (thread-safe): a
-/// GEMM table of thousands of rows or a machine of hundreds of nodes is read once, not once per
-/// point. An entry is named by its file and place in the configuration and holds the value read
-/// under one set of overrides (those that reach into it, `set:` and --set): a point with other
-/// overrides there reads afresh and its value replaces the entry, so the cache holds one value per
-/// place (memory grows with the files a sweep names, not with its points). A value is kept only
-/// when it was read without errors and every override under it was applied; its warnings and the
-/// key paths read inside it (for suggestions) come back with it. What a hit skips is the record of every scalar read
+struct TrainingFromStrategy;  // models/experiment/sections.hpp
+struct TrainingRead;
+
+/// Machines, calibration tables, models, strategies and training sections already read, shared by
+/// the points of a sweep (thread-safe): a GEMM table of thousands of rows or a machine of hundreds
+/// of nodes is read once, not once per point, and a strategy once per set of its overrides. An
+/// entry is named by its file and place in the configuration and holds the value read under one
+/// set of overrides (those that reach into it, `set:` and --set; for a strategy or a training
+/// section, also what its reader takes from outside it): a point with other overrides there reads
+/// afresh and its value is kept beside the others within the bounds below (memory grows with the
+/// files a sweep names, not with its points). A value is kept only when it was read without
+/// errors and every override under it was applied; its warnings and the key paths read inside it
+/// (for suggestions) come back with it. What a hit skips is the record of every scalar read
 /// (ExperimentSpec::effective) inside it, which a sweep does not write.
 class ReadCache {
  public:
+  /// A strategy as read, with what it says of the training: read under the same overrides against
+  /// the same machine and model (each named by its place and overrides) and torchtitan's flag, it
+  /// is the same, which a sweep's points over training keys share.
+  struct StrategyRead {
+    StrategySpec strategy;
+    std::shared_ptr<const TrainingFromStrategy> training;  // without its inputs (model, torchtitan)
+  };
+  /// A training section as read, with what parse_training says besides it.
+  struct TrainingSectionRead {
+    TrainingSpec training;
+    std::shared_ptr<const TrainingRead> read;
+  };
   struct Entry {
-    std::variant<DeviceCosts, MeasuredCosts, topo::NodeTopology> value;
+    std::variant<DeviceCosts, MeasuredCosts, topo::NodeTopology, ModelSpec, StrategyRead, TrainingSectionRead> value;
     std::vector<sim::config::Diagnostic> warnings;
     std::shared_ptr<const std::vector<std::string>> known_paths;  // read inside it (Context::known_paths_under)
   };
@@ -114,7 +131,8 @@ struct StrategyInfo {
 [[nodiscard]] std::vector<StrategyInfo> list_strategies();
 
 /// Reads and validates an experiment. Throws sim::config::ConfigError listing every problem.
-/// `cache` (sweeps): machines and calibration tables read once for all the experiments loaded with it.
+/// `cache` (sweeps): machines, calibration tables, models, strategies and training sections read
+/// once for all the experiments loaded with it (per set of the overrides that reach into each).
 [[nodiscard]] ExperimentSpec load_experiment(const std::filesystem::path& file,
                                              const std::vector<std::string>& overrides, ReadCache* cache = nullptr);
 

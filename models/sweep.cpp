@@ -16,6 +16,7 @@
 #include "models/experiment.hpp"
 #include "models/figures.hpp"
 #include "models/intervals.hpp"
+#include "models/strategies/layout_cache.hpp"
 #include "sim/config/config_reader.hpp"
 #include "sim/exec/task_graph.hpp"
 #include "sim/report/atomic_file.hpp"
@@ -448,13 +449,17 @@ SweepSummary run_sweep(const Sweep& sweep, const SweepOptions& options) {
   // the rows before it, so the file is always a prefix of the final one (plus what --resume kept),
   // and needs no rewrite at the end unless rows were already there. The lock guards that hand-off
   // only (once per point); the simulation itself shares nothing between workers but the read-only
-  // machines and tables of ReadCache.
+  // machines, tables, models, strategies and training sections of ReadCache and the rank layouts
+  // of the layout cache.
   std::mutex lock;
   std::atomic<std::size_t> next{0};
   std::vector<std::optional<std::string>> ready(todo.size());
   std::size_t written = 0;
   std::size_t finished = summary.skipped;
-  ReadCache reads;  // every worker reads the machines and calibration tables through it
+  ReadCache reads;  // every worker reads the machines, tables, models, strategies and training through it
+  // Points on one machine with the same devices (a sweep's other axes) share their rank layout and
+  // machine resources (layout_cache.hpp): the machines come from `reads`, copies of one topology.
+  const LayoutCacheScope layouts;
   const auto worker = [&] {
     const sim::config::ScopedFileCache files;  // each worker parses the experiments' YAML once
     while (true) {

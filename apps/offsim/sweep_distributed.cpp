@@ -11,6 +11,7 @@
 #include "apps/offsim/commands.hpp"
 #include "apps/offsim/distributed_sweep.hpp"
 #include "apps/offsim/progress.hpp"
+#include "models/strategies/layout_cache.hpp"
 #include "models/sweep.hpp"
 
 namespace offsim::app {
@@ -60,7 +61,8 @@ std::optional<int> run_distributed_sweep(const models::Sweep& sweep, const Sweep
 #else
   DistributedSweepEntry* entry = load_mpi_module();
   const sim::config::ScopedFileCache files;  // this rank parses the experiments' YAML once
-  models::ReadCache reads;                   // and their machines and calibration tables
+  models::ReadCache reads;                   // and their machines, tables, models, strategies, training
+  const models::LayoutCacheScope layouts;    // and the rank layouts of its points (layout_cache.hpp)
   if (!hooks.finished_rows) hooks.finished_rows = [&] { return models::finished_rows(sweep, options.out); };
   if (!hooks.write_sorted) {
     hooks.write_sorted = [&](const std::vector<std::string>& rows) { models::write_sorted(sweep, options.out, rows); };

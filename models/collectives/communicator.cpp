@@ -176,9 +176,9 @@ TaskId Communicator::add_kernel(const std::string& name, int s, Bytes bytes, std
                     TransferTask{{}, Bytes{0}, costs_.memory_bound_time(bytes), {}, {}}, deps);
 }
 
-void Communicator::Progress::advance(const std::vector<TaskId>& stage_done) {
+void Communicator::Progress::advance(std::vector<TaskId> stage_done) {
   for (int s = 0; s < sims; ++s) first[s] = {stage_done[s]};
-  done = stage_done;
+  done = std::move(stage_done);
   advanced = true;
 }
 
@@ -187,7 +187,7 @@ std::vector<TaskId> Communicator::add(CollectiveKind kind, const std::string& na
                                       const std::vector<bool>& participants) {
   active_ = participants;
   const int sims = layout_.simulated_ranks();
-  Progress progress{sims, deps, std::vector<TaskId>(sims), false};
+  Progress progress{sims, deps, {}, false};  // (done is set by the first advance)
   if (plan.algorithm == StageAlgorithm::kTree) {
     if (kind != CollectiveKind::kAllReduce)
       throw std::invalid_argument(name + ": the tree algorithm runs all-reduce only");
@@ -216,7 +216,7 @@ std::vector<TaskId> Communicator::add(CollectiveKind kind, const std::string& na
   // their own barriers too, but their names are what golden graphs and traces show, so they keep
   // the collective's. Nothing to move (one rank, or groups of one): the result is ready when the
   // inputs are.
-  if (progress.advanced && options_.fidelity == Fidelity::kAnalytic) return progress.done;
+  if (progress.advanced && options_.fidelity == Fidelity::kAnalytic) return std::move(progress.done);
   return add_done_barriers(name, progress);
 }
 
@@ -234,7 +234,7 @@ void Communicator::add_quantization_buffers(const std::string& name, Bytes bytes
   for (int s = 0; s < progress.sims; ++s) {
     buffers[s] = quantization_buffer(name, s, bytes, release, progress.first[s]);
   }
-  progress.advance(buffers);
+  progress.advance(std::move(buffers));
 }
 
 void Communicator::add_kernels(const std::string& name, Bytes bytes, Progress& progress) {
@@ -242,7 +242,7 @@ void Communicator::add_kernels(const std::string& name, Bytes bytes, Progress& p
   for (int s = 0; s < progress.sims; ++s) {
     kernels[s] = add_kernel(name, s, bytes, progress.first[s]);
   }
-  progress.advance(kernels);
+  progress.advance(std::move(kernels));
 }
 
 std::int64_t Communicator::add_reduce_scatter_stages(const std::string& name, std::int64_t held,
@@ -266,7 +266,7 @@ std::int64_t Communicator::add_reduce_scatter_stages(const std::string& name, st
             add_kernel(dequantize, s, Bytes{q.wire_bytes(held) + share * 2}, std::span<const TaskId>(&exchanged[s], 1));
       }
     }
-    progress.advance(exchanged);
+    progress.advance(std::move(exchanged));
     held = share;
   }
   return held;

@@ -86,8 +86,9 @@ class Communicator {
     std::vector<std::vector<sim::TaskId>> first;
     std::vector<sim::TaskId> done;
     bool advanced = false;  // some stage (or buffer task) ran: each rank's result is one task
-    // Every rank's next step waits for its task of the step just added (`stage_done`).
-    void advance(const std::vector<sim::TaskId>& stage_done);
+    // Every rank's next step waits for its task of the step just added (`stage_done`, which
+    // becomes `done`: taken by value so that a stage's result moves in, not copied).
+    void advance(std::vector<sim::TaskId> stage_done);
   };
   // The stages of a tree all-reduce, one per band of more than one rank (add_tree_stage).
   void add_tree_stages(const std::string& name, std::int64_t elements, const CollectivePlan& plan, Progress& progress);

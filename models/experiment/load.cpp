@@ -85,6 +85,17 @@ void ReadCache::forget(const std::string& file) {
   const std::lock_guard guard(mutex_);
   const std::string prefix = file + '\n';
   std::erase_if(entries_, [&](const auto& entry) { return entry.first.starts_with(prefix); });
+  // And the values read against what was read from it (a strategy in another file, read against
+  // the machine or model of this one: read_key names them in its key).
+  const std::string machine = "\nmachine " + prefix;
+  const std::string model = "\nmodel " + prefix;
+  for (auto& [place, held] : entries_) {
+    std::erase_if(held, [&](const Held& h) {
+      return std::ranges::any_of(h.overrides,
+                                 [&](const std::string& o) { return o.starts_with(machine) || o.starts_with(model); });
+    });
+  }
+  std::erase_if(entries_, [](const auto& entry) { return entry.second.empty(); });
 }
 
 namespace {
@@ -145,18 +156,22 @@ std::string gpu_kind_note(const topo::NodeTopology& hw, const std::string& machi
                           : fmt::format(", and the kinds with cost tables are {}", fmt::join(with_tables, ", ")));
 }
 
-// The value at `node` read by `parse`, through the cache when there is one (ReadCache).
-template <typename Value>
-std::optional<Value> read_through(const Node& node, ReadCache* cache, std::optional<Value> (*parse)(const Node&)) {
-  if (!cache) return parse(node);
+// The value at `node` that `parse()` reads, through the cache when there is one (ReadCache), kept
+// as `Held`. `inputs`: what the reader takes from outside the node, as texts that begin with a
+// newline (no override can spell them), named with the overrides under it.
+template <typename Held, typename Parse>
+std::optional<Held> read_through(const Node& node, ReadCache* cache, const std::vector<std::string>& inputs,
+                                 Parse&& parse) {
+  if (!cache) return parse();
   auto& ctx = node.context();
   const std::string place = node.file() + '\n' + node.path();
   std::vector<std::string> overrides = ctx.override_texts_under(node.path());
+  overrides.insert(overrides.end(), inputs.begin(), inputs.end());
   if (const auto hit = cache->find_or_begin_reading(place, overrides)) {
     for (const auto& w : hit->warnings) ctx.warning(w.loc, w.key_path, w.message);
     ctx.note_known_paths(hit->known_paths);
     ctx.mark_overrides_used_under(node.path());
-    return std::get<Value>(hit->value);
+    return std::get<Held>(hit->value);
   }
   // This thread reads it; others asking for it meanwhile wait, and find it (or read it themselves
   // if this read fails or does not qualify for the cache).
@@ -168,7 +183,7 @@ std::optional<Value> read_through(const Node& node, ReadCache* cache, std::optio
   } const end_reading{*cache, place, overrides};
   const std::size_t errors = ctx.error_count();
   const std::size_t warnings = ctx.warnings().size();
-  std::optional<Value> parsed = parse(node);
+  std::optional<Held> parsed = parse();
   if (parsed && ctx.error_count() == errors && ctx.overrides_used_under(node.path())) {
     cache->insert(place, overrides,  // (a copy: end_reading names the read by them)
                   {*parsed,
@@ -176,6 +191,12 @@ std::optional<Value> read_through(const Node& node, ReadCache* cache, std::optio
                    std::make_shared<const std::vector<std::string>>(ctx.known_paths_under(node.path()))});
   }
   return parsed;
+}
+
+// The value at `node` read by `parse` (of the node alone), through the cache when there is one.
+template <typename Value>
+std::optional<Value> read_through(const Node& node, ReadCache* cache, std::optional<Value> (*parse)(const Node&)) {
+  return read_through<Value>(node, cache, {}, [&] { return parse(node); });
 }
 
 // `calibration:`, or the machine's own tables (its `calibration:`) for what the experiment leaves
@@ -305,7 +326,16 @@ struct SectionsRead {
   bool needs_model = true;  // false for a collective benchmark
   bool strategy_ok = false, model_ok = false, training_ok = false;
   TrainingFromStrategy from_strategy;
+  // The machine's and the model's place and overrides, when read: what the strategy is read
+  // against, in its cache key (what a place read under its overrides holds does not change).
+  std::string machine_read, model_read;
 };
+
+// `node`'s place and the overrides under it, as a cache key's input (it begins with a newline).
+std::string read_key(const char* what, const Node& node) {
+  return fmt::format("\n{} {}\n{}\n{}", what, node.file(), node.path(),
+                     fmt::join(node.context().override_texts_under(node.path()), "\n"));
+}
 
 // Step 1 of load_experiment: `set: [key.path=value, ...]` in the file, overrides like --set (which
 // wins), for example to take a slice of a large machine: set: ["hardware.nodes=2"].
@@ -331,25 +361,54 @@ void note_gpu_kind_overrides(Context& ctx, const std::optional<topo::NodeTopolog
 }
 
 // Step 4 of load_experiment: the model before the strategy (when the experiment has one), so that
-// the strategy's tp is checked against its heads and widths where it is read.
-void read_model(MapReader& r, ExperimentSpec& spec, SectionsRead& read) {
+// the strategy's tp is checked against its heads and widths where it is read. Through the cache
+// when there is one: a sweep's points read the same model file under the same overrides.
+void read_model(MapReader& r, ReadCache* cache, ExperimentSpec& spec, SectionsRead& read) {
   if (!r.has("model")) return;
   const std::optional<Node> model_node = r.child("model");
   if (!model_node) return;
-  if (auto m = parse_model(*model_node)) {
+  if (auto m = read_through<ModelSpec>(*model_node, cache, parse_model)) {
     spec.model = *m;
     read.model_ok = true;
     read.from_strategy.model = &spec.model;
+    if (cache) read.model_read = read_key("model", *model_node);
   }
 }
 
 // Step 5 of load_experiment: the strategy; more than one rank needs the collectives it runs
 // (reduce_scatter, all_gather) in the calibration given at `collectives_loc`.
-void read_strategy(Context& ctx, MapReader& r, const topo::NodeTopology* hw,
+// parse_strategy through the cache when there is one: what it reads besides the node (the
+// machine, the model it checks tp against, torchtitan's flag) named in the key.
+std::optional<StrategySpec> parse_strategy_through(const Node& node, const topo::NodeTopology* hw, ReadCache* cache,
+                                                   SectionsRead& read) {
+  const topo::Topology* topology = hw ? &hw->topology : nullptr;
+  TrainingFromStrategy& from = read.from_strategy;
+  if (!hw || read.machine_read.empty()) return parse_strategy(node, topology, &from);
+  const ModelSpec* model = from.model;
+  const bool torchtitan = from.torchtitan;
+  const std::vector<std::string> inputs{read.machine_read, model ? read.model_read : std::string("\nno model"),
+                                        torchtitan ? "\ntorchtitan" : "\nnot torchtitan"};
+  const auto held = read_through<ReadCache::StrategyRead>(node, cache, inputs, [&] {
+    std::optional<ReadCache::StrategyRead> out;
+    if (auto s = parse_strategy(node, topology, &from)) {
+      auto training = std::make_shared<TrainingFromStrategy>(from);
+      training->model = nullptr;
+      out = ReadCache::StrategyRead{std::move(*s), std::move(training)};
+    }
+    return out;
+  });
+  if (!held) return std::nullopt;
+  from = *held->training;
+  from.model = model;
+  from.torchtitan = torchtitan;
+  return held->strategy;
+}
+
+void read_strategy(Context& ctx, MapReader& r, const topo::NodeTopology* hw, ReadCache* cache,
                    const sim::config::Location& collectives_loc, ExperimentSpec& spec, SectionsRead& read) {
   auto n = r.required_child("strategy", "a strategy mapping with kind");
   if (!n) return;
-  if (auto s = parse_strategy(*n, hw ? &hw->topology : nullptr, &read.from_strategy)) {
+  if (auto s = parse_strategy_through(*n, hw, cache, read)) {
     spec.strategy_kind_at = read.from_strategy.kind_at;
     spec.strategy = *s;
     read.strategy_ok = true;
@@ -421,7 +480,7 @@ void resolve_pipeline_engine(Context& ctx, const TrainingFromStrategy& from_stra
 // Step 6 of load_experiment (training a model, not a collective benchmark): the model required,
 // the training section read, the defaults recorded, the DeepSpeed config's batch adopted, then the
 // checks of the strategy against the model and of fp8 against the device.
-void read_training(Context& ctx, MapReader& r, ExperimentSpec& spec, SectionsRead& read) {
+void read_training(Context& ctx, MapReader& r, ReadCache* cache, ExperimentSpec& spec, SectionsRead& read) {
   const TrainingFromStrategy& from_strategy = read.from_strategy;
   sim::config::Location grad_accum_at = r.node().location();
   if (!r.has("model")) (void)r.required_child("model", "a model (usually !include ../models/x.yaml)");
@@ -430,8 +489,19 @@ void read_training(Context& ctx, MapReader& r, ExperimentSpec& spec, SectionsRea
   std::optional<Node> training_node = r.required_child(
       "training", "a mapping with micro_batch, and seq where the model's context is longer than 8,192 tokens");
   if (training_node) {
-    if (auto t = parse_training(*training_node, &training_read)) {
-      spec.training = *t;
+    // Through the cache when there is one (what parse_training says besides the spec with it; its
+    // one input, whether the strategy is Megatron's, in the key).
+    const auto held = read_through<ReadCache::TrainingSectionRead>(
+        *training_node, cache, {training_read.megatron ? "\nmegatron" : "\nnot megatron"}, [&] {
+          std::optional<ReadCache::TrainingSectionRead> out;
+          if (auto t = parse_training(*training_node, &training_read)) {
+            out = ReadCache::TrainingSectionRead{*t, std::make_shared<const TrainingRead>(training_read)};
+          }
+          return out;
+        });
+    if (held) {
+      training_read = *held->read;
+      spec.training = held->training;
       read.training_ok = true;
     }
     grad_accum_at = training_read.grad_accum_at;
@@ -538,11 +608,12 @@ ExperimentSpec load_experiment(const std::filesystem::path& file, const std::vec
     const sim::config::Location collectives_loc = read_calibration(r, root, hw_node, hw ? &*hw : nullptr, cache, spec);
     note_gpu_kind_overrides(ctx, hw, hw_node);
     SectionsRead read;
-    read_model(r, spec, read);
+    if (cache && hw) read.machine_read = read_key("machine", *hw_node);
+    read_model(r, cache, spec, read);
     read.from_strategy.torchtitan = detail::names_torchtitan(r);
-    read_strategy(ctx, r, hw ? &*hw : nullptr, collectives_loc, spec, read);
+    read_strategy(ctx, r, hw ? &*hw : nullptr, cache, collectives_loc, spec, read);
     // A collective benchmark has no model; training a model needs one.
-    if (read.needs_model) read_training(ctx, r, spec, read);
+    if (read.needs_model) read_training(ctx, r, cache, spec, read);
     if (auto c = r.child("cost")) spec.cost = parse_cost(*c);
     if (hw) spec.hardware = std::move(*hw);
   }

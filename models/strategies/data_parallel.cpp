@@ -230,6 +230,15 @@ void add_data_parallel_approximations(BuiltIteration& out, const IterationInputs
   }
 }
 
+// The tasks of the last data-parallel graph this thread built: the next one reserves room for as
+// many (sim::TaskGraph::reserve), since a sweep's points build graphs of similar sizes one after
+// another, and a graph that grows moves every task it holds (a sixteenth of a sweep point's work,
+// issue 35). Room only: the graph and every result are the same whatever it holds. At most
+// kReservedTasks, so that a small graph after a large one (the fuzz harness, under a memory
+// limit) does not ask for the large one's room; the shipped sweep's graphs hold ~1,500 tasks.
+thread_local std::size_t previous_graph_tasks = 0;
+constexpr std::size_t kReservedTasks = std::size_t{1} << 16;
+
 // build_data_parallel in phases. The constructor checks the spec and works out the layout, the
 // parameter counts, the kernel times, the modules and each rank's placement; build() adds the
 // iteration's tasks phase by phase: model states, each micro-batch's forward, backward and
@@ -284,6 +293,7 @@ class DataParallelBuilder {
 
   // The iteration's tasks, phase by phase.
   BuiltIteration build() {
+    g.reserve(std::min(previous_graph_tasks, kReservedTasks));
     place_states();
     for (std::int64_t mb = 0; mb < train.grad_accum; ++mb) micro_batch(mb);
     std::vector<TaskId> end = parameter_allgather(optimizer_step());
@@ -296,6 +306,7 @@ class DataParallelBuilder {
       }
     }
     (void)g.add("iteration.end", "end", BarrierTask{}, end);
+    previous_graph_tasks = g.size();
     finish();
     return std::move(out);
   }

@@ -102,6 +102,23 @@ TEST(ConfigErrors, GoldenMessages) {
   EXPECT_GE(cases, 37u);
 }
 
+TEST(ConfigErrors, GoldenMessagesThroughASweepsCaches) {
+  // As a sweep's points read them: every case twice, all through one ReadCache and file cache, so
+  // that what one case read without errors (a machine, a table, a model, a strategy, a training
+  // section) is taken from the cache by the next ones. The messages must be the same.
+  const sim::config::ScopedFileCache files;
+  ReadCache cache;
+  const std::size_t cases = check_golden("tests/config_errors", {".yaml"}, [&](const fs::path& file) {
+    try {
+      (void)load_experiment(file, {}, &cache);
+    } catch (const sim::config::ConfigError&) {
+    }
+    (void)load_experiment(file, {}, &cache);
+  });
+  EXPECT_GE(cases, 37u);
+  EXPECT_GT(cache.size(), 0u);
+}
+
 TEST(ConfigErrors, GoldenModelMessages) {
   // As `offsim model` reads a model: an offsim model or a Hugging Face config.json.
   const std::size_t cases = check_golden("tests/config_errors/models", {".yaml", ".json"}, [](const fs::path& file) {

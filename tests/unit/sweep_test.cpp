@@ -356,16 +356,28 @@ TEST(Sweep, UnnamedGraphsKeepEverythingButTheNames) {
 }
 
 TEST(ReadCache, MachinesAndTablesReadOncePerSetOfOverrides) {
-  // The points of a sweep share the machines and calibration tables they read (load_experiment
-  // with a cache): the second load takes the cached values and gives the same costs and machine;
+  // The points of a sweep share the machines, calibration tables, models, strategies and training
+  // sections they read (load_experiment with a cache): the second load takes the cached values and
+  // gives the same costs, machine, model, strategy and training;
   // an override inside a table reads it afresh with the override applied, kept beside the value
   // without it, which the next load without the override takes again.
   const std::string experiment = fmt::format("{}/configs/experiments/neox20b-frontier-zero3.yaml", OFFSIM_SOURCE_DIR);
   ReadCache cache;
   const ExperimentSpec first = load_experiment(experiment, {}, &cache);
-  EXPECT_EQ(cache.size(), 3u);  // the machine, the device table and the collectives table
+  // The machine, the device table, the collectives table, the model, the strategy and the training.
+  EXPECT_EQ(cache.size(), 6u);
   const ExperimentSpec second = load_experiment(experiment, {}, &cache);
-  EXPECT_EQ(cache.size(), 3u);
+  EXPECT_EQ(cache.size(), 6u);
+  EXPECT_EQ(second.model.name, first.model.name);
+  EXPECT_EQ(second.model.layers, first.model.layers);
+  EXPECT_EQ(second.model.hidden, first.model.hidden);
+  EXPECT_EQ(second.model.seq, first.model.seq);
+  EXPECT_EQ(second.defaults_applied, first.defaults_applied);
+  EXPECT_EQ(std::get<DataParallelSpec>(second.strategy).devices, std::get<DataParallelSpec>(first.strategy).devices);
+  EXPECT_EQ(std::get<DataParallelSpec>(second.strategy).zero_stage, 3);
+  EXPECT_EQ(second.strategy_kind_at.str(), first.strategy_kind_at.str());
+  EXPECT_EQ(second.training.micro_batch, first.training.micro_batch);
+  EXPECT_EQ(second.training.recompute, first.training.recompute);
   EXPECT_EQ(second.device.gemm_efficiency, first.device.gemm_efficiency);
   EXPECT_EQ(second.device.gemm_table.size(), first.device.gemm_table.size());
   EXPECT_EQ(second.collectives.collectives.size(), first.collectives.collectives.size());
@@ -375,7 +387,7 @@ TEST(ReadCache, MachinesAndTablesReadOncePerSetOfOverrides) {
   EXPECT_EQ(second.hardware.topology.links().size(), first.hardware.topology.links().size());
   const ExperimentSpec overridden = load_experiment(experiment, {"calibration.device.gemm.efficiency=0.5"}, &cache);
   EXPECT_EQ(overridden.device.gemm_efficiency, 0.5);
-  EXPECT_EQ(cache.size(), 4u);  // the device table with and without the override
+  EXPECT_EQ(cache.size(), 7u);  // the device table with and without the override
   const ExperimentSpec third = load_experiment(experiment, {}, &cache);
   EXPECT_EQ(third.device.gemm_efficiency, first.device.gemm_efficiency);
   EXPECT_NE(first.device.gemm_efficiency, 0.5);
@@ -383,7 +395,21 @@ TEST(ReadCache, MachinesAndTablesReadOncePerSetOfOverrides) {
   const ExperimentSpec smaller = load_experiment(experiment, {"hardware.nodes=2", "strategy.dp=16"}, &cache);
   EXPECT_EQ(smaller.hardware.nodes, 2);
   EXPECT_LT(smaller.hardware.topology.devices().size(), first.hardware.topology.devices().size());
-  EXPECT_EQ(cache.size(), 5u);  // both machines: a sweep's points alternate between its sizes
+  // Both machines, and the strategy on each: a sweep's points alternate between its sizes.
+  EXPECT_EQ(cache.size(), 9u);
+  EXPECT_EQ(std::get<DataParallelSpec>(smaller.strategy).devices.size(), 16u);
+  // Another micro-batch is another training section, the same strategy.
+  const ExperimentSpec batch =
+      load_experiment(experiment, {"hardware.nodes=2", "strategy.dp=16", "training.micro_batch=1"}, &cache);
+  EXPECT_EQ(batch.training.micro_batch, 1);
+  EXPECT_EQ(cache.size(), 10u);
+  // An override inside the model reads it afresh, kept beside the model without it, and the
+  // strategy too (read against the model: its tp is checked against the heads).
+  const ExperimentSpec deeper = load_experiment(experiment, {"model.layers=20"}, &cache);
+  EXPECT_EQ(deeper.model.layers, 20);
+  EXPECT_EQ(cache.size(), 12u);
+  EXPECT_EQ(load_experiment(experiment, {}, &cache).model.layers, first.model.layers);
+  EXPECT_EQ(cache.size(), 12u);
 }
 
 TEST(ReadCache, APlaceHoldsItsRecentValuesWithinItsBounds) {
@@ -397,18 +423,20 @@ TEST(ReadCache, APlaceHoldsItsRecentValuesWithinItsBounds) {
     (void)load_experiment(experiment,
                           {fmt::format("hardware.nodes={}", nodes), fmt::format("strategy.dp={}", 8 * nodes)}, &cache);
   }
-  EXPECT_EQ(cache.size(), ReadCache::kValuesPerPlace + 2);  // 16 machines, the device and collectives tables
+  // 16 machines and 16 strategies (one per machine), the device and collectives tables, the model
+  // and the training.
+  EXPECT_EQ(cache.size(), 2 * ReadCache::kValuesPerPlace + 4);
   // 2,000 nodes are 144,256 elements (28,016 devices, 116,240 links), over the budget alone: the
   // place keeps that machine only.
   const ExperimentSpec large = load_experiment(experiment, {"hardware.nodes=2000", "strategy.dp=16000"}, &cache);
   ASSERT_GT(large.hardware.topology.devices().size() + large.hardware.topology.links().size(),
             ReadCache::kElementsPerPlace);
-  EXPECT_EQ(cache.size(), 3u);
+  EXPECT_EQ(cache.size(), ReadCache::kValuesPerPlace + 5);  // the strategies stay at 16
   // A small machine read after it joins it only while both fit: the large one is dropped.
   (void)load_experiment(experiment, {"hardware.nodes=2", "strategy.dp=16"}, &cache);
-  EXPECT_EQ(cache.size(), 3u);
+  EXPECT_EQ(cache.size(), ReadCache::kValuesPerPlace + 5);
   (void)load_experiment(experiment, {"hardware.nodes=3", "strategy.dp=24"}, &cache);
-  EXPECT_EQ(cache.size(), 4u);
+  EXPECT_EQ(cache.size(), ReadCache::kValuesPerPlace + 6);
 }
 
 TEST(ReadCache, AValueBeingReadIsWaitedForNotReadTwice) {
@@ -471,12 +499,34 @@ TEST(ReadCache, AFileThatChangedIsReadAfreshOnceForgotten) {
   ReadCache cache;
   write("1 GB/s");
   EXPECT_DOUBLE_EQ(link_rate(load_experiment(file, {}, &cache)).bytes_per_s, 1e9);
-  EXPECT_EQ(cache.size(), 3u);  // the machine (in the file), the device and collectives tables
+  // The machine, strategy and training (in the file), the device and collectives tables, the model.
+  EXPECT_EQ(cache.size(), 6u);
   cache.forget(file.string());
-  EXPECT_EQ(cache.size(), 2u);  // the included tables stay
+  EXPECT_EQ(cache.size(), 3u);  // the included tables and model stay
   write("2 GB/s");
   EXPECT_DOUBLE_EQ(link_rate(load_experiment(file, {}, &cache)).bytes_per_s, 2e9);
   std::filesystem::remove(file);
+}
+
+TEST(ReadCache, ForgettingAFileForgetsWhatWasReadAgainstIt) {
+  // A strategy kept under another file's place was read against the machine or model of the file
+  // named in its key: when that file changes, the strategy goes too; another file's does not.
+  ReadCache cache;
+  const auto keep = [&](const std::string& place, const std::string& input) {
+    ASSERT_EQ(cache.find_or_begin_reading(place, {input}), nullptr);
+    cache.insert(place, {input}, {ReadCache::StrategyRead{}, {}, nullptr});
+    cache.end_reading(place, {input});
+  };
+  keep("strategy.yaml\nstrategy", "\nmachine input.yaml\nhardware\n");
+  keep("strategy.yaml\nstrategy", "\nmachine other.yaml\nhardware\n");
+  keep("table.yaml\ncalibration.device", "\nnot megatron");
+  keep("input.yaml\nhardware", "\nnot megatron");
+  EXPECT_EQ(cache.size(), 4u);
+  cache.forget("input.yaml");
+  EXPECT_EQ(cache.size(), 2u);  // the other machine's strategy and the table stay
+  EXPECT_NE(cache.find_or_begin_reading("strategy.yaml\nstrategy", {"\nmachine other.yaml\nhardware\n"}), nullptr);
+  cache.forget("other.yaml");
+  EXPECT_EQ(cache.size(), 1u);
 }
 
 // The message of the ConfigError that loading `experiment` with `overrides` throws.
@@ -503,6 +553,31 @@ TEST(ReadCache, AnUnknownOverrideGetsTheSameSuggestionWithACachedMachine) {
   const std::vector<std::string> inside{"hardware.network.global_lnk.bandwidth=1 GB/s"};
   EXPECT_EQ(load_error(experiment, inside, &cache), load_error(experiment, inside, nullptr));
   EXPECT_EQ(load_error(experiment, inside, &cache), load_error(experiment, inside, nullptr));
+  // The same for the model, which is cached too: a mistyped key in it, and a typo beside it.
+  const std::vector<std::string> in_model{"model.layer=20"};
+  const std::string model_direct = load_error(experiment, in_model, nullptr);
+  EXPECT_NE(model_direct.find("did you mean 'model.layers'"), std::string::npos) << model_direct;
+  EXPECT_EQ(load_error(experiment, in_model, &cache), model_direct);
+  EXPECT_EQ(load_error(experiment, in_model, &cache), model_direct);
+  const std::vector<std::string> bad_value{"model.layers=-1"};
+  EXPECT_EQ(load_error(experiment, bad_value, &cache), load_error(experiment, bad_value, nullptr));
+  EXPECT_EQ(load_error(experiment, bad_value, &cache), load_error(experiment, bad_value, nullptr));
+}
+
+TEST(ReadCache, AStrategyIsCheckedAgainstTheModelItIsReadWith) {
+  // A cached strategy was read against one model (its tp checked against the heads): another model
+  // (an override inside it) reads the strategy afresh, so the error is the one offsim run gives.
+  const std::string experiment = fmt::format("{}/configs/experiments/gpt3-1.3b-dp8-frontier.yaml", OFFSIM_SOURCE_DIR);
+  const std::vector<std::string> tp8{"strategy.tp=8", "strategy.dp=1"};
+  ReadCache cache;
+  EXPECT_EQ(std::get<DataParallelSpec>(load_experiment(experiment, tp8, &cache).strategy).tp, 8);
+  std::vector<std::string> few_heads = tp8;
+  few_heads.insert(few_heads.end(), {"model.heads=4", "model.kv_heads=4"});
+  const std::string direct = load_error(experiment, few_heads, nullptr);
+  EXPECT_NE(direct.find("the model does not split over tp = 8 ranks"), std::string::npos) << direct;
+  EXPECT_EQ(load_error(experiment, few_heads, &cache), direct);
+  EXPECT_EQ(load_error(experiment, few_heads, &cache), direct);
+  EXPECT_EQ(std::get<DataParallelSpec>(load_experiment(experiment, tp8, &cache).strategy).tp, 8);
 }
 
 }  // namespace
