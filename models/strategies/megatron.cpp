@@ -71,6 +71,7 @@
 #include "models/strategies/phases/pipeline_data_parallel.hpp"
 #include "models/strategies/phases/pipeline_tensors.hpp"
 #include "models/strategies/phases/rank_timeline.hpp"
+#include "models/strategies/phases/sequence_parallel_grads.hpp"
 #include "models/strategies/phases/steps.hpp"
 #include "models/strategies/phases/tied_embedding.hpp"
 #include "models/strategies/phases/zero_policy.hpp"
@@ -458,18 +459,21 @@ struct TensorParallelGroups {
   std::optional<CollectiveReplays> replays;
   [[nodiscard]] Communicator& at(int first) { return comms.at(first); }
   // A layer piece's TP all-reduce over the group from `first` (tp_reduction), replayed where it can be.
+  // `key`: the replay's (one per group and shape; a layer piece's is `first`).
   std::vector<TaskId> all_reduce(int first, RankTimeline& timeline, const std::vector<int>& members,
                                  const std::string& name, std::optional<sim::TimePs> overlap_extra,
                                  std::int64_t elements, const CollectivePlan& plan,
                                  const std::vector<std::vector<TaskId>>& deps, BuiltIteration& out,
-                                 const IterationInputs& in, const CollectiveOptions& options) {
+                                 const IterationInputs& in, const CollectiveOptions& options,
+                                 std::optional<int> key = std::nullopt) {
     const auto build = [&](sim::TaskGraph& scratch, const std::vector<std::vector<TaskId>>& starts) {
       Communicator alone(scratch, out.machine, in.topology, *layout_of.at(first), in.collectives, in.costs, options,
                          out.approximations);
       return alone.add(CollectiveKind::kAllReduce, name, elements, plan, starts);
     };
     if (replays) {
-      if (auto replayed = replays->add(first, timeline, members, name, deps, build)) return *replayed;
+      if (auto replayed = replays->add(key.value_or(first), timeline, members, name, deps, build, first))
+        return *replayed;
     }
     return tp_reduction(at(first), timeline, members, name, overlap_extra, elements, plan, deps);
   }
@@ -962,6 +966,13 @@ class MegatronBuilder {
   // group (gradient_group_plan), the tied embedding's all-reduce, Adam, the parameter all-gather (ZeRO-1).
   std::vector<TaskId> data_parallel_step() {
     auto tied = tied_embedding_after_reduction(in, out, timeline, spec, layout.class_size, policy);
+    if (!deepspeed_engine(spec) && sequence_parallel_gradients(0) > 0) {
+      // finalize_model_grads: the norms' gradients over the TP group, then the tied embedding's.
+      tied = [this, tied = std::move(tied)](std::vector<TaskId>& last) {
+        reduce_sequence_parallel_gradients(last);
+        if (tied) tied(last);
+      };
+    }
     PipelineDataParallel step{timeline,       dp_comm,       policy, dp_plan, dp,
                               in.costs,       micro_batches, {},     {},      ddp ? &*ddp : nullptr,
                               std::move(tied)};
@@ -970,6 +981,32 @@ class MegatronBuilder {
       step.adam.push_back(rs.k.adam);
     }
     return pipeline_data_parallel_step(step, last_op, out.spans);
+  }
+
+  // The elements of simulated rank s's norm gradients that Megatron-Core all-reduces over its TP
+  // group after the data-parallel reduction (phases/sequence_parallel_grads.hpp).
+  [[nodiscard]] std::int64_t sequence_parallel_gradients(int s) const {
+    const int stage = rank_state[s].stage;
+    return sequence_parallel_gradient_elements(m, tp, spec.sequence_parallel, split.of_stage(stage),
+                                               stage == last_virtual % pp);
+  }
+
+  // _allreduce_layernorm_grads: each TP group's coalesced buffer all-reduced in the gradients'
+  // dtype after each member's `last` task, which moves past it.
+  void reduce_sequence_parallel_gradients(std::vector<TaskId>& last) {
+    std::map<int, std::vector<int>> groups;  // first rank of the TP group -> simulated indices
+    for (int s = 0; s < sims; ++s) groups[rank_state[s].rank - rank_state[s].t].push_back(s);
+    const std::int64_t per_bf16 = (policy.fp32_gradients() ? kFp32Bytes : kBf16Bytes) / kBf16Bytes;
+    for (const auto& [first, members] : groups) {
+      std::vector<std::vector<TaskId>> deps(members.size());
+      for (std::size_t i = 0; i < members.size(); ++i) deps[i] = {last[members[i]]};
+      // Replayed under flow fidelity where it can be (its own shape: key -1 - first).
+      const auto done =
+          tp_comms.all_reduce(first, timeline, members, fmt::format(FMT_COMPILE("tp{}.norm_grads"), first),
+                              std::nullopt, sequence_parallel_gradients(members.front()) * per_bf16, tp_plan, deps, out,
+                              in, in.collective_options(spec.collectives), -1 - first);
+      for (std::size_t i = 0; i < members.size(); ++i) last[members[i]] = done[i];
+    }
   }
 
   // The iteration's figures and approximations.

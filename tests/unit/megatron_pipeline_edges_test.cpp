@@ -13,6 +13,7 @@
 
 #include "models/experiment.hpp"
 #include "models/strategies/phases/pipeline_tensors.hpp"
+#include "models/strategies/phases/sequence_parallel_grads.hpp"
 #include "models/strategies/phases/tied_embedding.hpp"
 #include "tests/unit/source_paths.hpp"
 
@@ -25,7 +26,8 @@ namespace fs = std::filesystem;
 // by 10 GB/s links without latency: with 2 GPUs one link; with 4, TP pairs (gpu0-gpu1, gpu2-gpu3)
 // and stage links (gpu0-gpu2, gpu1-gpu3), so that rank t of stage 0 talks to rank t of stage 1 on
 // a link of its own. One micro-batch: every transfer and collective lies on the critical path.
-std::string tiny(const std::string& name, int gpus, const std::string& strategy, const std::string& fidelity) {
+std::string tiny(const std::string& name, int gpus, const std::string& strategy, const std::string& fidelity,
+                 const std::string& training = "") {
   const fs::path dir = testing::scratch_folder("offsim-megatron-edges-test");
   std::string links = "  - {between: [gpu0, gpu1], bandwidth: \"10 GB/s\", latency: \"0 s\", class: gpu-gpu}\n";
   if (gpus == 4) {
@@ -47,9 +49,9 @@ std::string tiny(const std::string& name, int gpus, const std::string& strategy,
       "  device: !include {1}/tests/data/test-gpu-costs.yaml\n"
       "  collectives: !include {1}/tests/data/test-collectives.yaml\n"
       "model: !include {1}/tests/data/tiny-gpt.yaml\n"
-      "training: {{micro_batch: 1, grad_accum: 1, precision: bf16, recompute: none, flash_attention: false}}\n"
+      "training: {{micro_batch: 1, grad_accum: 1, precision: bf16, recompute: none, flash_attention: false{5}}}\n"
       "strategy: {{kind: megatron, dp: 1, schedule: 1f1b, zero_stage: 0, collectives: {{fidelity: {3}}}, {4}}}\n",
-      name, OFFSIM_SOURCE_DIR, gpus, fidelity, strategy);
+      name, OFFSIM_SOURCE_DIR, gpus, fidelity, strategy, training);
   return file.string();
 }
 
@@ -108,13 +110,20 @@ TEST(MegatronPipelineEdges, TiedEmbeddingGradientsAreAllReducedAfterTheReduction
 
 TEST(MegatronPipelineEdges, TiedEmbeddingGradientIsSplitOverTheTensorParallelGroup) {
   // tp 2, pp 2 on four GPUs: each TP rank's pair (0 with 2, 1 with 3) has a link of its own and
-  // all-reduces ceil(V / 2) x h fp32: t = 64 x 64 x 4 / 10 GB/s = 1.6384 us.
+  // all-reduces ceil(V / 2) x h fp32: t = 64 x 64 x 4 / 10 GB/s = 1.6384 us. With sequence
+  // parallelism Megatron-Core's finalize_model_grads first all-reduces the norms' and row-parallel
+  // biases' gradients over the TP pair (phases/sequence_parallel_grads.hpp): stage 0 holds one
+  // layer, 6 h = 384 fp32 elements = 1536 B, a reduce-scatter and an all-gather of
+  // tests/data/test-collectives.yaml: n = 10 us + 768 B / 1 GB/s + 20 us + 768 B / 0.5 GB/s =
+  // 32.304 us. The last stage finished its backward (and its own all-reduce) earlier, so rank 0's
+  // gradient_reduction is n + t.
   for (const char* fidelity : {"analytic", "flow"}) {
     SCOPED_TRACE(fidelity);
     const auto r = run_experiment(
         load_experiment(tiny(std::string("tied-tp2-") + fidelity, 4, "tp: 2, pp: 2, sequence_parallel: true", fidelity),
                         {"model.tied_embeddings=true"}));
-    EXPECT_NEAR(phase_seconds(r, "gradient_reduction"), 64.0 * 64.0 * 4 / 10e9, 1e-12);
+    EXPECT_NEAR(phase_seconds(r, "gradient_reduction"), 30e-6 + 768 / 1e9 + 768 / 0.5e9 + 64.0 * 64.0 * 4 / 10e9,
+                1e-12);
   }
 }
 
@@ -156,6 +165,62 @@ TEST(MegatronPipelineEdges, TheWholeTensorDefaultIsNamedWhereItMatters) {
   };
   EXPECT_TRUE(named(load_experiment(tiny("named", 4, "tp: 2, pp: 2, sequence_parallel: false", "analytic"), {})));
   EXPECT_FALSE(named(load_experiment(tiny("unnamed", 4, "tp: 2, pp: 2, sequence_parallel: true", "analytic"), {})));
+}
+
+TEST(MegatronPipelineEdges, DeepSpeedMegatronsOwnScheduleSendsWholeTensorsByDefault) {
+  // Megatron-DeepSpeed at the version the shipped experiments name trains through Megatron-Core's
+  // p2p_communication (no split, no gather) although its arguments.py keeps
+  // --no-scatter-gather-tensors-in-pipeline (default true): left out under training.framework:
+  // deepspeed-megatron with Megatron's own schedule, the key is false and named as
+  // Megatron-DeepSpeed's; written, it is taken as written; under DeepSpeed's engine it is not named.
+  const auto named = [](const ExperimentSpec& spec, const char* start) {
+    int found = 0;
+    for (const auto& d : spec.defaults_applied) found += d.starts_with(start) ? 1 : 0;
+    return found;
+  };
+  const std::string ds = ", framework: deepspeed-megatron";
+  const auto mine = load_experiment(
+      tiny("ds-own", 4, "tp: 2, pp: 2, sequence_parallel: false, pipeline_engine: megatron", "analytic", ds), {});
+  EXPECT_FALSE(std::get<MegatronSpec>(mine.strategy).scatter_gather_tensors_in_pipeline);
+  EXPECT_EQ(named(mine, "strategy.scatter_gather_tensors_in_pipeline=false (Megatron-DeepSpeed's"), 1);
+  EXPECT_EQ(named(mine, "strategy.scatter_gather_tensors_in_pipeline="), 1);
+  const auto written = load_experiment(
+      tiny(
+          "ds-own-sg", 4,
+          "tp: 2, pp: 2, sequence_parallel: false, pipeline_engine: megatron, scatter_gather_tensors_in_pipeline: true",
+          "analytic", ds),
+      {});
+  EXPECT_TRUE(std::get<MegatronSpec>(written.strategy).scatter_gather_tensors_in_pipeline);
+  EXPECT_EQ(named(written, "strategy.scatter_gather_tensors_in_pipeline="), 0);
+  const auto engine =
+      load_experiment(tiny("ds-engine", 4, "tp: 2, pp: 2, sequence_parallel: false", "analytic", ds), {});
+  EXPECT_EQ(std::get<MegatronSpec>(engine.strategy).pipeline_engine, MegatronSpec::PipelineEngine::kDeepSpeed);
+  EXPECT_EQ(named(engine, "strategy.scatter_gather_tensors_in_pipeline="), 0);
+}
+
+TEST(MegatronPipelineEdges, SequenceParallelNormGradientsAreAllReducedOverTheTensorParallelGroup) {
+  // Megatron-Core's finalize_model_grads -> _allreduce_layernorm_grads (phases/
+  // sequence_parallel_grads.hpp). tiny-gpt: 2 layers, h 64, LayerNorm (weight and bias), biases on
+  // every projection, untied. Per layer 2 norms x 2 h + 2 h row-parallel biases = 6 h = 384
+  // elements, and the final norm 2 h = 128: E = 2 x 384 + 128 = 896 fp32 elements = 3584 B on each
+  // rank (tp 2, pp 1, dp 1: no data-parallel reduction, so rank 0's gradient_reduction phase is the
+  // all-reduce alone). The all-reduce is a reduce-scatter then an all-gather over the TP pair
+  // (tests/data/test-collectives.yaml: alpha 10 us and 1 GB/s, alpha 20 us and 0.5 GB/s):
+  //   T = 10 us + (1/2) 3584 B / 1 GB/s + 20 us + (1/2) 3584 B / 0.5 GB/s = 35.376 us.
+  EXPECT_EQ(sequence_parallel_gradient_elements(
+                load_experiment(tiny("sp-norms", 2, "tp: 2, sequence_parallel: true", "analytic"), {}).model, 2, true,
+                2, true),
+            896);
+  for (const char* fidelity : {"analytic", "flow"}) {
+    SCOPED_TRACE(fidelity);
+    const auto sp = run_experiment(
+        load_experiment(tiny(std::string("sp-grads-") + fidelity, 2, "tp: 2, sequence_parallel: true", fidelity), {}));
+    EXPECT_NEAR(phase_seconds(sp, "gradient_reduction"), 30e-6 + 0.5 * 3584 / 1e9 + 0.5 * 3584 / 0.5e9, 1e-11);
+    // Without sequence parallelism (and no Q/K norms) every TP rank sees every token: no all-reduce.
+    const auto plain = run_experiment(
+        load_experiment(tiny(std::string("no-sp-") + fidelity, 2, "tp: 2, sequence_parallel: false", fidelity), {}));
+    EXPECT_EQ(phase_seconds(plain, "gradient_reduction"), 0.0);
+  }
 }
 
 }  // namespace
