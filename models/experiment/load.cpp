@@ -444,6 +444,23 @@ void resolve_pipeline_tensors(const TrainingFromStrategy& from_strategy, std::ve
       kNamed, mg->scatter_gather_tensors_in_pipeline);
 }
 
+// Megatron-DeepSpeed's gradient accumulation (configs/defaults.yaml megatron_deepspeed: its layers
+// comment the fused path out) for Megatron's optimizer under training.framework:
+// deepspeed-megatron, named among the defaults applied; DeepSpeed's optimizer owns param.grad.
+void resolve_gradient_accumulation_fusion(const TrainingFromStrategy& from_strategy,
+                                          std::vector<std::string>& strategy_defaults, ExperimentSpec& spec) {
+  auto* mg = std::get_if<MegatronSpec>(&spec.strategy);
+  if (!mg || from_strategy.gradient_accumulation_fusion_given ||
+      spec.training.framework != Framework::kDeepSpeedMegatron || mg->optimizer != MegatronSpec::Optimizer::kMegatron) {
+    return;
+  }
+  mg->gradient_accumulation_fusion = defaults::flag("megatron_deepspeed.gradient_accumulation_fusion");
+  strategy_defaults.push_back(fmt::format(
+      "strategy.gradient_accumulation_fusion={} (Megatron-DeepSpeed's: its linear layers' fused weight-gradient "
+      "accumulation is commented out, so each micro-batch's gradients are added into main_grad apart)",
+      mg->gradient_accumulation_fusion));
+}
+
 // Step 6 of load_experiment (training a model, not a collective benchmark): the model required,
 // the training section read, the defaults recorded, the DeepSpeed config's batch adopted, then the
 // checks of the strategy against the model and of fp8 against the device.
@@ -467,6 +484,7 @@ void read_training(Context& ctx, MapReader& r, ExperimentSpec& spec, SectionsRea
   if (read.strategy_ok && read.training_ok) {
     resolve_pipeline_engine(ctx, from_strategy, spec);
     resolve_pipeline_tensors(from_strategy, read.from_strategy.defaults, spec);
+    resolve_gradient_accumulation_fusion(from_strategy, read.from_strategy.defaults, spec);
   }
   if (read.training_ok && spec.training.framework == Framework::kTorchtitan) {
     detail::check_torchtitan_training(*training_node, training_read.defaults);

@@ -252,6 +252,16 @@ void read_megatron_options(const Node& node, MapReader& r, std::vector<std::stri
   check_megatron_fsdp(node, zero, mg);
   read_pipeline_engine(node, r, defaults_applied, interleaved_at, training, mg);
   read_pipeline_tensors(r, defaults_applied, training, mg);
+  // Megatron-LM's gradient_accumulation_fusion (on by default; load.cpp puts Megatron-DeepSpeed's in
+  // under its framework). DeepSpeed's optimizer owns param.grad: there the key is named ignored.
+  const auto fusion =
+      r.optional<bool>("gradient_accumulation_fusion", defaults::flag("megatron.gradient_accumulation_fusion"));
+  mg.gradient_accumulation_fusion = fusion.value;
+  if (training) training->gradient_accumulation_fusion_given = r.has("gradient_accumulation_fusion");
+  if (r.has("gradient_accumulation_fusion") && mg.optimizer == MegatronSpec::Optimizer::kDeepSpeed) {
+    node.context().warning(fusion.loc, node.child_path("gradient_accumulation_fusion"),
+                           "ignored: DeepSpeed's optimizer owns param.grad, which autograd accumulates");
+  }
   if (r.has("grad_accum_dtype")) {
     const auto accum = r.choice("grad_accum_dtype", {"fp32", "bf16"});
     if (accum.valid) mg.fp32_grad_accum = accum.value == "fp32";

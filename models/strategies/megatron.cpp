@@ -980,7 +980,23 @@ class MegatronBuilder {
       step.params.push_back(rs.params);
       step.adam.push_back(rs.k.adam);
     }
+    step.unfused_accumulation_bytes_per_param = unfused_accumulation_bytes_per_param();
     return pipeline_data_parallel_step(step, last_op, out.spans);
+  }
+
+  // The micro-batches' gradient additions outside the weight-gradient GEMMs, per parameter over the
+  // iteration (transformer/precision.hpp): none with Megatron's gradient_accumulation_fusion or
+  // under BF16_Optimizer (its own additions); Megatron's main_grad hook every micro-batch into an
+  // fp32 buffer; autograd's in-place add from the second micro-batch on for 16-bit gradients and
+  // under DeepSpeed's other optimizers, which own param.grad. FSDP2 under the pipeline (zero_stage
+  // 2) is not counted here.
+  [[nodiscard]] std::int64_t unfused_accumulation_bytes_per_param() const {
+    if (policy.bf16_optimizer() || policy.accumulates_whole_gradients()) return 0;
+    const std::int64_t autograd =
+        autograd_accumulation_bytes_per_param(policy.fp32_gradients() ? kFp32Bytes : kBf16Bytes) * (micro_batches - 1);
+    if (spec.optimizer == MegatronSpec::Optimizer::kDeepSpeed) return autograd;
+    if (spec.gradient_accumulation_fusion) return 0;
+    return policy.fp32_gradients() ? kMainGradHookAccumulationBytesPerParam * micro_batches : autograd;
   }
 
   // The elements of simulated rank s's norm gradients that Megatron-Core all-reduces over its TP

@@ -15,6 +15,7 @@
 #include "models/strategies/phases/pipeline_tensors.hpp"
 #include "models/strategies/phases/sequence_parallel_grads.hpp"
 #include "models/strategies/phases/tied_embedding.hpp"
+#include "models/transformer/transformer.hpp"
 #include "tests/unit/source_paths.hpp"
 
 namespace offsim::models {
@@ -221,6 +222,49 @@ TEST(MegatronPipelineEdges, SequenceParallelNormGradientsAreAllReducedOverTheTen
         load_experiment(tiny(std::string("no-sp-") + fidelity, 2, "tp: 2, sequence_parallel: false", fidelity), {}));
     EXPECT_EQ(phase_seconds(plain, "gradient_reduction"), 0.0);
   }
+}
+
+TEST(MegatronPipelineEdges, GradientsAccumulatedOutsideTheGemmCostTheirBytes) {
+  // tiny-gpt on one rank (tp 1, pp 1, dp 1), 4 micro-batches, P parameters; the test GPU streams
+  // 100 GB/s at efficiency 1 (tests/data/test-gpu-costs.yaml). transformer/precision.hpp:
+  // - Megatron-LM's gradient_accumulation_fusion (the default): nothing beyond the GEMMs;
+  // - fusion off, fp32 main_grad: the DDP hook's main_grad.add_(grad) every micro-batch,
+  //   10 B x P x 4 / 100 GB/s;
+  // - fusion off, 16-bit gradients: autograd's in-place add from the second micro-batch on,
+  //   6 B x P x 3 / 100 GB/s;
+  // - DeepSpeed's ZeRO-1 optimizer (16-bit gradients in param.grad): autograd's, 6 B x P x 3.
+  const std::vector<std::string> four{"training.grad_accum=4"};
+  const auto run = [&](const std::string& name, const std::string& strategy, const std::string& training = "") {
+    return run_experiment(load_experiment(tiny(name, 2, "tp: 1, pp: 1, " + strategy, "analytic", training), four));
+  };
+  const ExperimentSpec spec = load_experiment(tiny("accum-spec", 2, "tp: 1, pp: 1", "analytic"), four);
+  const double p = static_cast<double>(count_parameters(spec.model).total);
+  EXPECT_FALSE(spec.defaults_applied.empty());
+  const double fused = run("accum-fused", "sequence_parallel: false").iteration_time.seconds();
+  EXPECT_NEAR(run("accum-fp32", "gradient_accumulation_fusion: false").iteration_time.seconds() - fused,
+              10 * p * 4 / 100e9, 1e-12);
+  const double fused16 = run("accum-fused16", "grad_accum_dtype: bf16").iteration_time.seconds();
+  EXPECT_NEAR(
+      run("accum-16", "grad_accum_dtype: bf16, gradient_accumulation_fusion: false").iteration_time.seconds() - fused16,
+      6 * p * 3 / 100e9, 1e-12);
+  // Under training.framework: deepspeed-megatron Megatron's optimizer takes Megatron-DeepSpeed's
+  // default (the fused path commented out), named among the defaults applied.
+  const ExperimentSpec ds =
+      load_experiment(tiny("accum-ds", 2, "tp: 1, pp: 1", "analytic", ", framework: deepspeed-megatron"), four);
+  EXPECT_FALSE(std::get<MegatronSpec>(ds.strategy).gradient_accumulation_fusion);
+  int named = 0;
+  for (const auto& d : ds.defaults_applied)
+    named += d.starts_with("strategy.gradient_accumulation_fusion=false (Megatron-DeepSpeed's") ? 1 : 0;
+  EXPECT_EQ(named, 1);
+  EXPECT_NEAR(run_experiment(ds).iteration_time.seconds() - fused, 10 * p * 4 / 100e9, 1e-12);
+  // DeepSpeed's ZeRO-1 optimizer: its optimizer phase against one micro-batch's (no addition).
+  const auto zero1 = [&](const std::string& name, const std::string& grad_accum) {
+    return phase_seconds(
+        run_experiment(load_experiment(tiny(name, 2, "tp: 1, pp: 1, optimizer: deepspeed", "analytic"),
+                                       {"strategy.zero_stage=1", "training.grad_accum=" + grad_accum})),
+        "optimizer");
+  };
+  EXPECT_NEAR(zero1("accum-zero1-4", "4") - zero1("accum-zero1-1", "1"), 6 * p * 3 / 100e9, 1e-12);
 }
 
 }  // namespace
