@@ -1036,6 +1036,12 @@ class MegatronBuilder {
     out.model_states_per_device = Bytes{states_of(0).gpu_model_states()};
     add_common_approximations(out, in, policy);
     add_pipeline_approximations(out, spec, split, policy, m.tied_embeddings);
+    if (unfused_accumulation_bytes_per_param() > 0) {
+      out.approximations.emplace_back(
+          "gradient accumulation outside the weight-gradient GEMMs (no gradient_accumulation_fusion, or DeepSpeed's "
+          "optimizer owning param.grad): each micro-batch's additions costed by their bytes and run back to back "
+          "after the rank's last operation, not inside each backward");
+    }
   }
 };
 
