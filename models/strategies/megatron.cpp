@@ -966,7 +966,9 @@ class MegatronBuilder {
   // group (gradient_group_plan), the tied embedding's all-reduce, Adam, the parameter all-gather (ZeRO-1).
   std::vector<TaskId> data_parallel_step() {
     auto tied = tied_embedding_after_reduction(in, out, timeline, spec, layout.class_size, policy);
-    if (!deepspeed_engine(spec) && sequence_parallel_gradients(0) > 0) {
+    bool norm_grads = false;  // some simulated rank holds gradients to all-reduce over its TP group
+    for (int s = 0; s < sims; ++s) norm_grads = norm_grads || sequence_parallel_gradients(s) > 0;
+    if (!deepspeed_engine(spec) && norm_grads) {
       // finalize_model_grads: the norms' gradients over the TP group, then the tied embedding's.
       tied = [this, tied = std::move(tied)](std::vector<TaskId>& last) {
         reduce_sequence_parallel_gradients(last);
@@ -1014,6 +1016,7 @@ class MegatronBuilder {
     for (int s = 0; s < sims; ++s) groups[rank_state[s].rank - rank_state[s].t].push_back(s);
     const std::int64_t per_bf16 = (policy.fp32_gradients() ? kFp32Bytes : kBf16Bytes) / kBf16Bytes;
     for (const auto& [first, members] : groups) {
+      if (sequence_parallel_gradients(members.front()) == 0) continue;  // a stage without layers or final norm
       std::vector<std::vector<TaskId>> deps(members.size());
       for (std::size_t i = 0; i < members.size(); ++i) deps[i] = {last[members[i]]};
       // Replayed under flow fidelity where it can be (its own shape: key -1 - first).
