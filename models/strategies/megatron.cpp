@@ -990,12 +990,19 @@ class MegatronBuilder {
   // iteration (transformer/precision.hpp): none with Megatron's gradient_accumulation_fusion or
   // under BF16_Optimizer (its own additions); Megatron's main_grad hook every micro-batch into an
   // fp32 buffer; autograd's in-place add from the second micro-batch on for 16-bit gradients and
-  // under DeepSpeed's other optimizers, which own param.grad. FSDP2 under the pipeline (zero_stage
-  // 2) is not counted here.
+  // under DeepSpeed's other optimizers, which own param.grad; under FSDP2 with the pipeline
+  // (zero_stage 2) its no-sync accumulation: the first micro-batch's gradients cast into the fp32
+  // buffer, the later ones added (with a bf16 reduce dtype, autograd's in-place add).
   [[nodiscard]] std::int64_t unfused_accumulation_bytes_per_param() const {
-    if (policy.bf16_optimizer() || policy.accumulates_whole_gradients()) return 0;
+    if (policy.bf16_optimizer()) return 0;
     const std::int64_t autograd =
         autograd_accumulation_bytes_per_param(policy.fp32_gradients() ? kFp32Bytes : kBf16Bytes) * (micro_batches - 1);
+    if (policy.accumulates_whole_gradients()) {
+      if (micro_batches < 2) return 0;  // one micro-batch: reduce-scattered as it comes
+      return policy.fp32_gradients()
+                 ? kFsdp2UpcastBytesPerParam + kMainGradHookAccumulationBytesPerParam * (micro_batches - 1)
+                 : autograd;
+    }
     if (spec.optimizer == MegatronSpec::Optimizer::kDeepSpeed) return autograd;
     if (spec.gradient_accumulation_fusion) return 0;
     return policy.fp32_gradients() ? kMainGradHookAccumulationBytesPerParam * micro_batches : autograd;
@@ -1041,8 +1048,9 @@ class MegatronBuilder {
     add_pipeline_approximations(out, spec, split, policy, m.tied_embeddings);
     if (unfused_accumulation_bytes_per_param() > 0) {
       out.approximations.emplace_back(
-          "gradient accumulation outside the weight-gradient GEMMs (no gradient_accumulation_fusion, or DeepSpeed's "
-          "optimizer owning param.grad): each micro-batch's additions costed by their bytes and run back to back "
+          "gradient accumulation outside the weight-gradient GEMMs (no gradient_accumulation_fusion, DeepSpeed's "
+          "optimizer owning param.grad, or FSDP2's no-sync fp32 accumulation): each micro-batch's additions costed by "
+          "their bytes and run back to back "
           "after the rank's last operation, not inside each backward");
     }
   }

@@ -40,6 +40,12 @@ inline constexpr std::int64_t kBf16OptimizerAdamTrafficBytesPerParam =
 //   is Megatron-LM v2.5's fp16 training without contiguous buffers (--use-contiguous-buffers-in-ddp
 //   off unless bf16) and DeepSpeed's FP16 / ZeRO stage 0-1 optimizers, which own param.grad.
 inline constexpr std::int64_t kMainGradHookAccumulationBytesPerParam = kFp32Bytes + kBf16Bytes + kFp32Bytes;
+// FSDP2 under a pipeline schedule (PyTorch's torch/distributed/fsdp/_fully_shard/_fsdp_param.py,
+// FSDPParam.to_accumulated_grad_if_needed and accumulate_unsharded_grad_if_needed, run by
+// FSDPParamGroup.post_backward): with gradient sync off for every micro-batch but the last and a
+// reduce dtype (fp32) other than the parameters' (bf16), the first micro-batch's unsharded gradient
+// is cast into an fp32 buffer (read 2 B, write 4 B) and every later one added into it (10 B).
+inline constexpr std::int64_t kFsdp2UpcastBytesPerParam = kBf16Bytes + kFp32Bytes;
 [[nodiscard]] constexpr std::int64_t autograd_accumulation_bytes_per_param(std::int64_t gradient_bytes) {
   return 3 * gradient_bytes;
 }

@@ -265,6 +265,19 @@ TEST(MegatronPipelineEdges, GradientsAccumulatedOutsideTheGemmCostTheirBytes) {
         "optimizer");
   };
   EXPECT_NEAR(zero1("accum-zero1-4", "4") - zero1("accum-zero1-1", "1"), 6 * p * 3 / 100e9, 1e-12);
+  // FSDP2 under the pipeline (zero_stage 2, pp 2; rank 0 holds stage 0: one layer, the embeddings):
+  // the first no-sync micro-batch's bf16 gradients cast into the fp32 buffer (6 B), the three
+  // later ones added (10 B each): 36 B x P0 at 4 micro-batches; nothing at one (reduce-scattered
+  // as it comes).
+  const ParameterCounts c = count_parameters(spec.model);
+  const double p0 = static_cast<double>(c.per_layer + c.embedding + c.position);
+  const auto fsdp = [&](const std::string& name, const std::string& grad_accum) {
+    return phase_seconds(
+        run_experiment(load_experiment(tiny(name, 2, "tp: 1, pp: 2", "analytic"),
+                                       {"strategy.zero_stage=2", "training.grad_accum=" + grad_accum})),
+        "optimizer");
+  };
+  EXPECT_NEAR(fsdp("accum-fsdp-4", "4") - fsdp("accum-fsdp-1", "1"), 36 * p0 / 100e9, 1e-12);
 }
 
 }  // namespace
