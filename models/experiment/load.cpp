@@ -477,6 +477,50 @@ void resolve_pipeline_engine(Context& ctx, const TrainingFromStrategy& from_stra
     ctx.error(*from_strategy.interleaved_at, "strategy.schedule", interleaved_under_deepspeed());
 }
 
+// The scatter/gather of pipeline tensors once the framework and the pipeline's engine are known
+// (megatron_section.cpp read_pipeline_tensors named Megatron-LM's default where it mattered then).
+// Under training.framework: deepspeed-megatron, Megatron's own schedules take Megatron-DeepSpeed's
+// default (configs/defaults.yaml megatron_deepspeed: its training runs Megatron-Core's
+// p2p_communication, which never splits, whatever its arguments.py flag says), named as that
+// framework's; where DeepSpeed's engine runs the pipeline the key does not matter and is not named.
+void resolve_pipeline_tensors(const TrainingFromStrategy& from_strategy, std::vector<std::string>& strategy_defaults,
+                              ExperimentSpec& spec) {
+  auto* mg = std::get_if<MegatronSpec>(&spec.strategy);
+  if (!mg || from_strategy.scatter_gather_given) return;
+  constexpr std::string_view kNamed = "strategy.scatter_gather_tensors_in_pipeline=";
+  const auto named = std::find_if(strategy_defaults.begin(), strategy_defaults.end(),
+                                  [&](const std::string& d) { return d.starts_with(kNamed); });
+  const bool matters = mg->tp > 1 && mg->pp > 1 && !mg->sequence_parallel &&
+                       mg->pipeline_engine == MegatronSpec::PipelineEngine::kMegatron;
+  if (!matters) {
+    if (named != strategy_defaults.end()) strategy_defaults.erase(named);
+    return;
+  }
+  if (spec.training.framework != Framework::kDeepSpeedMegatron || named == strategy_defaults.end()) return;
+  mg->scatter_gather_tensors_in_pipeline = defaults::flag("megatron_deepspeed.scatter_gather_tensors_in_pipeline");
+  *named = fmt::format(
+      "{}{} (Megatron-DeepSpeed's: its train_step runs Megatron-Core's p2p_communication, which sends whole tensors; "
+      "--no-scatter-gather-tensors-in-pipeline reaches only text generation)",
+      kNamed, mg->scatter_gather_tensors_in_pipeline);
+}
+
+// Megatron-DeepSpeed's gradient accumulation (configs/defaults.yaml megatron_deepspeed: its layers
+// comment the fused path out) for Megatron's optimizer under training.framework:
+// deepspeed-megatron, named among the defaults applied; DeepSpeed's optimizer owns param.grad.
+void resolve_gradient_accumulation_fusion(const TrainingFromStrategy& from_strategy,
+                                          std::vector<std::string>& strategy_defaults, ExperimentSpec& spec) {
+  auto* mg = std::get_if<MegatronSpec>(&spec.strategy);
+  if (!mg || from_strategy.gradient_accumulation_fusion_given ||
+      spec.training.framework != Framework::kDeepSpeedMegatron || mg->optimizer != MegatronSpec::Optimizer::kMegatron) {
+    return;
+  }
+  mg->gradient_accumulation_fusion = defaults::flag("megatron_deepspeed.gradient_accumulation_fusion");
+  strategy_defaults.push_back(fmt::format(
+      "strategy.gradient_accumulation_fusion={} (Megatron-DeepSpeed's: its linear layers' fused weight-gradient "
+      "accumulation is commented out, so each micro-batch's gradients are added into main_grad apart)",
+      mg->gradient_accumulation_fusion));
+}
+
 // Step 6 of load_experiment (training a model, not a collective benchmark): the model required,
 // the training section read, the defaults recorded, the DeepSpeed config's batch adopted, then the
 // checks of the strategy against the model and of fp8 against the device.
@@ -508,7 +552,11 @@ void read_training(Context& ctx, MapReader& r, ReadCache* cache, ExperimentSpec&
   }
   if (read.model_ok && training_node) apply_sequence_length(ctx, *training_node, training_read, spec);
   if (read.model_ok && read.training_ok && !training_read.framework_given) infer_framework(spec);
-  if (read.strategy_ok && read.training_ok) resolve_pipeline_engine(ctx, from_strategy, spec);
+  if (read.strategy_ok && read.training_ok) {
+    resolve_pipeline_engine(ctx, from_strategy, spec);
+    resolve_pipeline_tensors(from_strategy, read.from_strategy.defaults, spec);
+    resolve_gradient_accumulation_fusion(from_strategy, read.from_strategy.defaults, spec);
+  }
   if (read.training_ok && spec.training.framework == Framework::kTorchtitan) {
     detail::check_torchtitan_training(*training_node, training_read.defaults);
     const auto* dp = std::get_if<DataParallelSpec>(&spec.strategy);

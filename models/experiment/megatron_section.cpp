@@ -200,9 +200,12 @@ void read_pipeline_engine(const Node& node, MapReader& r, std::vector<std::strin
 
 // Step of read_megatron_options: Megatron-LM's scatter/gather of pipeline tensors
 // (phases/pipeline_tensors.hpp), named among the defaults applied where it would change the run
-// (tp > 1, pp > 1, no sequence parallelism, Megatron's own schedules).
-void read_pipeline_tensors(MapReader& r, std::vector<std::string>& defaults_applied, MegatronSpec& mg) {
+// (tp > 1, pp > 1, no sequence parallelism, Megatron's own schedules). Under training.framework:
+// deepspeed-megatron load.cpp's resolve_pipeline_tensors puts Megatron-DeepSpeed's default in.
+void read_pipeline_tensors(MapReader& r, std::vector<std::string>& defaults_applied, TrainingFromStrategy* training,
+                           MegatronSpec& mg) {
   const char* key = "scatter_gather_tensors_in_pipeline";
+  if (training) training->scatter_gather_given = r.has(key);
   const bool matters =
       mg.tp > 1 && mg.pp > 1 && !mg.sequence_parallel && mg.pipeline_engine == MegatronSpec::PipelineEngine::kMegatron;
   if (matters) (void)megatron_default(r, key, defaults_applied);
@@ -248,7 +251,17 @@ void read_megatron_options(const Node& node, MapReader& r, std::vector<std::stri
   if (optimizer.valid && optimizer.value == "deepspeed") mg.optimizer = MegatronSpec::Optimizer::kDeepSpeed;
   check_megatron_fsdp(node, zero, mg);
   read_pipeline_engine(node, r, defaults_applied, interleaved_at, training, mg);
-  read_pipeline_tensors(r, defaults_applied, mg);
+  read_pipeline_tensors(r, defaults_applied, training, mg);
+  // Megatron-LM's gradient_accumulation_fusion (on by default; load.cpp puts Megatron-DeepSpeed's in
+  // under its framework). DeepSpeed's optimizer owns param.grad: there the key is named ignored.
+  const auto fusion =
+      r.optional<bool>("gradient_accumulation_fusion", defaults::flag("megatron.gradient_accumulation_fusion"));
+  mg.gradient_accumulation_fusion = fusion.value;
+  if (training) training->gradient_accumulation_fusion_given = r.has("gradient_accumulation_fusion");
+  if (r.has("gradient_accumulation_fusion") && mg.optimizer == MegatronSpec::Optimizer::kDeepSpeed) {
+    node.context().warning(fusion.loc, node.child_path("gradient_accumulation_fusion"),
+                           "ignored: DeepSpeed's optimizer owns param.grad, which autograd accumulates");
+  }
   if (r.has("grad_accum_dtype")) {
     const auto accum = r.choice("grad_accum_dtype", {"fp32", "bf16"});
     if (accum.valid) mg.fp32_grad_accum = accum.value == "fp32";

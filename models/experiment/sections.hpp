@@ -30,6 +30,10 @@ struct TrainingFromStrategy {
   // (resolve_pipeline_engine in load.cpp, once training.framework is known).
   bool pipeline_engine_given = false;
   std::optional<sim::config::Location> interleaved_at;
+  // megatron: strategy.scatter_gather_tensors_in_pipeline written (resolve_pipeline_tensors in
+  // load.cpp takes Megatron-DeepSpeed's default when training.framework names it).
+  bool scatter_gather_given = false;
+  bool gradient_accumulation_fusion_given = false;  // strategy.gradient_accumulation_fusion written
   // In: the model when it was read before the strategy, so that a tp it cannot split over is
   // reported at tp (by its heads and widths), not as the rank count it makes.
   const ModelSpec* model = nullptr;

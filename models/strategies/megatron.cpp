@@ -71,6 +71,7 @@
 #include "models/strategies/phases/pipeline_data_parallel.hpp"
 #include "models/strategies/phases/pipeline_tensors.hpp"
 #include "models/strategies/phases/rank_timeline.hpp"
+#include "models/strategies/phases/sequence_parallel_grads.hpp"
 #include "models/strategies/phases/steps.hpp"
 #include "models/strategies/phases/tied_embedding.hpp"
 #include "models/strategies/phases/zero_policy.hpp"
@@ -458,18 +459,21 @@ struct TensorParallelGroups {
   std::optional<CollectiveReplays> replays;
   [[nodiscard]] Communicator& at(int first) { return comms.at(first); }
   // A layer piece's TP all-reduce over the group from `first` (tp_reduction), replayed where it can be.
+  // `key`: the replay's (one per group and shape; a layer piece's is `first`).
   std::vector<TaskId> all_reduce(int first, RankTimeline& timeline, const std::vector<int>& members,
                                  const std::string& name, std::optional<sim::TimePs> overlap_extra,
                                  std::int64_t elements, const CollectivePlan& plan,
                                  const std::vector<std::vector<TaskId>>& deps, BuiltIteration& out,
-                                 const IterationInputs& in, const CollectiveOptions& options) {
+                                 const IterationInputs& in, const CollectiveOptions& options,
+                                 std::optional<int> key = std::nullopt) {
     const auto build = [&](sim::TaskGraph& scratch, const std::vector<std::vector<TaskId>>& starts) {
       Communicator alone(scratch, out.machine, in.topology, *layout_of.at(first), in.collectives, in.costs, options,
                          out.approximations);
       return alone.add(CollectiveKind::kAllReduce, name, elements, plan, starts);
     };
     if (replays) {
-      if (auto replayed = replays->add(first, timeline, members, name, deps, build)) return *replayed;
+      if (auto replayed = replays->add(key.value_or(first), timeline, members, name, deps, build, first))
+        return *replayed;
     }
     return tp_reduction(at(first), timeline, members, name, overlap_extra, elements, plan, deps);
   }
@@ -962,6 +966,15 @@ class MegatronBuilder {
   // group (gradient_group_plan), the tied embedding's all-reduce, Adam, the parameter all-gather (ZeRO-1).
   std::vector<TaskId> data_parallel_step() {
     auto tied = tied_embedding_after_reduction(in, out, timeline, spec, layout.class_size, policy);
+    bool norm_grads = false;  // some simulated rank holds gradients to all-reduce over its TP group
+    for (int s = 0; s < sims; ++s) norm_grads = norm_grads || sequence_parallel_gradients(s) > 0;
+    if (!deepspeed_engine(spec) && norm_grads) {
+      // finalize_model_grads: the norms' gradients over the TP group, then the tied embedding's.
+      tied = [this, tied = std::move(tied)](std::vector<TaskId>& last) {
+        reduce_sequence_parallel_gradients(last);
+        if (tied) tied(last);
+      };
+    }
     PipelineDataParallel step{timeline,       dp_comm,       policy, dp_plan, dp,
                               in.costs,       micro_batches, {},     {},      ddp ? &*ddp : nullptr,
                               std::move(tied)};
@@ -969,7 +982,57 @@ class MegatronBuilder {
       step.params.push_back(rs.params);
       step.adam.push_back(rs.k.adam);
     }
+    step.unfused_accumulation_bytes_per_param = unfused_accumulation_bytes_per_param();
     return pipeline_data_parallel_step(step, last_op, out.spans);
+  }
+
+  // The micro-batches' gradient additions outside the weight-gradient GEMMs, per parameter over the
+  // iteration (transformer/precision.hpp): none with Megatron's gradient_accumulation_fusion or
+  // under BF16_Optimizer (its own additions); Megatron's main_grad hook every micro-batch into an
+  // fp32 buffer; autograd's in-place add from the second micro-batch on for 16-bit gradients and
+  // under DeepSpeed's other optimizers, which own param.grad; under FSDP2 with the pipeline
+  // (zero_stage 2) its no-sync accumulation: the first micro-batch's gradients cast into the fp32
+  // buffer, the later ones added (with a bf16 reduce dtype, autograd's in-place add).
+  [[nodiscard]] std::int64_t unfused_accumulation_bytes_per_param() const {
+    if (policy.bf16_optimizer()) return 0;
+    const std::int64_t autograd =
+        autograd_accumulation_bytes_per_param(policy.fp32_gradients() ? kFp32Bytes : kBf16Bytes) * (micro_batches - 1);
+    if (policy.accumulates_whole_gradients()) {
+      if (micro_batches < 2) return 0;  // one micro-batch: reduce-scattered as it comes
+      return policy.fp32_gradients()
+                 ? kFsdp2UpcastBytesPerParam + kMainGradHookAccumulationBytesPerParam * (micro_batches - 1)
+                 : autograd;
+    }
+    if (spec.optimizer == MegatronSpec::Optimizer::kDeepSpeed) return autograd;
+    if (spec.gradient_accumulation_fusion) return 0;
+    return policy.fp32_gradients() ? kMainGradHookAccumulationBytesPerParam * micro_batches : autograd;
+  }
+
+  // The elements of simulated rank s's norm gradients that Megatron-Core all-reduces over its TP
+  // group after the data-parallel reduction (phases/sequence_parallel_grads.hpp).
+  [[nodiscard]] std::int64_t sequence_parallel_gradients(int s) const {
+    const int stage = rank_state[s].stage;
+    return sequence_parallel_gradient_elements(m, tp, spec.sequence_parallel, split.of_stage(stage),
+                                               stage == last_virtual % pp);
+  }
+
+  // _allreduce_layernorm_grads: each TP group's coalesced buffer all-reduced in the gradients'
+  // dtype after each member's `last` task, which moves past it.
+  void reduce_sequence_parallel_gradients(std::vector<TaskId>& last) {
+    std::map<int, std::vector<int>> groups;  // first rank of the TP group -> simulated indices
+    for (int s = 0; s < sims; ++s) groups[rank_state[s].rank - rank_state[s].t].push_back(s);
+    const std::int64_t per_bf16 = (policy.fp32_gradients() ? kFp32Bytes : kBf16Bytes) / kBf16Bytes;
+    for (const auto& [first, members] : groups) {
+      if (sequence_parallel_gradients(members.front()) == 0) continue;  // a stage without layers or final norm
+      std::vector<std::vector<TaskId>> deps(members.size());
+      for (std::size_t i = 0; i < members.size(); ++i) deps[i] = {last[members[i]]};
+      // Replayed under flow fidelity where it can be (its own shape: key -1 - first).
+      const auto done =
+          tp_comms.all_reduce(first, timeline, members, fmt::format(FMT_COMPILE("tp{}.norm_grads"), first),
+                              std::nullopt, sequence_parallel_gradients(members.front()) * per_bf16, tp_plan, deps, out,
+                              in, in.collective_options(spec.collectives), -1 - first);
+      for (std::size_t i = 0; i < members.size(); ++i) last[members[i]] = done[i];
+    }
   }
 
   // The iteration's figures and approximations.
@@ -983,6 +1046,13 @@ class MegatronBuilder {
     out.model_states_per_device = Bytes{states_of(0).gpu_model_states()};
     add_common_approximations(out, in, policy);
     add_pipeline_approximations(out, spec, split, policy, m.tied_embeddings);
+    if (unfused_accumulation_bytes_per_param() > 0) {
+      out.approximations.emplace_back(
+          "gradient accumulation outside the weight-gradient GEMMs (no gradient_accumulation_fusion, DeepSpeed's "
+          "optimizer owning param.grad, or FSDP2's no-sync fp32 accumulation): each micro-batch's additions costed by "
+          "their bytes and run back to back "
+          "after the rank's last operation, not inside each backward");
+    }
   }
 };
 

@@ -138,6 +138,11 @@ struct MegatronSpec {
   enum class PipelineEngine { kMegatron, kDeepSpeed };
   PipelineEngine pipeline_engine = PipelineEngine::kMegatron;
   std::optional<bool> fp32_grad_accum;
+  // Megatron-LM's --no-gradient-accumulation-fusion (default on since 83b1e42f, 2022-02): the
+  // weight-gradient GEMM adds into main_grad. Off (Megatron-LM v2.5, Megatron-DeepSpeed, which
+  // comments the fused path out): each micro-batch's gradients are added in a pass of their own
+  // (transformer/precision.hpp). Read with Megatron's optimizer; DeepSpeed's owns param.grad.
+  bool gradient_accumulation_fusion = true;
   // Megatron-Core's DistributedDataParallelConfig (phases/pipeline_data_parallel.hpp,
   // OverlappedDataParallel): the gradients reduced in buckets of bucket_size elements as the last
   // micro-batch's backward produces them, and (distributed optimizer) the updated parameters

@@ -28,6 +28,27 @@ inline constexpr std::int64_t kBf16OptimizerAccumulationBytesPerParam = (kBf16By
 inline constexpr std::int64_t kBf16OptimizerStepPassBytesPerParam = 2 * kFp32Bytes;
 inline constexpr std::int64_t kBf16OptimizerAdamTrafficBytesPerParam =
     kAdamTrafficBytesPerParam - (kBf16Bytes + kFp32Bytes);
+// Gradient accumulation over micro-batches outside the weight-gradient GEMM (where Megatron's
+// gradient_accumulation_fusion, which has the GEMM add into main_grad, is off or absent):
+// - into Megatron's fp32 main_grad buffer, by its DDP's backward hook every micro-batch
+//   (Megatron-LM v2.5 megatron/model/distributed.py _make_param_hook: param.main_grad.add_(
+//   param.grad.data); Megatron-DeepSpeed alike): read the fp32 buffer and the 16-bit gradient, write
+//   the buffer, 10 B per parameter;
+// - in 16 bits, by autograd's AccumulateGrad (its in-place add from the second micro-batch on: the
+//   first micro-batch's gradient becomes param.grad without a copy): read two, write one, 6 B in
+//   16 bits (12 B where the gradients are fp32). This
+//   is Megatron-LM v2.5's fp16 training without contiguous buffers (--use-contiguous-buffers-in-ddp
+//   off unless bf16) and DeepSpeed's FP16 / ZeRO stage 0-1 optimizers, which own param.grad.
+inline constexpr std::int64_t kMainGradHookAccumulationBytesPerParam = kFp32Bytes + kBf16Bytes + kFp32Bytes;
+// FSDP2 under a pipeline schedule (PyTorch's torch/distributed/fsdp/_fully_shard/_fsdp_param.py,
+// FSDPParam.to_accumulated_grad_if_needed and accumulate_unsharded_grad_if_needed, run by
+// FSDPParamGroup.post_backward): with gradient sync off for every micro-batch but the last and a
+// reduce dtype (fp32) other than the parameters' (bf16), the first micro-batch's unsharded gradient
+// is cast into an fp32 buffer (read 2 B, write 4 B) and every later one added into it (10 B).
+inline constexpr std::int64_t kFsdp2UpcastBytesPerParam = kBf16Bytes + kFp32Bytes;
+[[nodiscard]] constexpr std::int64_t autograd_accumulation_bytes_per_param(std::int64_t gradient_bytes) {
+  return 3 * gradient_bytes;
+}
 // DeepSpeed's CPU Adam on fp32 host states: read p, g, m, v and write p, m, v (deepspeed-offload.md
 // section 5).
 inline constexpr std::int64_t kHostAdamTrafficBytesPerParam = 4 * kFp32Bytes + 3 * kFp32Bytes;

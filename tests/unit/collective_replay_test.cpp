@@ -113,8 +113,33 @@ TEST(CollectiveReplay, LinksMustBeTheReplaysAlone) {
   (void)g.add("accounted", "x", sim::TransferTask{{}, sim::Bytes{1}, {}, sim::Bandwidth{1.0}, {sim::ConstraintId{1}}});
   EXPECT_FALSE(replay_links_exclusive(r, g));  // an analytic transfer credited on the link
   sim::TaskGraph h;
-  r.groups.push_back({{{sim::ConstraintId{1}, {}, sim::TimePs{0}, 0.0}}, {}});
-  EXPECT_FALSE(replay_links_exclusive(r, h));  // two groups on one link
+  r.groups.push_back({{{sim::ConstraintId{1}, {}, sim::TimePs{0}, 0.0}}, {}, 1});
+  EXPECT_FALSE(replay_links_exclusive(r, h));  // two owners' groups on one link
+  r.groups.back().owner = 0;
+  EXPECT_TRUE(replay_links_exclusive(r, h));  // two shapes of one owner (replays_held orders them)
+}
+
+TEST(CollectiveReplay, AnOwnersShapesMustNotOverlap) {
+  // One owner, two recorded shapes on the same link (a TP group's layer all-reduce, then its norm
+  // gradients' after the schedule): exact only when every replay of the later-recorded shape
+  // starts after every replay of the earlier one ended.
+  ReplayedCollectives r;
+  r.groups.push_back({{{sim::ConstraintId{0}, {0.1}, sim::TimePs{5}, 3.0}}, {{sim::TaskId{0}}, {sim::TaskId{1}}}, 7});
+  r.groups.push_back({{{sim::ConstraintId{0}, {0.3}, sim::TimePs{2}, 1.0}}, {{sim::TaskId{2}}}, 7});
+  sim::RunResult run;
+  const auto record = [](std::int64_t start, std::int64_t end) {
+    return sim::TaskRecord{sim::TimePs{start}, sim::TimePs{start}, sim::TimePs{end}};
+  };
+  run.tasks = {record(10, 15), record(30, 35), record(35, 37)};
+  run.constraints.resize(1);
+  EXPECT_TRUE(replays_held(r, run));
+  add_replayed_statistics(r, run);
+  EXPECT_EQ(run.constraints[0].stats.bytes_carried, 0.1 + 0.1 + 0.3);  // the full run's order
+  EXPECT_EQ(run.constraints[0].stats.busy_time, sim::TimePs{12});
+  run.tasks[2] = record(34, 36);  // starts before the earlier shape's last replay ended
+  EXPECT_FALSE(replays_held(r, run));
+  r.groups[1].owner = 8;  // another owner's replays are not ordered against these
+  EXPECT_TRUE(replays_held(r, run));
 }
 
 TEST(CollectiveReplay, MembersMustStartTogetherAndStatisticsAddPerReplay) {

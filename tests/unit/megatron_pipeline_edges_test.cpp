@@ -13,7 +13,9 @@
 
 #include "models/experiment.hpp"
 #include "models/strategies/phases/pipeline_tensors.hpp"
+#include "models/strategies/phases/sequence_parallel_grads.hpp"
 #include "models/strategies/phases/tied_embedding.hpp"
+#include "models/transformer/transformer.hpp"
 #include "tests/unit/source_paths.hpp"
 
 namespace offsim::models {
@@ -25,7 +27,8 @@ namespace fs = std::filesystem;
 // by 10 GB/s links without latency: with 2 GPUs one link; with 4, TP pairs (gpu0-gpu1, gpu2-gpu3)
 // and stage links (gpu0-gpu2, gpu1-gpu3), so that rank t of stage 0 talks to rank t of stage 1 on
 // a link of its own. One micro-batch: every transfer and collective lies on the critical path.
-std::string tiny(const std::string& name, int gpus, const std::string& strategy, const std::string& fidelity) {
+std::string tiny(const std::string& name, int gpus, const std::string& strategy, const std::string& fidelity,
+                 const std::string& training = "") {
   const fs::path dir = testing::scratch_folder("offsim-megatron-edges-test");
   std::string links = "  - {between: [gpu0, gpu1], bandwidth: \"10 GB/s\", latency: \"0 s\", class: gpu-gpu}\n";
   if (gpus == 4) {
@@ -47,9 +50,9 @@ std::string tiny(const std::string& name, int gpus, const std::string& strategy,
       "  device: !include {1}/tests/data/test-gpu-costs.yaml\n"
       "  collectives: !include {1}/tests/data/test-collectives.yaml\n"
       "model: !include {1}/tests/data/tiny-gpt.yaml\n"
-      "training: {{micro_batch: 1, grad_accum: 1, precision: bf16, recompute: none, flash_attention: false}}\n"
+      "training: {{micro_batch: 1, grad_accum: 1, precision: bf16, recompute: none, flash_attention: false{5}}}\n"
       "strategy: {{kind: megatron, dp: 1, schedule: 1f1b, zero_stage: 0, collectives: {{fidelity: {3}}}, {4}}}\n",
-      name, OFFSIM_SOURCE_DIR, gpus, fidelity, strategy);
+      name, OFFSIM_SOURCE_DIR, gpus, fidelity, strategy, training);
   return file.string();
 }
 
@@ -108,13 +111,20 @@ TEST(MegatronPipelineEdges, TiedEmbeddingGradientsAreAllReducedAfterTheReduction
 
 TEST(MegatronPipelineEdges, TiedEmbeddingGradientIsSplitOverTheTensorParallelGroup) {
   // tp 2, pp 2 on four GPUs: each TP rank's pair (0 with 2, 1 with 3) has a link of its own and
-  // all-reduces ceil(V / 2) x h fp32: t = 64 x 64 x 4 / 10 GB/s = 1.6384 us.
+  // all-reduces ceil(V / 2) x h fp32: t = 64 x 64 x 4 / 10 GB/s = 1.6384 us. With sequence
+  // parallelism Megatron-Core's finalize_model_grads first all-reduces the norms' and row-parallel
+  // biases' gradients over the TP pair (phases/sequence_parallel_grads.hpp): stage 0 holds one
+  // layer, 6 h = 384 fp32 elements = 1536 B, a reduce-scatter and an all-gather of
+  // tests/data/test-collectives.yaml: n = 10 us + 768 B / 1 GB/s + 20 us + 768 B / 0.5 GB/s =
+  // 32.304 us. The last stage finished its backward (and its own all-reduce) earlier, so rank 0's
+  // gradient_reduction is n + t.
   for (const char* fidelity : {"analytic", "flow"}) {
     SCOPED_TRACE(fidelity);
     const auto r = run_experiment(
         load_experiment(tiny(std::string("tied-tp2-") + fidelity, 4, "tp: 2, pp: 2, sequence_parallel: true", fidelity),
                         {"model.tied_embeddings=true"}));
-    EXPECT_NEAR(phase_seconds(r, "gradient_reduction"), 64.0 * 64.0 * 4 / 10e9, 1e-12);
+    EXPECT_NEAR(phase_seconds(r, "gradient_reduction"), 30e-6 + 768 / 1e9 + 768 / 0.5e9 + 64.0 * 64.0 * 4 / 10e9,
+                1e-12);
   }
 }
 
@@ -156,6 +166,118 @@ TEST(MegatronPipelineEdges, TheWholeTensorDefaultIsNamedWhereItMatters) {
   };
   EXPECT_TRUE(named(load_experiment(tiny("named", 4, "tp: 2, pp: 2, sequence_parallel: false", "analytic"), {})));
   EXPECT_FALSE(named(load_experiment(tiny("unnamed", 4, "tp: 2, pp: 2, sequence_parallel: true", "analytic"), {})));
+}
+
+TEST(MegatronPipelineEdges, DeepSpeedMegatronsOwnScheduleSendsWholeTensorsByDefault) {
+  // Megatron-DeepSpeed at the version the shipped experiments name trains through Megatron-Core's
+  // p2p_communication (no split, no gather) although its arguments.py keeps
+  // --no-scatter-gather-tensors-in-pipeline (default true): left out under training.framework:
+  // deepspeed-megatron with Megatron's own schedule, the key is false and named as
+  // Megatron-DeepSpeed's; written, it is taken as written; under DeepSpeed's engine it is not named.
+  const auto named = [](const ExperimentSpec& spec, const char* start) {
+    int found = 0;
+    for (const auto& d : spec.defaults_applied) found += d.starts_with(start) ? 1 : 0;
+    return found;
+  };
+  const std::string ds = ", framework: deepspeed-megatron";
+  const auto mine = load_experiment(
+      tiny("ds-own", 4, "tp: 2, pp: 2, sequence_parallel: false, pipeline_engine: megatron", "analytic", ds), {});
+  EXPECT_FALSE(std::get<MegatronSpec>(mine.strategy).scatter_gather_tensors_in_pipeline);
+  EXPECT_EQ(named(mine, "strategy.scatter_gather_tensors_in_pipeline=false (Megatron-DeepSpeed's"), 1);
+  EXPECT_EQ(named(mine, "strategy.scatter_gather_tensors_in_pipeline="), 1);
+  const auto written = load_experiment(
+      tiny(
+          "ds-own-sg", 4,
+          "tp: 2, pp: 2, sequence_parallel: false, pipeline_engine: megatron, scatter_gather_tensors_in_pipeline: true",
+          "analytic", ds),
+      {});
+  EXPECT_TRUE(std::get<MegatronSpec>(written.strategy).scatter_gather_tensors_in_pipeline);
+  EXPECT_EQ(named(written, "strategy.scatter_gather_tensors_in_pipeline="), 0);
+  const auto engine =
+      load_experiment(tiny("ds-engine", 4, "tp: 2, pp: 2, sequence_parallel: false", "analytic", ds), {});
+  EXPECT_EQ(std::get<MegatronSpec>(engine.strategy).pipeline_engine, MegatronSpec::PipelineEngine::kDeepSpeed);
+  EXPECT_EQ(named(engine, "strategy.scatter_gather_tensors_in_pipeline="), 0);
+}
+
+TEST(MegatronPipelineEdges, SequenceParallelNormGradientsAreAllReducedOverTheTensorParallelGroup) {
+  // Megatron-Core's finalize_model_grads -> _allreduce_layernorm_grads (phases/
+  // sequence_parallel_grads.hpp). tiny-gpt: 2 layers, h 64, LayerNorm (weight and bias), biases on
+  // every projection, untied. Per layer 2 norms x 2 h + 2 h row-parallel biases = 6 h = 384
+  // elements, and the final norm 2 h = 128: E = 2 x 384 + 128 = 896 fp32 elements = 3584 B on each
+  // rank (tp 2, pp 1, dp 1: no data-parallel reduction, so rank 0's gradient_reduction phase is the
+  // all-reduce alone). The all-reduce is a reduce-scatter then an all-gather over the TP pair
+  // (tests/data/test-collectives.yaml: alpha 10 us and 1 GB/s, alpha 20 us and 0.5 GB/s):
+  //   T = 10 us + (1/2) 3584 B / 1 GB/s + 20 us + (1/2) 3584 B / 0.5 GB/s = 35.376 us.
+  EXPECT_EQ(sequence_parallel_gradient_elements(
+                load_experiment(tiny("sp-norms", 2, "tp: 2, sequence_parallel: true", "analytic"), {}).model, 2, true,
+                2, true),
+            896);
+  for (const char* fidelity : {"analytic", "flow"}) {
+    SCOPED_TRACE(fidelity);
+    const auto sp = run_experiment(
+        load_experiment(tiny(std::string("sp-grads-") + fidelity, 2, "tp: 2, sequence_parallel: true", fidelity), {}));
+    EXPECT_NEAR(phase_seconds(sp, "gradient_reduction"), 30e-6 + 0.5 * 3584 / 1e9 + 0.5 * 3584 / 0.5e9, 1e-11);
+    // Without sequence parallelism (and no Q/K norms) every TP rank sees every token: no all-reduce.
+    const auto plain = run_experiment(
+        load_experiment(tiny(std::string("no-sp-") + fidelity, 2, "tp: 2, sequence_parallel: false", fidelity), {}));
+    EXPECT_EQ(phase_seconds(plain, "gradient_reduction"), 0.0);
+  }
+}
+
+TEST(MegatronPipelineEdges, GradientsAccumulatedOutsideTheGemmCostTheirBytes) {
+  // tiny-gpt on one rank (tp 1, pp 1, dp 1), 4 micro-batches, P parameters; the test GPU streams
+  // 100 GB/s at efficiency 1 (tests/data/test-gpu-costs.yaml). transformer/precision.hpp:
+  // - Megatron-LM's gradient_accumulation_fusion (the default): nothing beyond the GEMMs;
+  // - fusion off, fp32 main_grad: the DDP hook's main_grad.add_(grad) every micro-batch,
+  //   10 B x P x 4 / 100 GB/s;
+  // - fusion off, 16-bit gradients: autograd's in-place add from the second micro-batch on,
+  //   6 B x P x 3 / 100 GB/s;
+  // - DeepSpeed's ZeRO-1 optimizer (16-bit gradients in param.grad): autograd's, 6 B x P x 3.
+  const std::vector<std::string> four{"training.grad_accum=4"};
+  const auto run = [&](const std::string& name, const std::string& strategy, const std::string& training = "") {
+    return run_experiment(load_experiment(tiny(name, 2, "tp: 1, pp: 1, " + strategy, "analytic", training), four));
+  };
+  const ExperimentSpec spec = load_experiment(tiny("accum-spec", 2, "tp: 1, pp: 1", "analytic"), four);
+  const double p = static_cast<double>(count_parameters(spec.model).total);
+  EXPECT_FALSE(spec.defaults_applied.empty());
+  const double fused = run("accum-fused", "sequence_parallel: false").iteration_time.seconds();
+  EXPECT_NEAR(run("accum-fp32", "gradient_accumulation_fusion: false").iteration_time.seconds() - fused,
+              10 * p * 4 / 100e9, 1e-12);
+  const double fused16 = run("accum-fused16", "grad_accum_dtype: bf16").iteration_time.seconds();
+  EXPECT_NEAR(
+      run("accum-16", "grad_accum_dtype: bf16, gradient_accumulation_fusion: false").iteration_time.seconds() - fused16,
+      6 * p * 3 / 100e9, 1e-12);
+  // Under training.framework: deepspeed-megatron Megatron's optimizer takes Megatron-DeepSpeed's
+  // default (the fused path commented out), named among the defaults applied.
+  const ExperimentSpec ds =
+      load_experiment(tiny("accum-ds", 2, "tp: 1, pp: 1", "analytic", ", framework: deepspeed-megatron"), four);
+  EXPECT_FALSE(std::get<MegatronSpec>(ds.strategy).gradient_accumulation_fusion);
+  int named = 0;
+  for (const auto& d : ds.defaults_applied)
+    named += d.starts_with("strategy.gradient_accumulation_fusion=false (Megatron-DeepSpeed's") ? 1 : 0;
+  EXPECT_EQ(named, 1);
+  EXPECT_NEAR(run_experiment(ds).iteration_time.seconds() - fused, 10 * p * 4 / 100e9, 1e-12);
+  // DeepSpeed's ZeRO-1 optimizer: its optimizer phase against one micro-batch's (no addition).
+  const auto zero1 = [&](const std::string& name, const std::string& grad_accum) {
+    return phase_seconds(
+        run_experiment(load_experiment(tiny(name, 2, "tp: 1, pp: 1, optimizer: deepspeed", "analytic"),
+                                       {"strategy.zero_stage=1", "training.grad_accum=" + grad_accum})),
+        "optimizer");
+  };
+  EXPECT_NEAR(zero1("accum-zero1-4", "4") - zero1("accum-zero1-1", "1"), 6 * p * 3 / 100e9, 1e-12);
+  // FSDP2 under the pipeline (zero_stage 2, pp 2; rank 0 holds stage 0: one layer, the embeddings):
+  // the first no-sync micro-batch's bf16 gradients cast into the fp32 buffer (6 B), the three
+  // later ones added (10 B each): 36 B x P0 at 4 micro-batches; nothing at one (reduce-scattered
+  // as it comes).
+  const ParameterCounts c = count_parameters(spec.model);
+  const double p0 = static_cast<double>(c.per_layer + c.embedding + c.position);
+  const auto fsdp = [&](const std::string& name, const std::string& grad_accum) {
+    return phase_seconds(
+        run_experiment(load_experiment(tiny(name, 2, "tp: 1, pp: 2", "analytic"),
+                                       {"strategy.zero_stage=2", "training.grad_accum=" + grad_accum})),
+        "optimizer");
+  };
+  EXPECT_NEAR(fsdp("accum-fsdp-4", "4") - fsdp("accum-fsdp-1", "1"), 36 * p0 / 100e9, 1e-12);
 }
 
 }  // namespace

@@ -1,13 +1,15 @@
 #include "models/strategies/phases/collective_replay.hpp"
 
 #include <algorithm>
+#include <map>
 #include <variant>
 
 #include "models/transformer/phases.hpp"
 
 namespace offsim::models {
 
-std::optional<CollectiveReplays::Recording> CollectiveReplays::record(const Build& build, std::size_t members) {
+std::optional<CollectiveReplays::Recording> CollectiveReplays::record(const Build& build, std::size_t members,
+                                                                      int owner) {
   // The collective alone, every member starting at time 0.
   sim::TaskGraph scratch;
   std::vector<std::vector<sim::TaskId>> starts(members);
@@ -30,6 +32,7 @@ std::optional<CollectiveReplays::Recording> CollectiveReplays::record(const Buil
   Recording rec;
   for (const sim::TaskId t : last) rec.durations.push_back(run.tasks[t.index].end);
   ReplayedCollectives::Group group;
+  group.owner = owner;
   for (const sim::ConstraintId c : used) {
     const sim::ConstraintStats& stats = run.constraints[c.index].stats;
     group.links.push_back({c, stats.credits, stats.busy_time, stats.peak_bytes_per_s});
@@ -42,10 +45,10 @@ std::optional<CollectiveReplays::Recording> CollectiveReplays::record(const Buil
 std::optional<std::vector<sim::TaskId>> CollectiveReplays::add(int key, RankTimeline& timeline,
                                                                const std::vector<int>& members, const std::string& name,
                                                                const std::vector<std::vector<sim::TaskId>>& deps,
-                                                               const Build& build) {
+                                                               const Build& build, std::optional<int> owner) {
   if (!enabled_) return std::nullopt;
   auto it = recordings_.find(key);
-  if (it == recordings_.end()) it = recordings_.emplace(key, record(build, members.size())).first;
+  if (it == recordings_.end()) it = recordings_.emplace(key, record(build, members.size(), owner.value_or(key))).first;
   if (!it->second || it->second->durations.size() != members.size()) return std::nullopt;
   const Recording& rec = *it->second;
   sim::TaskGraph& g = timeline.graph();
@@ -68,18 +71,18 @@ ReplayedCollectives CollectiveReplays::take() {
 }
 
 bool replay_links_exclusive(const ReplayedCollectives& replayed, const sim::TaskGraph& graph) {
-  std::vector<char> held;  // by constraint index: used by a recorded collective
+  std::vector<int> held;  // by constraint index: 1 + the owner of the recorded collectives using it, 0: none
   for (const auto& group : replayed.groups) {
     for (const auto& link : group.links) {
       const std::size_t c = link.constraint.index;
       if (held.size() <= c) held.resize(c + 1, 0);
-      if (held[c]) return false;  // two groups on one constraint
-      held[c] = 1;
+      if (held[c] != 0 && held[c] != group.owner + 1) return false;  // two owners on one constraint
+      held[c] = group.owner + 1;
     }
   }
   const auto touches = [&](const std::vector<sim::ConstraintId>& list) {
     return std::any_of(list.begin(), list.end(),
-                       [&](sim::ConstraintId c) { return c.index < held.size() && held[c.index]; });
+                       [&](sim::ConstraintId c) { return c.index < held.size() && held[c.index] != 0; });
   };
   return std::none_of(graph.tasks().begin(), graph.tasks().end(), [&](const sim::Task& t) {
     const auto* x = std::get_if<sim::TransferTask>(&t.body);
@@ -88,13 +91,21 @@ bool replay_links_exclusive(const ReplayedCollectives& replayed, const sim::Task
 }
 
 bool replays_held(const ReplayedCollectives& replayed, const sim::RunResult& run) {
+  // Per owner, the latest end of the replays of the groups seen so far (in recording order).
+  std::map<int, sim::TimePs> ended;
   for (const auto& group : replayed.groups) {
+    const auto before = ended.find(group.owner);
+    sim::TimePs last{0};
     for (const auto& members : group.instances) {
       const sim::TimePs start = run.tasks[members.front().index].start;
       for (const sim::TaskId t : members) {
         if (run.tasks[t.index].start != start) return false;
+        last = std::max(last, run.tasks[t.index].end);
       }
+      // An owner's later-recorded shape starts after its earlier ones' replays ended.
+      if (before != ended.end() && start < before->second) return false;
     }
+    ended[group.owner] = std::max(before != ended.end() ? before->second : sim::TimePs{0}, last);
   }
   return true;
 }

@@ -15,11 +15,14 @@
 // the same order. Preconditions, each checked, with the full simulation as the fallback:
 //   1. exclusive links (checked when the graph is built, replay_links_exclusive): no other task of
 //      the graph routes or accounts a flow on a constraint a recorded collective used, and two
-//      groups' recorded collectives use disjoint constraints;
+//      groups' recorded collectives use disjoint constraints (collectives of one owner, a group of
+//      ranks with several recorded shapes, may share theirs: see 2);
 //   2. simultaneous starts (checked after the run, replays_held): every replay's members start at
 //      one instant. Then the replays of one group do not overlap either: each member's next one
 //      starts after its previous one ended, and with simultaneous starts and ends all of one
-//      replay's flows ended before any of the next started;
+//      replay's flows ended before any of the next started. Where an owner has several recorded
+//      shapes, every replay of a later-recorded one starts after every replay of the earlier ones
+//      ended, so that they never overlap and each link is credited in the full run's order;
 //   3. the recording holds only transfers and barriers (no kernel or memory task, which would use
 //      a unit or pool the iteration shares): otherwise the collective is built in full.
 // When 1 or 2 fails the iteration is built and simulated again without replays (simulate_iteration,
@@ -55,9 +58,12 @@ class CollectiveReplays {
   /// replayed (one delay per member, named `<name>.replay` on the member's rank) and its last task
   /// per member returned; nullopt when it cannot be replayed (precondition 3), to be built in full.
   /// The first call for a key records it by running `build` alone.
+  /// `owner` (>= 0; the key itself when left out): the group of ranks the collective runs over,
+  /// for keys of several shapes on the same links (precondition 1).
   std::optional<std::vector<sim::TaskId>> add(int key, RankTimeline& timeline, const std::vector<int>& members,
                                               const std::string& name,
-                                              const std::vector<std::vector<sim::TaskId>>& deps, const Build& build);
+                                              const std::vector<std::vector<sim::TaskId>>& deps, const Build& build,
+                                              std::optional<int> owner = std::nullopt);
 
   /// What the run checks and completes (BuiltIteration::replayed).
   [[nodiscard]] ReplayedCollectives take();
@@ -67,7 +73,7 @@ class CollectiveReplays {
     std::vector<sim::TimePs> durations;  // per member
     std::size_t group = 0;               // in result_.groups
   };
-  std::optional<Recording> record(const Build& build, std::size_t members);
+  std::optional<Recording> record(const Build& build, std::size_t members, int owner);
 
   bool enabled_;
   const sim::Platform& platform_;

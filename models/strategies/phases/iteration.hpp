@@ -58,6 +58,9 @@ struct ReplayedCollectives {
   struct Group {
     std::vector<Link> links;                          // the recorded collective's, by constraint id
     std::vector<std::vector<sim::TaskId>> instances;  // per replay: each member's task
+    // The ranks' group the collective runs over (a TP group's first rank): recorded collectives of
+    // one owner may share links, replayed one after another (replays_held checks it).
+    int owner = 0;
   };
   std::vector<Group> groups;
   [[nodiscard]] bool empty() const { return groups.empty(); }

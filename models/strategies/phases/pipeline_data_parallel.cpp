@@ -66,6 +66,17 @@ std::vector<TaskId> pipeline_data_parallel_step(const PipelineDataParallel& p, s
       if (p.ranks.slot(s).rank == 0) spans.push_back({phase::kOptimizer, before, last[s], true});
     }
   }
+  if (p.unfused_accumulation_bytes_per_param > 0) {
+    // The micro-batches' gradients added outside the weight-gradient GEMMs (Megatron's main_grad
+    // hook, autograd's AccumulateGrad), after the schedule as above.
+    for (int s = 0; s < sims; ++s) {
+      const TaskId before = last[s];
+      const sim::Bytes bytes{p.params[s] * p.unfused_accumulation_bytes_per_param};
+      last[s] = p.ranks.memory_pass(s, "accumulate_gradients", phase::kOptimizer, p.costs.memory_bound_time(bytes),
+                                    bytes, "memory", {last[s]});
+      if (p.ranks.slot(s).rank == 0) spans.push_back({phase::kOptimizer, before, last[s], true});
+    }
+  }
   // The gradients reduced to their owners where the optimizer is partitioned (ZeroPolicy); with
   // Megatron-Core's overlap_grad_reduce in buckets during the schedule.
   const bool overlapped_reduction = p.overlapped != nullptr && p.overlapped->options().overlap_grad_reduce;

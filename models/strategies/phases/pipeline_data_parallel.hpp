@@ -37,6 +37,10 @@ struct PipelineDataParallel {
   // Run on each rank's task after the gradient reduction, before the optimizer (Megatron's tied
   // embedding all-reduce, phases/tied_embedding.hpp); may move them on. Empty: nothing.
   std::function<void(std::vector<sim::TaskId>&)> after_reduction;
+  // Bytes per parameter a rank moves over the iteration to accumulate its micro-batches' gradients
+  // outside the GEMMs (transformer/precision.hpp; 0: fused or nothing to add), run back to back
+  // after the rank's last operation like BF16_Optimizer's additions.
+  std::int64_t unfused_accumulation_bytes_per_param = 0;
 };
 
 /// Megatron-Core's DistributedDataParallel with overlap_grad_reduce and overlap_param_gather
