@@ -150,7 +150,7 @@ void FlowNetwork::unlink_flow(std::uint32_t id) {
       constraints_[c.index].solo_listings = 0;
     }
     flow.solo = false;
-    mark_changed(flow);
+    if (statistics_) mark_changed(flow);  // their aggregate rates drop to what is left (no flow)
     return;
   }
   for (const auto c : flow.spec.route) {
@@ -170,7 +170,7 @@ void FlowNetwork::start_fixed(FlowId f) {
   Flow& flow = flows_[f.index];
   flow.rate = flow.spec.rate_bound->bytes_per_s;
   flow.finish = sim_.now() + duration_of(flow.remaining_bytes, flow.rate);
-  add_fixed_rate(flow.accounted, flow.rate, true);
+  if (statistics_) add_fixed_rate(flow.accounted, flow.rate, true);
   sim_.schedule_at(flow.finish, EventPhase::kCompletion, [this, f] { finish_fixed(f); });
 }
 
@@ -178,11 +178,13 @@ void FlowNetwork::finish_fixed(FlowId f) {
   Flow& flow = flows_[f.index];
   // Its constraints were credited its rate over its duration, which rounds up to whole
   // picoseconds: the remainder (a fraction of a picosecond's worth) makes their bytes exact.
-  const double credited = flow.rate * duration_of(flow.remaining_bytes, flow.rate).seconds();
-  for_each_run(flow.accounted, [&](std::uint32_t index, std::uint32_t times) {
-    add_bytes(constraints_[index].stats, times * (flow.remaining_bytes - credited));
-  });
-  add_fixed_rate(flow.accounted, flow.rate, false);
+  if (statistics_) {
+    const double credited = flow.rate * duration_of(flow.remaining_bytes, flow.rate).seconds();
+    for_each_run(flow.accounted, [&](std::uint32_t index, std::uint32_t times) {
+      add_bytes(constraints_[index].stats, times * (flow.remaining_bytes - credited));
+    });
+    add_fixed_rate(flow.accounted, flow.rate, false);
+  }
   flow.remaining_bytes = 0.0;
   flow.rate = 0.0;
   std::vector<ConstraintId>().swap(flow.accounted);
@@ -229,11 +231,13 @@ void FlowNetwork::step(Flow& flow) {
   const double dt_s = dt.seconds();
   const double moved = std::min(flow.remaining_bytes, flow.rate * dt_s);
   flow.remaining_bytes = std::max(0.0, flow.remaining_bytes - flow.rate * dt_s);
+  if (!statistics_) return;
   for (const auto c : flow.spec.route) add_bytes(constraints_[c.index].stats, moved);
   for (const auto c : flow.accounted) add_bytes(constraints_[c.index].stats, moved);
 }
 
 void FlowNetwork::sync_stats() {
+  if (!statistics_) return;
   for (const auto id : active_) step(flows_[id]);
   for (auto& c : constraints_) credit(c);
 }
@@ -332,6 +336,7 @@ void FlowNetwork::reshare_changed() {
     std::push_heap(pending_.begin(), pending_.end(), Pending::Later{});
   }
   rate_solo_flows();
+  if (!statistics_) return;
   // Aggregate rates per constraint, for statistics and timelines: each flow's rate added once per
   // listing, flows by ascending id (the order of a whole-network sum). A solo flow is the only
   // flow of its constraints.
@@ -392,6 +397,7 @@ void FlowNetwork::rate_solo_flows() {
       std::push_heap(pending_.begin(), pending_.end(), Pending::Later{});
     }
     for (const auto c : flow.spec.route) {
+      if (!statistics_) break;
       Constraint& con = constraints_[c.index];
       if (con.seen == search_epoch_) continue;
       con.seen = search_epoch_;

@@ -96,8 +96,15 @@ class FlowNetwork {
  public:
   using Completion = Callback;
 
-  explicit FlowNetwork(Simulator& simulator, bool record_timelines = false, bool record_credits = false)
-      : sim_(simulator), record_timelines_(record_timelines), record_credits_(record_credits) {}
+  /// `statistics` false: no constraint statistics are kept (every ConstraintStats stays empty;
+  /// rates and completions are the same), for runs whose link activity nobody reads. Recording
+  /// timelines or credits keeps them.
+  explicit FlowNetwork(Simulator& simulator, bool record_timelines = false, bool record_credits = false,
+                       bool statistics = true)
+      : sim_(simulator),
+        record_timelines_(record_timelines),
+        record_credits_(record_credits),
+        statistics_(statistics || record_timelines || record_credits) {}
   FlowNetwork(const FlowNetwork&) = delete;
   FlowNetwork& operator=(const FlowNetwork&) = delete;
 
@@ -241,6 +248,7 @@ class FlowNetwork {
   Simulator& sim_;
   bool record_timelines_;
   bool record_credits_;
+  bool statistics_;  // constraint statistics kept (credit, aggregate rates, bytes)
   std::vector<Constraint> constraints_;
   // A deque, not a vector: flows are only appended, and a vector's doubling held the old and the
   // new buffer at once (28 MB at the peak of the full-Frontier GPT-1T run, 2/3 of it spare).

@@ -213,9 +213,9 @@ struct SoloOutcome {
 // that takes freed links at the instant another leaves them, a bounded solo flow and a fixed-rate
 // flow accounted on a solo flow's link. Recording timelines turns solo flows off (every flow goes
 // through the per-constraint lists), so the two runs compare the solo path with the lists'.
-SoloOutcome run_solo_scenario(bool record_timelines) {
+SoloOutcome run_solo_scenario(bool record_timelines, bool statistics = true) {
   Simulator sim;
-  FlowNetwork net(sim, record_timelines);
+  FlowNetwork net(sim, record_timelines, /*record_credits=*/false, statistics);
   const auto a = net.add_constraint("a", Bandwidth{4 * GB});
   const auto b = net.add_constraint("b", Bandwidth{6 * GB});
   const auto c = net.add_constraint("c", Bandwidth{3 * GB});
@@ -271,6 +271,19 @@ TEST(FlowNetwork, SoloFlowsRunAsTheListsRunThemToTheBit) {
     EXPECT_EQ(solo.bytes[i], lists.bytes[i]) << "constraint " << i;
     EXPECT_EQ(solo.busy_ps[i], lists.busy_ps[i]) << "constraint " << i;
     EXPECT_EQ(solo.peak[i], lists.peak[i]) << "constraint " << i;
+  }
+}
+
+TEST(FlowNetwork, WithoutStatisticsTheFlowsRunTheSameAndNoLinkActivityIsKept) {
+  const SoloOutcome kept = run_solo_scenario(false);
+  const SoloOutcome none = run_solo_scenario(false, /*statistics=*/false);
+  EXPECT_EQ(kept.events, none.events);
+  for (std::size_t i = 0; i < kept.finish.size(); ++i) EXPECT_EQ(kept.finish[i].ps, none.finish[i].ps) << "flow " << i;
+  for (std::size_t i = 0; i < none.bytes.size(); ++i) {
+    EXPECT_GT(kept.bytes[i], 0.0) << "constraint " << i;
+    EXPECT_EQ(none.bytes[i], 0.0) << "constraint " << i;
+    EXPECT_EQ(none.busy_ps[i], 0) << "constraint " << i;
+    EXPECT_EQ(none.peak[i], 0.0) << "constraint " << i;
   }
 }
 
