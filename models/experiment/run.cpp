@@ -281,14 +281,16 @@ ExperimentResult simulate_iteration(const ExperimentSpec& spec, const RunExperim
   // the run records link timelines and a trace, which a replay does not reproduce.
   inputs.replay_flow_collectives = options.replay_collectives && !options.outputs_over_time;
   BuiltIteration built = build_located(spec, inputs);
-  sim::RunResult run = sim::execute(built.machine.platform, built.graph, sim::ExecOptions{options.outputs_over_time});
+  // Without link statistics the links' activity is not kept at all (ExecOptions::link_statistics).
+  const sim::ExecOptions exec{.record_link_timelines = options.outputs_over_time, .link_statistics = link_statistics};
+  sim::RunResult run = sim::execute(built.machine.platform, built.graph, exec);
   if (!built.replayed.empty()) {
     if (replays_held(built.replayed, run)) {
       add_replayed_statistics(built.replayed, run);
     } else {  // a replay's members did not start together: the iteration in full
       inputs.replay_flow_collectives = false;
       built = build_located(spec, inputs);
-      run = sim::execute(built.machine.platform, built.graph, sim::ExecOptions{options.outputs_over_time});
+      run = sim::execute(built.machine.platform, built.graph, exec);
     }
   }
   if (options.on_simulated) options.on_simulated(built.machine.platform, built.graph, run);

@@ -19,7 +19,9 @@ constexpr std::size_t kDeadlockTasksShown = 10;
 class Run {
  public:
   Run(const Platform& platform, const TaskGraph& graph, const ExecOptions& options)
-      : platform_(platform), graph_(graph), network_(sim_, options.record_link_timelines, options.record_link_credits) {
+      : platform_(platform),
+        graph_(graph),
+        network_(sim_, options.record_link_timelines, options.record_link_credits, options.link_statistics) {
     units_.reserve(platform.units.size());
     for (const auto& u : platform.units) units_.emplace_back(sim_, u.name, u.lanes);
     for (const auto& c : platform.constraints) network_.add_constraint(c.name, c.capacity);

@@ -60,6 +60,10 @@ struct RunResult {
 struct ExecOptions {
   bool record_link_timelines = false;
   bool record_link_credits = false;  // ConstraintStats::credits (a replay's recording run)
+  // false: the constraints' statistics (bytes, busy time, peak) are not kept and stay empty in the
+  // result; task times, memory and every other figure are the same (a sweep or search point, whose
+  // rows hold no link activity). Recording timelines or credits keeps them.
+  bool link_statistics = true;
 };
 
 /// Runs `graph` on fresh resources built from `platform`. Throws std::invalid_argument for an

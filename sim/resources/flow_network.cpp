@@ -77,8 +77,35 @@ void FlowNetwork::activate(FlowId f) {
   flow.rate = 0.0;
   flow.active_at = static_cast<std::uint32_t>(active_.size());
   active_.push_back(f.index);
-  link_flow(f.index);
+  if (!try_solo(f.index)) link_flow(f.index);
   invalidate();
+}
+
+bool FlowNetwork::try_solo(std::uint32_t id) {
+  Flow& flow = flows_[id];
+  if (record_timelines_ || record_credits_ || !flow.accounted.empty() || flow.spec.route.empty()) return false;
+  for (const auto c : flow.spec.route) {
+    const Constraint& con = constraints_[c.index];
+    if (!con.users.empty() || con.solo != kNoFlow) return false;
+  }
+  for (const auto c : flow.spec.route) {
+    Constraint& con = constraints_[c.index];
+    con.solo = id;
+    ++con.solo_listings;
+  }
+  flow.solo = true;
+  solo_started_.push_back(id);  // rated at the flush, as the lists' reshare would rate it
+  return true;
+}
+
+void FlowNetwork::promote(std::uint32_t id) {
+  Flow& flow = flows_[id];
+  for (const auto c : flow.spec.route) {
+    constraints_[c.index].solo = kNoFlow;
+    constraints_[c.index].solo_listings = 0;
+  }
+  flow.solo = false;  // (still in solo_started_ if not rated yet: the reshare rates it in its component)
+  link_flow(id);
 }
 
 void FlowNetwork::remove_active(Flow& flow) {
@@ -100,6 +127,13 @@ void erase_one(std::vector<std::uint32_t>& list, std::uint32_t id) {
 
 void FlowNetwork::link_flow(std::uint32_t id) {
   const Flow& flow = flows_[id];
+  // A solo flow on one of its constraints is no longer alone: it joins the lists first.
+  for (const auto c : flow.spec.route) {
+    if (const std::uint32_t solo = constraints_[c.index].solo; solo != kNoFlow) promote(solo);
+  }
+  for (const auto c : flow.accounted) {
+    if (const std::uint32_t solo = constraints_[c.index].solo; solo != kNoFlow) promote(solo);
+  }
   for (const auto c : flow.spec.route) {
     insert_sorted(constraints_[c.index].flows, id);
     insert_sorted(constraints_[c.index].users, id);
@@ -109,7 +143,16 @@ void FlowNetwork::link_flow(std::uint32_t id) {
 }
 
 void FlowNetwork::unlink_flow(std::uint32_t id) {
-  const Flow& flow = flows_[id];
+  Flow& flow = flows_[id];
+  if (flow.solo) {  // it was in no list: its constraints are free again
+    for (const auto c : flow.spec.route) {
+      constraints_[c.index].solo = kNoFlow;
+      constraints_[c.index].solo_listings = 0;
+    }
+    flow.solo = false;
+    if (statistics_) mark_changed(flow);  // their aggregate rates drop to what is left (no flow)
+    return;
+  }
   for (const auto c : flow.spec.route) {
     erase_one(constraints_[c.index].flows, id);
     erase_one(constraints_[c.index].users, id);
@@ -127,7 +170,7 @@ void FlowNetwork::start_fixed(FlowId f) {
   Flow& flow = flows_[f.index];
   flow.rate = flow.spec.rate_bound->bytes_per_s;
   flow.finish = sim_.now() + duration_of(flow.remaining_bytes, flow.rate);
-  add_fixed_rate(flow.accounted, flow.rate, true);
+  if (statistics_) add_fixed_rate(flow.accounted, flow.rate, true);
   sim_.schedule_at(flow.finish, EventPhase::kCompletion, [this, f] { finish_fixed(f); });
 }
 
@@ -135,11 +178,13 @@ void FlowNetwork::finish_fixed(FlowId f) {
   Flow& flow = flows_[f.index];
   // Its constraints were credited its rate over its duration, which rounds up to whole
   // picoseconds: the remainder (a fraction of a picosecond's worth) makes their bytes exact.
-  const double credited = flow.rate * duration_of(flow.remaining_bytes, flow.rate).seconds();
-  for_each_run(flow.accounted, [&](std::uint32_t index, std::uint32_t times) {
-    add_bytes(constraints_[index].stats, times * (flow.remaining_bytes - credited));
-  });
-  add_fixed_rate(flow.accounted, flow.rate, false);
+  if (statistics_) {
+    const double credited = flow.rate * duration_of(flow.remaining_bytes, flow.rate).seconds();
+    for_each_run(flow.accounted, [&](std::uint32_t index, std::uint32_t times) {
+      add_bytes(constraints_[index].stats, times * (flow.remaining_bytes - credited));
+    });
+    add_fixed_rate(flow.accounted, flow.rate, false);
+  }
   flow.remaining_bytes = 0.0;
   flow.rate = 0.0;
   std::vector<ConstraintId>().swap(flow.accounted);
@@ -186,11 +231,13 @@ void FlowNetwork::step(Flow& flow) {
   const double dt_s = dt.seconds();
   const double moved = std::min(flow.remaining_bytes, flow.rate * dt_s);
   flow.remaining_bytes = std::max(0.0, flow.remaining_bytes - flow.rate * dt_s);
+  if (!statistics_) return;
   for (const auto c : flow.spec.route) add_bytes(constraints_[c.index].stats, moved);
   for (const auto c : flow.accounted) add_bytes(constraints_[c.index].stats, moved);
 }
 
 void FlowNetwork::sync_stats() {
+  if (!statistics_) return;
   for (const auto id : active_) step(flows_[id]);
   for (auto& c : constraints_) credit(c);
 }
@@ -288,27 +335,30 @@ void FlowNetwork::reshare_changed() {
     pending_.push_back(Pending{flow.finish, id, flow.version});
     std::push_heap(pending_.begin(), pending_.end(), Pending::Later{});
   }
+  rate_solo_flows();
+  if (!statistics_) return;
   // Aggregate rates per constraint, for statistics and timelines: each flow's rate added once per
-  // listing, flows by ascending id (the order of a whole-network sum).
+  // listing, flows by ascending id (the order of a whole-network sum). A solo flow is the only
+  // flow of its constraints.
   for (const auto index : touched_) {
     Constraint& c = constraints_[index];
     double sum = 0.0;
     for (const auto id : c.users) sum += flows_[id].rate;
+    for (std::uint32_t k = 0; k < c.solo_listings; ++k) sum += flows_[c.solo].rate;
     c.shared_rate = sum;
     set_current_rate(index, c.shared_rate + c.fixed_rate);
   }
 }
 
-void FlowNetwork::fill_alone() {
+template <typename Listings>
+double FlowNetwork::alone_share(const Flow& flow, Listings&& listings) const {
   // Progressive filling with one flow takes one step: the lowest of its bound and its
   // constraints' fair shares (capacity over the times its route lists them), compared as
   // fill_component() compares them, so the rate is the same double.
-  if (component_.empty()) return;
-  Flow& flow = flows_[component_.front()];
   double constraint_level = std::numeric_limits<double>::infinity();
   for (const auto c : flow.spec.route) {
     const Constraint& con = constraints_[c.index];
-    const auto unfixed = static_cast<std::uint32_t>(con.flows.size());
+    const std::uint32_t unfixed = listings(con);
     constraint_level = std::min(constraint_level, con.capacity / unfixed);
   }
   const double bound_level =
@@ -316,7 +366,45 @@ void FlowNetwork::fill_alone() {
   if (!std::isfinite(constraint_level) && !std::isfinite(bound_level)) {
     throw SimulationError("progressive filling made no progress (a flow with neither route nor bound)");
   }
-  flow.share = bound_level <= constraint_level * (1.0 + kShareTieTolerance) ? bound_level : constraint_level;
+  return bound_level <= constraint_level * (1.0 + kShareTieTolerance) ? bound_level : constraint_level;
+}
+
+void FlowNetwork::fill_alone() {
+  if (component_.empty()) return;
+  Flow& flow = flows_[component_.front()];
+  flow.share = alone_share(flow, [](const Constraint& con) { return static_cast<std::uint32_t>(con.flows.size()); });
+}
+
+void FlowNetwork::rate_solo_flows() {
+  // As reshare_changed() rates a component of one flow that starts: stepped (no time has passed),
+  // its rate, its finish from the bytes it has, a heap entry; its constraints join those whose
+  // aggregate rate is set next.
+  const TimePs now = sim_.now();
+  for (const auto id : solo_started_) {
+    Flow& flow = flows_[id];
+    if (!flow.solo) continue;  // promoted: rated in its component
+    const double share = alone_share(flow, [](const Constraint& con) { return con.solo_listings; });
+    if (!(share > 0.0)) {
+      throw SimulationError(
+          fmt::format("flow {} has no bandwidth: every constraint on its route is saturated by zero capacity", id));
+    }
+    if (share != flow.rate) {
+      step(flow);
+      flow.rate = share;
+      flow.finish = now + duration_of(flow.remaining_bytes, flow.rate);
+      ++flow.version;
+      pending_.push_back(Pending{flow.finish, id, flow.version});
+      std::push_heap(pending_.begin(), pending_.end(), Pending::Later{});
+    }
+    for (const auto c : flow.spec.route) {
+      if (!statistics_) break;
+      Constraint& con = constraints_[c.index];
+      if (con.seen == search_epoch_) continue;
+      con.seen = search_epoch_;
+      touched_.push_back(c.index);
+    }
+  }
+  solo_started_.clear();
 }
 
 void FlowNetwork::fill_component() {

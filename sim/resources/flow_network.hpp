@@ -33,6 +33,16 @@
 // are the same to the last bit (docs/adr/0013-radix-event-queue-and-component-reshare.md). A flow
 // alone on its links is a component of one: its reshare is a look at its route.
 //
+// A flow that starts on links nobody else uses or is accounted on (a pipeline transfer between two
+// stages, mostly) is "solo": it skips the per-constraint lists and the component search. Each of
+// its constraints only names it (Constraint::solo); its rate is worked out at the same flush, by the
+// same formula and comparisons as a component of one flow (alone_share), its completion goes
+// through the same heap, and its constraints' aggregate rates are set at the same instants to the
+// same sums. The first flow that joins one of its constraints makes it an ordinary flow again
+// (promote: linked into the lists, its constraints marked changed), so the reshare that follows is
+// the one the lists would have given; the rates, completions and statistics are the same to the
+// bit. Only while no timeline or credit is recorded (then every flow takes the lists).
+//
 // A flow that crosses no constraint and has a bound (an analytic collective, whose rate was worked
 // out beforehand) shares nothing: its rate is its bound from start to end. It never triggers a
 // reshare; its completion is scheduled once, and the constraints it is accounted on see its rate
@@ -86,8 +96,15 @@ class FlowNetwork {
  public:
   using Completion = Callback;
 
-  explicit FlowNetwork(Simulator& simulator, bool record_timelines = false, bool record_credits = false)
-      : sim_(simulator), record_timelines_(record_timelines), record_credits_(record_credits) {}
+  /// `statistics` false: no constraint statistics are kept (every ConstraintStats stays empty;
+  /// rates and completions are the same), for runs whose link activity nobody reads. Recording
+  /// timelines or credits keeps them.
+  explicit FlowNetwork(Simulator& simulator, bool record_timelines = false, bool record_credits = false,
+                       bool statistics = true)
+      : sim_(simulator),
+        record_timelines_(record_timelines),
+        record_credits_(record_credits),
+        statistics_(statistics || record_timelines || record_credits) {}
   FlowNetwork(const FlowNetwork&) = delete;
   FlowNetwork& operator=(const FlowNetwork&) = delete;
 
@@ -115,6 +132,7 @@ class FlowNetwork {
   void reshare();
 
  private:
+  static constexpr std::uint32_t kNoFlow = std::numeric_limits<std::uint32_t>::max();
   struct Constraint {
     std::string name;
     double capacity;
@@ -133,6 +151,10 @@ class FlowNetwork {
     std::uint32_t unfixed = 0;
     std::uint32_t version = 0;
     std::uint32_t seen = 0;  // == search_epoch_: in the component being reshared
+    // The solo flow alone on it (kNoFlow: none), and how many times its route lists it; while
+    // there is one, `flows` and `users` are empty.
+    std::uint32_t solo = kNoFlow;
+    std::uint32_t solo_listings = 0;
   };
   struct ShareEntry {
     double share;
@@ -158,6 +180,7 @@ class FlowNetwork {
     std::uint32_t version = 0;    // of its entry in the completion heap
     std::uint32_t active_at = 0;  // its place in active_ while it moves
     bool fixed = false;
+    bool solo = false;  // moving alone, outside the per-constraint lists (see the header)
   };
   // A shared flow's finish, in the completion heap (stale when the flow's version moved on).
   struct Pending {
@@ -172,6 +195,16 @@ class FlowNetwork {
   };
 
   void activate(FlowId f);
+  // A flow starting now on links no other flow crosses or is accounted on goes solo (true).
+  bool try_solo(std::uint32_t id);
+  // A solo flow joins the per-constraint lists (another flow is about to share a constraint).
+  void promote(std::uint32_t id);
+  // The rates of the flows that went solo since the last reshare (reshare_changed).
+  void rate_solo_flows();
+  // The rate of a flow alone in its component: the lowest of its bound and its constraints'
+  // capacities over the times its route lists them (listings(constraint)).
+  template <typename Listings>
+  [[nodiscard]] double alone_share(const Flow& flow, Listings&& listings) const;
   // A fixed-rate flow starts (or stops) moving: its rate is added to (taken from) the constraints
   // it is accounted on.
   void start_fixed(FlowId f);
@@ -215,17 +248,19 @@ class FlowNetwork {
   Simulator& sim_;
   bool record_timelines_;
   bool record_credits_;
+  bool statistics_;  // constraint statistics kept (credit, aggregate rates, bytes)
   std::vector<Constraint> constraints_;
   // A deque, not a vector: flows are only appended, and a vector's doubling held the old and the
   // new buffer at once (28 MB at the peak of the full-Frontier GPT-1T run, 2/3 of it spare).
   std::deque<Flow> flows_;
   std::vector<std::uint32_t> active_;  // ids of shared flows moving bytes, in no particular order
   void remove_active(Flow& flow);
-  std::vector<Pending> pending_;          // min-heap of the moving shared flows' finishes
-  std::vector<std::uint32_t> ended_;      // scratch space of on_completion_event()
-  std::vector<std::uint32_t> changed_;    // constraints whose flows changed since the last reshare
-  std::vector<std::uint32_t> touched_;    // scratch space of reshare(): the component's constraints
-  std::vector<std::uint32_t> component_;  // scratch space of reshare(): the component's flows
+  std::vector<Pending> pending_;             // min-heap of the moving shared flows' finishes
+  std::vector<std::uint32_t> ended_;         // scratch space of on_completion_event()
+  std::vector<std::uint32_t> changed_;       // constraints whose flows changed since the last reshare
+  std::vector<std::uint32_t> solo_started_;  // flows gone solo since the last reshare, not rated yet
+  std::vector<std::uint32_t> touched_;       // scratch space of reshare(): the component's constraints
+  std::vector<std::uint32_t> component_;     // scratch space of reshare(): the component's flows
   std::uint32_t search_epoch_ = 0;
   std::vector<std::uint32_t> bounded_;  // scratch space of reshare()
   std::vector<ShareEntry> share_heap_;  // scratch space of reshare()

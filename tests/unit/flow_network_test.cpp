@@ -200,6 +200,93 @@ TEST(FlowNetwork, RecordsTheRateTimelineOfEachConstraint) {
   EXPECT_TRUE(net.stats(idle).timeline.size() <= 1);
 }
 
+// What a run of the solo scenario leaves: every flow's finish and every constraint's statistics.
+struct SoloOutcome {
+  std::vector<TimePs> finish;
+  std::vector<double> bytes;
+  std::vector<std::int64_t> busy_ps;
+  std::vector<double> peak;
+  std::size_t events = 0;
+};
+
+// Flows that start alone (solo), flows that join them before and after they are rated, a flow
+// that takes freed links at the instant another leaves them, a bounded solo flow and a fixed-rate
+// flow accounted on a solo flow's link. Recording timelines turns solo flows off (every flow goes
+// through the per-constraint lists), so the two runs compare the solo path with the lists'.
+SoloOutcome run_solo_scenario(bool record_timelines, bool statistics = true) {
+  Simulator sim;
+  FlowNetwork net(sim, record_timelines, /*record_credits=*/false, statistics);
+  const auto a = net.add_constraint("a", Bandwidth{4 * GB});
+  const auto b = net.add_constraint("b", Bandwidth{6 * GB});
+  const auto c = net.add_constraint("c", Bandwidth{3 * GB});
+  const auto d = net.add_constraint("d", Bandwidth{5 * GB});
+  const auto e = net.add_constraint("e", Bandwidth{7 * GB});
+  Finish f;
+  f.at.resize(8);
+  // t = 0: F0 over a and b twice (alone: min(4, 6 / 2) = 3 GB/s), F1 alone on c, then F2 joins b
+  // before the flush rates F0.
+  start(net, sim, f, 0, {{a, b, b}, Bytes{3'000'000'000}, TimePs{0}, {}});
+  start(net, sim, f, 1, {{c}, Bytes{3'000'000'000}, TimePs{0}, {}});
+  start(net, sim, f, 2, {{b}, Bytes{1'000'000'000}, TimePs{0}, {}});
+  // t = 0.5 s: F3 joins F1 (rated at 0) on c; when F3 ends, F4 takes c and d at that instant.
+  sim.schedule_at(seconds(0.5), EventPhase::kStart, [&] {
+    net.start_flow(FlowSpec{{c, d}, Bytes{1'000'000'000}, TimePs{0}, {}}, [&] {
+      f.at[3] = sim.now();
+      start(net, sim, f, 4, {{d, c}, Bytes{2'000'000'000}, TimePs{0}, {}});
+    });
+  });
+  // A bounded solo flow (2 GB/s under e's 7 GB/s), and a fixed-rate flow accounted on e.
+  start(net, sim, f, 5, {{e}, Bytes{4'000'000'000}, parse_time("1 us"), Bandwidth{2 * GB}});
+  net.start_flow(FlowSpec{{}, Bytes{1'000'000'000}, TimePs{0}, Bandwidth{1 * GB}}, [&] { f.at[6] = sim.now(); }, {e});
+  // A flow with latency that lands on a, alone again once F0 has gone.
+  start(net, sim, f, 7, {{a}, Bytes{1'000'000'000}, parse_time("2 s"), {}});
+  SoloOutcome out;
+  sim.run();
+  out.events = sim.events_processed();
+  net.sync_stats();
+  out.finish = f.at;
+  for (const auto id : {a, b, c, d, e}) {
+    out.bytes.push_back(net.stats(id).bytes_carried);
+    out.busy_ps.push_back(net.stats(id).busy_time.ps);
+    out.peak.push_back(net.stats(id).peak_bytes_per_s);
+  }
+  return out;
+}
+
+TEST(FlowNetwork, SoloFlowsRunAsTheListsRunThemToTheBit) {
+  const SoloOutcome solo = run_solo_scenario(false);
+  const SoloOutcome lists = run_solo_scenario(true);
+  // The bounded solo flow: 1 us + 4 GB / 2 GB/s = 2.000001 s; F7: 2 s + 1 GB / 4 GB/s (a alone).
+  expect_time(solo.finish[5], seconds(2.000001));
+  expect_time(solo.finish[7], seconds(2.25));
+  // The fixed-rate flow: 1 GB / 1 GB/s = 1 s; e carried its 1 GB and F5's 4 GB.
+  expect_time(solo.finish[6], seconds(1.0));
+  EXPECT_NEAR(solo.bytes[4], 5e9, 1.0);
+  EXPECT_EQ(solo.events, lists.events);
+  for (std::size_t i = 0; i < solo.finish.size(); ++i) {
+    EXPECT_GT(solo.finish[i].ps, 0) << "flow " << i;
+    EXPECT_EQ(solo.finish[i].ps, lists.finish[i].ps) << "flow " << i;
+  }
+  for (std::size_t i = 0; i < solo.bytes.size(); ++i) {
+    EXPECT_EQ(solo.bytes[i], lists.bytes[i]) << "constraint " << i;
+    EXPECT_EQ(solo.busy_ps[i], lists.busy_ps[i]) << "constraint " << i;
+    EXPECT_EQ(solo.peak[i], lists.peak[i]) << "constraint " << i;
+  }
+}
+
+TEST(FlowNetwork, WithoutStatisticsTheFlowsRunTheSameAndNoLinkActivityIsKept) {
+  const SoloOutcome kept = run_solo_scenario(false);
+  const SoloOutcome none = run_solo_scenario(false, /*statistics=*/false);
+  EXPECT_EQ(kept.events, none.events);
+  for (std::size_t i = 0; i < kept.finish.size(); ++i) EXPECT_EQ(kept.finish[i].ps, none.finish[i].ps) << "flow " << i;
+  for (std::size_t i = 0; i < none.bytes.size(); ++i) {
+    EXPECT_GT(kept.bytes[i], 0.0) << "constraint " << i;
+    EXPECT_EQ(none.bytes[i], 0.0) << "constraint " << i;
+    EXPECT_EQ(none.busy_ps[i], 0) << "constraint " << i;
+    EXPECT_EQ(none.peak[i], 0.0) << "constraint " << i;
+  }
+}
+
 TEST(FlowNetwork, RejectsZeroCapacity) {
   Simulator sim;
   FlowNetwork net(sim);
