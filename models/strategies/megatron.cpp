@@ -323,6 +323,29 @@ void reduce_tied_embedding(const IterationInputs& in, BuiltIteration& out, RankT
   all_reduce_tied_gradients(timeline, embedding_group_pairs(timeline, spec.tp * spec.cp, spec.pp), bytes, route, last);
 }
 
+// The micro-batches' gradient additions outside the weight-gradient GEMMs, per parameter over the
+// iteration (transformer/precision.hpp): none with Megatron's gradient_accumulation_fusion or
+// under BF16_Optimizer (its own additions); Megatron's main_grad hook every micro-batch into an
+// fp32 buffer; autograd's in-place add from the second micro-batch on for 16-bit gradients and
+// under DeepSpeed's other optimizers, which own param.grad; under FSDP2 with the pipeline
+// (zero_stage 2) its no-sync accumulation: the first micro-batch's gradients cast into the fp32
+// buffer, the later ones added (with a bf16 reduce dtype, autograd's in-place add).
+[[nodiscard]] std::int64_t unfused_accumulation_bytes_per_param(const ZeroPolicy& policy, const MegatronSpec& spec,
+                                                                int micro_batches) {
+  if (policy.bf16_optimizer()) return 0;
+  const std::int64_t autograd =
+      autograd_accumulation_bytes_per_param(policy.fp32_gradients() ? kFp32Bytes : kBf16Bytes) * (micro_batches - 1);
+  if (policy.accumulates_whole_gradients()) {
+    if (micro_batches < 2) return 0;  // one micro-batch: reduce-scattered as it comes
+    return policy.fp32_gradients()
+               ? kFsdp2UpcastBytesPerParam + kMainGradHookAccumulationBytesPerParam * (micro_batches - 1)
+               : autograd;
+  }
+  if (spec.optimizer == MegatronSpec::Optimizer::kDeepSpeed) return autograd;
+  if (spec.gradient_accumulation_fusion) return 0;
+  return policy.fp32_gradients() ? kMainGradHookAccumulationBytesPerParam * micro_batches : autograd;
+}
+
 // Whether DeepSpeed's pipeline engine runs the pipeline (DeepSpeedPipelineBuilder).
 [[nodiscard]] bool deepspeed_engine(const MegatronSpec& spec) {
   return spec.pipeline_engine == MegatronSpec::PipelineEngine::kDeepSpeed && spec.pp > 1;
@@ -982,30 +1005,8 @@ class MegatronBuilder {
       step.params.push_back(rs.params);
       step.adam.push_back(rs.k.adam);
     }
-    step.unfused_accumulation_bytes_per_param = unfused_accumulation_bytes_per_param();
+    step.unfused_accumulation_bytes_per_param = unfused_accumulation_bytes_per_param(policy, spec, micro_batches);
     return pipeline_data_parallel_step(step, last_op, out.spans);
-  }
-
-  // The micro-batches' gradient additions outside the weight-gradient GEMMs, per parameter over the
-  // iteration (transformer/precision.hpp): none with Megatron's gradient_accumulation_fusion or
-  // under BF16_Optimizer (its own additions); Megatron's main_grad hook every micro-batch into an
-  // fp32 buffer; autograd's in-place add from the second micro-batch on for 16-bit gradients and
-  // under DeepSpeed's other optimizers, which own param.grad; under FSDP2 with the pipeline
-  // (zero_stage 2) its no-sync accumulation: the first micro-batch's gradients cast into the fp32
-  // buffer, the later ones added (with a bf16 reduce dtype, autograd's in-place add).
-  [[nodiscard]] std::int64_t unfused_accumulation_bytes_per_param() const {
-    if (policy.bf16_optimizer()) return 0;
-    const std::int64_t autograd =
-        autograd_accumulation_bytes_per_param(policy.fp32_gradients() ? kFp32Bytes : kBf16Bytes) * (micro_batches - 1);
-    if (policy.accumulates_whole_gradients()) {
-      if (micro_batches < 2) return 0;  // one micro-batch: reduce-scattered as it comes
-      return policy.fp32_gradients()
-                 ? kFsdp2UpcastBytesPerParam + kMainGradHookAccumulationBytesPerParam * (micro_batches - 1)
-                 : autograd;
-    }
-    if (spec.optimizer == MegatronSpec::Optimizer::kDeepSpeed) return autograd;
-    if (spec.gradient_accumulation_fusion) return 0;
-    return policy.fp32_gradients() ? kMainGradHookAccumulationBytesPerParam * micro_batches : autograd;
   }
 
   // The elements of simulated rank s's norm gradients that Megatron-Core all-reduces over its TP
@@ -1046,7 +1047,7 @@ class MegatronBuilder {
     out.model_states_per_device = Bytes{states_of(0).gpu_model_states()};
     add_common_approximations(out, in, policy);
     add_pipeline_approximations(out, spec, split, policy, m.tied_embeddings);
-    if (unfused_accumulation_bytes_per_param() > 0) {
+    if (unfused_accumulation_bytes_per_param(policy, spec, micro_batches) > 0) {
       out.approximations.emplace_back(
           "gradient accumulation outside the weight-gradient GEMMs (no gradient_accumulation_fusion, DeepSpeed's "
           "optimizer owning param.grad, or FSDP2's no-sync fp32 accumulation): each micro-batch's additions costed by "
