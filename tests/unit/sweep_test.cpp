@@ -249,6 +249,21 @@ TEST(Sweep, PointsRunWithoutLinkStatisticsInTheSameTime) {
   EXPECT_TRUE(lean.links.empty());
 }
 
+// Every headline figure, the iteration time, each phase's time, each pool's peak and the
+// infeasibility reasons of `got` equal `want`'s, to the last digit.
+void expect_same_results(const ExperimentResult& got, const ExperimentResult& want) {
+  for (const Figure& f : headline_figures()) EXPECT_EQ(f.text(got), f.text(want)) << f.name;
+  EXPECT_EQ(got.iteration_time.ps, want.iteration_time.ps);
+  ASSERT_EQ(got.phases.size(), want.phases.size());
+  for (std::size_t i = 0; i < want.phases.size(); ++i) {
+    EXPECT_EQ(got.phases[i].phase, want.phases[i].phase);
+    EXPECT_EQ(got.phases[i].time.ps, want.phases[i].time.ps);
+  }
+  ASSERT_EQ(got.memory.size(), want.memory.size());
+  for (std::size_t i = 0; i < want.memory.size(); ++i) EXPECT_EQ(got.memory[i].peak.count, want.memory[i].peak.count);
+  EXPECT_EQ(got.infeasible_reasons, want.infeasible_reasons);
+}
+
 TEST(Sweep, ReplayedMegatronOperationsGiveTheFullBuildsFigures) {
   // A sweep's Megatron point with analytic collectives and tensor-parallel classes builds the
   // first operation of each kind in full and prices the next ones as one task of its chain's
@@ -270,17 +285,7 @@ TEST(Sweep, ReplayedMegatronOperationsGiveTheFullBuildsFigures) {
     const ExperimentSpec spec = load_experiment(experiment, overrides);
     const ExperimentResult full = run_experiment(spec);
     const ExperimentResult replayed = run_experiment(spec, RunExperimentOptions{.link_statistics = false});
-    for (const Figure& f : headline_figures()) EXPECT_EQ(f.text(replayed), f.text(full)) << f.name;
-    EXPECT_EQ(replayed.iteration_time.ps, full.iteration_time.ps);
-    ASSERT_EQ(replayed.phases.size(), full.phases.size());
-    for (std::size_t i = 0; i < full.phases.size(); ++i) {
-      EXPECT_EQ(replayed.phases[i].phase, full.phases[i].phase);
-      EXPECT_EQ(replayed.phases[i].time.ps, full.phases[i].time.ps);
-    }
-    ASSERT_EQ(replayed.memory.size(), full.memory.size());
-    for (std::size_t i = 0; i < full.memory.size(); ++i)
-      EXPECT_EQ(replayed.memory[i].peak.count, full.memory[i].peak.count);
-    EXPECT_EQ(replayed.infeasible_reasons, full.infeasible_reasons);
+    expect_same_results(replayed, full);
     EXPECT_LT(replayed.tasks, full.tasks);
   }
 }
@@ -307,19 +312,9 @@ TEST(Sweep, GraphsWithoutTaskNamesGiveTheSameFigures) {
       const sim::ScopedUnnamedTasks scope;
       return run_experiment(spec, options);
     }();
-    for (const Figure& f : headline_figures()) EXPECT_EQ(f.text(unnamed), f.text(named)) << f.name;
-    EXPECT_EQ(unnamed.iteration_time.ps, named.iteration_time.ps);
+    expect_same_results(unnamed, named);
     EXPECT_EQ(unnamed.tasks, named.tasks);
     EXPECT_EQ(unnamed.events, named.events);
-    ASSERT_EQ(unnamed.phases.size(), named.phases.size());
-    for (std::size_t i = 0; i < named.phases.size(); ++i) {
-      EXPECT_EQ(unnamed.phases[i].phase, named.phases[i].phase);
-      EXPECT_EQ(unnamed.phases[i].time.ps, named.phases[i].time.ps);
-    }
-    ASSERT_EQ(unnamed.memory.size(), named.memory.size());
-    for (std::size_t i = 0; i < named.memory.size(); ++i)
-      EXPECT_EQ(unnamed.memory[i].peak.count, named.memory[i].peak.count);
-    EXPECT_EQ(unnamed.infeasible_reasons, named.infeasible_reasons);
     EXPECT_EQ(unnamed.approximations, named.approximations);
   }
 }
