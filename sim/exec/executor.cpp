@@ -79,6 +79,10 @@ class Run {
             [r = &run, i = id] { r->finish(i); });
       }
       void operator()(const TransferTask& x) const {
+        if (run.network_.runs_untracked(!x.route.empty(), x.bytes, x.latency, x.rate_bound, !x.accounted.empty())) {
+          run.network_.start_fixed_rate(x.bytes, *x.rate_bound, [r = &run, i = id] { r->finish(i); });
+          return;
+        }
         run.network_.start_flow(
             FlowSpec{x.route, x.bytes, x.latency, x.rate_bound}, [r = &run, i = id] { r->finish(i); }, x.accounted);
       }

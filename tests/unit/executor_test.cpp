@@ -131,5 +131,39 @@ TEST(Executor, IsDeterministicAcrossRuns) {
   EXPECT_GE(a.makespan.ps, total);
 }
 
+TEST(Executor, AnalyticTransfersEndAsTheTrackedFlowsEndedThemWithoutStatistics) {
+  // A fixed-rate transfer (no route, a rate bound) lasts bytes / bound rounded up to the ps:
+  // 1000 B at 3e11 B/s is 3333.3 ps -> 3334 ps. Without link statistics the executor starts such
+  // a transfer outside the flow network's books (FlowNetwork::start_fixed_rate); with them it is
+  // a tracked flow credited to its accounted link. Every task's times and the event count must be
+  // the same either way, next to shared flows on that link, a latency and an empty transfer.
+  Fixture f;
+  TaskGraph g;
+  const Bandwidth bound{3e11};
+  const auto c0 = g.add("c0", "forward", ComputeTask{f.gpu0, TimePs{100}, {}, Bytes{0}, "gemm"});
+  const auto rs = g.add("rs", "comm", TransferTask{{}, Bytes{1000}, TimePs{0}, bound, {f.link, f.link}}, {c0});
+  const auto ag = g.add("ag", "comm", TransferTask{{}, Bytes{700}, TimePs{0}, bound, {f.link}}, {rs});
+  const auto late = g.add("late", "comm", TransferTask{{}, Bytes{500}, TimePs{25}, bound, {f.link}}, {c0});
+  const auto none = g.add("none", "comm", TransferTask{{}, Bytes{0}, TimePs{0}, bound, {f.link}}, {c0});
+  const auto shared = g.add("shared", "comm", TransferTask{{f.link}, Bytes{4000}, TimePs{0}, {}, {}}, {c0});
+  const auto c1 = g.add("c1", "forward", ComputeTask{f.gpu0, TimePs{200}, {}, Bytes{0}, "gemm"}, {ag, late, none});
+  g.add("end", "end", BarrierTask{}, {c1, shared});
+  const RunResult tracked = execute(f.platform, g, ExecOptions{.link_statistics = true});
+  const RunResult untracked = execute(f.platform, g, ExecOptions{.link_statistics = false});
+  EXPECT_EQ(untracked.tasks[rs.index].end.ps, 100 + 3334);
+  EXPECT_EQ(untracked.tasks[ag.index].end.ps, 100 + 3334 + 2334);  // 700 B: 2333.3 ps -> 2334
+  EXPECT_EQ(untracked.makespan.ps, 100 + 3334 + 2334 + 200);
+  ASSERT_EQ(tracked.tasks.size(), untracked.tasks.size());
+  for (std::size_t i = 0; i < tracked.tasks.size(); ++i) {
+    EXPECT_EQ(tracked.tasks[i].ready, untracked.tasks[i].ready) << i;
+    EXPECT_EQ(tracked.tasks[i].start, untracked.tasks[i].start) << i;
+    EXPECT_EQ(tracked.tasks[i].end, untracked.tasks[i].end) << i;
+  }
+  EXPECT_EQ(tracked.events_processed, untracked.events_processed);
+  EXPECT_EQ(tracked.makespan, untracked.makespan);
+  // The tracked run credited the link with both transfers' bytes (rs twice: listed twice).
+  EXPECT_DOUBLE_EQ(tracked.constraints[f.link.index].stats.bytes_carried, 4000.0 + 2 * 1000 + 700 + 500);
+}
+
 }  // namespace
 }  // namespace offsim::sim
