@@ -266,7 +266,10 @@ struct CostFigures {
 /// Builds and simulates one iteration.
 [[nodiscard]] ExperimentResult run_experiment(const ExperimentSpec& spec, const RunExperimentOptions& options = {});
 
-/// The task graph of one iteration without running it: text or Graphviz DOT.
+/// The task graph of one iteration without running it, text or Graphviz DOT, handed to `sink` in
+/// pieces (sim::TaskGraph::write_text): `offsim graph` streams it to its output.
+void write_task_graph(const ExperimentSpec& spec, bool dot, const sim::TaskGraph::TextSink& sink);
+/// The same as one string (tests and small graphs).
 [[nodiscard]] std::string dump_task_graph(const ExperimentSpec& spec, bool dot);
 
 struct Provenance {

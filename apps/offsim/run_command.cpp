@@ -1,5 +1,6 @@
 #include <fmt/format.h>
 #include <filesystem>
+#include <string_view>
 
 #include "apps/offsim/commands.hpp"
 #include "models/cost/calibration.hpp"
@@ -56,7 +57,8 @@ int run_command(const RunOptions& options) {
 
 int graph_command(const GraphOptions& options) {
   const models::ExperimentSpec spec = models::load_experiment(options.config, options.overrides);
-  fmt::print("{}", models::dump_task_graph(spec, options.dot));
+  // Streamed a piece at a time; fmt::print throws on a failed write (exit 3, as every output).
+  models::write_task_graph(spec, options.dot, [](std::string_view piece) { fmt::print("{}", piece); });
   return 0;
 }
 

@@ -41,10 +41,20 @@ BuiltIteration build_located(const ExperimentSpec& spec, const IterationInputs& 
 
 }  // namespace
 
-std::string dump_task_graph(const ExperimentSpec& spec, bool dot) {
+void write_task_graph(const ExperimentSpec& spec, bool dot, const sim::TaskGraph::TextSink& sink) {
   const CostModel costs(spec.device);
   const BuiltIteration built = build_located(spec, inputs_of(spec, costs));
-  return dot ? built.graph.to_dot(built.machine.platform) : built.graph.to_text(built.machine.platform);
+  if (dot) {
+    built.graph.write_dot(built.machine.platform, sink);
+  } else {
+    built.graph.write_text(built.machine.platform, sink);
+  }
+}
+
+std::string dump_task_graph(const ExperimentSpec& spec, bool dot) {
+  std::string out;
+  write_task_graph(spec, dot, [&](std::string_view piece) { out.append(piece); });
+  return out;
 }
 
 namespace {

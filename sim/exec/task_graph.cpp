@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <algorithm>
+#include <iterator>
 #include <limits>
 #include <stdexcept>
 
@@ -153,30 +154,35 @@ void TaskGraph::validate(const Platform& platform) const {
 
 namespace {
 
-std::string describe(const TaskBody& body, const Platform& p) {
+// A task's body as the dumps show it, appended to `out`.
+void describe(const TaskBody& body, const Platform& p, fmt::memory_buffer& out) {
   struct Visitor {
     const Platform& p;
-    std::string operator()(const ComputeTask& c) const {
-      return fmt::format("compute unit={} kernel={} duration_ps={} flops={:.6g} bytes={}", p.units.at(c.unit).name,
-                         c.kernel, c.duration.ps, c.flops.count, c.bytes.count);
+    fmt::memory_buffer& out;
+    void operator()(const ComputeTask& c) const {
+      fmt::format_to(std::back_inserter(out), "compute unit={} kernel={} duration_ps={} flops={:.6g} bytes={}",
+                     p.units.at(c.unit).name, c.kernel, c.duration.ps, c.flops.count, c.bytes.count);
     }
-    std::string operator()(const TransferTask& x) const {
-      std::vector<std::string> names;
-      for (const auto c : x.route) names.push_back(p.constraints.at(c.index).name);
-      return fmt::format("transfer bytes={} latency_ps={} route=[{}]{}{}", x.bytes.count, x.latency.ps,
-                         fmt::join(names, ", "),
-                         x.rate_bound ? fmt::format(" bound={:.6g}B/s", x.rate_bound->bytes_per_s) : "",
-                         x.accounted.empty() ? "" : fmt::format(" accounted_links={}", x.accounted.size()));
+    void operator()(const TransferTask& x) const {
+      fmt::format_to(std::back_inserter(out), "transfer bytes={} latency_ps={} route=[", x.bytes.count, x.latency.ps);
+      for (std::size_t i = 0; i < x.route.size(); ++i) {
+        fmt::format_to(std::back_inserter(out), "{}{}", i == 0 ? "" : ", ", p.constraints.at(x.route[i].index).name);
+      }
+      out.push_back(']');
+      if (x.rate_bound) fmt::format_to(std::back_inserter(out), " bound={:.6g}B/s", x.rate_bound->bytes_per_s);
+      if (!x.accounted.empty()) fmt::format_to(std::back_inserter(out), " accounted_links={}", x.accounted.size());
     }
-    std::string operator()(const AllocTask& a) const {
-      return fmt::format("alloc pool={} tenant={} bytes={}", p.pools.at(a.pool).name, a.tenant, a.bytes.count);
+    void operator()(const AllocTask& a) const {
+      fmt::format_to(std::back_inserter(out), "alloc pool={} tenant={} bytes={}", p.pools.at(a.pool).name, a.tenant,
+                     a.bytes.count);
     }
-    std::string operator()(const FreeTask& f) const {
-      return fmt::format("free pool={} tenant={} bytes={}", p.pools.at(f.pool).name, f.tenant, f.bytes.count);
+    void operator()(const FreeTask& f) const {
+      fmt::format_to(std::back_inserter(out), "free pool={} tenant={} bytes={}", p.pools.at(f.pool).name, f.tenant,
+                     f.bytes.count);
     }
-    std::string operator()(const BarrierTask&) const { return "barrier"; }
+    void operator()(const BarrierTask&) const { fmt::format_to(std::back_inserter(out), "barrier"); }
   };
-  return std::visit(Visitor{p}, body);
+  std::visit(Visitor{p, out}, body);
 }
 
 std::string dot_escape(std::string_view s) {
@@ -190,29 +196,63 @@ std::string dot_escape(std::string_view s) {
 
 }  // namespace
 
+namespace {
+
+// Hands `piece` to the sink and empties it once it holds about a piece's worth.
+void flush_piece(fmt::memory_buffer& piece, const TaskGraph::TextSink& sink, bool last = false) {
+  if (piece.size() < TaskGraph::kDumpPieceBytes && !(last && piece.size() > 0)) return;
+  sink(std::string_view(piece.data(), piece.size()));
+  piece.clear();
+}
+
+}  // namespace
+
+void TaskGraph::write_text(const Platform& platform, const TextSink& sink) const {
+  fmt::memory_buffer piece;
+  for (const auto& t : tasks_) {
+    fmt::format_to(std::back_inserter(piece), "{} {} [{}] prio={} deps=[", t.id.index, name(t), phase(t), t.priority);
+    const auto ds = deps(t);
+    for (std::size_t i = 0; i < ds.size(); ++i) {
+      fmt::format_to(std::back_inserter(piece), "{}{}", i == 0 ? "" : ",", ds[i].index);
+    }
+    piece.append(std::string_view("] "));
+    describe(t.body, platform, piece);
+    piece.push_back('\n');
+    flush_piece(piece, sink);
+  }
+  flush_piece(piece, sink, true);
+}
+
+void TaskGraph::write_dot(const Platform& platform, const TextSink& sink) const {
+  fmt::memory_buffer piece;
+  fmt::memory_buffer body;
+  piece.append(std::string_view("digraph tasks {\n  rankdir=LR;\n  node [shape=box, fontsize=10];\n"));
+  for (const auto& t : tasks_) {
+    const std::string_view kind = task_kind(t.body);
+    const char* shape = kind == "compute" ? "box" : kind == "transfer" ? "cds" : kind == "barrier" ? "diamond" : "note";
+    body.clear();
+    describe(t.body, platform, body);
+    fmt::format_to(std::back_inserter(piece), "  t{} [label=\"{}\\n{}\", shape={}, tooltip=\"{}\"];\n", t.id.index,
+                   dot_escape(name(t)), phase(t), shape, dot_escape(std::string_view(body.data(), body.size())));
+    flush_piece(piece, sink);
+  }
+  for (const auto& t : tasks_) {
+    for (const auto d : deps(t)) fmt::format_to(std::back_inserter(piece), "  t{} -> t{};\n", d.index, t.id.index);
+    flush_piece(piece, sink);
+  }
+  piece.append(std::string_view("}\n"));
+  flush_piece(piece, sink, true);
+}
+
 std::string TaskGraph::to_text(const Platform& platform) const {
   std::string out;
-  for (const auto& t : tasks_) {
-    std::vector<std::uint32_t> indices;
-    for (const auto d : deps(t)) indices.push_back(d.index);
-    out += fmt::format("{} {} [{}] prio={} deps=[{}] {}\n", t.id.index, name(t), phase(t), t.priority,
-                       fmt::join(indices, ","), describe(t.body, platform));
-  }
+  write_text(platform, [&](std::string_view s) { out.append(s); });
   return out;
 }
 
 std::string TaskGraph::to_dot(const Platform& platform) const {
-  std::string out = "digraph tasks {\n  rankdir=LR;\n  node [shape=box, fontsize=10];\n";
-  for (const auto& t : tasks_) {
-    const std::string_view kind = task_kind(t.body);
-    const char* shape = kind == "compute" ? "box" : kind == "transfer" ? "cds" : kind == "barrier" ? "diamond" : "note";
-    out += fmt::format("  t{} [label=\"{}\\n{}\", shape={}, tooltip=\"{}\"];\n", t.id.index, dot_escape(name(t)),
-                       phase(t), shape, dot_escape(describe(t.body, platform)));
-  }
-  for (const auto& t : tasks_) {
-    for (const auto d : deps(t)) out += fmt::format("  t{} -> t{};\n", d.index, t.id.index);
-  }
-  out += "}\n";
+  std::string out;
+  write_dot(platform, [&](std::string_view s) { out.append(s); });
   return out;
 }
 
