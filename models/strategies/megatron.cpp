@@ -30,7 +30,8 @@
 // - Schedule, per rank, in Megatron's order: 1F1B (pp - s - 1 warm-up forwards, then one forward
 //   one backward, then the cool-down backwards) or, with v > 1, the interleaved schedule
 //   (warm-up (pp - s - 1) x 2 + (v - 1) x pp, micro-batches in groups of pp through the chunks).
-//   An operation starts when the previous one on the rank ended and its input arrived.
+//   An operation starts when the previous one on the rank ended and its input arrived
+//   (phases/megatron_schedule.hpp).
 // - After the last backward (Megatron's optimizer; `optimizer: deepspeed` takes DeepSpeed's, see
 //   MegatronBuilder::policy): all-reduce of the rank's fp32 gradients (main_grad) over its DP
 //   group (ZeRO-0) or a reduce-scatter, Adam on 1/dp of them, and an all-gather of the updated parameters (ZeRO-1,
@@ -67,6 +68,7 @@
 #include "models/strategies/layer_kernels.hpp"
 #include "models/strategies/phases/collective_replay.hpp"
 #include "models/strategies/phases/layer_compute.hpp"
+#include "models/strategies/phases/megatron_schedule.hpp"
 #include "models/strategies/phases/operation_replay.hpp"
 #include "models/strategies/phases/pipeline_data_parallel.hpp"
 #include "models/strategies/phases/pipeline_tensors.hpp"
@@ -92,45 +94,7 @@ using sim::TaskId;
 using sim::TimePs;
 using sim::TransferTask;
 
-struct Op {
-  bool forward = true;
-  int chunk = 0;
-  int micro_batch = 0;
-};
-
-// Megatron's per-rank operation order (megatron/core/pipeline_parallel/schedules.py).
-std::vector<Op> schedule(int pp, int stage, int v, int m) {
-  const int total = m * v;
-  const auto chunk_of = [&](int k, bool forward) {
-    const int c = (k / pp) % v;
-    return forward ? c : v - 1 - c;
-  };
-  const auto micro_batch_of = [&](int k) { return (k / (pp * v)) * pp + k % pp; };
-  int warmup = 0;
-  if (v == 1) {
-    warmup = std::min(pp - stage - 1, m);
-  } else {
-    warmup = std::min((pp - stage - 1) * 2 + (v - 1) * pp, total);
-  }
-  std::vector<Op> ops;
-  int f = 0;
-  int b = 0;
-  const auto forward = [&] {
-    ops.push_back({true, v == 1 ? 0 : chunk_of(f, true), v == 1 ? f : micro_batch_of(f)});
-    ++f;
-  };
-  const auto backward = [&] {
-    ops.push_back({false, v == 1 ? 0 : chunk_of(b, false), v == 1 ? b : micro_batch_of(b)});
-    ++b;
-  };
-  for (int i = 0; i < warmup; ++i) forward();
-  while (f < total) {
-    forward();
-    backward();
-  }
-  while (b < total) backward();
-  return ops;
-}
+using Op = PipelineOp;
 
 using OpKey = std::tuple<bool, int, int>;  // (forward, virtual stage, micro-batch)
 
@@ -788,7 +752,7 @@ class MegatronBuilder {
   // One TP group's schedule; previous: each member's last task.
   virtual void run_group(int first, const std::vector<int>& members, const std::vector<TaskId>& ready) {
     const int stage = rank_state[members.front()].stage;
-    const std::vector<Op> ops = schedule(pp, stage, v, micro_batches);
+    const std::vector<Op> ops = megatron_schedule(pp, stage, v, micro_batches);
     std::vector<TaskId> previous(members.size());
     for (std::size_t i = 0; i < members.size(); ++i) previous[i] = ready[members[i]];
     for (const Op& op : ops) previous = run_operation(first, members, op.chunk * pp + stage, op, previous);

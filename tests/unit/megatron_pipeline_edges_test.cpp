@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "models/experiment.hpp"
+#include "models/strategies/phases/megatron_schedule.hpp"
 #include "models/strategies/phases/pipeline_tensors.hpp"
 #include "models/strategies/phases/sequence_parallel_grads.hpp"
 #include "models/strategies/phases/tied_embedding.hpp"
@@ -278,6 +279,33 @@ TEST(MegatronPipelineEdges, GradientsAccumulatedOutsideTheGemmCostTheirBytes) {
         "optimizer");
   };
   EXPECT_NEAR(fsdp("accum-fsdp-4", "4") - fsdp("accum-fsdp-1", "1"), 36 * p0 / 100e9, 1e-12);
+}
+
+// Megatron's per-rank order (phases/megatron_schedule.hpp), written out by hand from
+// schedules.py's rules. F/B: forward/backward; (chunk, micro-batch).
+std::string order(const std::vector<PipelineOp>& ops) {
+  std::string out;
+  for (const auto& op : ops) out += fmt::format("{}{}.{} ", op.forward ? 'F' : 'B', op.chunk, op.micro_batch);
+  return out;
+}
+
+TEST(MegatronSchedule, OneForwardOneBackwardAfterPpMinusStageMinusOneWarmUpForwards) {
+  // pp 4, m 6: stage 0 warms up with 3 forwards, alternates F/B until the 6th forward, then
+  // drains 3 backwards; the last stage (no warm-up) alternates from the start.
+  EXPECT_EQ(order(megatron_schedule(4, 0, 1, 6)), "F0.0 F0.1 F0.2 F0.3 B0.0 F0.4 B0.1 F0.5 B0.2 B0.3 B0.4 B0.5 ");
+  EXPECT_EQ(order(megatron_schedule(4, 3, 1, 6)), "F0.0 B0.0 F0.1 B0.1 F0.2 B0.2 F0.3 B0.3 F0.4 B0.4 F0.5 B0.5 ");
+  // Fewer micro-batches than the warm-up: every forward, then every backward.
+  EXPECT_EQ(order(megatron_schedule(4, 0, 1, 2)), "F0.0 F0.1 B0.0 B0.1 ");
+}
+
+TEST(MegatronSchedule, InterleavedGroupsOfPpMicroBatchesGoThroughTheChunksInTurn) {
+  // pp 2, v 2, m 4, stage 0: warm-up (2 - 0 - 1) x 2 + (2 - 1) x 2 = 4 forwards. Forward k runs
+  // chunk (k / 2) mod 2 on micro-batch (k / 4) x 2 + k mod 2; backward k the chunk 1 - that.
+  EXPECT_EQ(order(megatron_schedule(2, 0, 2, 4)),
+            "F0.0 F0.1 F1.0 F1.1 F0.2 B1.0 F0.3 B1.1 F1.2 B0.0 F1.3 B0.1 B1.2 B1.3 B0.2 B0.3 ");
+  // The last stage warms up with (v - 1) x pp = 2 forwards only.
+  EXPECT_EQ(order(megatron_schedule(2, 1, 2, 4)),
+            "F0.0 F0.1 F1.0 B1.0 F1.1 B1.1 F0.2 B0.0 F0.3 B0.1 F1.2 B1.2 F1.3 B1.3 B0.2 B0.3 ");
 }
 
 }  // namespace
