@@ -10,6 +10,9 @@
 // mapping for each kind of exception, which no valid or invalid input should reach for 70.
 #include <fmt/format.h>
 
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <exception>
 #include <new>
 #include <stdexcept>
@@ -75,6 +78,19 @@ inline ExitReport report_exception(const std::exception_ptr& error, std::string_
   } catch (...) {
     return internal_error("an exception of unknown type", version);
   }
+}
+
+/// `code` once `out` (standard output) is flushed, or 3 with a message on stderr when what the
+/// command printed could not all be written: `offsim run ... > file` on a full disk otherwise
+/// exits 0 with the report lost in stdio's buffer. A failing command keeps its own code.
+inline int with_output_flushed(std::FILE* out, int code) {
+  errno = 0;
+  const bool flushed = std::fflush(out) == 0;
+  if (flushed && std::ferror(out) == 0) return code;
+  const int why = errno;
+  fmt::print(stderr, "error: cannot write the standard output{}\n",
+             !flushed && why != 0 ? fmt::format(": {}", std::strerror(why)) : std::string());
+  return code == 0 ? kExitSimulationError : code;
 }
 
 }  // namespace offsim::app

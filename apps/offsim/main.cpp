@@ -274,7 +274,8 @@ int main(int argc, char** argv) {
     throw std::invalid_argument(fmt::format("{}: no such folder or case file", dir));
   };
 
-  try {
+  // The selected command's exit code (0 when no command was selected: --help and --version ran).
+  const auto run_selected = [&]() -> int {
     if (*validate_cmd) validate_dir = folder(validate_dir, validate_dir_opt->count() > 0, "validate");
     if (*check_cmd) check_dir = folder(check_dir, check_dir_opt->count() > 0, "check");
     if (*run_cmd) return app::run_command(run);
@@ -303,11 +304,18 @@ int main(int argc, char** argv) {
     if (*list_cmd) return app::list_command(list_what);
     if (*est_cmd) return app::estimate_command(est);
     if (*search_cmd) return app::search_command(search_opts);
+    return 0;
+  };
+  int code = 0;
+  try {
+    code = run_selected();
   } catch (...) {
     const app::ExitReport report =
         app::report_exception(std::current_exception(), fmt::format("{} ({})", OFFSIM_VERSION, OFFSIM_GIT_HASH));
     fmt::print(stderr, "{}", report.message);
-    return report.code;
+    code = report.code;
   }
-  return 0;
+  // What a command printed is part of its result (apps/offsim/exit_codes.hpp): a report lost to a full disk
+  // behind a redirection is an output that cannot be written, as for --out.
+  return app::with_output_flushed(stdout, code);
 }

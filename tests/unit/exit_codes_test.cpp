@@ -4,6 +4,7 @@
 // 70 by design, so the mapping is tested here directly; tests/cli/cli_test.sh runs 2 and 3.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <new>
 #include <stdexcept>
@@ -90,6 +91,30 @@ TEST(ExitCodes, SweepAndSearchKeepExit3ForOutputsAndLimits) {
   EXPECT_THROW((void)runtime_errors_are_bad_input(
                    []() -> int { throw std::filesystem::filesystem_error("mkdir", std::error_code()); }),
                std::filesystem::filesystem_error);
+}
+
+TEST(ExitCodes, AReportThatCannotBeWrittenToStandardOutputExits3) {
+  // /dev/full refuses every write (ENOSPC), as a full disk behind `offsim run ... > report.txt`
+  // does.
+  std::FILE* full = std::fopen("/dev/full", "w");
+  if (full == nullptr) GTEST_SKIP() << "no /dev/full on this machine";
+  std::fputs("iteration time 1.000 s\n", full);
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(with_output_flushed(full, 0), kExitSimulationError);
+  // (with the reason when the flush itself failed; stdio may have met the error at the write)
+  EXPECT_TRUE(testing::internal::GetCapturedStderr().starts_with("error: cannot write the standard output"));
+  // A command that failed keeps its own code.
+  std::fputs("more\n", full);
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(with_output_flushed(full, kExitBadInput), kExitBadInput);
+  (void)testing::internal::GetCapturedStderr();
+  std::fclose(full);
+  // Written: the command's code.
+  std::FILE* fine = std::tmpfile();
+  ASSERT_NE(fine, nullptr);
+  std::fputs("iteration time 1.000 s\n", fine);
+  EXPECT_EQ(with_output_flushed(fine, 0), 0);
+  std::fclose(fine);
 }
 
 }  // namespace
