@@ -6,6 +6,8 @@
 #include <cctype>
 #include <charconv>
 
+#include "models/strategies/value_ranges.hpp"
+
 namespace offsim::models {
 
 using sim::config::MapReader;
@@ -241,10 +243,10 @@ CollectiveOptions parse_collective_options(MapReader& r) {
   }
   out.max_ring_steps = steps.value;
   const auto channels = c.optional<int>("channels", 1);
-  if (channels.valid && channels.value < 1) {
-    node->context().error(channels.loc, node->child_path("channels"), "expected a positive count");
+  if (channels.valid && sim::config::check_range(node->context(), channels.loc, node->child_path("channels"),
+                                                 channels.value, ranges::kCollectiveChannels)) {
+    out.channels = channels.value;
   }
-  out.channels = channels.value;
   return out;
 }
 

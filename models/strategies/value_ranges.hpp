@@ -55,6 +55,12 @@ inline constexpr ValueRange<int> kNvmeBufferCount{1, 1000, false, "offsim's limi
 inline constexpr ValueRange<int> kUbNumSm{1, 1024, false, "offsim's limit"};
 inline constexpr ValueRange<int> kUbNumSplits{1, 1024, false, "offsim's limit"};
 
+// Channels of a ring collective (strategy.collectives.channels, RCCL's and NCCL's parallel rings):
+// at most NCCL's MAXCHANNELS, 64 (src/include/device.h; RCCL's device.h has 32 at ROCm 5.x).
+// Each channel adds two flows per rank and stage, so a count far past it (65,537) built millions
+// of flows before the task limit could refuse them, and the process was killed for memory.
+inline constexpr ValueRange<int> kCollectiveChannels{1, 64, false, "NCCL's MAXCHANNELS"};
+
 /// Why an optimizer offload's Twin-Flow ratio cannot be simulated at `zero_stage` (with the
 /// states on NVMe when `nvme`), or nullopt when it can: DeepSpeed splits the subgroups in stage3.py
 /// only (stage_1_and_2.py updates the whole partition on the CPU), and offsim does not model
