@@ -56,7 +56,8 @@ inline constexpr ValueRange<int> kUbNumSm{1, 1024, false, "offsim's limit"};
 inline constexpr ValueRange<int> kUbNumSplits{1, 1024, false, "offsim's limit"};
 
 // Channels of a ring collective (strategy.collectives.channels, RCCL's and NCCL's parallel rings):
-// at most NCCL's MAXCHANNELS, 64 (src/include/device.h; RCCL's device.h has 32 at ROCm 5.x).
+// at most NCCL's MAXCHANNELS, 64 (src/include/device.h; the RCCL device.h read here, of the HDP
+// register era, has 32).
 // Each channel adds two flows per rank and stage, so a count far past it (65,537) built millions
 // of flows before the task limit could refuse them, and the process was killed for memory.
 inline constexpr ValueRange<int> kCollectiveChannels{1, 64, false, "NCCL's MAXCHANNELS"};
