@@ -767,8 +767,8 @@ class MegatronBuilder {
     std::vector<TaskId> at(members.size());
     for (std::size_t i = 0; i < members.size(); ++i) {
       const int s = members[i];
-      at[i] = g.add(fmt::format(FMT_COMPILE("r{}.{}.ready"), rank_state[s].rank, tag), "pipeline", BarrierTask{},
-                    {previous[i]});
+      at[i] = g.add(g.name_from([&] { return fmt::format(FMT_COMPILE("r{}.{}.ready"), rank_state[s].rank, tag); }),
+                    "pipeline", BarrierTask{}, {previous[i]});
       entry[s][{op.forward, vs, op.micro_batch}] = at[i];
       if (ddp && op.forward && op.micro_batch == 0) ddp->forward_chunk(s, vs / pp, at[i]);
       if (!op.forward && op.micro_batch == 0 && op.chunk == v - 1)  // the rank's first backward
@@ -779,21 +779,23 @@ class MegatronBuilder {
     const bool head = vs == last_virtual;
     if (op.forward) {
       for (std::size_t i = 0; i < members.size(); ++i) {
-        at[i] = timeline.alloc(members[i], tag + ".alloc.activations", "setup", "activations", activation_bytes(vs),
-                               {at[i]});
+        at[i] = timeline.alloc(members[i], named(tag, ".alloc.activations"), "setup", "activations",
+                               activation_bytes(vs), {at[i]});
       }
     }
     if (head) {
       for (std::size_t i = 0; i < members.size(); ++i) {
-        at[i] = timeline.alloc(members[i], tag + ".alloc.loss", "setup", "activations", loss_workspace, {at[i]});
+        at[i] = timeline.alloc(members[i], named(tag, ".alloc.loss"), "setup", "activations", loss_workspace, {at[i]});
       }
     }
     run_chunk(first, members, op, vs, tag, phase, at);
     for (std::size_t i = 0; i < members.size(); ++i) {
       const int s = members[i];
-      if (head) at[i] = timeline.release(s, tag + ".free.loss", "memory", "activations", loss_workspace, {at[i]});
-      if (!op.forward)
-        at[i] = timeline.release(s, tag + ".free.activations", "memory", "activations", activation_bytes(vs), {at[i]});
+      if (head) at[i] = timeline.release(s, named(tag, ".free.loss"), "memory", "activations", loss_workspace, {at[i]});
+      if (!op.forward) {
+        at[i] = timeline.release(s, named(tag, ".free.activations"), "memory", "activations", activation_bytes(vs),
+                                 {at[i]});
+      }
       exit[s][{op.forward, vs, op.micro_batch}] = at[i];
       // Rank 0's phases: its busy time per operation; the waits before them are the bubble.
       if (rank_state[s].rank == 0) {
@@ -804,6 +806,12 @@ class MegatronBuilder {
       last_op[s] = at[i];
     }
     return at;
+  }
+
+  // `tag` + `suffix` as a task's name part, or empty when the graph keeps no names (a sweep's or
+  // search's point: sim::ScopedUnnamedTasks), without building it.
+  [[nodiscard]] std::string named(const std::string& tag, std::string_view suffix) const {
+    return g.name_from([&] { return std::string(tag).append(suffix); });
   }
 
   // The activations an operation of virtual stage vs stores (with the logits on the last one).
@@ -856,7 +864,7 @@ class MegatronBuilder {
     const TimePs piece{layer.ps / reductions};
     for (std::size_t i = 0; i < members.size(); ++i) {
       if (edge.time.ps > 0) {
-        at[i] = timeline.compute(members[i], tag + ".edge", phase, edge.time, edge.flops, "gemm", {at[i]});
+        at[i] = timeline.compute(members[i], named(tag, ".edge"), phase, edge.time, edge.flops, "gemm", {at[i]});
         if (vs == 0) ddp_start(members[i], op, vs, 0, at[i]);  // the embedding: the first layer's bucket
       }
     }
@@ -864,8 +872,9 @@ class MegatronBuilder {
       for (int half = 0; half < reductions; ++half) {
         std::vector<std::vector<TaskId>> deps(members.size());
         for (std::size_t i = 0; i < members.size(); ++i) {
-          deps[i] = {timeline.compute(members[i], fmt::format(FMT_COMPILE("{}.l{}.{}"), tag, l, half), phase, piece,
-                                      layer_flops * (1.0 / reductions), "layer", {at[i]})};
+          deps[i] = {timeline.compute(members[i],
+                                      g.name_from([&] { return fmt::format(FMT_COMPILE("{}.l{}.{}"), tag, l, half); }),
+                                      phase, piece, layer_flops * (1.0 / reductions), "layer", {at[i]})};
           if (half == 0) ddp_start(members[i], op, vs, l, deps[i][0]);
         }
         at = tp_comms.all_reduce(first, timeline, members, tp_name(first, tag, l, half), overlap_extra(ub, forward),
@@ -898,7 +907,7 @@ class MegatronBuilder {
     const sim::Flops piece_flops{(all.count - block_flops.count * cp) / reductions};
     for (std::size_t i = 0; i < members.size(); ++i) {
       if (edge.time.ps > 0) {
-        at[i] = timeline.compute(members[i], tag + ".edge", phase, edge.time, edge.flops, "gemm", {at[i]});
+        at[i] = timeline.compute(members[i], named(tag, ".edge"), phase, edge.time, edge.flops, "gemm", {at[i]});
         if (vs == 0) ddp_start(members[i], op, vs, 0, at[i]);  // the embedding: the first layer's bucket
       }
     }
@@ -940,8 +949,10 @@ class MegatronBuilder {
         TransferTask transfer{};
         transfer.route = stage_route(from_rank, rs.rank);
         transfer.bytes = exchange.bytes_per_rank;
-        const auto name = fmt::format(FMT_COMPILE("p2p.{}{}.mb{}.r{}to{}"), forward ? "act" : "grad", from_vs, mb,
-                                      from_rank, rs.rank);
+        const auto name = g.name_from([&] {
+          return fmt::format(FMT_COMPILE("p2p.{}{}.mb{}.r{}to{}"), forward ? "act" : "grad", from_vs, mb, from_rank,
+                             rs.rank);
+        });
         g.add_dependency(start, g.add(name, phase::kCommunication, std::move(transfer), {sent}));
       });
     }

@@ -52,7 +52,7 @@ bool OperationReplays::replayed(const Key& key, RankTimeline& timeline, int s, c
   const auto it = replays_.find(key);
   if (it == replays_.end() || !it->second) return false;
   sim::TaskGraph& g = timeline.graph();
-  at = g.add(timeline.task_name(s, tag + ".replay"), phase::kCommunication,
+  at = g.add(g.name_from([&] { return timeline.task_name(s, tag + ".replay"); }), phase::kCommunication,
              sim::TransferTask{{}, sim::Bytes{0}, *it->second, {}, {}}, {at});
   return true;
 }

@@ -18,24 +18,23 @@ std::string RankTimeline::task_name(int r, std::string_view name) const {
 }
 
 sim::TaskId RankTimeline::compute(int r, std::string_view name, const char* phase, sim::TimePs duration,
-                                  sim::Flops flops, const char* kernel, std::vector<sim::TaskId> deps,
-                                  sim::Bytes bytes) {
+                                  sim::Flops flops, const char* kernel, TaskIds deps, sim::Bytes bytes) {
   return graph_.add(task_name(r, name), phase, sim::ComputeTask{slot(r).unit, duration, flops, bytes, kernel},
-                    std::move(deps));
+                    deps.span());
 }
 
 sim::TaskId RankTimeline::alloc(int r, std::string_view name, const char* phase, const char* tenant, sim::Bytes bytes,
-                                std::vector<sim::TaskId> deps) {
-  return graph_.add(task_name(r, name), phase, sim::AllocTask{slot(r).pool, tenant, bytes}, std::move(deps));
+                                TaskIds deps) {
+  return graph_.add(task_name(r, name), phase, sim::AllocTask{slot(r).pool, tenant, bytes}, deps.span());
 }
 
 sim::TaskId RankTimeline::release(int r, std::string_view name, const char* phase, const char* tenant, sim::Bytes bytes,
-                                  std::vector<sim::TaskId> deps) {
-  return graph_.add(task_name(r, name), phase, sim::FreeTask{slot(r).pool, tenant, bytes}, std::move(deps));
+                                  TaskIds deps) {
+  return graph_.add(task_name(r, name), phase, sim::FreeTask{slot(r).pool, tenant, bytes}, deps.span());
 }
 
-sim::TaskId RankTimeline::barrier(int r, std::string_view name, const char* phase, std::vector<sim::TaskId> deps) {
-  return graph_.add(task_name(r, name), phase, sim::BarrierTask{}, std::move(deps));
+sim::TaskId RankTimeline::barrier(int r, std::string_view name, const char* phase, TaskIds deps) {
+  return graph_.add(task_name(r, name), phase, sim::BarrierTask{}, deps.span());
 }
 
 std::vector<std::vector<sim::TaskId>> RankTimeline::per_rank(const std::vector<sim::TaskId>& tasks) const {

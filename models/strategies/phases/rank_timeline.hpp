@@ -5,7 +5,9 @@
 // The steps every schedule shares (phases/steps.hpp) take this context; a builder keeps only its
 // schedule and what is its own.
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -14,6 +16,21 @@
 #include "sim/exec/task_graph.hpp"
 
 namespace offsim::models {
+
+/// The tasks a new task waits for, as the timeline's methods take them: a braced list (`{a, b}`,
+/// whose array lives to the end of the call's full expression), a vector or a span, viewed and
+/// not copied. The graph copies them at once, so a builder's `{at[i]}` costs no allocation (a
+/// `std::vector` parameter made one per task: issue 35).
+class TaskIds {
+ public:
+  TaskIds(std::initializer_list<sim::TaskId> ids) : ids_(ids.begin(), ids.size()) {}
+  TaskIds(const std::vector<sim::TaskId>& ids) : ids_(ids) {}  // NOLINT(google-explicit-constructor)
+  TaskIds(std::span<const sim::TaskId> ids) : ids_(ids) {}     // NOLINT(google-explicit-constructor)
+  [[nodiscard]] std::span<const sim::TaskId> span() const { return ids_; }
+
+ private:
+  std::span<const sim::TaskId> ids_;
+};
 
 /// Where one simulated rank runs.
 struct RankSlot {
@@ -39,19 +56,19 @@ class RankTimeline {
   /// A kernel on rank r's GPU: `duration` as the cost model decided; flops and the bytes it moves
   /// for the reports.
   sim::TaskId compute(int r, std::string_view name, const char* phase, sim::TimePs duration, sim::Flops flops,
-                      const char* kernel, std::vector<sim::TaskId> deps, sim::Bytes bytes = sim::Bytes{0});
+                      const char* kernel, TaskIds deps, sim::Bytes bytes = sim::Bytes{0});
   /// A memory-bound kernel on rank r's GPU that moves `bytes` in `duration`.
   sim::TaskId memory_pass(int r, std::string_view name, const char* phase, sim::TimePs duration, sim::Bytes bytes,
-                          const char* kernel, std::vector<sim::TaskId> deps) {
-    return compute(r, name, phase, duration, {}, kernel, std::move(deps), bytes);
+                          const char* kernel, TaskIds deps) {
+    return compute(r, name, phase, duration, {}, kernel, deps, bytes);
   }
   /// `bytes` of `tenant` reserved (alloc) or released (release) in rank r's GPU memory.
   sim::TaskId alloc(int r, std::string_view name, const char* phase, const char* tenant, sim::Bytes bytes,
-                    std::vector<sim::TaskId> deps);
+                    TaskIds deps);
   sim::TaskId release(int r, std::string_view name, const char* phase, const char* tenant, sim::Bytes bytes,
-                      std::vector<sim::TaskId> deps);
+                      TaskIds deps);
   /// A barrier of rank r after `deps`.
-  sim::TaskId barrier(int r, std::string_view name, const char* phase, std::vector<sim::TaskId> deps);
+  sim::TaskId barrier(int r, std::string_view name, const char* phase, TaskIds deps);
 
   /// Each rank's task as its only dependency (the form collectives take).
   [[nodiscard]] std::vector<std::vector<sim::TaskId>> per_rank(const std::vector<sim::TaskId>& tasks) const;
