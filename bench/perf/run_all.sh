@@ -9,9 +9,11 @@
 #   - the shipped sweep (configs/sweeps/frontier-partitioning.yaml): configs/s with 1 and 2 jobs;
 #   - the engine's event queue at 1 M queued events (bench/perf BM_EventQueue/1000000);
 #   - Calculon on the same GPT-3 175B job, when a copy of it is present (bench/perf/README.md).
-# Times are wall clock (GNU time; the median of 3 for single runs) and, since a shared machine's
-# load inflates wall clock, the CPU time (user + system) next to them. configs/s counts the
-# points simulated over the whole process (start, YAML, plan and outputs included).
+# Times are wall clock (the median of 3 runs for single runs, of 5 for searches and sweeps, read
+# from the nanosecond clock around GNU time, whose own %e has 10 ms steps: a fifth of a shipped
+# sweep) and, since a shared machine's load inflates wall clock, the CPU time (user + system, GNU
+# time's 10 ms steps) next to them. configs/s counts the points simulated over the whole process
+# (start, YAML, plan and outputs included).
 #   bench/perf/run_all.sh                 # ./build/offsim
 #   OFFSIM=/path/to/offsim bench/perf/run_all.sh
 #   CALCULON=/path/to/calculon bench/perf/run_all.sh   # default: bench/perf/calculon if present
@@ -28,21 +30,36 @@ gpt1t=configs/experiments/scale/gpt-1t-frontier-full.yaml
 
 # "wall cpu rss_kb" of one run of "$@" (its output discarded)
 once() {
-  /usr/bin/time -f "%e %U %S %M" -o "$tmp/t" "$@" >/dev/null 2>&1 || true
-  awk '{printf "%s %.2f %s\n", $1, $2 + $3, $4}' "$tmp/t"
+  local start end
+  start=$(date +%s%N)
+  /usr/bin/time -f "%U %S %M" -o "$tmp/t" "$@" >/dev/null 2>&1 || true
+  end=$(date +%s%N)
+  awk -v s="$start" -v e="$end" '{printf "%.4f %.2f %s\n", (e - s) / 1e9, $1 + $2, $3}' "$tmp/t"
+}
+# The run of median wall clock among 5 of "$@", after `prepare` (which clears the last run's output).
+median5() {
+  local prepare=$1
+  shift
+  for _ in 1 2 3 4 5; do
+    $prepare
+    once "$@"
+  done | sort -n | sed -n 3p
 }
 # median wall and CPU seconds and max peak RSS (MB) of 3 runs of "$@"
 measure() {
   for _ in 1 2 3; do once "$@"; done | sort -n |
     awk '{t[NR]=$1; c[NR]=$2; if ($3>m) m=$3} END {printf "%8.3f s (CPU %6.2f s)  %6.0f MB", t[2], c[2], m/1024}'
 }
-# a search of the job's Megatron tp 8 space into $1 with --jobs $2; prints "points wall cpu rss_kb"
+# a search of the job's Megatron tp 8 space into $1 with --jobs $2 (the median of 5); prints
+# "points wall cpu rss_kb"
 search() {
-  rm -rf "$1"
   local t
-  t=$(once "$offsim" search "$job" --kind megatron --tp 8 --out "$1" --jobs "$2")
+  search_out=$1
+  t=$(median5 clear_search "$offsim" search "$job" --kind megatron --tp 8 --out "$1" --jobs "$2")
   echo "$(($(wc -l <"$1/search.csv") - 1)) $t"
 }
+clear_search() { rm -rf "$search_out"; }
+clear_sweep() { rm -f "$tmp/sweep.csv"; }
 
 echo "offsim issue 35 benchmark, $(date -u '+%F %H:%M') UTC, $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "binary: $offsim ($("$offsim" --version 2>/dev/null || echo 'no --version'))"
@@ -53,7 +70,7 @@ for jobs in 1 2; do
   read -r points wall cpu rss < <(search "$tmp/search$jobs" "$jobs")
   rate[$jobs]=$(awk -v n="$points" -v t="$wall" 'BEGIN {printf "%.1f", n / t}')
   awk -v n="$points" -v t="$wall" -v c="$cpu" -v j="$jobs" -v m="$rss" 'BEGIN {
-    printf "  --jobs %d: %d points in %.2f s: %.1f configs/s (CPU %.2f s: %.1f configs per CPU second), peak %.0f MB\n",
+    printf "  --jobs %d: %d points in %.3f s: %.1f configs/s (CPU %.2f s: %.1f configs per CPU second), peak %.0f MB\n",
       j, n, t, n / t, c, n / c, m / 1024 }'
 done
 awk -v a="${rate[1]}" -v b="${rate[2]}" 'BEGIN {printf "  2 jobs / 1 job (wall clock): %.2fx\n", b / a}'
@@ -117,8 +134,8 @@ printf "GPT-1T Megatron, 9,408 Frontier nodes, --trace full: %6.3f s (CPU %6.2f 
 rm -rf "$tmp/g1t-full"
 echo
 for jobs in 1 2; do
-  rm -f "$tmp/sweep.csv"
-  read -r wall cpu _ < <(once "$offsim" sweep configs/sweeps/frontier-partitioning.yaml --out "$tmp/sweep.csv" --jobs "$jobs")
+  read -r wall cpu _ < <(median5 clear_sweep "$offsim" sweep configs/sweeps/frontier-partitioning.yaml \
+    --out "$tmp/sweep.csv" --jobs "$jobs")
   points=$(($(wc -l <"$tmp/sweep.csv") - 1))
   awk -v n="$points" -v t="$wall" -v c="$cpu" -v j="$jobs" 'BEGIN {
     printf "shipped sweep, %d points, --jobs %d: %.3f s, %.0f configs/s (CPU %.3f s: %.0f configs per CPU second)\n", n, j, t, n / t, c, n / c }'
