@@ -85,8 +85,7 @@ Communicator::AnalyticStage Communicator::analytic_bodies(const CollectiveFit& f
   return stage;
 }
 
-std::vector<TaskId> Communicator::emit_analytic(const std::string& name, const AnalyticStage& stage,
-                                                const std::vector<std::vector<TaskId>>& first) {
+std::vector<TaskId> Communicator::emit_analytic(const std::string& name, const AnalyticStage& stage, RankDeps first) {
   const int sims = layout_.simulated_ranks();
   std::vector<TaskId> done(sims);
   for (int s = 0; s < sims; ++s) {

@@ -176,14 +176,8 @@ TaskId Communicator::add_kernel(const std::string& name, int s, Bytes bytes, std
                     TransferTask{{}, Bytes{0}, costs_.memory_bound_time(bytes), {}, {}}, deps);
 }
 
-void Communicator::Progress::advance(std::vector<TaskId> stage_done) {
-  for (int s = 0; s < sims; ++s) first[s] = {stage_done[s]};
-  done = std::move(stage_done);
-  advanced = true;
-}
-
 std::vector<TaskId> Communicator::add(CollectiveKind kind, const std::string& name, std::int64_t elements,
-                                      const CollectivePlan& plan, const std::vector<std::vector<TaskId>>& deps,
+                                      const CollectivePlan& plan, RankDeps deps,
                                       const std::vector<bool>& participants) {
   active_ = participants;
   const int sims = layout_.simulated_ranks();
@@ -225,14 +219,14 @@ void Communicator::add_tree_stages(const std::string& name, std::int64_t element
   for (std::size_t j = 0; j < plan.stages.size(); ++j) {
     if (plan.stages[j].group() < 2) continue;
     progress.advance(add_tree_stage(fmt::format(FMT_COMPILE("{}.tree{}"), name, j), plan.stages[j],
-                                    plan.quantization.wire_bytes(elements), progress.first));
+                                    plan.quantization.wire_bytes(elements), progress.first()));
   }
 }
 
 void Communicator::add_quantization_buffers(const std::string& name, Bytes bytes, bool release, Progress& progress) {
   std::vector<TaskId> buffers(progress.sims);
   for (int s = 0; s < progress.sims; ++s) {
-    buffers[s] = quantization_buffer(name, s, bytes, release, progress.first[s]);
+    buffers[s] = quantization_buffer(name, s, bytes, release, progress.first()[s]);
   }
   progress.advance(std::move(buffers));
 }
@@ -240,7 +234,7 @@ void Communicator::add_quantization_buffers(const std::string& name, Bytes bytes
 void Communicator::add_kernels(const std::string& name, Bytes bytes, Progress& progress) {
   std::vector<TaskId> kernels(progress.sims);
   for (int s = 0; s < progress.sims; ++s) {
-    kernels[s] = add_kernel(name, s, bytes, progress.first[s]);
+    kernels[s] = add_kernel(name, s, bytes, progress.first()[s]);
   }
   progress.advance(std::move(kernels));
 }
@@ -258,7 +252,7 @@ std::int64_t Communicator::add_reduce_scatter_stages(const std::string& name, st
     if (q.quantized())
       add_kernels(graph_.name_from([&] { return stage + ".quantize"; }), Bytes{held * 2 + q.wire_bytes(held)},
                   progress);
-    std::vector<TaskId> exchanged = add_stage(stage, "reduce_scatter", band, plan, share, progress.first);
+    std::vector<TaskId> exchanged = add_stage(stage, "reduce_scatter", band, plan, share, progress.first());
     if (q.quantized()) {
       const std::string dequantize = graph_.name_from([&] { return stage + ".dequantize_reduce"; });
       for (int s = 0; s < progress.sims; ++s) {
@@ -298,7 +292,7 @@ void Communicator::add_all_gather_stages(CollectiveKind kind, const std::string&
     const int g = band_of(j).group();
     if (g < 2) continue;
     progress.advance(add_stage(graph_.name_from([&] { return fmt::format(FMT_COMPILE("{}.ag{}"), name, j); }),
-                               "all_gather", band_of(j), gather, held, progress.first));
+                               "all_gather", band_of(j), gather, held, progress.first()));
     held *= g;
   }
   if (quantized_gather)
@@ -308,14 +302,13 @@ void Communicator::add_all_gather_stages(CollectiveKind kind, const std::string&
 std::vector<TaskId> Communicator::add_done_barriers(const std::string& name, const Progress& progress) {
   std::vector<TaskId> done(progress.sims);
   for (int s = 0; s < progress.sims; ++s) {
-    done[s] = graph_.add(rank_task_name(name, ".done", s), phase::kCommunication, BarrierTask{}, progress.first[s]);
+    done[s] = graph_.add(rank_task_name(name, ".done", s), phase::kCommunication, BarrierTask{}, progress.first()[s]);
   }
   return done;
 }
 
 std::vector<TaskId> Communicator::add_stage(const std::string& name, const std::string& collective, const Band& band,
-                                            const CollectivePlan& plan, std::int64_t per_peer,
-                                            const std::vector<std::vector<TaskId>>& first) {
+                                            const CollectivePlan& plan, std::int64_t per_peer, RankDeps first) {
   if (options_.fidelity == Fidelity::kAnalytic) {
     // A stage's analytic transfers depend only on what it moves and over which ranks: built once
     // per kind of stage (a TP all-reduce repeats with every layer and micro-batch), then reused.

@@ -52,6 +52,25 @@
 
 namespace offsim::models {
 
+/// What each simulated rank waits for before a collective (or one of its stages), viewed and not
+/// copied: a list per rank, or one task per rank (`{t}` each, without making those lists: issue 35).
+/// The viewed vector must outlive the call it is passed to.
+class RankDeps {
+ public:
+  RankDeps(const std::vector<std::vector<sim::TaskId>>& lists)  // NOLINT(google-explicit-constructor)
+      : lists_(&lists) {}
+  RankDeps(const std::vector<sim::TaskId>& one_each) : one_each_(&one_each) {}  // NOLINT(google-explicit-constructor)
+  [[nodiscard]] std::span<const sim::TaskId> operator[](int s) const {
+    const auto i = static_cast<std::size_t>(s);
+    return lists_ != nullptr ? std::span<const sim::TaskId>((*lists_)[i])
+                             : std::span<const sim::TaskId>(&(*one_each_)[i], 1);
+  }
+
+ private:
+  const std::vector<std::vector<sim::TaskId>>* lists_ = nullptr;
+  const std::vector<sim::TaskId>* one_each_ = nullptr;
+};
+
 class Communicator {
  public:
   Communicator(sim::TaskGraph& graph, const MachineResources& machine, const topo::Topology& topology,
@@ -59,13 +78,12 @@ class Communicator {
                CollectiveOptions options, std::vector<std::string>& notes);
 
   /// Adds one collective of a buffer of `elements` bf16 elements (all-gather output, reduce-scatter
-  /// input). `deps[s]`: what simulated rank s waits for first. Returns, per simulated rank, a
-  /// barrier that ends when the rank holds its result.
+  /// input). `deps[s]`: what simulated rank s waits for first (per rank a list, or one task). Returns,
+  /// per simulated rank, the task that ends when the rank holds its result.
   /// `participants` (per simulated rank; empty: all) restricts the collective to some ranks (with
   /// their subgroups); the others pass through at their dependencies.
   std::vector<sim::TaskId> add(CollectiveKind kind, const std::string& name, std::int64_t elements,
-                               const CollectivePlan& plan, const std::vector<std::vector<sim::TaskId>>& deps,
-                               const std::vector<bool>& participants = {});
+                               const CollectivePlan& plan, RankDeps deps, const std::vector<bool>& participants = {});
 
   /// The flat plan over the first `ranks` ranks: one ring, no quantization.
   [[nodiscard]] static CollectivePlan flat(int ranks);
@@ -80,15 +98,20 @@ class Communicator {
   // The ranks simulated index s stands for inside the block: itself and its class's other members.
   [[nodiscard]] std::vector<int> class_of(int s) const;
   // The steps of one collective while add() builds it, per simulated rank: what its next step
-  // waits for (first) and its latest step's task (done).
+  // waits for (first(): the collective's dependencies until a step ran, then that step's task) and
+  // its latest step's task (done).
   struct Progress {
-    int sims;  // simulated ranks
-    std::vector<std::vector<sim::TaskId>> first;
+    int sims;        // simulated ranks
+    RankDeps given;  // add()'s dependencies
     std::vector<sim::TaskId> done;
     bool advanced = false;  // some stage (or buffer task) ran: each rank's result is one task
+    [[nodiscard]] RankDeps first() const { return advanced ? RankDeps(done) : given; }
     // Every rank's next step waits for its task of the step just added (`stage_done`, which
     // becomes `done`: taken by value so that a stage's result moves in, not copied).
-    void advance(std::vector<sim::TaskId> stage_done);
+    void advance(std::vector<sim::TaskId> stage_done) {
+      done = std::move(stage_done);
+      advanced = true;
+    }
   };
   // The stages of a tree all-reduce, one per band of more than one rank (add_tree_stage).
   void add_tree_stages(const std::string& name, std::int64_t elements, const CollectivePlan& plan, Progress& progress);
@@ -112,16 +135,14 @@ class Communicator {
   // One stage of `kind` (reduce-scatter or all-gather) moving `per_peer` bf16 elements to each
   // peer (ring: per chunk). Returns per simulated rank the barrier of its completion.
   std::vector<sim::TaskId> add_stage(const std::string& name, const std::string& collective, const Band& band,
-                                     const CollectivePlan& plan, std::int64_t per_peer,
-                                     const std::vector<std::vector<sim::TaskId>>& first);
+                                     const CollectivePlan& plan, std::int64_t per_peer, RankDeps first);
   std::vector<sim::TaskId> add_tree_stage(const std::string& name, const Band& band, std::int64_t bytes,
-                                          const std::vector<std::vector<sim::TaskId>>& first);
+                                          RankDeps first);
   std::vector<sim::TaskId> add_one_step_flows(const std::string& name, sim::TimePs latency, std::int64_t bytes,
-                                              const std::vector<Flow>& flows,
-                                              const std::vector<std::vector<sim::TaskId>>& first);
+                                              const std::vector<Flow>& flows, RankDeps first);
   std::vector<sim::TaskId> add_ring_flows(const std::string& name, const CollectiveFit& fit, int g,
                                           std::int64_t chunk_bytes, const std::vector<std::vector<Flow>>& directions,
-                                          const std::vector<std::vector<sim::TaskId>>& first);
+                                          RankDeps first);
   // Analytic stages: per simulated rank its one transfer (nullopt: not taking part), built by
   // analytic_bodies from the stage's flows and added to the graph by emit_analytic.
   using AnalyticStage = std::vector<std::optional<sim::TransferTask>>;
@@ -131,8 +152,7 @@ class Communicator {
   // (NaN) between calls.
   std::vector<int> crossing_scratch_;
   std::vector<double> subgroup_scratch_;
-  std::vector<sim::TaskId> emit_analytic(const std::string& name, const AnalyticStage& stage,
-                                         const std::vector<std::vector<sim::TaskId>>& first);
+  std::vector<sim::TaskId> emit_analytic(const std::string& name, const AnalyticStage& stage, RankDeps first);
   // What one stage moves: its fit (per-step latency and bandwidth cap), its flows (built once per
   // band and participants, stage_flows_), the bytes each flow moves per step and the steps (ring:
   // g - 1, each a chunk per channel and direction; all-to-all: one).

@@ -13,8 +13,7 @@ namespace offsim::models {
 using sim::TaskId;
 
 std::vector<TaskId> Communicator::add_one_step_flows(const std::string& name, sim::TimePs latency, std::int64_t bytes,
-                                                     const std::vector<Flow>& flows,
-                                                     const std::vector<std::vector<TaskId>>& first) {
+                                                     const std::vector<Flow>& flows, RankDeps first) {
   // Every flow starts with its sender; a rank is done when its sends and the sends into it are.
   require_single_rank_classes(name);
   const int sims = layout_.simulated_ranks();

@@ -15,8 +15,7 @@ using sim::TaskId;
 
 std::vector<TaskId> Communicator::add_ring_flows(const std::string& name, const CollectiveFit& f, int g,
                                                  std::int64_t chunk_bytes,
-                                                 const std::vector<std::vector<Flow>>& directions,
-                                                 const std::vector<std::vector<TaskId>>& first) {
+                                                 const std::vector<std::vector<Flow>>& directions, RankDeps first) {
   require_single_rank_classes(name);
   const int sims = layout_.simulated_ranks();
   const int steps = g - 1;
@@ -30,7 +29,7 @@ std::vector<TaskId> Communicator::add_ring_flows(const std::string& name, const 
     std::vector<std::vector<std::vector<TaskId>>> next_into(rings, std::vector<std::vector<TaskId>>(sims));
     for (std::size_t d = 0; d < rings; ++d) {
       for (const Flow& fl : directions[d]) {
-        std::vector<TaskId> deps = first[fl.from];
+        std::vector<TaskId> deps(first[fl.from].begin(), first[fl.from].end());
         if (step > 0) {
           deps = into[d][fl.from];
           deps.push_back(own[d][fl.from]);

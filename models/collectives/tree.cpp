@@ -10,7 +10,7 @@ using sim::TaskId;
 using sim::TimePs;
 
 std::vector<TaskId> Communicator::add_tree_stage(const std::string& name, const Band& band, std::int64_t bytes,
-                                                 const std::vector<std::vector<TaskId>>& first) {
+                                                 RankDeps first) {
   // A binary tree over the subgroup in band order (parent of position k: (k - 1) / 2), pipelined as
   // NCCL's tree all-reduce is: the reduction climbing and the broadcast descending stream at once
   // in opposite directions of each link, so every edge carries the whole buffer each way and the

@@ -616,11 +616,9 @@ class DataParallelBuilder {
       // Every rank updated its partition: all-gather the new bf16 parameters.
       const std::int64_t experts_on_rank = experts_per_layer_on_rank * m.layers;
       if (experts_on_rank > 0) {
-        adam = comm.add(CollectiveKind::kAllGather, "updated_parameters.experts", experts_on_rank, expert_plan,
-                        timeline.per_rank(adam));
+        adam = comm.add(CollectiveKind::kAllGather, "updated_parameters.experts", experts_on_rank, expert_plan, adam);
       }
-      end = comm.add(CollectiveKind::kAllGather, "updated_parameters", P - experts_on_rank, replica_plan,
-                     timeline.per_rank(adam));
+      end = comm.add(CollectiveKind::kAllGather, "updated_parameters", P - experts_on_rank, replica_plan, adam);
       out.spans.push_back({phase::kParameterAllgather, adam[0], end[0], true});
     }
     return end;

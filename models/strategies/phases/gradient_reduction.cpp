@@ -110,8 +110,7 @@ void GradientReduction::reduce(std::int64_t mb, bool boundary, const std::vector
       if (boundary && options_.shard_ranks < options_.replicas) {
         // The shard groups are replicas: all-reduce the reduced partition across them (MiCS).
         stream_ = comm_.add(CollectiveKind::kAllReduce, name + ".replicas",
-                            policy_.reduced_elements(partition(bucket.elements)), part.replica_reduce,
-                            ranks_.per_rank(stream_));
+                            policy_.reduced_elements(partition(bucket.elements)), part.replica_reduce, stream_);
       }
     }
     if (offload_) {

@@ -110,7 +110,7 @@ LayerTasks LayerCompute::run(const std::string& name, const char* phase, bool fo
       if (part_index == 0) t.first[r] = t.last_compute[r];
     }
     t.end = comm_.add(CollectiveKind::kAllReduce, fmt::format(FMT_COMPILE("tp.{}.{}"), name, part_index),
-                      parallel_.activation_elements, parallel_.tp_plan, ranks_.per_rank(t.last_compute));
+                      parallel_.activation_elements, parallel_.tp_plan, t.last_compute);
   }
   return t;
 }

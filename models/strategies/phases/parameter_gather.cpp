@@ -114,7 +114,7 @@ std::vector<TaskId> ParameterGather::gather(const Module& mod, const std::string
                                                   : part_.parameter_gather;
     done = comm_.add(CollectiveKind::kAllGather,
                      g.name_from([&] { return fmt::format(FMT_COMPILE("gather.{}.{}.{}"), when, mod.name, i); }),
-                     mod.gathers[i], plan, ranks_.per_rank(done));
+                     mod.gathers[i], plan, done);
   }
   stream_ = done;
   return done;

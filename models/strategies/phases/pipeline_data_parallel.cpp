@@ -32,9 +32,8 @@ std::vector<TaskId> by_size(const PipelineDataParallel& p, CollectiveKind kind, 
     for (const int s : members) taking_part[s] = true;
     // Gradients in the dtype they accumulate in (fp32: Megatron's main_grad, BF16_Optimizer's
     // buffer); parameters in bf16.
-    const auto result =
-        p.comm.add(kind, fmt::format(FMT_COMPILE("dp.{}.{}"), name, n), reduce ? p.policy.reduced_elements(n) : n,
-                   p.group_plan, p.ranks.per_rank(after), taking_part);
+    const auto result = p.comm.add(kind, fmt::format(FMT_COMPILE("dp.{}.{}"), name, n),
+                                   reduce ? p.policy.reduced_elements(n) : n, p.group_plan, after, taking_part);
     for (const int s : members) done[s] = result[s];
   }
   return done;
