@@ -139,23 +139,22 @@ void add_rank0_views(const ExperimentSpec& spec, const BuiltIteration& built, co
     }
   }
   r.rank0_memory = run.pools[*built.machine.pool_of_device[device0]].timeline;
-  // Its host links: the cpu-gpu links between it and a device of its node, found by index.
+  // Its host links: the cpu-gpu links between it and a device of its node, found by index; their
+  // activity when the run kept the links' (RunResult::constraints), their capacity in any case.
   const topo::Topology& topology = spec.hardware.topology;
-  const auto host_link = [&](std::size_t from, std::size_t to) -> const sim::ConstraintResult* {
+  const auto host_link = [&](std::size_t from, std::size_t to) -> std::optional<sim::ConstraintId> {
     const auto l = topology.direct_link(from, to);
-    if (!l || topology.link_class(*l) != "cpu-gpu") return nullptr;
-    return &run.constraints[built.machine.link_constraint(topology, *l).index];
+    if (!l || topology.link_class(*l) != "cpu-gpu") return std::nullopt;
+    return built.machine.link_constraint(topology, *l);
+  };
+  const auto read_link = [&](sim::ConstraintId c, std::vector<sim::RateSample>& timeline, double& capacity) {
+    if (c.index < run.constraints.size()) timeline = run.constraints[c.index].stats.timeline;
+    capacity = built.machine.platform.constraints[c.index].capacity.bytes_per_s;
   };
   for (std::size_t d = 0; d < topology.devices().size(); ++d) {
     if (d == device0 || topology.device(d).node != topology.device(device0).node) continue;
-    if (const auto* into = host_link(d, device0)) {
-      r.rank0_h2d = into->stats.timeline;
-      r.rank0_h2d_capacity = into->capacity.bytes_per_s;
-    }
-    if (const auto* out_of = host_link(device0, d)) {
-      r.rank0_d2h = out_of->stats.timeline;
-      r.rank0_d2h_capacity = out_of->capacity.bytes_per_s;
-    }
+    if (const auto into = host_link(d, device0)) read_link(*into, r.rank0_h2d, r.rank0_h2d_capacity);
+    if (const auto out_of = host_link(device0, d)) read_link(*out_of, r.rank0_d2h, r.rank0_d2h_capacity);
   }
 }
 
@@ -296,7 +295,7 @@ ExperimentResult simulate_iteration(const ExperimentSpec& spec, const RunExperim
   sim::RunResult run = sim::execute(built.machine.platform, built.graph, exec);
   if (!built.replayed.empty()) {
     if (replays_held(built.replayed, run)) {
-      add_replayed_statistics(built.replayed, run);
+      if (link_statistics) add_replayed_statistics(built.replayed, run);  // (else no link is kept)
     } else {  // a replay's members did not start together: the iteration in full
       inputs.replay_flow_collectives = false;
       built = build_located(spec, inputs);

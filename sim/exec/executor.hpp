@@ -53,16 +53,17 @@ struct RunResult {
   std::uint64_t events_processed = 0;
   std::vector<TaskRecord> tasks;  // indexed by TaskId
   std::vector<UnitResult> units;
-  std::vector<ConstraintResult> constraints;
+  std::vector<ConstraintResult> constraints;  // empty without link statistics (ExecOptions)
   std::vector<PoolResult> pools;
 };
 
 struct ExecOptions {
   bool record_link_timelines = false;
   bool record_link_credits = false;  // ConstraintStats::credits (a replay's recording run)
-  // false: the constraints' statistics (bytes, busy time, peak) are not kept and stay empty in the
-  // result; task times, memory and every other figure are the same (a sweep or search point, whose
-  // rows hold no link activity). Recording timelines or credits keeps them.
+  // false: the constraints' statistics (bytes, busy time, peak) are not kept and the result lists
+  // no constraint (RunResult::constraints is empty); task times, memory and every other figure are
+  // the same (a sweep or search point, whose rows hold no link activity). Recording timelines or
+  // credits keeps them.
   bool link_statistics = true;
 };
 

@@ -132,6 +132,8 @@ class FlowNetwork {
   void start_fixed_rate(Bytes bytes, Bandwidth rate, Completion on_complete);
 
   [[nodiscard]] std::size_t constraint_count() const { return constraints_.size(); }
+  /// Whether the constraints' statistics are kept (asked for, or timelines or credits recorded).
+  [[nodiscard]] bool keeps_statistics() const { return statistics_; }
   [[nodiscard]] const std::string& name(ConstraintId c) const { return constraints_[c.index].name; }
   [[nodiscard]] Bandwidth capacity(ConstraintId c) const { return Bandwidth{constraints_[c.index].capacity}; }
   [[nodiscard]] const ConstraintStats& stats(ConstraintId c) const { return constraints_[c.index].stats; }

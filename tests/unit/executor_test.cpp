@@ -161,8 +161,14 @@ TEST(Executor, AnalyticTransfersEndAsTheTrackedFlowsEndedThemWithoutStatistics) 
   }
   EXPECT_EQ(tracked.events_processed, untracked.events_processed);
   EXPECT_EQ(tracked.makespan, untracked.makespan);
-  // The tracked run credited the link with both transfers' bytes (rs twice: listed twice).
+  // The tracked run credited the link with both transfers' bytes (rs twice: listed twice); the
+  // untracked one lists no constraint at all (ExecOptions::link_statistics), its units and pools
+  // as the tracked one.
   EXPECT_DOUBLE_EQ(tracked.constraints[f.link.index].stats.bytes_carried, 4000.0 + 2 * 1000 + 700 + 500);
+  EXPECT_EQ(tracked.constraints.size(), f.platform.constraints.size());
+  EXPECT_TRUE(untracked.constraints.empty());
+  EXPECT_EQ(untracked.units.size(), tracked.units.size());
+  EXPECT_EQ(untracked.pools.size(), tracked.pools.size());
 }
 
 }  // namespace
