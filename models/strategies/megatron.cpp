@@ -949,10 +949,11 @@ class MegatronBuilder {
         TransferTask transfer{};
         transfer.route = stage_route(from_rank, rs.rank);
         transfer.bytes = exchange.bytes_per_rank;
-        const auto name = g.name_from([&] {
-          return fmt::format(FMT_COMPILE("p2p.{}{}.mb{}.r{}to{}"), forward ? "act" : "grad", from_vs, mb, from_rank,
-                             rs.rank);
-        });
+        const auto name =
+            g.name_from([&, forward = forward, mb = mb] {  // bindings copied: clang 15 cannot name them in a lambda
+              return fmt::format(FMT_COMPILE("p2p.{}{}.mb{}.r{}to{}"), forward ? "act" : "grad", from_vs, mb, from_rank,
+                                 rs.rank);
+            });
         g.add_dependency(start, g.add(name, phase::kCommunication, std::move(transfer), {sent}));
       });
     }
