@@ -36,7 +36,9 @@ struct CostSpec {
 struct ExperimentSpec {
   std::string name;
   std::string file;
-  topo::NodeTopology hardware;
+  // The machine, read-only and shared: the points of a sweep or search that read the same machine
+  // hold one copy (ReadCache), where each copied its devices, links and names (issue 35).
+  std::shared_ptr<const topo::NodeTopology> hardware = std::make_shared<const topo::NodeTopology>();
   DeviceCosts device;
   MeasuredCosts collectives;
   MeasuredCosts host;  // optional `calibration.host` table (CPU Adam rates)
@@ -81,7 +83,9 @@ class ReadCache {
     std::shared_ptr<const TrainingRead> read;
   };
   struct Entry {
-    std::variant<DeviceCosts, MeasuredCosts, topo::NodeTopology, ModelSpec, StrategyRead, TrainingSectionRead> value;
+    std::variant<DeviceCosts, MeasuredCosts, std::shared_ptr<const topo::NodeTopology>, ModelSpec, StrategyRead,
+                 TrainingSectionRead>
+        value;
     std::vector<sim::config::Diagnostic> warnings;
     std::shared_ptr<const std::vector<std::string>> known_paths;  // read inside it (Context::known_paths_under)
   };

@@ -49,7 +49,7 @@ BaseFacts base_facts(const ExperimentSpec& base) {
   BaseFacts f;
   f.fp8 = base.training.fp8.has_value();
   f.torchtitan = base.training.framework == Framework::kTorchtitan;
-  const auto& topo = base.hardware.topology;
+  const auto& topo = base.hardware->topology;
   const auto gpus = topo.devices_of(topo::DeviceKind::kGpu);
   f.total_gpus = static_cast<int>(gpus.size());
   for (const auto g : gpus) {
@@ -58,7 +58,7 @@ BaseFacts base_facts(const ExperimentSpec& base) {
   if (!gpus.empty() && topo.device(gpus.front()).memory)
     f.hbm_capacity = topo.device(gpus.front()).memory->capacity.count;
   f.has_cpu = !topo.devices_of(topo::DeviceKind::kCpu).empty();
-  f.nodes_vary = base.hardware.network_kind != "none";
+  f.nodes_vary = base.hardware->network_kind != "none";
   const StrategyKindEntry& kind = strategy_kind(base.strategy);
   if (!kind.trains) {
     // Bad input, located at the key that makes it so (an exit 2 names where).

@@ -245,12 +245,13 @@ void Topology::add_route_override(const std::string& src, const std::string& dst
 const Route& Topology::route(std::size_t src, std::size_t dst) const {
   if (!sealed_) throw TopologyError("routes are only available on a sealed topology");
   const std::uint64_t key = (static_cast<std::uint64_t>(src) << 32) | static_cast<std::uint64_t>(dst);
-  {
-    const std::lock_guard lock(route_cache_->mutex);
-    if (auto it = route_cache_->routes.find(key); it != route_cache_->routes.end()) return it->second;
-    if (auto it = overrides_.find({src, dst}); it != overrides_.end())
-      return route_cache_->routes.emplace(key, it->second).first->second;
-  }
+  // One lock for the lookup and the search: the search's scratch (search_) belongs to this object,
+  // which the threads of a sweep share (ExperimentSpec::hardware), and a route is searched once
+  // per machine and then found in the cache.
+  const std::lock_guard lock(route_cache_->mutex);
+  if (auto it = route_cache_->routes.find(key); it != route_cache_->routes.end()) return it->second;
+  if (auto it = overrides_.find({src, dst}); it != overrides_.end())
+    return route_cache_->routes.emplace(key, it->second).first->second;
   const int src_node = devices_[src].node;
   const int dst_node = devices_[dst].node;
   // Breadth-first by levels; within a level a vertex keeps the widest path reaching it. A vertex's
@@ -319,7 +320,6 @@ const Route& Topology::route(std::size_t src, std::size_t dst) const {
     throw TopologyError(fmt::format("no route from '{}' to '{}'", devices_[src].name, devices_[dst].name));
   }
   std::reverse(r.links.begin(), r.links.end());
-  const std::lock_guard lock(route_cache_->mutex);
   return route_cache_->routes.emplace(key, std::move(r)).first->second;
 }
 

@@ -174,16 +174,17 @@ class Topology {
   std::vector<std::uint32_t> arc_begin_;  // per device, and one past the last (add_link checks the limit)
   std::vector<std::uint32_t> local_end_;  // per device
   // Routes found so far, by (src, dst) packed into one key. Made at seal() and shared by the copies
-  // of the sealed topology (the points of a sweep each take a copy of one machine read once), so
-  // a route is searched once per machine; the lock is for the sweep's threads. Entries are never
-  // erased, so the references route() returns stay valid.
+  // of the sealed topology, so a route is searched once per machine; the lock is for the sweep's
+  // threads, which share one topology (ExperimentSpec::hardware) and its search scratch. Entries
+  // are never erased, so the references route() returns stay valid.
   struct RouteCache {
     std::mutex mutex;
     std::unordered_map<std::uint64_t, Route> routes;
   };
   std::shared_ptr<RouteCache> route_cache_;
   // The search's per-device state, sized once and reset only where a search touched it, so that a
-  // route costs what it visits (two nodes and the network), not the whole machine.
+  // route costs what it visits (two nodes and the network), not the whole machine. Used under
+  // route_cache_'s lock: threads share one sealed topology.
   struct RouteSearch {
     std::vector<int> hops;
     std::vector<double> width;

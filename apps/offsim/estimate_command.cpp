@@ -140,7 +140,7 @@ int estimate_command(const EstimateOptions& o) {
   const models::ParameterCounts params = models::count_parameters(spec.model);
 
   fmt::print("offsim estimate: {} on {} x {} ({} node{} of {}), {} ({:.3f} B parameters)\n", o.ds_config, o.gpus,
-             spec.device.device_kind, nodes, nodes == 1 ? "" : "s", spec.hardware.name, o.model,
+             spec.device.device_kind, nodes, nodes == 1 ? "" : "s", spec.hardware->name, o.model,
              static_cast<double>(params.total) / 1e9);
   fmt::print("ZeRO stage {}{}{}; sequence length {}, micro-batch {}, {} micro-batch{} per step\n", dp.zero_stage,
              dp.offload ? (dp.offload->nvme ? ", optimizer offloaded to NVMe" : ", optimizer offloaded to CPU") : "",

@@ -55,10 +55,11 @@ std::shared_ptr<const ReadCache::Entry> ReadCache::find_locked(const std::string
 }
 
 void ReadCache::insert(const std::string& place, std::vector<std::string> overrides, Entry entry) {
+  using Machine = std::shared_ptr<const topo::NodeTopology>;
+  const auto* machine = std::get_if<Machine>(&entry.value);
   const std::size_t elements =
-      std::holds_alternative<topo::NodeTopology>(entry.value)
-          ? std::max<std::size_t>(1, std::get<topo::NodeTopology>(entry.value).topology.devices().size() +
-                                         std::get<topo::NodeTopology>(entry.value).topology.links().size())
+      machine != nullptr
+          ? std::max<std::size_t>(1, (*machine)->topology.devices().size() + (*machine)->topology.links().size())
           : 1;
   const std::lock_guard guard(mutex_);
   auto& held = entries_[place];
@@ -351,8 +352,7 @@ void add_file_set(Context& ctx, MapReader& r) {
 
 // Step 3 of load_experiment: an override naming the machine's GPU kind (no key) is told why
 // (gpu_kind_note).
-void note_gpu_kind_overrides(Context& ctx, const std::optional<topo::NodeTopology>& hw,
-                             const std::optional<Node>& hw_node) {
+void note_gpu_kind_overrides(Context& ctx, const topo::NodeTopology* hw, const std::optional<Node>& hw_node) {
   for (const char* key : {"hardware.device", "hardware.device_kind", "hardware.gpu"}) {
     if (hw && hw_node && !ctx.override_texts_under(key).empty()) {
       ctx.note_unknown_override(key, gpu_kind_note(*hw, hw_node->file()));
@@ -647,23 +647,29 @@ ExperimentSpec load_experiment(const std::filesystem::path& file, const std::vec
     add_file_set(ctx, r);
     spec.name = r.required<std::string>("name").value;
     // Step 2: the machine, then the calibration tables (the experiment's or the machine's own).
-    std::optional<topo::NodeTopology> hw;
+    std::shared_ptr<const topo::NodeTopology> hw;  // null when the machine has errors
     std::optional<Node> hw_node;
     if (auto n = r.required_child("hardware", "a machine description (usually !include ../hardware/x.yaml)")) {
       hw_node = n;
-      hw = read_through<topo::NodeTopology>(*n, cache, topo::parse_machine);
+      const auto read = read_through<std::shared_ptr<const topo::NodeTopology>>(
+          *n, cache, {}, [&]() -> std::optional<std::shared_ptr<const topo::NodeTopology>> {
+            auto machine = topo::parse_machine(*n);
+            if (!machine) return std::nullopt;
+            return std::make_shared<const topo::NodeTopology>(std::move(*machine));
+          });
+      if (read) hw = *read;
     }
-    const sim::config::Location collectives_loc = read_calibration(r, root, hw_node, hw ? &*hw : nullptr, cache, spec);
-    note_gpu_kind_overrides(ctx, hw, hw_node);
+    const sim::config::Location collectives_loc = read_calibration(r, root, hw_node, hw.get(), cache, spec);
+    note_gpu_kind_overrides(ctx, hw.get(), hw_node);
     SectionsRead read;
     if (cache && hw) read.machine_read = read_key("machine", *hw_node);
     read_model(r, cache, spec, read);
     read.from_strategy.torchtitan = detail::names_torchtitan(r);
-    read_strategy(ctx, r, hw ? &*hw : nullptr, cache, collectives_loc, spec, read);
+    read_strategy(ctx, r, hw.get(), cache, collectives_loc, spec, read);
     // A collective benchmark has no model; training a model needs one.
     if (read.needs_model) read_training(ctx, r, cache, spec, read);
     if (auto c = r.child("cost")) spec.cost = parse_cost(*c);
-    if (hw) spec.hardware = std::move(*hw);
+    if (hw) spec.hardware = std::move(hw);
   }
   ctx.finish();
   spec.effective = ctx.effective();

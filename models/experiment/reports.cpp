@@ -275,11 +275,11 @@ std::string report_header(const ExperimentSpec& spec, const ExperimentResult& r)
   std::string out;
   if (const auto* c = std::get_if<CollectiveSpec>(&spec.strategy)) {
     out += fmt::format("offsim: {}  (a collective of {} over {} ranks on {})\n\n", spec.name,
-                       sim::format_bytes(c->bytes), r.ranks, spec.hardware.name);
+                       sim::format_bytes(c->bytes), r.ranks, spec.hardware->name);
   } else {
     const ParameterCounts params = count_parameters(spec.model);
     out += fmt::format("offsim: {}  ({} with {:.3f} B parameters, {} ranks on {})\n\n", spec.name, spec.model.name,
-                       static_cast<double>(params.total) / 1e9, r.ranks, spec.hardware.name);
+                       static_cast<double>(params.total) / 1e9, r.ranks, spec.hardware->name);
   }
   if (strategy_kind(spec.strategy).trains) {
     const std::int64_t context = spec.model.context > 0 ? spec.model.context : spec.model.seq;

@@ -22,7 +22,7 @@ using sim::config::Node;
 namespace {
 
 IterationInputs inputs_of(const ExperimentSpec& spec, const CostModel& costs, bool link_statistics = true) {
-  return IterationInputs{spec.model,       spec.training, spec.hardware.topology, costs,
+  return IterationInputs{spec.model,       spec.training, spec.hardware->topology, costs,
                          spec.collectives, spec.host,     link_statistics};
 }
 
@@ -81,7 +81,7 @@ std::vector<LinkClassSummary> summarise_links(const std::vector<LinkStat>& stats
 // Step of simulate_iteration: the number of distinct nodes the ranks run on.
 std::size_t node_count(const ExperimentSpec& spec, const BuiltIteration& built) {
   std::vector<int> nodes;
-  for (const auto d : built.devices) nodes.push_back(spec.hardware.topology.device(d).node);
+  for (const auto d : built.devices) nodes.push_back(spec.hardware->topology.device(d).node);
   std::sort(nodes.begin(), nodes.end());
   return static_cast<std::size_t>(std::unique(nodes.begin(), nodes.end()) - nodes.begin());
 }
@@ -141,7 +141,7 @@ void add_rank0_views(const ExperimentSpec& spec, const BuiltIteration& built, co
   r.rank0_memory = run.pools[*built.machine.pool_of_device[device0]].timeline;
   // Its host links: the cpu-gpu links between it and a device of its node, found by index; their
   // activity when the run kept the links' (RunResult::constraints), their capacity in any case.
-  const topo::Topology& topology = spec.hardware.topology;
+  const topo::Topology& topology = spec.hardware->topology;
   const auto host_link = [&](std::size_t from, std::size_t to) -> std::optional<sim::ConstraintId> {
     const auto l = topology.direct_link(from, to);
     if (!l || topology.link_class(*l) != "cpu-gpu") return std::nullopt;
@@ -181,7 +181,7 @@ sim::report::TraceSelection compact_selection(const ExperimentSpec& spec, const 
     const std::size_t device = built.devices[rank];
     const std::uint32_t unit = *built.machine.unit_of_device[device];
     trace.ranks.push_back(rank);
-    trace.devices.push_back(spec.hardware.topology.device(device).name);
+    trace.devices.push_back(spec.hardware->topology.device(device).name);
     selection.devices.push_back(trace.devices.back());
     selection.units.push_back(unit);
     if (const auto pool = built.machine.pool_of_device[device]) selection.pools.push_back(*pool);

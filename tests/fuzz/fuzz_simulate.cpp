@@ -145,7 +145,7 @@ void simulate(const std::filesystem::path& file, offsim::models::ReadCache& read
   // A long pipeline schedule ran as two shorter ones and was extrapolated (run_experiment): the
   // full schedule, which the CLI never runs, is checked too, as long as it is small.
   const CostModel costs(spec.device);
-  const IterationInputs inputs{spec.model, spec.training, spec.hardware.topology, costs, spec.collectives,
+  const IterationInputs inputs{spec.model, spec.training, spec.hardware->topology, costs, spec.collectives,
                                spec.host,  true};
   const BuiltIteration built = build_iteration(inputs, spec.strategy);
   const offsim::sim::RunResult run = offsim::sim::execute(built.machine.platform, built.graph);

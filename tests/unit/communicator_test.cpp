@@ -64,7 +64,7 @@ TEST(Quantization, WireBytesAreThePayloadPlusOneScalePerGroup) {
 
 TEST(RankLayout, OneNodeStandsForAllWhenTheLayoutIsSymmetric) {
   const auto spec = load_experiment(write_experiment("layout", 2, kAllGather16, false), {});
-  const auto& t = spec.hardware.topology;
+  const auto& t = spec.hardware->topology;
   std::vector<std::size_t> devices;
   for (const auto& name : std::get<CollectiveSpec>(spec.strategy).devices) devices.push_back(*t.find_device(name));
   std::string note;

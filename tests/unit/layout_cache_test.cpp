@@ -52,7 +52,7 @@ void expect_same(const BuiltIteration& a, const RankLayout& la, const BuiltItera
 TEST(LayoutCache, CachedLayoutsAreTheOnesMadeAndKeyOnTheMachine) {
   const ExperimentSpec spec = load_experiment(kGpt3, {});
   const auto& names = std::get<MegatronSpec>(spec.strategy).devices;
-  const topo::Topology& machine = spec.hardware.topology;
+  const topo::Topology& machine = spec.hardware->topology;
   ASSERT_NE(machine.identity(), nullptr);
   // Without a scope nothing is kept.
   BuiltIteration uncached;
@@ -77,9 +77,9 @@ TEST(LayoutCache, CachedLayoutsAreTheOnesMadeAndKeyOnTheMachine) {
     EXPECT_EQ(layout_cache::size(), 2u);
     // The same file read again is another machine (its own seal): a miss, not the entry above.
     const ExperimentSpec again = load_experiment(kGpt3, {});
-    EXPECT_NE(again.hardware.topology.identity(), machine.identity());
+    EXPECT_NE(again.hardware->topology.identity(), machine.identity());
     BuiltIteration other;
-    (void)lay_out_ranks(other, again.hardware.topology, names, "megatron", false, 64);
+    (void)lay_out_ranks(other, again.hardware->topology, names, "megatron", false, 64);
     EXPECT_EQ(layout_cache::size(), 3u);
   }
   EXPECT_EQ(layout_cache::size(), 0u);  // dropped with the scope

@@ -377,9 +377,9 @@ TEST(ReadCache, MachinesAndTablesReadOncePerSetOfOverrides) {
   EXPECT_EQ(second.device.gemm_table.size(), first.device.gemm_table.size());
   EXPECT_EQ(second.collectives.collectives.size(), first.collectives.collectives.size());
   EXPECT_EQ(second.warnings.size(), first.warnings.size());
-  EXPECT_EQ(second.hardware.nodes, 48);  // the file's `set: hardware.nodes=48`, applied and marked used
-  EXPECT_EQ(second.hardware.topology.devices().size(), first.hardware.topology.devices().size());
-  EXPECT_EQ(second.hardware.topology.links().size(), first.hardware.topology.links().size());
+  EXPECT_EQ(second.hardware->nodes, 48);  // the file's `set: hardware.nodes=48`, applied and marked used
+  EXPECT_EQ(second.hardware->topology.devices().size(), first.hardware->topology.devices().size());
+  EXPECT_EQ(second.hardware->topology.links().size(), first.hardware->topology.links().size());
   const ExperimentSpec overridden = load_experiment(experiment, {"calibration.device.gemm.efficiency=0.5"}, &cache);
   EXPECT_EQ(overridden.device.gemm_efficiency, 0.5);
   EXPECT_EQ(cache.size(), 7u);  // the device table with and without the override
@@ -388,8 +388,8 @@ TEST(ReadCache, MachinesAndTablesReadOncePerSetOfOverrides) {
   EXPECT_NE(first.device.gemm_efficiency, 0.5);
   // Another node count is another machine, read afresh (--set wins over the file's set:).
   const ExperimentSpec smaller = load_experiment(experiment, {"hardware.nodes=2", "strategy.dp=16"}, &cache);
-  EXPECT_EQ(smaller.hardware.nodes, 2);
-  EXPECT_LT(smaller.hardware.topology.devices().size(), first.hardware.topology.devices().size());
+  EXPECT_EQ(smaller.hardware->nodes, 2);
+  EXPECT_LT(smaller.hardware->topology.devices().size(), first.hardware->topology.devices().size());
   // Both machines, and the strategy on each: a sweep's points alternate between its sizes.
   EXPECT_EQ(cache.size(), 9u);
   EXPECT_EQ(std::get<DataParallelSpec>(smaller.strategy).devices.size(), 16u);
@@ -424,7 +424,7 @@ TEST(ReadCache, APlaceHoldsItsRecentValuesWithinItsBounds) {
   // 2,000 nodes are 144,256 elements (28,016 devices, 116,240 links), over the budget alone: the
   // place keeps that machine only.
   const ExperimentSpec large = load_experiment(experiment, {"hardware.nodes=2000", "strategy.dp=16000"}, &cache);
-  ASSERT_GT(large.hardware.topology.devices().size() + large.hardware.topology.links().size(),
+  ASSERT_GT(large.hardware->topology.devices().size() + large.hardware->topology.links().size(),
             ReadCache::kElementsPerPlace);
   EXPECT_EQ(cache.size(), ReadCache::kValuesPerPlace + 5);  // the strategies stay at 16
   // A small machine read after it joins it only while both fit: the large one is dropped.
@@ -490,7 +490,7 @@ TEST(ReadCache, AFileThatChangedIsReadAfreshOnceForgotten) {
         "overlap_comm: false, param_persistence_threshold: 0}}\n",
         bandwidth, OFFSIM_SOURCE_DIR, OFFSIM_SOURCE_DIR, OFFSIM_SOURCE_DIR);
   };
-  const auto link_rate = [](const ExperimentSpec& spec) { return spec.hardware.topology.links()[0].bandwidth; };
+  const auto link_rate = [](const ExperimentSpec& spec) { return spec.hardware->topology.links()[0].bandwidth; };
   ReadCache cache;
   write("1 GB/s");
   EXPECT_DOUBLE_EQ(link_rate(load_experiment(file, {}, &cache)).bytes_per_s, 1e9);

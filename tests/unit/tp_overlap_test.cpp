@@ -84,7 +84,7 @@ TEST(TpOverlapLayer, Llama3_70bFp8LayerOnH100WithNemosSettings) {
   EXPECT_EQ(mg.tp_comm_overlap->qkv_wgrad.num_sm, 24);
   EXPECT_FALSE(mg.tp_comm_overlap->qkv_wgrad.set_sm_margin);
   const CostModel costs(spec.device);
-  const IterationInputs in{spec.model, spec.training, spec.hardware.topology, costs, spec.collectives, spec.host};
+  const IterationInputs in{spec.model, spec.training, spec.hardware->topology, costs, spec.collectives, spec.host};
   const TpOverlapTimes t = tp_overlap_times(in, 4, *mg.tp_comm_overlap);
   // Golden values of this build (tolerance 1%): the collectives alone, ~0.14 ms per FP8 all-gather
   // or reduce-scatter of 67 MB, 0.29 ms per bf16 reduce-scatter of 134 MB.
@@ -162,7 +162,7 @@ TEST(TpOverlapIteration, OverlapShortensTheForwardButLeavesItsExposedPart) {
   const ExperimentResult without = run_experiment(load_experiment(file, off));
   EXPECT_LT(with.iteration_time.ps, without.iteration_time.ps);
   const CostModel costs(spec.device);
-  const IterationInputs in{spec.model, spec.training, spec.hardware.topology, costs, spec.collectives, spec.host};
+  const IterationInputs in{spec.model, spec.training, spec.hardware->topology, costs, spec.collectives, spec.host};
   const auto& mg = std::get<MegatronSpec>(spec.strategy);
   const TpOverlapTimes t = tp_overlap_times(in, 4, *mg.tp_comm_overlap);
   const double extra = 4 * 2 * static_cast<double>(t.forward_extra.ps) * 1e-12;
