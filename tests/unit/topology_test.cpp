@@ -143,6 +143,34 @@ TEST(FrontierSystem, RoutesBetweenGroupsCrossOneGlobalLinkAndNoThirdNode) {
   EXPECT_EQ(t.devices_of(DeviceKind::kGpu).size(), 129u * 8u);
 }
 
+TEST(FrontierSystem, ThreadsSharingOneTopologyFindTheRoutesOneThreadFinds) {
+  // The threads of a sweep share one sealed machine (ExperimentSpec::hardware), and its route
+  // search's scratch with it: two threads asking for every GCD pair, in opposite orders, must get
+  // what a fresh copy of the machine finds alone, link for link (the scratch is used under the
+  // route cache's lock; without it two searches corrupted each other).
+  const Topology shared = load(kFrontierSystem, {"nodes=16"});
+  const Topology alone = load(kFrontierSystem, {"nodes=16"});
+  const auto gcds = shared.devices_of(DeviceKind::kGpu);
+  std::vector<std::pair<std::size_t, std::size_t>> pairs;
+  for (const auto a : gcds) {
+    for (const auto b : gcds) {
+      if (a != b) pairs.emplace_back(a, b);
+    }
+  }
+  std::vector<std::vector<std::size_t>> forward(pairs.size()), backward(pairs.size());
+  std::thread other([&] {
+    for (std::size_t i = pairs.size(); i-- > 0;) backward[i] = shared.route(pairs[i].first, pairs[i].second).links;
+  });
+  for (std::size_t i = 0; i < pairs.size(); ++i) forward[i] = shared.route(pairs[i].first, pairs[i].second).links;
+  other.join();
+  for (std::size_t i = 0; i < pairs.size(); ++i) {
+    const auto& expected = alone.route(pairs[i].first, pairs[i].second).links;
+    EXPECT_EQ(forward[i], expected) << i;
+    EXPECT_EQ(backward[i], expected) << i;
+  }
+  EXPECT_EQ(pairs.size(), 128u * 127u);
+}
+
 TEST(FrontierSystem, ASingleNodeKeepsOlcfNames) {
   const Topology t = load(kFrontierSystem, {"nodes=1"});
   EXPECT_TRUE(t.find_device("gcd0").has_value());
