@@ -140,7 +140,7 @@ void add_rank0_views(const ExperimentSpec& spec, const BuiltIteration& built, co
   }
   r.rank0_memory = run.pools[*built.machine.pool_of_device[device0]].timeline;
   // Its host links: the cpu-gpu links between it and a device of its node, found by index; their
-  // activity when the run kept the links' (RunResult::constraints), their capacity in any case.
+  // activity when the run kept link statistics (RunResult::constraints), their capacity always.
   const topo::Topology& topology = spec.hardware->topology;
   const auto host_link = [&](std::size_t from, std::size_t to) -> std::optional<sim::ConstraintId> {
     const auto l = topology.direct_link(from, to);

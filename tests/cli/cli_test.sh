@@ -155,6 +155,14 @@ if grep -q '^zero' "$tmp/search-pp.txt"; then echo "FAIL: search --set strategy.
 "$offsim" search tests/data/tiny-megatron-pp2.yaml --set strategy.schedule=1f1b --out "$tmp/search-bad" \
   >"$tmp/search-bad.txt" 2>&1; check "search --set on another strategy key exits 2" 2 $?
 contains "search names the keys it can fix" "$tmp/search-bad.txt" "the search writes each point's strategy"
+# The same files whatever the jobs (the points' threads share one machine, its routes and their
+# search: stop 44's shared topology once corrupted that search under --jobs 2 on this space).
+gpt3=configs/experiments/scale/gpt3-175b-a100-1024.yaml
+"$offsim" search "$gpt3" --kind megatron --jobs 1 --out "$tmp/search-j1" >/dev/null 2>&1; check "search --jobs 1" 0 $?
+"$offsim" search "$gpt3" --kind megatron --jobs 2 --out "$tmp/search-j2" >/dev/null 2>&1; check "search --jobs 2" 0 $?
+for f in search.csv pareto.csv; do
+  cmp -s "$tmp/search-j1/$f" "$tmp/search-j2/$f"; check "search --jobs 2 writes --jobs 1's $f" 0 $?
+done
 
 # Exit codes and the first line of their message (docs/fuzzing.md): 2 bad input, located; 3 the
 # simulation cannot be done (an output that cannot be written, a time beyond the 64-bit clock).
