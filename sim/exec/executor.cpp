@@ -24,6 +24,7 @@ class Run {
         network_(sim_, options.record_link_timelines, options.record_link_credits, options.link_statistics) {
     units_.reserve(platform.units.size());
     for (const auto& u : platform.units) units_.emplace_back(sim_, u.name, u.lanes);
+    network_.reserve_constraints(platform.constraints.size());
     for (const auto& c : platform.constraints) network_.add_constraint(c.name, c.capacity);
     for (const auto& p : platform.pools) pools_.emplace_back(p.name, p.kind, p.capacity);
     const std::size_t n = graph.size();

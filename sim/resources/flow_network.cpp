@@ -16,13 +16,12 @@ namespace {
 constexpr double kShareTieTolerance = 1e-12;
 }  // namespace
 
-ConstraintId FlowNetwork::add_constraint(std::string name, Bandwidth capacity) {
+ConstraintId FlowNetwork::add_constraint(std::string_view name, Bandwidth capacity) {
   if (!(capacity.bytes_per_s > 0.0)) {
     throw std::invalid_argument(
         fmt::format("constraint '{}' needs a positive capacity, got {} B/s", name, capacity.bytes_per_s));
   }
   Constraint c;
-  c.name = std::move(name);
   c.capacity = capacity.bytes_per_s;
   constraints_.push_back(std::move(c));
   return ConstraintId{static_cast<std::uint32_t>(constraints_.size() - 1)};

@@ -52,6 +52,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "sim/core/simulator.hpp"
@@ -108,8 +109,12 @@ class FlowNetwork {
   FlowNetwork(const FlowNetwork&) = delete;
   FlowNetwork& operator=(const FlowNetwork&) = delete;
 
-  /// Adds a constraint of positive capacity; throws std::invalid_argument otherwise.
-  ConstraintId add_constraint(std::string name, Bandwidth capacity);
+  /// Adds a constraint of positive capacity; throws std::invalid_argument otherwise, naming it. The
+  /// network keeps no name: the platform has them (a run's network is made afresh for every point
+  /// of a search, and copying a name per link was a malloc each).
+  ConstraintId add_constraint(std::string_view name, Bandwidth capacity);
+  /// Room for `count` constraints, added next (the executor adds a platform's at once).
+  void reserve_constraints(std::size_t count) { constraints_.reserve(count); }
 
   /// Starts a flow now. `on_complete` runs from an event when its last byte has arrived.
   /// `accounted`: constraints credited with the flow's bytes and rate in their statistics without
@@ -134,7 +139,6 @@ class FlowNetwork {
   [[nodiscard]] std::size_t constraint_count() const { return constraints_.size(); }
   /// Whether the constraints' statistics are kept (asked for, or timelines or credits recorded).
   [[nodiscard]] bool keeps_statistics() const { return statistics_; }
-  [[nodiscard]] const std::string& name(ConstraintId c) const { return constraints_[c.index].name; }
   [[nodiscard]] Bandwidth capacity(ConstraintId c) const { return Bandwidth{constraints_[c.index].capacity}; }
   [[nodiscard]] const ConstraintStats& stats(ConstraintId c) const { return constraints_[c.index].stats; }
   /// Current rate of a flow (0 while in its latency phase or after it finished).
@@ -150,7 +154,6 @@ class FlowNetwork {
  private:
   static constexpr std::uint32_t kNoFlow = std::numeric_limits<std::uint32_t>::max();
   struct Constraint {
-    std::string name;
     double capacity;
     ConstraintStats stats;
     double current_rate = 0.0;  // aggregate rate since the last change (shared and fixed-rate flows)
