@@ -45,9 +45,9 @@ void write_task_graph(const ExperimentSpec& spec, bool dot, const sim::TaskGraph
   const CostModel costs(spec.device);
   const BuiltIteration built = build_located(spec, inputs_of(spec, costs));
   if (dot) {
-    built.graph.write_dot(built.machine.platform, sink);
+    built.graph.write_dot(built.machine->platform, sink);
   } else {
-    built.graph.write_text(built.machine.platform, sink);
+    built.graph.write_text(built.machine->platform, sink);
   }
 }
 
@@ -132,24 +132,24 @@ void add_phases(const BuiltIteration& built, const sim::RunResult& run, Experime
 void add_rank0_views(const ExperimentSpec& spec, const BuiltIteration& built, const sim::RunResult& run,
                      ExperimentResult& r) {
   const std::size_t device0 = built.devices.front();
-  const std::uint32_t unit0 = *built.machine.unit_of_device[device0];
+  const std::uint32_t unit0 = *built.machine->unit_of_device[device0];
   for (const auto& t : built.graph.tasks()) {
     if (const auto* c = std::get_if<sim::ComputeTask>(&t.body); c && c->unit == unit0) {
       r.rank0_compute.push_back({built.graph.phase(t), run.tasks[t.id.index].start, run.tasks[t.id.index].end});
     }
   }
-  r.rank0_memory = run.pools[*built.machine.pool_of_device[device0]].timeline;
+  r.rank0_memory = run.pools[*built.machine->pool_of_device[device0]].timeline;
   // Its host links: the cpu-gpu links between it and a device of its node, found by index; their
   // activity when the run kept link statistics (RunResult::constraints), their capacity always.
   const topo::Topology& topology = spec.hardware->topology;
   const auto host_link = [&](std::size_t from, std::size_t to) -> std::optional<sim::ConstraintId> {
     const auto l = topology.direct_link(from, to);
     if (!l || topology.link_class(*l) != "cpu-gpu") return std::nullopt;
-    return built.machine.link_constraint(topology, *l);
+    return built.machine->link_constraint(topology, *l);
   };
   const auto read_link = [&](sim::ConstraintId c, std::vector<sim::RateSample>& timeline, double& capacity) {
     if (c.index < run.constraints.size()) timeline = run.constraints[c.index].stats.timeline;
-    capacity = built.machine.platform.constraints[c.index].capacity.bytes_per_s;
+    capacity = built.machine->platform.constraints[c.index].capacity.bytes_per_s;
   };
   for (std::size_t d = 0; d < topology.devices().size(); ++d) {
     if (d == device0 || topology.device(d).node != topology.device(device0).node) continue;
@@ -163,14 +163,14 @@ void add_rank0_views(const ExperimentSpec& spec, const BuiltIteration& built, co
 // units and memory pools.
 sim::report::TraceSelection compact_selection(const ExperimentSpec& spec, const BuiltIteration& built,
                                               ExperimentResult::Trace& trace) {
-  const auto& platform = built.machine.platform;
+  const auto& platform = built.machine->platform;
   std::vector<bool> ran(platform.units.size(), false);
   for (const auto& t : built.graph.tasks()) {
     if (const auto* c = std::get_if<sim::ComputeTask>(&t.body)) ran[c->unit] = true;
   }
   std::vector<std::size_t> ranks;
   for (std::size_t rank = 0; rank < built.devices.size(); ++rank) {
-    const auto unit = built.machine.unit_of_device[built.devices[rank]];
+    const auto unit = built.machine->unit_of_device[built.devices[rank]];
     if (!unit || !ran[*unit]) continue;
     if (ranks.size() == 2) ranks.pop_back();
     ranks.push_back(rank);
@@ -179,12 +179,12 @@ sim::report::TraceSelection compact_selection(const ExperimentSpec& spec, const 
   selection.compact = true;
   for (const auto rank : ranks) {
     const std::size_t device = built.devices[rank];
-    const std::uint32_t unit = *built.machine.unit_of_device[device];
+    const std::uint32_t unit = *built.machine->unit_of_device[device];
     trace.ranks.push_back(rank);
     trace.devices.push_back(spec.hardware->topology.device(device).name);
     selection.devices.push_back(trace.devices.back());
     selection.units.push_back(unit);
-    if (const auto pool = built.machine.pool_of_device[device]) selection.pools.push_back(*pool);
+    if (const auto pool = built.machine->pool_of_device[device]) selection.pools.push_back(*pool);
   }
   std::sort(selection.units.begin(), selection.units.end());
   std::sort(selection.pools.begin(), selection.pools.end());
@@ -205,7 +205,7 @@ void limit_compact_window(const BuiltIteration& built, const sim::RunResult& run
                           const std::vector<sim::report::Series>& link_classes, std::size_t limit,
                           sim::report::TraceSelection& selection, ExperimentResult::Trace& trace) {
   selection.window_end_ps =
-      sim::report::compact_window_end(built.machine.platform, built.graph, run, selection, link_classes, limit);
+      sim::report::compact_window_end(built.machine->platform, built.graph, run, selection, link_classes, limit);
   if (selection.window_end_ps == std::numeric_limits<std::int64_t>::max()) return;
   trace.window_end_s = sim::TimePs{selection.window_end_ps}.seconds();
   trace.note += fmt::format(
@@ -225,7 +225,7 @@ void add_outputs_over_time(const ExperimentSpec& spec, const BuiltIteration& bui
   r.trace.limit = options.trace == TraceMode::automatic ? options.trace_event_limit : 0;
   sim::report::TraceSelection selection =
       r.trace.compact ? compact_selection(spec, built, r.trace) : sim::report::TraceSelection{};
-  const auto& platform = built.machine.platform;
+  const auto& platform = built.machine->platform;
   const std::vector<sim::report::Series> link_classes = sim::report::link_class_rates(run);
   if (r.trace.compact) limit_compact_window(built, run, link_classes, options.trace_event_limit, selection, r.trace);
   if (options.outputs != nullptr) {
@@ -292,17 +292,17 @@ ExperimentResult simulate_iteration(const ExperimentSpec& spec, const RunExperim
   BuiltIteration built = build_located(spec, inputs);
   // Without link statistics the links' activity is not kept at all (ExecOptions::link_statistics).
   const sim::ExecOptions exec{.record_link_timelines = options.outputs_over_time, .link_statistics = link_statistics};
-  sim::RunResult run = sim::execute(built.machine.platform, built.graph, exec);
+  sim::RunResult run = sim::execute(built.machine->platform, built.graph, exec);
   if (!built.replayed.empty()) {
     if (replays_held(built.replayed, run)) {
       if (link_statistics) add_replayed_statistics(built.replayed, run);  // (else no link is kept)
     } else {  // a replay's members did not start together: the iteration in full
       inputs.replay_flow_collectives = false;
       built = build_located(spec, inputs);
-      run = sim::execute(built.machine.platform, built.graph, exec);
+      run = sim::execute(built.machine->platform, built.graph, exec);
     }
   }
-  if (options.on_simulated) options.on_simulated(built.machine.platform, built.graph, run);
+  if (options.on_simulated) options.on_simulated(built.machine->platform, built.graph, run);
 
   ExperimentResult r;
   r.iteration_time = run.makespan;

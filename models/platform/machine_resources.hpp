@@ -4,6 +4,7 @@
 // collectives both build on it; it knows nothing of either.
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -32,6 +33,46 @@ struct MachineResources {
   [[nodiscard]] std::vector<sim::ConstraintId> transfer_route(const topo::Topology& t, std::size_t src,
                                                               std::size_t dst) const;
 };
+/// A built iteration's machine resources, shared read-only with the other points of a search or
+/// sweep that lay out the same ranks on the same machine (layout_cache.hpp): copying them (a name
+/// per unit, pool and link) into every point was about 3% of a search. A phase that adds a resource
+/// (host offload's CPU-work constraint) calls to_change(), which copies them first when shared;
+/// references taken before stay valid (the version they name is kept alive), they only do not see
+/// the addition.
+class SharedMachine {
+ public:
+  SharedMachine() : owned_(std::make_shared<MachineResources>()), current_(owned_) {}
+  /// Resources this iteration alone holds (changed in place).
+  static SharedMachine owned(std::shared_ptr<MachineResources> machine) {
+    SharedMachine m;
+    m.current_ = m.owned_ = std::move(machine);
+    return m;
+  }
+  /// Resources others share (copied at the first change).
+  static SharedMachine shared(std::shared_ptr<const MachineResources> machine) {
+    SharedMachine m;
+    m.owned_.reset();
+    m.current_ = std::move(machine);
+    return m;
+  }
+  [[nodiscard]] const MachineResources& operator*() const { return *current_; }
+  [[nodiscard]] const MachineResources* operator->() const { return current_.get(); }
+  /// The resources to add to: this iteration's own copy.
+  [[nodiscard]] MachineResources& to_change() {
+    if (!owned_) {
+      earlier_ = current_;
+      owned_ = std::make_shared<MachineResources>(*current_);
+      current_ = owned_;
+    }
+    return *owned_;
+  }
+
+ private:
+  std::shared_ptr<MachineResources> owned_;          // null while shared
+  std::shared_ptr<const MachineResources> current_;  // what readers see
+  std::shared_ptr<const MachineResources> earlier_;  // the shared version a copy replaced
+};
+
 /// `simulated_nodes` (indexed by node; empty: every node): the nodes whose devices and links become
 /// resources. Network devices (node -1) and the links between them always do.
 [[nodiscard]] MachineResources make_machine_resources(const topo::Topology& topology,

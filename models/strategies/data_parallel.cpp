@@ -262,7 +262,7 @@ class DataParallelBuilder {
         ep(strategy.ep),
         layout(data_parallel_layout(out, inputs, strategy)),
         sims(layout.simulated_ranks()),
-        comm(g, out.machine, inputs.topology, layout, inputs.collectives, inputs.costs,
+        comm(g, *out.machine, inputs.topology, layout, inputs.collectives, inputs.costs,
              inputs.collective_options(strategy.collectives), out.approximations),
         replica_plan(tp == 1 ? Communicator::flat(ranks)
                              : CollectivePlan{{Band{"dp", tp, ranks}}, StageAlgorithm::kRing, {}}),
@@ -393,8 +393,8 @@ class DataParallelBuilder {
     std::vector<std::size_t> gpus;
     for (int r = 0; r < sims; ++r) {
       const std::size_t device = out.devices[layout.simulated[r]];
-      (void)timeline.add_rank(layout.simulated[r], *out.machine.unit_of_device[device],
-                              *out.machine.pool_of_device[device]);
+      (void)timeline.add_rank(layout.simulated[r], *out.machine->unit_of_device[device],
+                              *out.machine->pool_of_device[device]);
       gpus.push_back(device);
     }
     if (offload) {

@@ -28,7 +28,7 @@ struct LaidOutRanks {
   std::vector<std::size_t> devices;
   RankLayout layout;
   std::string note;
-  MachineResources machine;
+  std::shared_ptr<const MachineResources> machine;
 };
 
 /// Turns the cache on for the whole process while it lives (one at a time; nested scopes share the

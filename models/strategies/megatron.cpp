@@ -281,7 +281,7 @@ void reduce_tied_embedding(const IterationInputs& in, BuiltIteration& out, RankT
   const Bytes bytes =
       tied_embedding_gradient_bytes(in.model, spec.tp, policy.fp32_gradients() ? kFp32Bytes : kBf16Bytes);
   const auto route = [&](int from, int to) {
-    return p2p_route(out.machine, in.topology, out.devices, class_size, timeline.slot(from).rank,
+    return p2p_route(*out.machine, in.topology, out.devices, class_size, timeline.slot(from).rank,
                      timeline.slot(to).rank);
   };
   all_reduce_tied_gradients(timeline, embedding_group_pairs(timeline, spec.tp * spec.cp, spec.pp), bytes, route, last);
@@ -454,7 +454,7 @@ struct TensorParallelGroups {
                                  const IterationInputs& in, const CollectiveOptions& options,
                                  std::optional<int> key = std::nullopt) {
     const auto build = [&](sim::TaskGraph& scratch, const std::vector<std::vector<TaskId>>& starts) {
-      Communicator alone(scratch, out.machine, in.topology, *layout_of.at(first), in.collectives, in.costs, options,
+      Communicator alone(scratch, *out.machine, in.topology, *layout_of.at(first), in.collectives, in.costs, options,
                          out.approximations);
       return alone.add(CollectiveKind::kAllReduce, name, elements, plan, starts);
     };
@@ -474,7 +474,7 @@ struct TensorParallelGroups {
     if (class_size > 1) collapse_classes(layouts.back(), tp);
     layout_of[first] = &layouts.back();
     comms.emplace(std::piecewise_construct, std::forward_as_tuple(first),
-                  std::forward_as_tuple(out.graph, out.machine, in.topology, layouts.back(), in.collectives, in.costs,
+                  std::forward_as_tuple(out.graph, *out.machine, in.topology, layouts.back(), in.collectives, in.costs,
                                         options, out.approximations));
   }
 };
@@ -595,7 +595,7 @@ class MegatronBuilder {
         micro_batches(static_cast<int>(inputs.training.grad_accum)),
         layout(megatron_layout(out, inputs.topology, strategy)),
         sims(layout.simulated_ranks()),
-        dp_comm(g, out.machine, inputs.topology, layout, inputs.collectives, inputs.costs,
+        dp_comm(g, *out.machine, inputs.topology, layout, inputs.collectives, inputs.costs,
                 inputs.collective_options(strategy.collectives), out.approximations),
         rank_state(sims),
         entry(sims, OperationTasks(strategy.pp, strategy.virtual_stages, micro_batches)),
@@ -606,7 +606,7 @@ class MegatronBuilder {
     place_ranks();
     make_tp_communicators();
     if (cp > 1) {
-      ring.emplace(timeline, out.machine, in.topology, out.devices, RingAttention::Grid{tp, cp, layout.class_size},
+      ring.emplace(timeline, *out.machine, in.topology, out.devices, RingAttention::Grid{tp, cp, layout.class_size},
                    spec.collectives.fidelity, in.link_statistics, ring_kv);
     }
     if (spec.overlap_grad_reduce) {
@@ -710,7 +710,8 @@ class MegatronBuilder {
       rs.c = (rs.rank / tp) % cp;
       rs.stage = (rs.rank / (tp * cp)) % pp;
       rs.device = out.devices[rs.rank];
-      (void)timeline.add_rank(rs.rank, *out.machine.unit_of_device[rs.device], *out.machine.pool_of_device[rs.device]);
+      (void)timeline.add_rank(rs.rank, *out.machine->unit_of_device[rs.device],
+                              *out.machine->pool_of_device[rs.device]);
       rs.params = stage_parameters(params, split, m, rs.stage, tp, last_virtual % pp);
       rs.k = kernel_times(local_in, optimizer_share(rs.params), tp, spec.sequence_parallel);
       sim_of_rank[rs.rank] = s;
@@ -721,7 +722,7 @@ class MegatronBuilder {
     if (tp == 1) return;
     tp_comms.replays.emplace(in.replay_flow_collectives && spec.collectives.fidelity == Fidelity::kFlow && cp == 1 &&
                                  !ub && layout.class_size == 1,
-                             out.machine.platform);
+                             out.machine->platform);
     for (const RankState& rs : rank_state)
       tp_comms.add(rs.rank - rs.t, tp, layout.class_size, out, in, in.collective_options(spec.collectives));
   }
@@ -883,7 +884,7 @@ class MegatronBuilder {
       for (std::size_t i = 0; i < members.size(); ++i) ddp_end(members[i], op, vs, l, at[i]);
     }
     for (std::size_t i = 0; i < members.size() && split.of_virtual(vs) == 0; ++i) ddp_end(members[i], op, vs, 0, at[i]);
-    replays.finish(recording, g, at.front(), *out.machine.unit_of_device[rank_state[members[0]].device]);
+    replays.finish(recording, g, at.front(), *out.machine->unit_of_device[rank_state[members[0]].device]);
   }
 
   // The chunk's compute on every member with context parallelism (context_parallel.hpp): per layer,
@@ -959,7 +960,7 @@ class MegatronBuilder {
     }
   }
 
-  PipelineRoutes stage_route{out.machine, in.topology, out.devices, layout.class_size};  // p2p_route, once a pair
+  PipelineRoutes stage_route{*out.machine, in.topology, out.devices, layout.class_size};  // p2p_route, once a pair
 
   // Data parallelism after the schedules (phases/pipeline_data_parallel.hpp): the gradients over each rank's DP
   // group (gradient_group_plan), the tied embedding's all-reduce, Adam, the parameter all-gather (ZeRO-1).

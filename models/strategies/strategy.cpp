@@ -23,7 +23,7 @@ RankLayout lay_out_ranks(BuiltIteration& out, const topo::Topology& topology, co
     out.devices = hit->devices;
     if (!hit->note.empty()) out.approximations.push_back(hit->note);
     out.simulated_ranks = hit->layout.simulated_ranks();
-    out.machine = hit->machine;
+    out.machine = SharedMachine::shared(hit->machine);
     return hit->layout;
   }
   for (const auto& name : names) {
@@ -46,10 +46,13 @@ RankLayout lay_out_ranks(BuiltIteration& out, const topo::Topology& topology, co
     if (static_cast<std::size_t>(node) >= simulated_nodes.size()) simulated_nodes.resize(node + 1, false);
     simulated_nodes[node] = true;
   }
-  out.machine = make_machine_resources(topology, simulated_nodes);
+  auto machine = std::make_shared<MachineResources>(make_machine_resources(topology, simulated_nodes));
   if (cacheable) {
     layout_cache::insert(topology, names, all_ranks, block_ranks,
-                         std::make_shared<const LaidOutRanks>(LaidOutRanks{out.devices, layout, note, out.machine}));
+                         std::make_shared<const LaidOutRanks>(LaidOutRanks{out.devices, layout, note, machine}));
+    out.machine = SharedMachine::shared(std::move(machine));
+  } else {
+    out.machine = SharedMachine::owned(std::move(machine));
   }
   return layout;
 }
@@ -64,7 +67,7 @@ void add_common_approximations(BuiltIteration& out, const IterationInputs& in, c
 BuiltIteration build_collective(const IterationInputs& in, const CollectiveSpec& spec) {
   BuiltIteration out;
   const RankLayout layout = lay_out_ranks(out, in.topology, spec.devices, "collective", spec.all_ranks);
-  Communicator comm(out.graph, out.machine, in.topology, layout, in.collectives, in.costs,
+  Communicator comm(out.graph, *out.machine, in.topology, layout, in.collectives, in.costs,
                     in.collective_options(spec.options), out.approximations);
   CollectivePlan plan = spec.plan;  // its algorithm and quantization; no stages: one flat stage
   if (plan.stages.empty()) plan.stages = Communicator::flat(layout.ranks()).stages;

@@ -148,8 +148,8 @@ void simulate(const std::filesystem::path& file, offsim::models::ReadCache& read
   const IterationInputs inputs{spec.model, spec.training, spec.hardware->topology, costs, spec.collectives,
                                spec.host,  true};
   const BuiltIteration built = build_iteration(inputs, spec.strategy);
-  const offsim::sim::RunResult run = offsim::sim::execute(built.machine.platform, built.graph);
-  check(built.machine.platform, built.graph, run);
+  const offsim::sim::RunResult run = offsim::sim::execute(built.machine->platform, built.graph);
+  check(built.machine->platform, built.graph, run);
 }
 
 }  // namespace

@@ -23,8 +23,8 @@ void expect_same(const BuiltIteration& a, const RankLayout& la, const BuiltItera
   EXPECT_EQ(la.mirror_of, lb.mirror_of);
   EXPECT_EQ(la.symmetric, lb.symmetric);
   EXPECT_EQ(la.class_size, lb.class_size);
-  const auto& pa = a.machine.platform;
-  const auto& pb = b.machine.platform;
+  const auto& pa = a.machine->platform;
+  const auto& pb = b.machine->platform;
   ASSERT_EQ(pa.units.size(), pb.units.size());
   for (std::size_t i = 0; i < pa.units.size(); ++i) {
     EXPECT_EQ(pa.units[i].name, pb.units[i].name);
@@ -43,10 +43,10 @@ void expect_same(const BuiltIteration& a, const RankLayout& la, const BuiltItera
     EXPECT_EQ(pa.pools[i].name, pb.pools[i].name);
     EXPECT_EQ(pa.pools[i].capacity.count, pb.pools[i].capacity.count);
   }
-  EXPECT_EQ(a.machine.unit_of_device, b.machine.unit_of_device);
-  EXPECT_EQ(a.machine.pool_of_device, b.machine.pool_of_device);
-  EXPECT_EQ(a.machine.memory_constraint_of_device, b.machine.memory_constraint_of_device);
-  EXPECT_EQ(a.machine.constraint_of_link, b.machine.constraint_of_link);
+  EXPECT_EQ(a.machine->unit_of_device, b.machine->unit_of_device);
+  EXPECT_EQ(a.machine->pool_of_device, b.machine->pool_of_device);
+  EXPECT_EQ(a.machine->memory_constraint_of_device, b.machine->memory_constraint_of_device);
+  EXPECT_EQ(a.machine->constraint_of_link, b.machine->constraint_of_link);
 }
 
 TEST(LayoutCache, CachedLayoutsAreTheOnesMadeAndKeyOnTheMachine) {
@@ -83,6 +83,35 @@ TEST(LayoutCache, CachedLayoutsAreTheOnesMadeAndKeyOnTheMachine) {
     EXPECT_EQ(layout_cache::size(), 3u);
   }
   EXPECT_EQ(layout_cache::size(), 0u);  // dropped with the scope
+}
+
+// A point that adds a resource to machine resources it shares with the cache (host offload's CPU-work
+// constraint) changes its own copy: the entry, the next point and a reference taken before the
+// change keep the resources as laid out.
+TEST(LayoutCache, AResourceAddedToSharedResourcesStaysWithThePointThatAddedIt) {
+  const ExperimentSpec spec = load_experiment(kGpt3, {});
+  const auto& names = std::get<MegatronSpec>(spec.strategy).devices;
+  const topo::Topology& machine = spec.hardware->topology;
+  const LayoutCacheScope scope;
+  BuiltIteration first;
+  (void)lay_out_ranks(first, machine, names, "megatron", false, 64);
+  const MachineResources& before = *first.machine;
+  const std::size_t constraints = before.platform.constraints.size();
+  const sim::ConstraintId added =
+      first.machine.to_change().platform.add_constraint({"host.cores", sim::Bandwidth{1e9}, "cpu-work", "", "", ""});
+  EXPECT_EQ(added.index, constraints);
+  EXPECT_EQ(first.machine->platform.constraints.size(), constraints + 1);
+  EXPECT_EQ(before.platform.constraints.size(), constraints);  // still valid, the shared version
+  EXPECT_NE(&*first.machine, &before);
+  BuiltIteration second;
+  (void)lay_out_ranks(second, machine, names, "megatron", false, 64);
+  EXPECT_EQ(&*second.machine, &before);  // the entry, shared and unchanged
+  EXPECT_EQ(second.machine->platform.constraints.size(), constraints);
+  // Resources a point holds alone (laid out without the cache) change in place.
+  SharedMachine own = SharedMachine::owned(std::make_shared<MachineResources>(before));
+  const MachineResources* where = &*own;
+  (void)own.to_change().platform.add_constraint({"x", sim::Bandwidth{1e9}, "cpu-work", "", "", ""});
+  EXPECT_EQ(&*own, where);
 }
 
 TEST(LayoutCache, APointsFiguresAreTheSameCachedOrNot) {

@@ -90,8 +90,8 @@ void HostOffload::place_hosts() {
           fmt::format("'{}' has no CPU in its node to offload to", in.topology.device(device).name));
     }
     info.host = *host;
-    const auto& mem = out.machine.memory_constraint_of_device[info.host];
-    if (!mem || !out.machine.pool_of_device[info.host]) {
+    const auto& mem = out.machine->memory_constraint_of_device[info.host];
+    if (!mem || !out.machine->pool_of_device[info.host]) {
       throw std::invalid_argument(
           fmt::format("optimizer offload needs the memory of '{}' with a bandwidth shared by transfers",
                       in.topology.device(info.host).name));
@@ -102,19 +102,19 @@ void HostOffload::place_hosts() {
       if (it == cores_of_host.end()) {
         // Named after the host's cores unit, which it stands for: trace.json draws the host work
         // that streams through it on that unit's track.
-        const std::string cores = out.machine.platform.units.at(*out.machine.unit_of_device.at(info.host)).name;
+        const std::string cores = out.machine->platform.units.at(*out.machine->unit_of_device.at(info.host)).name;
         it = cores_of_host
-                 .emplace(info.host, out.machine.platform.add_constraint(
+                 .emplace(info.host, out.machine.to_change().platform.add_constraint(
                                          {cores, *in.host.cpu_work_bandwidth, "cpu-work", "", "", ""}))
                  .first;
       }
       info.host_cores = it->second;
     }
-    info.host_pool = *out.machine.pool_of_device[info.host];
+    info.host_pool = *out.machine->pool_of_device[info.host];
     if (off.nvme) {
       std::optional<std::size_t> nvme;
       for (const auto d : in.topology.devices_of(topo::DeviceKind::kNvme)) {
-        if (in.topology.device(d).node == in.topology.device(device).node && out.machine.pool_of_device[d]) {
+        if (in.topology.device(d).node == in.topology.device(device).node && out.machine->pool_of_device[d]) {
           nvme = d;
           break;
         }
@@ -124,7 +124,7 @@ void HostOffload::place_hosts() {
                                                 in.topology.device(device).name));
       }
       info.nvme = *nvme;
-      info.nvme_pool = *out.machine.pool_of_device[*nvme];
+      info.nvme_pool = *out.machine->pool_of_device[*nvme];
     }
     hosts_.push_back(info);
   }
@@ -205,8 +205,8 @@ TaskId HostOffload::copy(int r, const std::string& name, const char* phase, bool
   const std::size_t cpu = hosts_[r].host;
   const CopyFit* fit = copy_fit(to_host, pinned);
   return ranks_.graph().add(ranks_.task_name(r, name), phase,
-                            TransferTask{to_host ? out.machine.transfer_route(in.topology, gpu, cpu)
-                                                 : out.machine.transfer_route(in.topology, cpu, gpu),
+                            TransferTask{to_host ? out.machine->transfer_route(in.topology, gpu, cpu)
+                                                 : out.machine->transfer_route(in.topology, cpu, gpu),
                                          bytes,
                                          fit ? fit->latency : TimePs{0},
                                          fit ? std::optional<sim::Bandwidth>(fit->bandwidth) : std::nullopt,
@@ -218,8 +218,8 @@ TaskId HostOffload::swap(int r, const std::string& name, bool to_nvme, Bytes byt
   const std::size_t cpu = hosts_[r].host;
   const std::size_t nvme = hosts_[r].nvme;
   return ranks_.graph().add(ranks_.task_name(r, name), phase::kOptimizer,
-                            TransferTask{to_nvme ? out.machine.transfer_route(in.topology, cpu, nvme)
-                                                 : out.machine.transfer_route(in.topology, nvme, cpu),
+                            TransferTask{to_nvme ? out.machine->transfer_route(in.topology, cpu, nvme)
+                                                 : out.machine->transfer_route(in.topology, nvme, cpu),
                                          bytes,
                                          TimePs{0},
                                          {},

@@ -67,7 +67,7 @@ struct ReplayedCollectives {
 };
 
 struct BuiltIteration {
-  MachineResources machine;
+  SharedMachine machine;
   sim::TaskGraph graph;
   std::vector<PhaseSpan> spans;       // rank 0, in time order
   std::vector<std::size_t> devices;   // device index of each rank
