@@ -443,19 +443,26 @@ SweepSummary run_sweep(const Sweep& sweep, const SweepOptions& options) {
   for (const auto& p : sweep.points) {
     if (!done[p.index]) todo.push_back(&p);
   }
+  // The costliest points first (SweepPoint::relative_work; a stable sort keeps point order among
+  // equals and when no point says): with several workers, the run then ends on short points
+  // instead of one worker finishing a long one alone.
+  std::vector<std::size_t> order(todo.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return todo[a]->relative_work > todo[b]->relative_work; });
   std::ofstream append(options.out, std::ios::binary | std::ios::app);
   if (!append) throw sim::report::OutputError(fmt::format("cannot append to {}", options.out.string()));
-  // Rows reach the file in point order whatever the jobs: a finished row waits (in `ready`) for
-  // the rows before it, so the file is always a prefix of the final one (plus what --resume kept),
-  // and needs no rewrite at the end unless rows were already there. The lock guards that hand-off
-  // only (once per point); the simulation itself shares nothing between workers but the read-only
+  // Each row is appended and flushed as its point finishes, whatever its place: an interrupted
+  // run keeps every row it finished (--resume reads rows in any order). The file is rewritten in
+  // point order at the end when the rows did not arrive in it. The lock guards that hand-off only
+  // (once per point); the simulation itself shares nothing between workers but the read-only
   // machines, tables, models, strategies and training sections of ReadCache and the rank layouts
   // of the layout cache.
   std::mutex lock;
   std::atomic<std::size_t> next{0};
-  std::vector<std::optional<std::string>> ready(todo.size());
-  std::size_t written = 0;
   std::size_t finished = summary.skipped;
+  bool in_point_order = true;
+  std::size_t last_index = 0;
   ReadCache reads;  // every worker reads the machines, tables, models, strategies and training through it
   // Points on one machine with the same devices (a sweep's other axes) share their rank layout and
   // machine resources (layout_cache.hpp): the machines come from `reads`, copies of one topology.
@@ -463,19 +470,16 @@ SweepSummary run_sweep(const Sweep& sweep, const SweepOptions& options) {
   const auto worker = [&] {
     const sim::config::ScopedFileCache files;  // each worker parses the experiments' YAML once
     while (true) {
-      const std::size_t i = next.fetch_add(1);
-      if (i >= todo.size()) return;
-      std::string row = run_sweep_point(sweep, *todo[i], &reads);
+      const std::size_t n = next.fetch_add(1);
+      if (n >= order.size()) return;
+      const SweepPoint& point = *todo[order[n]];
+      std::string row = run_sweep_point(sweep, point, &reads);
       const std::lock_guard guard(lock);
-      ready[i] = std::move(row);
-      const std::size_t before = written;
-      while (written < todo.size() && ready[written]) {
-        append << *ready[written];
-        rows.push_back(std::move(*ready[written]));
-        ready[written].reset();
-        ++written;
-      }
-      if (written != before) append.flush();
+      append << row;
+      append.flush();
+      in_point_order = in_point_order && (rows.empty() || point.index > last_index);
+      last_index = point.index;
+      rows.push_back(std::move(row));
       ++finished;
       if (options.progress) options.progress(finished, summary.points);
     }
@@ -493,8 +497,8 @@ SweepSummary run_sweep(const Sweep& sweep, const SweepOptions& options) {
   append.close();
   if (!append) throw sim::report::OutputError(fmt::format("cannot write {}", options.out.string()));
   summary.ran = todo.size();
-  // Without earlier rows the file is already the header and every row in point order.
-  if (summary.skipped > 0) write_sorted(sweep, options.out, std::move(rows));
+  // Rows appended in point order after no earlier ones are already the final file.
+  if (summary.skipped > 0 || !in_point_order) write_sorted(sweep, options.out, std::move(rows));
   return summary;
 }
 

@@ -32,6 +32,10 @@ struct SweepPoint {
   // When not empty, the overrides that make this point, applied instead of the axis values (which
   // then only label the row): offsim search labels its points by strategy.
   std::vector<std::string> overrides;
+  // How much simulating this point costs relative to the sweep's other points, for scheduling
+  // only (0: unknown): `run_sweep` hands the costliest points to its workers first, so that the
+  // last point to finish is a short one (largest first). It never changes a row or its place.
+  double relative_work = 0.0;
 };
 
 struct Sweep {
