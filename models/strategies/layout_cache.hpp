@@ -5,7 +5,8 @@
 // their names, checking the layout's symmetry and mirrors (make_rank_layout) and making the engine
 // resources of the simulated nodes (make_machine_resources, a name per unit, pool and constraint)
 // cost about 0.6 ms a point, as much as its model. While a LayoutCacheScope lives, lay_out_ranks
-// keeps what it made and copies it into the next point that asks for the same thing.
+// keeps what it made and gives the next point that asks for the same thing a copy of its devices
+// and layout, and its machine resources shared (SharedMachine: copied only if the point adds one).
 //
 // The key is everything lay_out_ranks' result depends on: the machine (the identity of its sealed
 // topology, Topology::identity(): copies of one sealed topology share it and cannot change, and
