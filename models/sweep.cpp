@@ -417,10 +417,18 @@ std::vector<std::string> finished_rows(const Sweep& sweep, const std::filesystem
   return rows;
 }
 
+namespace {
+// A finished row's point index (its first field; finished_rows kept only rows whose index parses).
+std::size_t index_of(const std::string& row) {
+  return std::stoull(row.substr(0, row.find(',')));
+}
+bool by_index(const std::string& a, const std::string& b) {
+  return index_of(a) < index_of(b);
+}
+}  // namespace
+
 void write_sorted(const Sweep& sweep, const std::filesystem::path& out, std::vector<std::string> rows) {
-  const auto index_of = [](const std::string& row) { return std::stoull(row.substr(0, row.find(','))); };
-  std::sort(rows.begin(), rows.end(),
-            [&](const std::string& a, const std::string& b) { return index_of(a) < index_of(b); });
+  std::sort(rows.begin(), rows.end(), by_index);
   std::string content = sweep_header(sweep);
   for (const auto& r : rows) content += r;
   sim::report::write_file_atomically(out, content);
@@ -435,7 +443,7 @@ SweepSummary run_sweep(const Sweep& sweep, const SweepOptions& options) {
   }
   std::vector<std::string> rows = finished_rows(sweep, options.out);
   std::vector<bool> done(sweep.points.size(), false);
-  for (const auto& r : rows) done[std::stoull(r.substr(0, r.find(',')))] = true;
+  for (const auto& r : rows) done[index_of(r)] = true;
   summary.skipped = rows.size();
   // Start the file again from its complete rows (drops a torn line), then append.
   write_sorted(sweep, options.out, rows);
@@ -461,8 +469,6 @@ SweepSummary run_sweep(const Sweep& sweep, const SweepOptions& options) {
   std::mutex lock;
   std::atomic<std::size_t> next{0};
   std::size_t finished = summary.skipped;
-  bool in_point_order = true;
-  std::size_t last_index = 0;
   ReadCache reads;  // every worker reads the machines, tables, models, strategies and training through it
   // Points on one machine with the same devices (a sweep's other axes) share their rank layout and
   // machine resources (layout_cache.hpp): the machines come from `reads`, copies of one topology.
@@ -477,8 +483,6 @@ SweepSummary run_sweep(const Sweep& sweep, const SweepOptions& options) {
       const std::lock_guard guard(lock);
       append << row;
       append.flush();
-      in_point_order = in_point_order && (rows.empty() || point.index > last_index);
-      last_index = point.index;
       rows.push_back(std::move(row));
       ++finished;
       if (options.progress) options.progress(finished, summary.points);
@@ -498,7 +502,9 @@ SweepSummary run_sweep(const Sweep& sweep, const SweepOptions& options) {
   if (!append) throw sim::report::OutputError(fmt::format("cannot write {}", options.out.string()));
   summary.ran = todo.size();
   // Rows appended in point order after no earlier ones are already the final file.
-  if (summary.skipped > 0 || !in_point_order) write_sorted(sweep, options.out, std::move(rows));
+  if (summary.skipped > 0 || !std::is_sorted(rows.begin(), rows.end(), by_index)) {
+    write_sorted(sweep, options.out, std::move(rows));
+  }
   return summary;
 }
 

@@ -68,7 +68,7 @@ LayerTasks LayerCompute::expert_parallel(const std::string& name, const char* ph
       t.end = comm_.add(a2a ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce,
                         fmt::format(FMT_COMPILE("{}.{}.{}"), a2a ? "all_to_all" : "tp", name, i),
                         a2a ? parallel_.dispatch_elements : parallel_.activation_elements,
-                        a2a ? parallel_.dispatch_plan : parallel_.tp_plan, started ? ranks_.per_rank(t.end) : deps);
+                        a2a ? parallel_.dispatch_plan : parallel_.tp_plan, started ? RankDeps(t.end) : RankDeps(deps));
       if (!started) deps = ranks_.per_rank(t.end);
       continue;
     }

@@ -78,7 +78,7 @@ LayerTasks LayerCompute::sequence_parallel(const std::string& name, const char* 
       const auto e = static_cast<std::size_t>(step.exchange);
       t.end = comm_.add(CollectiveKind::kReduceScatter,
                         fmt::format(FMT_COMPILE("sp_all_to_all.{}.{}.{}"), name, i, kExchangeNames[e]),
-                        parallel_.sp_elements[e], *parallel_.sp_plan, started ? ranks_.per_rank(t.end) : deps);
+                        parallel_.sp_elements[e], *parallel_.sp_plan, started ? RankDeps(t.end) : RankDeps(deps));
       if (!started) deps = ranks_.per_rank(t.end);
       continue;
     }
