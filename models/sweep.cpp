@@ -469,7 +469,8 @@ SweepSummary run_sweep(const Sweep& sweep, const SweepOptions& options) {
   std::mutex lock;
   std::atomic<std::size_t> next{0};
   std::size_t finished = summary.skipped;
-  ReadCache reads;  // every worker reads the machines, tables, models, strategies and training through it
+  ReadCache own_reads;  // every worker reads the machines, tables, models, strategies and training through it
+  ReadCache& reads = options.reads != nullptr ? *options.reads : own_reads;
   // Points on one machine with the same devices (a sweep's other axes) share their rank layout and
   // machine resources (layout_cache.hpp): the machines come from `reads`, copies of one topology.
   const LayoutCacheScope layouts;

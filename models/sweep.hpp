@@ -67,6 +67,9 @@ struct SweepOptions {
   std::function<void(std::size_t, std::size_t)> progress;
   // Called first in each worker thread the sweep starts (--jobs > 1), e.g. to set up its heap.
   std::function<void()> on_worker_start;
+  // What the caller already read through a ReadCache (the search's base experiment: its machine and
+  // tables are every point's), shared with the points; null: the sweep reads through its own.
+  ReadCache* reads = nullptr;
 };
 
 struct SweepSummary {

@@ -116,7 +116,11 @@ int search_or_throw(const SearchCliOptions& given) {
   // thread reuses them (its own scope nests in this one) instead of parsing them again, about 5 ms
   // of YAML before its first point (issue 35: this start is serial time that --jobs cannot share).
   const sim::config::ScopedFileCache files;
-  const models::ExperimentSpec base = models::load_experiment(options.experiment, options.overrides);
+  // Its machine and calibration tables, read once here, are the points' too (all but a node count
+  // that --gpus or --max-nodes changes): the points read through the same cache, where the first
+  // point read them again (about 3 ms: the 128-node machine and the GEMM table of bench/perf).
+  models::ReadCache reads;
+  const models::ExperimentSpec base = models::load_experiment(options.experiment, options.overrides, &reads);
   models::SearchLimits limits;
   if (!options.max_hbm.empty()) limits.max_hbm_bytes = sim::parse_bytes(options.max_hbm).count;
   if (options.gpus > 0) limits.gpus = options.gpus;
@@ -170,11 +174,13 @@ int search_or_throw(const SearchCliOptions& given) {
     Progress mpi_progress("search", 0);
     const auto rank = run_distributed_sweep(
         sweep, distributed,
-        DistributedSweepHooks{.finished_rows = rows_there,
-                              .write_sorted = {},
-                              .run_point = {},
-                              .progress = [&](std::size_t done, std::size_t total) { mpi_progress(done, total); },
-                              .report = [](std::size_t, int) {}});
+        DistributedSweepHooks{
+            .finished_rows = rows_there,
+            .write_sorted = {},
+            .run_point =
+                [&](std::size_t point) { return models::run_sweep_point(sweep, sweep.points.at(point), &reads); },
+            .progress = [&](std::size_t done, std::size_t total) { mpi_progress(done, total); },
+            .report = [](std::size_t, int) {}});
     if (rank.has_value() && *rank != 0) return 0;  // MPI: rank 0 writes the set and prints
     if (!rank.has_value()) {
       if (!options.resume && fs::exists(journal)) {
@@ -189,6 +195,7 @@ int search_or_throw(const SearchCliOptions& given) {
       Progress progress("search", already);
       run.progress = [&](std::size_t done, std::size_t total) { progress(done, total); };
       run.on_worker_start = back_thread_heap_with_huge_pages;
+      run.reads = &reads;
       (void)models::run_sweep(sweep, run);
     }
   } else if (!options.resume && fs::exists(csv)) {
