@@ -371,9 +371,10 @@ std::optional<TimePs> overlap_extra(const std::optional<TpOverlapTimes>& ub, boo
   return forward ? ub->forward_extra : ub->backward_extra;
 }
 
-// The name of a layer's TP all-reduce (or what replaces it).
-std::string tp_name(int first, const std::string& tag, std::int64_t layer, int half) {
-  return fmt::format(FMT_COMPILE("tp{}.{}.l{}.{}"), first, tag, layer, half);
+// The name of a layer's TP all-reduce (or what replaces it); empty, and not formatted, when the
+// graph keeps no names (a sweep's or search's point, where it was 2% of the search's instructions).
+std::string tp_name(const sim::TaskGraph& g, int first, const std::string& tag, std::int64_t layer, int half) {
+  return g.name_from([&] { return fmt::format(FMT_COMPILE("tp{}.{}.l{}.{}"), first, tag, layer, half); });
 }
 
 // About how many tasks a Megatron iteration adds: per simulated rank and micro-batch of each chunk,
@@ -878,7 +879,7 @@ class MegatronBuilder {
                                       phase, piece, layer_flops * (1.0 / reductions), "layer", {at[i]})};
           if (half == 0) ddp_start(members[i], op, vs, l, deps[i][0]);
         }
-        at = tp_comms.all_reduce(first, timeline, members, tp_name(first, tag, l, half), overlap_extra(ub, forward),
+        at = tp_comms.all_reduce(first, timeline, members, tp_name(g, first, tag, l, half), overlap_extra(ub, forward),
                                  activation_elements, tp_plan, deps, out, in, in.collective_options(spec.collectives));
       }
       for (std::size_t i = 0; i < members.size(); ++i) ddp_end(members[i], op, vs, l, at[i]);
@@ -924,7 +925,7 @@ class MegatronBuilder {
         if (tp == 1) continue;
         std::vector<std::vector<TaskId>> deps(members.size());
         for (std::size_t i = 0; i < members.size(); ++i) deps[i] = {at[i]};
-        at = tp_reduction(tp_comms.at(first), timeline, members, tp_name(first, tag, l, half),
+        at = tp_reduction(tp_comms.at(first), timeline, members, tp_name(g, first, tag, l, half),
                           overlap_extra(ub, forward), activation_elements, tp_plan, deps);
       }
       for (std::size_t i = 0; i < members.size(); ++i) ddp_end(members[i], op, vs, l, at[i]);
