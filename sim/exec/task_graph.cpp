@@ -5,6 +5,7 @@
 #include <iterator>
 #include <limits>
 #include <stdexcept>
+#include <type_traits>
 
 #include <unistd.h>
 
@@ -58,29 +59,29 @@ TaskId TaskGraph::add(std::string_view name, std::string_view phase, TaskBody bo
       deps_.size() + deps.size() > std::numeric_limits<std::uint32_t>::max()) {
     throw std::length_error("the task graph's names or dependencies exceed 2^32 entries");
   }
-  // Phases are few (forward, backward, communication, ...): the last one used is the likely match.
+  const auto name_begin = static_cast<std::uint32_t>(names_.size());
+  const auto deps_begin = static_cast<std::uint32_t>(deps_.size());
+  names_.append(name);
+  deps_.insert(deps_.end(), deps.begin(), deps.end());
+  // Made in the vector's room: the body (a variant holding strings and vectors) is move-constructed
+  // there once, not default-constructed and then assigned.
+  tasks_.emplace_back(id, name_begin, static_cast<std::uint32_t>(name.size()), phase_index(phase), std::move(body),
+                      deps_begin, static_cast<std::uint32_t>(deps.size()), priority);
+  return id;
+}
+
+std::uint16_t TaskGraph::phase_index(std::string_view phase) {
+  // Phases are few (forward, backward, communication, ...) and runs of tasks share one: the last
+  // one used is the likely match, then the last one added.
+  if (last_phase_index_ < phases_.size() && phases_[last_phase_index_] == phase) return last_phase_index_;
   auto phase_at = std::find(phases_.rbegin(), phases_.rend(), phase);
   if (phase_at == phases_.rend()) {
     if (phases_.size() > std::numeric_limits<std::uint16_t>::max()) throw std::length_error("too many task phases");
     phases_.emplace_back(phase);
     phase_at = phases_.rbegin();
   }
-  const auto name_begin = static_cast<std::uint32_t>(names_.size());
-  const auto deps_begin = static_cast<std::uint32_t>(deps_.size());
-  names_.append(name);
-  deps_.insert(deps_.end(), deps.begin(), deps.end());
-  // Made in the vector's room and filled there: the body (a variant holding strings and vectors)
-  // is moved once, not into a temporary first (a sixth of this function's instructions).
-  Task& t = tasks_.emplace_back();
-  t.id = id;
-  t.name_begin = name_begin;
-  t.name_size = static_cast<std::uint32_t>(name.size());
-  t.phase = static_cast<std::uint16_t>(phases_.rend() - phase_at - 1);
-  t.body = std::move(body);
-  t.deps_begin = deps_begin;
-  t.deps_size = static_cast<std::uint32_t>(deps.size());
-  t.priority = priority;
-  return id;
+  last_phase_index_ = static_cast<std::uint16_t>(phases_.rend() - phase_at - 1);
+  return last_phase_index_;
 }
 
 void TaskGraph::reserve(std::size_t tasks) {
@@ -122,31 +123,35 @@ std::string_view task_kind(const TaskBody& body) {
 
 void TaskGraph::validate(const Platform& platform) const {
   std::vector<std::string> problems;
+  // Dependencies need no check: add and add_dependency take only tasks already in the graph.
+  const auto check_pool = [&](const Task& t, std::uint32_t pool) {
+    if (pool >= platform.pools.size()) {
+      problems.push_back(fmt::format("task {} '{}': unknown memory pool {}", t.id.index, name(t), pool));
+    }
+  };
   for (const auto& t : tasks_) {
-    if (const auto* c = std::get_if<ComputeTask>(&t.body); c && c->unit >= platform.units.size()) {
-      problems.push_back(fmt::format("task {} '{}': unknown compute unit {}", t.id.index, name(t), c->unit));
-    }
-    if (const auto* x = std::get_if<TransferTask>(&t.body)) {
-      for (const auto c : x->route) {
-        if (c.index >= platform.constraints.size()) {
-          problems.push_back(fmt::format("task {} '{}': unknown constraint {}", t.id.index, name(t), c.index));
-        }
-      }
-      if (x->route.empty() && x->bytes.count > 0 && !x->rate_bound) {
-        problems.push_back(fmt::format("task {} '{}': a transfer with bytes needs a route", t.id.index, name(t)));
-      }
-    }
-    const auto check_pool = [&](std::uint32_t pool) {
-      if (pool >= platform.pools.size()) {
-        problems.push_back(fmt::format("task {} '{}': unknown memory pool {}", t.id.index, name(t), pool));
-      }
-    };
-    if (const auto* a = std::get_if<AllocTask>(&t.body)) check_pool(a->pool);
-    if (const auto* f = std::get_if<FreeTask>(&t.body)) check_pool(f->pool);
-    for (const auto d : deps(t)) {
-      if (d.index >= tasks_.size())
-        problems.push_back(fmt::format("task {} '{}': unknown dependency", t.id.index, name(t)));
-    }
+    // One visit per task: the executor runs this before every graph, a search once per point.
+    std::visit(
+        [&](const auto& body) {
+          using Body = std::decay_t<decltype(body)>;
+          if constexpr (std::is_same_v<Body, ComputeTask>) {
+            if (body.unit >= platform.units.size()) {
+              problems.push_back(fmt::format("task {} '{}': unknown compute unit {}", t.id.index, name(t), body.unit));
+            }
+          } else if constexpr (std::is_same_v<Body, TransferTask>) {
+            for (const auto c : body.route) {
+              if (c.index >= platform.constraints.size()) {
+                problems.push_back(fmt::format("task {} '{}': unknown constraint {}", t.id.index, name(t), c.index));
+              }
+            }
+            if (body.route.empty() && body.bytes.count > 0 && !body.rate_bound) {
+              problems.push_back(fmt::format("task {} '{}': a transfer with bytes needs a route", t.id.index, name(t)));
+            }
+          } else if constexpr (std::is_same_v<Body, AllocTask> || std::is_same_v<Body, FreeTask>) {
+            check_pool(t, body.pool);
+          }
+        },
+        t.body);
   }
   if (!problems.empty())
     throw std::invalid_argument(fmt::format("invalid task graph:\n  {}", fmt::join(problems, "\n  ")));

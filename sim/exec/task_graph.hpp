@@ -199,6 +199,10 @@ class TaskGraph {
   std::vector<std::string> phases_;  // the distinct phases, in order of first use
   std::size_t task_limit_;
   bool keeps_names_ = true;
+  std::uint16_t last_phase_index_ = 0;  // the phase of the last add (phase_index)
+
+  // The index of `phase` in phases_, which it joins when new.
+  std::uint16_t phase_index(std::string_view phase);
 };
 
 [[nodiscard]] std::string_view task_kind(const TaskBody& body);
