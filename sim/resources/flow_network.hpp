@@ -48,8 +48,8 @@
 // reshare; its completion is scheduled once, and the constraints it is accounted on see its rate
 // added while it moves.
 #include <cstdint>
-#include <deque>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -132,7 +132,7 @@ class FlowNetwork {
   }
   /// Starts a transfer runs_untracked accepts: `on_complete` runs when start_flow would run it
   /// (the same time, from an event scheduled at the same point), but no Flow is kept: the Flow
-  /// each held (route and accounted lists copied, a deque entry for the run's length) was about 5%
+  /// each held (route and accounted lists copied, a FlowStore entry for the run's length) was about 5%
   /// of a sweep point's CPU (issue 35; a search point's transfers are mostly routed, unchanged).
   void start_fixed_rate(Bytes bytes, Bandwidth rate, Completion on_complete);
 
@@ -269,9 +269,41 @@ class FlowNetwork {
   bool record_credits_;
   bool statistics_;  // constraint statistics kept (credit, aggregate rates, bytes)
   std::vector<Constraint> constraints_;
-  // A deque, not a vector: flows are only appended, and a vector's doubling held the old and the
-  // new buffer at once (28 MB at the peak of the full-Frontier GPT-1T run, 2/3 of it spare).
-  std::deque<Flow> flows_;
+  // Flows in blocks that never move, not a vector: flows are only appended, and a vector's
+  // doubling held the old and the new buffer at once (28 MB at the peak of the full-Frontier
+  // GPT-1T run, 2/3 of it spare). Not a std::deque either: libstdc++'s holds 512 bytes a block,
+  // three flows, so a run allocated a block for every third flow (issue 35: 48 k of a tp 8
+  // search's 1 M allocations).
+  class FlowStore {
+   public:
+    static constexpr std::size_t kPerBlock = 64;
+    FlowStore() = default;
+    FlowStore(const FlowStore&) = delete;
+    FlowStore& operator=(const FlowStore&) = delete;
+    ~FlowStore() {
+      for (std::size_t i = 0; i < size_; ++i) at(i).~Flow();
+    }
+    [[nodiscard]] std::size_t size() const { return size_; }
+    Flow& operator[](std::size_t i) { return at(i); }
+    const Flow& operator[](std::size_t i) const { return blocks_[i / kPerBlock][i % kPerBlock].flow; }
+    void push_back(Flow&& flow) {
+      if (size_ == blocks_.size() * kPerBlock) blocks_.push_back(std::make_unique<Slot[]>(kPerBlock));
+      ::new (static_cast<void*>(&blocks_[size_ / kPerBlock][size_ % kPerBlock].flow)) Flow(std::move(flow));
+      ++size_;
+    }
+
+   private:
+    // Uninitialized room for one flow (constructed by push_back, destroyed by the store).
+    union Slot {
+      Slot() {}
+      ~Slot() {}
+      Flow flow;
+    };
+    Flow& at(std::size_t i) { return blocks_[i / kPerBlock][i % kPerBlock].flow; }
+    std::vector<std::unique_ptr<Slot[]>> blocks_;
+    std::size_t size_ = 0;
+  };
+  FlowStore flows_;
   std::vector<std::uint32_t> active_;  // ids of shared flows moving bytes, in no particular order
   void remove_active(Flow& flow);
   std::vector<Pending> pending_;             // min-heap of the moving shared flows' finishes
