@@ -870,13 +870,15 @@ class MegatronBuilder {
         if (vs == 0) ddp_start(members[i], op, vs, 0, at[i]);  // the embedding: the first layer's bucket
       }
     }
+    std::vector<std::vector<TaskId>>& deps = piece_ends;
+    deps.resize(members.size());
     for (std::int64_t l = 0; l < layers_per_chunk; ++l) {
       for (int half = 0; half < reductions; ++half) {
-        std::vector<std::vector<TaskId>> deps(members.size());
         for (std::size_t i = 0; i < members.size(); ++i) {
-          deps[i] = {timeline.compute(members[i],
-                                      g.name_from([&] { return fmt::format(FMT_COMPILE("{}.l{}.{}"), tag, l, half); }),
-                                      phase, piece, layer_flops * (1.0 / reductions), "layer", {at[i]})};
+          deps[i].assign(1, timeline.compute(members[i], g.name_from([&] {
+            return fmt::format(FMT_COMPILE("{}.l{}.{}"), tag, l, half);
+          }),
+                                             phase, piece, layer_flops * (1.0 / reductions), "layer", {at[i]}));
           if (half == 0) ddp_start(members[i], op, vs, l, deps[i][0]);
         }
         at = tp_comms.all_reduce(first, timeline, members, tp_name(g, first, tag, l, half), overlap_extra(ub, forward),
@@ -962,6 +964,9 @@ class MegatronBuilder {
   }
 
   PipelineRoutes stage_route{*out.machine, in.topology, out.devices, layout.class_size};  // p2p_route, once a pair
+  // run_chunk's scratch: each TP member's last layer piece before its all-reduce, kept between
+  // calls so that the lists are not allocated again for every piece (two allocations each).
+  std::vector<std::vector<TaskId>> piece_ends;
 
   // Data parallelism after the schedules (phases/pipeline_data_parallel.hpp): the gradients over each rank's DP
   // group (gradient_group_plan), the tied embedding's all-reduce, Adam, the parameter all-gather (ZeRO-1).
