@@ -313,15 +313,17 @@ std::vector<TaskId> Communicator::add_stage(const std::string& name, const std::
     // A stage's analytic transfers depend only on what it moves and over which ranks: built once
     // per kind of stage (a TP all-reduce repeats with every layer and micro-batch), then reused.
     const Quantization& q = plan.quantization;
-    AnalyticKey key{collective,    band.lo,  band.hi, static_cast<int>(plan.algorithm), q.bits, q.group_elements,
-                    q.scale_bytes, per_peer, active_};
+    const AnalyticKeyView key{
+        {band.lo, band.hi, static_cast<int>(plan.algorithm), q.bits, q.group_elements, q.scale_bytes, per_peer},
+        collective,
+        active_};
     auto found = analytic_stages_.find(key);
     if (found == analytic_stages_.end()) {
       const StageShape st = stage_shape(collective, band, plan, per_peer);
-      found =
-          analytic_stages_
-              .emplace(std::move(key), analytic_bodies(st.fit, band, st.ring, st.bytes_per_flow, st.steps, *st.flows))
-              .first;
+      found = analytic_stages_
+                  .emplace(AnalyticKey{key.numbers, collective, active_},
+                           analytic_bodies(st.fit, band, st.ring, st.bytes_per_flow, st.steps, *st.flows))
+                  .first;
     }
     return emit_analytic(name, found->second, first);
   }

@@ -37,6 +37,7 @@
 // replaced by their counterparts inside the representative node: by symmetry, the representative
 // node receives exactly that traffic from its own predecessor. Shared links (NICs, host memory,
 // the network) therefore still see all the traffic that crosses them.
+#include <array>
 #include <map>
 #include <optional>
 #include <span>
@@ -165,10 +166,33 @@ class Communicator {
   };
   StageShape stage_shape(const std::string& collective, const Band& band, const CollectivePlan& plan,
                          std::int64_t per_peer);
-  // Analytic stages built so far, by what determines them.
-  using AnalyticKey =
-      std::tuple<std::string, int, int, int, int, std::int64_t, std::int64_t, std::int64_t, std::vector<bool>>;
-  std::map<AnalyticKey, AnalyticStage> analytic_stages_;
+  // Analytic stages built so far, by what determines them: the band (lo, hi), the plan's algorithm
+  // and quantization (bits, group elements, scale bytes) and the elements per peer, then the
+  // collective and who takes part. Looked up through a view (AnalyticKeyView), numbers first: a
+  // TP all-reduce finds its two stages for every layer piece, and copying the key (a string and a
+  // participants vector, an allocation) and comparing the collectives first was a third of that.
+  using AnalyticNumbers = std::array<std::int64_t, 7>;
+  struct AnalyticKey {
+    AnalyticNumbers numbers;
+    std::string collective;
+    std::vector<bool> participants;
+  };
+  struct AnalyticKeyView {
+    AnalyticNumbers numbers;
+    std::string_view collective;
+    const std::vector<bool>& participants;
+  };
+  struct AnalyticKeyLess {
+    using is_transparent = void;
+    template <typename A, typename B>
+    bool operator()(const A& a, const B& b) const {
+      if (a.numbers != b.numbers) return a.numbers < b.numbers;
+      const std::string_view ca(a.collective), cb(b.collective);
+      if (ca != cb) return ca < cb;
+      return a.participants < b.participants;
+    }
+  };
+  std::map<AnalyticKey, AnalyticStage, AnalyticKeyLess> analytic_stages_;
   // A stage's flows by (algorithm, band lo, band hi, participants): the same for every buffer size.
   std::map<std::tuple<int, int, int, std::vector<bool>>, std::vector<std::vector<Flow>>> stage_flows_;
   [[nodiscard]] bool active(int s) const { return active_.empty() || active_[s]; }
