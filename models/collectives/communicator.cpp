@@ -332,6 +332,34 @@ std::vector<TaskId> Communicator::add_stage(const std::string& name, const std::
   return add_one_step_flows(name, st.fit.step_latency, st.bytes_per_flow, st.flows->front(), first);
 }
 
+void Communicator::share_stage_flows(std::shared_ptr<const MachineResources> machine) {
+  // Only the resources this communicator reads: a version copied since (to_change) is not it.
+  if (machine.get() == &machine_) shared_machine_ = std::move(machine);
+}
+
+template <typename Build>
+const StageFlows& Communicator::flows_of(StageAlgorithm algorithm, const Band& band, int channels, Build&& build) {
+  auto& held = stage_flows_[{static_cast<int>(algorithm), band.lo, band.hi, active_}];
+  if (held) return *held;
+  const auto topology = topology_.identity();
+  if (!shared_machine_ || !topology || !stage_flow_cache::shareable(layout_) || !stage_flow_cache::active()) {
+    StageFlows flows;
+    build(flows);
+    held = std::make_shared<const StageFlows>(std::move(flows));
+    return *held;
+  }
+  held = stage_flow_cache::find({shared_machine_.get(), topology.get(), &layout_, static_cast<int>(algorithm), band.lo,
+                                 band.hi, channels, &active_});
+  if (!held) {
+    StageFlows flows;
+    build(flows);
+    held = stage_flow_cache::insert(
+        {shared_machine_, topology, layout_, static_cast<int>(algorithm), band.lo, band.hi, channels, active_},
+        std::move(flows));
+  }
+  return *held;
+}
+
 Communicator::StageShape Communicator::stage_shape(const std::string& collective, const Band& band,
                                                    const CollectivePlan& plan, std::int64_t per_peer) {
   const int g = band.group();
@@ -370,8 +398,7 @@ Communicator::StageShape Communicator::stage_shape(const std::string& collective
       }
     }
     // The flows depend on the band and who takes part, not on the bytes: built once for all sizes.
-    auto& directions = stage_flows_[{static_cast<int>(StageAlgorithm::kRing), band.lo, band.hi, active_}];
-    if (directions.empty()) {
+    const StageFlows& ring = flows_of(StageAlgorithm::kRing, band, channels, [&](StageFlows& directions) {
       directions.resize(static_cast<std::size_t>(2 * channels));
       for (int c = 0; c < channels; ++c) {
         const auto& [order, place] = rings[static_cast<std::size_t>(c)];
@@ -387,14 +414,13 @@ Communicator::StageShape Communicator::stage_shape(const std::string& collective
           }
         }
       }
-    }
+    });
     const std::int64_t chunk = plan.quantization.wire_bytes(ceil_div(per_peer, 2 * channels));
     f.bus_bandwidth = f.bus_bandwidth * (1.0 / channels);
-    return {f, &directions, true, chunk, g - 1};
+    return {f, &ring, true, chunk, g - 1};
   }
   // All-to-all: one flow from each simulated rank to each peer, all in one step.
-  auto& flows = stage_flows_[{static_cast<int>(StageAlgorithm::kAllToAll), band.lo, band.hi, active_}];
-  if (flows.empty()) {
+  const StageFlows& all_to_all = flows_of(StageAlgorithm::kAllToAll, band, 1, [&](StageFlows& flows) {
     flows.resize(1);
     for (int s = 0; s < sims; ++s) {
       if (!active(s)) continue;
@@ -405,9 +431,9 @@ Communicator::StageShape Communicator::stage_shape(const std::string& collective
         }
       }
     }
-  }
+  });
   const std::int64_t bytes = plan.quantization.wire_bytes(per_peer);
-  return {f, &flows, false, bytes, 1};
+  return {f, &all_to_all, false, bytes, 1};
 }
 
 }  // namespace offsim::models

@@ -39,6 +39,7 @@
 // the network) therefore still see all the traffic that crosses them.
 #include <array>
 #include <map>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -47,6 +48,7 @@
 #include <vector>
 
 #include "models/collectives/plan.hpp"
+#include "models/collectives/stage_flow_cache.hpp"
 #include "models/cost/cost_model.hpp"
 #include "models/platform/machine_resources.hpp"
 #include "models/platform/rank_layout.hpp"
@@ -89,13 +91,13 @@ class Communicator {
   /// The flat plan over the first `ranks` ranks: one ring, no quantization.
   [[nodiscard]] static CollectivePlan flat(int ranks);
 
+  /// `machine` is the shared, read-only version of this communicator's machine resources
+  /// (SharedMachine::shared_version): its stages' flows are then looked up in, and kept for the
+  /// next points in, the stage flow cache (stage_flow_cache.hpp) while a scope is live.
+  void share_stage_flows(std::shared_ptr<const MachineResources> machine);
+
  private:
-  struct Flow {
-    int from;  // simulated index
-    int to;    // simulated index standing for the receiver
-    std::vector<sim::ConstraintId> route;
-    int rank;  // the sending rank (the simulated one or, with classes, a member it stands for)
-  };
+  using Flow = CollectiveFlow;
   // The ranks simulated index s stands for inside the block: itself and its class's other members.
   [[nodiscard]] std::vector<int> class_of(int s) const;
   // The steps of one collective while add() builds it, per simulated rank: what its next step
@@ -194,7 +196,12 @@ class Communicator {
   };
   std::map<AnalyticKey, AnalyticStage, AnalyticKeyLess> analytic_stages_;
   // A stage's flows by (algorithm, band lo, band hi, participants): the same for every buffer size.
-  std::map<std::tuple<int, int, int, std::vector<bool>>, std::vector<std::vector<Flow>>> stage_flows_;
+  std::map<std::tuple<int, int, int, std::vector<bool>>, std::shared_ptr<const StageFlows>> stage_flows_;
+  // The flows of a stage of `algorithm` over `band` with active_ taking part: built by `build`, or
+  // the ones the stage flow cache holds for the same machine, layout and stage.
+  template <typename Build>
+  const StageFlows& flows_of(StageAlgorithm algorithm, const Band& band, int channels, Build&& build);
+  std::shared_ptr<const MachineResources> shared_machine_;  // share_stage_flows; null: not shared
   [[nodiscard]] bool active(int s) const { return active_.empty() || active_[s]; }
   // Flows stepped one by one need every rank simulated: a class's members may cross links of
   // different speeds, which only the analytic form accounts for (its slowest member's pace).

@@ -55,6 +55,8 @@ class SharedMachine {
     m.current_ = std::move(machine);
     return m;
   }
+  /// The shared version (read-only, as others see it); null once this iteration holds its own.
+  [[nodiscard]] std::shared_ptr<const MachineResources> shared_version() const { return owned_ ? nullptr : current_; }
   [[nodiscard]] const MachineResources& operator*() const { return *current_; }
   [[nodiscard]] const MachineResources* operator->() const { return current_.get(); }
   /// The resources to add to: this iteration's own copy.

@@ -287,6 +287,8 @@ class DataParallelBuilder {
     w = share.layer_forward();
     if (train.recompute == Recompute::kFull) recomputed = w.gemm + w.attention;
     if (train.recompute == Recompute::kSelective) recomputed = w.attention;
+    // The points of a sweep on the same layout share its stage flows (stage_flow_cache.hpp).
+    if (auto shared = out.machine.shared_version()) comm.share_stage_flows(std::move(shared));
     define_modules();
     place_ranks();
   }

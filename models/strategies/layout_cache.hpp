@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "models/collectives/stage_flow_cache.hpp"
 #include "models/platform/machine_resources.hpp"
 #include "models/platform/rank_layout.hpp"
 
@@ -41,6 +42,10 @@ class LayoutCacheScope {
   ~LayoutCacheScope();
   LayoutCacheScope(const LayoutCacheScope&) = delete;
   LayoutCacheScope& operator=(const LayoutCacheScope&) = delete;
+
+ private:
+  // The points that share resources share their collectives' stage flows too, for as long.
+  StageFlowCacheScope stage_flows_;
 };
 
 namespace layout_cache {

@@ -474,9 +474,11 @@ struct TensorParallelGroups {
     layouts.push_back(make_rank_layout(in.topology, group, true, nullptr));
     if (class_size > 1) collapse_classes(layouts.back(), tp);
     layout_of[first] = &layouts.back();
-    comms.emplace(std::piecewise_construct, std::forward_as_tuple(first),
-                  std::forward_as_tuple(out.graph, *out.machine, in.topology, layouts.back(), in.collectives, in.costs,
-                                        options, out.approximations));
+    const auto added = comms.emplace(std::piecewise_construct, std::forward_as_tuple(first),
+                                     std::forward_as_tuple(out.graph, *out.machine, in.topology, layouts.back(),
+                                                           in.collectives, in.costs, options, out.approximations));
+    // Every point's groups are the same few: their stage flows are built once (stage_flow_cache.hpp).
+    if (auto shared = out.machine.shared_version()) added.first->second.share_stage_flows(std::move(shared));
   }
 };
 
@@ -602,6 +604,7 @@ class MegatronBuilder {
         entry(sims, OperationTasks(strategy.pp, strategy.virtual_stages, micro_batches)),
         exit(sims, OperationTasks(strategy.pp, strategy.virtual_stages, micro_batches)),
         dp_plan{gradient_group_plan(tp, cp, pp, ranks)} {
+    if (auto shared = out.machine.shared_version()) dp_comm.share_stage_flows(std::move(shared));
     if (train.recompute == Recompute::kFull) recomputed = w.gemm + w.attention;
     if (train.recompute == Recompute::kSelective) recomputed = w.attention;
     place_ranks();

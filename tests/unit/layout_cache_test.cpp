@@ -1,9 +1,10 @@
-// The search's layout cache (models/strategies/layout_cache.hpp): lay_out_ranks gives the same
+// The search's layout cache (models/strategies/layout_cache.hpp) and stage flow cache: lay_out_ranks gives the same
 // devices, layout, note and machine resources from the cache as it makes without it, keys on the
 // machine's identity (a copy of one sealed topology hits, another machine with the same names
 // misses), and a point's figures are the same either way.
 #include <gtest/gtest.h>
 
+#include "models/collectives/stage_flow_cache.hpp"
 #include "models/experiment.hpp"
 #include "models/strategies/layout_cache.hpp"
 #include "models/strategies/strategy.hpp"
@@ -131,6 +132,58 @@ TEST(LayoutCache, APointsFiguresAreTheSameCachedOrNot) {
     EXPECT_EQ(r->events, plain.events);
     EXPECT_EQ(r->approximations, plain.approximations);
   }
+}
+
+// The collectives' stage flows (models/collectives/stage_flow_cache.hpp): points that share their
+// machine resources build each kind of stage's flows once, while a scope lives, and their figures
+// (link activity included, which the analytic transfers take from the flows) are the ones each
+// point gets building its own. Megatron's TP groups, and NeoX-20B's 3-level partitioning on
+// Frontier (several bands over one layout: a stage found under another band's key would move the
+// figures), each run three times: without a scope, the first point under one, the next.
+void expect_same_figures(const ExperimentResult& a, const ExperimentResult& b) {
+  EXPECT_EQ(a.iteration_time.ps, b.iteration_time.ps);
+  EXPECT_EQ(a.peak_bytes("hbm"), b.peak_bytes("hbm"));
+  EXPECT_EQ(a.tasks, b.tasks);
+  EXPECT_EQ(a.events, b.events);
+  ASSERT_EQ(a.link_stats.size(), b.link_stats.size());
+  for (std::size_t i = 0; i < a.link_stats.size(); ++i) {
+    EXPECT_EQ(a.link_stats[i].name, b.link_stats[i].name);
+    EXPECT_EQ(a.link_stats[i].bytes, b.link_stats[i].bytes) << a.link_stats[i].name;
+  }
+}
+
+TEST(StageFlowCache, PointsOnSharedResourcesBuildEachStagesFlowsOnceWithTheSameFigures) {
+  for (const std::string& file :
+       {kGpt3, std::string(OFFSIM_SOURCE_DIR) + "/configs/experiments/neox20b-frontier-3level.yaml"}) {
+    SCOPED_TRACE(file);
+    const ExperimentSpec spec = load_experiment(file, {});
+    const ExperimentResult plain = run_experiment(spec, {});
+    EXPECT_EQ(stage_flow_cache::size(), 0u);  // nothing kept without a scope
+    {
+      const LayoutCacheScope scope;
+      const ExperimentResult first = run_experiment(spec, {});
+      const std::size_t kinds = stage_flow_cache::size();
+      EXPECT_GT(kinds, 0u);
+      const ExperimentResult next = run_experiment(spec, {});
+      EXPECT_EQ(stage_flow_cache::size(), kinds);  // every kind found, none built again
+      expect_same_figures(first, plain);
+      expect_same_figures(next, plain);
+    }
+    EXPECT_EQ(stage_flow_cache::size(), 0u);  // dropped with the scope
+  }
+}
+
+// A layout is shared only when copying and comparing it costs less than building its flows: its
+// devices and, under rank symmetry only, its mirrors (a number per device of the machine).
+TEST(StageFlowCache, OnlyLayoutsWithinTheBoundAreShared) {
+  RankLayout layout;
+  layout.devices.assign(8, 0);
+  layout.mirror_of.assign(stage_flow_cache::kMaxLayoutEntries, 0);
+  EXPECT_TRUE(stage_flow_cache::shareable(layout));  // its mirrors are nobody's without symmetry
+  layout.symmetric = true;
+  EXPECT_FALSE(stage_flow_cache::shareable(layout));
+  layout.mirror_of.resize(stage_flow_cache::kMaxLayoutEntries - 8);
+  EXPECT_TRUE(stage_flow_cache::shareable(layout));
 }
 
 }  // namespace

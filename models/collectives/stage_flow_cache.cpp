@@ -1,0 +1,148 @@
+#include "models/collectives/stage_flow_cache.hpp"
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <tuple>
+
+namespace offsim::models {
+
+namespace {
+
+// A 64-bit digest of the layout's ranks (FNV-1a over their devices and simulated indices),
+// compared first: the keys of different groups then differ at once, and their vectors are compared
+// only when the digests agree. (The mirrors, a number per device of the machine, are left out: they
+// follow from the devices on one topology, and are compared in full after the rest.)
+std::uint64_t digest(const RankLayout& l) {
+  constexpr std::uint64_t kOffset = 14695981039346656037ULL;  // FNV-1a's 64-bit parameters
+  constexpr std::uint64_t kPrime = 1099511628211ULL;
+  std::uint64_t h = kOffset;
+  const auto mix = [&](std::uint64_t v) { h = (h ^ v) * kPrime; };
+  mix(static_cast<std::uint64_t>(l.class_size));
+  mix(l.symmetric ? 1 : 0);
+  for (const auto d : l.devices) mix(d);
+  for (const auto r : l.simulated) mix(static_cast<std::uint64_t>(r));
+  return h;
+}
+
+// The parts of a key, the same for a Key and a KeyView (so that a lookup copies nothing).
+struct Parts {
+  std::uint64_t digest;
+  const void* machine;
+  const void* topology;
+  int algorithm, lo, hi, channels;
+  const std::vector<bool>& participants;
+  const RankLayout& layout;
+};
+// A key with its layout's digest.
+template <typename K>
+struct Digested {
+  const K& key;
+  std::uint64_t digest;
+};
+struct HeldKey {
+  stage_flow_cache::Key key;
+  std::uint64_t digest;
+};
+Parts parts(const Digested<stage_flow_cache::KeyView>& k) {
+  return {k.digest, k.key.machine,  k.key.topology,      k.key.algorithm, k.key.lo,
+          k.key.hi, k.key.channels, *k.key.participants, *k.key.layout};
+}
+Parts parts(const HeldKey& k) {
+  return {k.digest, k.key.machine.get(), k.key.topology.get(), k.key.algorithm, k.key.lo,
+          k.key.hi, k.key.channels,      k.key.participants,   k.key.layout};
+}
+
+// -1, 0 or 1 as a is before, equal to or after b; equal vectors (the usual case once the digests
+// agree) compared as a whole (a memcmp) rather than element by element.
+template <typename T>
+int compare(const T& a, const T& b) {
+  if (a == b) return 0;
+  return a < b ? -1 : 1;
+}
+
+// Keys in the order of their digests, then their small fields, then the layout's vectors. The
+// mirrors count only under rank symmetry (shareable).
+struct KeyLess {
+  using is_transparent = void;
+  template <typename A, typename B>
+  bool operator()(const A& a, const B& b) const {
+    const Parts x = parts(a);
+    const Parts y = parts(b);
+    const auto small = [](const Parts& p) {
+      return std::make_tuple(p.digest, p.machine, p.topology, p.algorithm, p.lo, p.hi, p.channels, p.layout.class_size,
+                             p.layout.symmetric);
+    };
+    if (const int c = compare(small(x), small(y)); c != 0) return c < 0;
+    if (const int c = compare(x.participants, y.participants); c != 0) return c < 0;
+    if (const int c = compare(x.layout.devices, y.layout.devices); c != 0) return c < 0;
+    if (const int c = compare(x.layout.simulated, y.layout.simulated); c != 0) return c < 0;
+    if (const int c = compare(x.layout.simulated_index, y.layout.simulated_index); c != 0) return c < 0;
+    return x.layout.symmetric && compare(x.layout.mirror_of, y.layout.mirror_of) < 0;
+  }
+};
+
+struct Cache {
+  std::mutex mutex;
+  int scopes = 0;
+  std::map<HeldKey, std::shared_ptr<const StageFlows>, KeyLess> entries;
+};
+
+Cache& cache() {
+  static Cache c;
+  return c;
+}
+
+}  // namespace
+
+StageFlowCacheScope::StageFlowCacheScope() {
+  Cache& c = cache();
+  const std::lock_guard lock(c.mutex);
+  ++c.scopes;
+}
+
+StageFlowCacheScope::~StageFlowCacheScope() {
+  Cache& c = cache();
+  const std::lock_guard lock(c.mutex);
+  if (--c.scopes == 0) c.entries.clear();
+}
+
+namespace stage_flow_cache {
+
+bool active() {
+  Cache& c = cache();
+  const std::lock_guard lock(c.mutex);
+  return c.scopes > 0;
+}
+
+bool shareable(const RankLayout& layout) {
+  return layout.devices.size() + (layout.symmetric ? layout.mirror_of.size() : 0) <= kMaxLayoutEntries;
+}
+
+std::shared_ptr<const StageFlows> find(const KeyView& key) {
+  Cache& c = cache();
+  const std::lock_guard lock(c.mutex);
+  if (c.scopes == 0) return nullptr;
+  const auto it = c.entries.find(Digested<KeyView>{key, digest(*key.layout)});
+  return it == c.entries.end() ? nullptr : it->second;
+}
+
+std::shared_ptr<const StageFlows> insert(Key key, StageFlows flows) {
+  auto value = std::make_shared<const StageFlows>(std::move(flows));
+  Cache& c = cache();
+  const std::lock_guard lock(c.mutex);
+  if (c.scopes == 0 || c.entries.size() >= kMaxEntries) return value;
+  const std::uint64_t layout_digest = digest(key.layout);
+  return c.entries.try_emplace(HeldKey{std::move(key), layout_digest}, value).first->second;
+}
+
+std::size_t size() {
+  Cache& c = cache();
+  const std::lock_guard lock(c.mutex);
+  return c.entries.size();
+}
+
+}  // namespace stage_flow_cache
+
+}  // namespace offsim::models
