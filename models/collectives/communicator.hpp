@@ -240,7 +240,9 @@ class Communicator {
   std::vector<bool> active_;  // participants of the collective being added (empty: all)
   // Rank symmetry: per device of the representative block, the link that enters it from another
   // node (from its network switch), standing for the entry link into any mirrored node.
-  std::map<std::size_t, std::size_t> entry_link_into_;
+  // Made at the first use (entry_links), under rank symmetry only.
+  mutable std::optional<std::map<std::size_t, std::size_t>> entry_link_into_;
+  [[nodiscard]] const std::map<std::size_t, std::size_t>& entry_links() const;
 };
 
 }  // namespace offsim::models
