@@ -1,5 +1,5 @@
-// configs/defaults.yaml, compiled in (CMakeLists.txt writes it into defaults_yaml.inc as a raw
-// string literal) and read once.
+// configs/defaults.yaml, compiled in: apps/defaults_table parses it at build time into
+// defaults_table.inc (CMakeLists.txt), read here once into a map.
 #include "models/experiment/defaults.hpp"
 
 #include <fmt/format.h>
@@ -7,14 +7,20 @@
 
 #include <map>
 #include <stdexcept>
+#include <string_view>
 
 namespace offsim::models::defaults {
 
 namespace {
 
-constexpr std::string_view kYaml =
-#include "defaults_yaml.inc"
-    ;
+// One default: its key path, value and source, as the YAML gives them.
+struct DefaultEntry {
+  std::string_view path;
+  std::string_view value;
+  std::string_view source;
+};
+
+#include "defaults_table.inc"
 
 // configs/calibration/deepspeed-0.3-zero3-host.yaml, compiled in (CMakeLists.txt).
 constexpr std::string_view kDeepSpeed03Host =
@@ -32,24 +38,14 @@ struct Table {
   std::vector<std::string> runtimes;
 };
 
-// Every mapping with a `value:` is one default, named by its path.
-void collect(const YAML::Node& node, const std::string& path, Table& out) {
-  if (!node.IsMap()) return;
-  if (node["value"]) {
-    out.entries[path] = {node["value"].Scalar(), node["source"] ? node["source"].Scalar() : std::string()};
-    return;
-  }
-  for (const auto& kv : node)
-    collect(kv.second, path.empty() ? kv.first.Scalar() : path + "." + kv.first.Scalar(), out);
-}
-
 const Table& table() {
   static const Table t = [] {
     Table out;
-    const YAML::Node root = YAML::Load(std::string(kYaml));
-    collect(root, "", out);
-    out.deepspeed_version = root["deepspeed"]["version"].Scalar();
-    for (const auto& kv : root["deepspeed_runtimes"]) out.runtimes.push_back(kv.first.Scalar());
+    for (const DefaultEntry& e : kEntries) {
+      out.entries[std::string(e.path)] = {std::string(e.value), std::string(e.source)};
+    }
+    out.deepspeed_version = std::string(kDeepSpeedVersion);
+    for (const std::string_view runtime : kDeepSpeedRuntimes) out.runtimes.emplace_back(runtime);
     return out;
   }();
   return t;

@@ -8,6 +8,7 @@
 #include <string>
 
 #include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
 
 #include "models/deepspeed_estimator.hpp"
 #include "models/experiment.hpp"
@@ -145,6 +146,32 @@ TEST(NewUser, TheDefaultsFileAgreesWithTheConstantsThatMirrorIt) {
             DataParallelSpec::kDeepSpeedPersistenceThreshold);
   EXPECT_FALSE(defaults::source("deepspeed.reduce_bucket_size").empty());
   EXPECT_THROW((void)defaults::text("no.such.default"), std::logic_error);
+}
+
+// The table compiled in (apps/defaults_table, at build time) is configs/defaults.yaml: walked here
+// as it was read at start before, every mapping with a `value:` is one default, named by its path,
+// with the same value and source.
+void expect_compiled_in(const YAML::Node& node, const std::string& path, std::size_t& seen) {
+  if (!node.IsMap()) return;
+  if (node["value"]) {
+    ++seen;
+    EXPECT_EQ(defaults::text(path), node["value"].Scalar()) << path;
+    EXPECT_EQ(defaults::source(path), node["source"] ? node["source"].Scalar() : std::string()) << path;
+    return;
+  }
+  for (const auto& kv : node)
+    expect_compiled_in(kv.second, path.empty() ? kv.first.Scalar() : path + "." + kv.first.Scalar(), seen);
+}
+
+TEST(NewUser, TheDefaultsCompiledInAreTheDefaultsFile) {
+  const YAML::Node root = YAML::LoadFile(std::string(OFFSIM_SOURCE_DIR) + "/configs/defaults.yaml");
+  std::size_t seen = 0;
+  expect_compiled_in(root, "", seen);
+  EXPECT_GT(seen, 50u);
+  EXPECT_EQ(defaults::deepspeed_version(), root["deepspeed"]["version"].Scalar());
+  std::vector<std::string> runtimes;
+  for (const auto& kv : root["deepspeed_runtimes"]) runtimes.push_back(kv.first.Scalar());
+  EXPECT_EQ(defaults::deepspeed_runtimes(), runtimes);
 }
 
 TEST(NewUser, DeepSpeedDefaultsAreNamedForTheRuntimeAndStage) {
