@@ -89,6 +89,18 @@ using TaskBody = std::variant<ComputeTask, TransferTask, AllocTask, FreeTask, Ba
 // dependencies back to back in one buffer each, the few distinct phases in a table, so that a graph
 // of millions of tasks does not hold two strings and a vector (and their heap blocks) per task.
 struct Task {
+  Task() = default;
+  // Every field, the body moved in once (TaskGraph::add constructs a task in the graph's room).
+  Task(TaskId id_, std::uint32_t name_begin_, std::uint32_t name_size_, std::uint16_t phase_, TaskBody&& body_,
+       std::uint32_t deps_begin_, std::uint32_t deps_size_, std::int64_t priority_)
+      : id(id_),
+        name_begin(name_begin_),
+        name_size(name_size_),
+        phase(phase_),
+        body(std::move(body_)),
+        deps_begin(deps_begin_),
+        deps_size(deps_size_),
+        priority(priority_) {}
   TaskId id;
   std::uint32_t name_begin = 0;  // in the graph's name buffer
   std::uint32_t name_size = 0;
