@@ -10,6 +10,7 @@
 #include "models/experiment.hpp"
 #include "models/strategies/layer_kernels.hpp"
 #include "models/strategies/phases/collective_replay.hpp"
+#include "models/strategies/phases/operation_replay.hpp"
 #include "models/strategies/strategy_registry.hpp"
 #include "sim/report/timeline.hpp"
 
@@ -282,10 +283,14 @@ void add_memory(const sim::RunResult& run, ExperimentResult& r) {
 
 // One simulated iteration of the experiment as it is: build and execute the task graph, then
 // read the result's figures off the run, step by step.
-ExperimentResult simulate_iteration(const ExperimentSpec& spec, const RunExperimentOptions& options) {
+// `replayed`: the replayed operations' chains of an earlier simulation of the same experiment with
+// another number of micro-batches (run_experiment's steady state), shared with this one.
+ExperimentResult simulate_iteration(const ExperimentSpec& spec, const RunExperimentOptions& options,
+                                    ReplayedChains* replayed = nullptr) {
   const CostModel costs(spec.device);
   const bool link_statistics = options.link_statistics || options.outputs_over_time;
   IterationInputs inputs = inputs_of(spec, costs, link_statistics);
+  inputs.replayed_chains = replayed;
   // Flow-level collectives may be replayed (models/strategies/phases/collective_replay.hpp) unless
   // the run records link timelines and a trace, which a replay does not reproduce.
   inputs.replay_flow_collectives = options.replay_collectives && !options.outputs_over_time;
@@ -399,12 +404,14 @@ ExperimentResult run_experiment(const ExperimentSpec& spec, const RunExperimentO
   ExperimentSpec shorter = spec;
   shorter.training.grad_accum = plan->m1;
   // The shorter run reports link activity only if the result does (its times are the same).
-  const ExperimentResult r1 =
-      simulate_iteration(shorter, RunExperimentOptions{.link_statistics = options.link_statistics,
-                                                       .replay_collectives = options.replay_collectives,
-                                                       .on_simulated = options.on_simulated});
+  ReplayedChains replayed;  // recorded by the first build, replayed by the second
+  const ExperimentResult r1 = simulate_iteration(shorter,
+                                                 RunExperimentOptions{.link_statistics = options.link_statistics,
+                                                                      .replay_collectives = options.replay_collectives,
+                                                                      .on_simulated = options.on_simulated},
+                                                 &replayed);
   shorter.training.grad_accum = plan->m2;
-  return extrapolate_steady_state(*plan, r1, simulate_iteration(shorter, options));
+  return extrapolate_steady_state(*plan, r1, simulate_iteration(shorter, options, &replayed));
 }
 
 double ExperimentResult::phase_seconds(std::string_view phase) const {

@@ -698,7 +698,8 @@ class MegatronBuilder {
   // Replayed operations (phases/operation_replay.hpp); those the overlapped DDP hooks into
   // (ddp_start, ddp_end) add tasks beside the chain and are built in full.
   OperationReplays replays{tp > 1 && cp == 1 && spec.collectives.fidelity == Fidelity::kAnalytic &&
-                           !in.link_statistics && layout.class_size == tp};
+                               !in.link_statistics && layout.class_size == tp,
+                           in.replayed_chains};
 
   // Of a rank's n parameters, those whose optimizer states it holds and updates: 1/dp of them where
   // the optimizer is partitioned (Megatron's distributed optimizer, DeepSpeed's ZeRO-1, BF16_Optimizer).

@@ -271,7 +271,8 @@ TEST(Sweep, ReplayedMegatronOperationsGiveTheFullBuildsFigures) {
   // links is built in full. Every figure of the sweep row (iteration time, TFLOPS, MFU, tokens/s,
   // exposed communication, model states, HBM peak), every phase and every memory peak must be the
   // same to the bit, over pipelines of 2-16 stages, micro-batches 1-8, ZeRO 0 and 1, and the
-  // steady-state extrapolation; the replayed graphs must be smaller (the replay ran).
+  // steady-state extrapolation (whose second build replays the chains the first one recorded:
+  // ReplayedChains); the replayed graphs must be smaller (the replay ran).
   const std::string experiment =
       fmt::format("{}/configs/experiments/scale/gpt3-175b-a100-1024.yaml", OFFSIM_SOURCE_DIR);
   const std::vector<std::vector<std::string>> points = {

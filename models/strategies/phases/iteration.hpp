@@ -80,6 +80,8 @@ struct BuiltIteration {
   ReplayedCollectives replayed;  // empty unless IterationInputs::replay_flow_collectives
 };
 
+struct ReplayedChains;  // phases/operation_replay.hpp
+
 struct IterationInputs {
   const ModelSpec& model;
   const TrainingSpec& training;
@@ -91,6 +93,10 @@ struct IterationInputs {
   // Whether a builder may replay flow-level collectives (phases/collective_replay.hpp): only a run
   // that checks and completes them (simulate_iteration) asks for it; a graph dump does not.
   bool replay_flow_collectives = false;
+  // The chain durations a builder's replayed operations found (phases/operation_replay.hpp), kept
+  // for the next build of the same experiment with another number of micro-batches (the steady
+  // state's two simulations); null: the builder keeps its own.
+  ReplayedChains* replayed_chains = nullptr;
 
   /// The strategy's collective options, with this run's link_statistics.
   [[nodiscard]] CollectiveOptions collective_options(CollectiveOptions options) const {

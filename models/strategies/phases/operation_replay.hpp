@@ -27,6 +27,19 @@
 
 namespace offsim::models {
 
+/// The chains recorded by kind (the TP group's first rank, forward, virtual stage): their
+/// duration, or nullopt when the kind's first operation was not a chain. A Megatron experiment
+/// whose schedule is extrapolated from its steady state is built twice, at pp and 2 pp
+/// micro-batches (models/experiment/run.cpp), with the same ranks, kernels and collectives: an
+/// operation of a kind is the same chain in both (a kind's operations are already taken as the
+/// same within one build; those the overlapped DDP hooks into, whose tasks depend on the
+/// micro-batch count, are never replayed), so the second build replays what the first recorded
+/// instead of building each kind's first operation in full again (a third of its tasks' building
+/// in the tp 8 search's extrapolated points).
+struct ReplayedChains {
+  std::map<std::tuple<int, bool, int>, std::optional<sim::TimePs>> durations;
+};
+
 class OperationReplays {
  public:
   /// (the TP group's first rank, forward, virtual stage).
@@ -38,7 +51,12 @@ class OperationReplays {
     sim::TaskId start{};
   };
 
-  explicit OperationReplays(bool enabled) : enabled_(enabled) {}
+  /// `carried`: the chains an earlier build of the same experiment recorded (and where this one
+  /// records its own); null: this build's alone.
+  explicit OperationReplays(bool enabled, ReplayedChains* carried = nullptr)
+      : enabled_(enabled), replays_(carried != nullptr ? carried->durations : own_.durations) {}
+  OperationReplays(const OperationReplays&) = delete;  // replays_ may name own_
+  OperationReplays& operator=(const OperationReplays&) = delete;
   [[nodiscard]] bool enabled() const { return enabled_; }
 
   /// When an operation of `key` was recorded as a chain: adds its replay on simulated rank s after
@@ -52,7 +70,8 @@ class OperationReplays {
 
  private:
   bool enabled_;
-  std::map<Key, std::optional<sim::TimePs>> replays_;  // the chain's duration; nullopt: not a chain
+  ReplayedChains own_;
+  std::map<Key, std::optional<sim::TimePs>>& replays_;  // the chain's duration; nullopt: not a chain
 };
 
 }  // namespace offsim::models
