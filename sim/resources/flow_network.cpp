@@ -90,12 +90,19 @@ void FlowNetwork::activate(FlowId f) {
 bool FlowNetwork::try_solo(std::uint32_t id) {
   Flow& flow = flows_[id];
   if (record_timelines_ || record_credits_ || !flow.accounted.empty() || flow.spec.route.empty()) return false;
-  for (const auto c : flow.spec.route) {
-    const Constraint& con = constraints_[c.index];
-    if (!con.users.empty() || con.solo != kNoFlow) return false;
-  }
-  for (const auto c : flow.spec.route) {
-    Constraint& con = constraints_[c.index];
+  // One pass that claims each constraint (a route may list one more than once: it is then this
+  // flow's already), and gives back what it claimed at the first one in use: a free constraint
+  // holds no solo flow and no listing, as promote and unlink_flow leave it.
+  const auto& route = flow.spec.route;
+  for (std::size_t i = 0; i < route.size(); ++i) {
+    Constraint& con = constraints_[route[i].index];
+    if (!con.users.empty() || (con.solo != kNoFlow && con.solo != id)) {
+      for (std::size_t j = 0; j < i; ++j) {
+        constraints_[route[j].index].solo = kNoFlow;
+        constraints_[route[j].index].solo_listings = 0;
+      }
+      return false;
+    }
     con.solo = id;
     ++con.solo_listings;
   }

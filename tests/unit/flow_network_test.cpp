@@ -228,7 +228,8 @@ SoloOutcome run_solo_scenario(bool record_timelines, bool statistics = true) {
   start(net, sim, f, 0, {{a, b, b}, Bytes{3'000'000'000}, TimePs{0}, {}});
   start(net, sim, f, 1, {{c}, Bytes{3'000'000'000}, TimePs{0}, {}});
   start(net, sim, f, 2, {{b}, Bytes{1'000'000'000}, TimePs{0}, {}});
-  // t = 0.5 s: F3 joins F1 (rated at 0) on c; when F3 ends, F4 takes c and d at that instant.
+  // t = 0.5 s: F3 joins F1 (rated at 0) on c; when F3 ends, F4 takes c and d at that instant (it
+  // claims d alone first, then finds F1 listed on c: the claim on d is given back).
   sim.schedule_at(seconds(0.5), EventPhase::kStart, [&] {
     net.start_flow(FlowSpec{{c, d}, Bytes{1'000'000'000}, TimePs{0}, {}}, [&] {
       f.at[3] = sim.now();
