@@ -88,11 +88,11 @@ class Run {
             FlowSpec{x.route, x.bytes, x.latency, x.rate_bound}, [r = &run, i = id] { r->finish(i); }, x.accounted);
       }
       void operator()(const AllocTask& a) const {
-        run.pools_[a.pool].reserve(run.sim_.now(), a.tenant, a.bytes);
+        run.pools_[a.pool].reserve(run.sim_.now(), a.tenant.str(), a.bytes);
         run.mark_done(id);
       }
       void operator()(const FreeTask& f) const {
-        run.pools_[f.pool].release(run.sim_.now(), f.tenant, f.bytes);
+        run.pools_[f.pool].release(run.sim_.now(), f.tenant.str(), f.bytes);
         run.mark_done(id);
       }
       void operator()(const BarrierTask&) const { run.mark_done(id); }

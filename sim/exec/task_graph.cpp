@@ -4,8 +4,11 @@
 #include <algorithm>
 #include <iterator>
 #include <limits>
+#include <mutex>
 #include <stdexcept>
 #include <type_traits>
+#include <unordered_map>
+#include <unordered_set>
 
 #include <unistd.h>
 
@@ -24,6 +27,19 @@ ConstraintId Platform::add_constraint(ConstraintSpec c) {
 std::uint32_t Platform::add_pool(PoolSpec p) {
   pools.push_back(std::move(p));
   return static_cast<std::uint32_t>(pools.size() - 1);
+}
+
+const std::string* Tenant::intern(std::string_view name) {
+  // A thread's names (views of the interned copies) in front of the process's, which take a lock.
+  thread_local std::unordered_map<std::string_view, const std::string*> seen;
+  if (const auto it = seen.find(name); it != seen.end()) return it->second;
+  static std::mutex lock;
+  // Never destroyed: a thread's names may be asked for while statics are torn down at exit.
+  static auto* const names = new std::unordered_set<std::string>();
+  const std::lock_guard guard(lock);
+  const std::string& copy = *names->emplace(name).first;
+  seen.emplace(std::string_view(copy), &copy);
+  return &copy;
 }
 
 std::size_t default_task_limit() {
@@ -178,12 +194,12 @@ void describe(const TaskBody& body, const Platform& p, fmt::memory_buffer& out) 
       if (!x.accounted.empty()) fmt::format_to(std::back_inserter(out), " accounted_links={}", x.accounted.size());
     }
     void operator()(const AllocTask& a) const {
-      fmt::format_to(std::back_inserter(out), "alloc pool={} tenant={} bytes={}", p.pools.at(a.pool).name, a.tenant,
-                     a.bytes.count);
+      fmt::format_to(std::back_inserter(out), "alloc pool={} tenant={} bytes={}", p.pools.at(a.pool).name,
+                     a.tenant.str(), a.bytes.count);
     }
     void operator()(const FreeTask& f) const {
-      fmt::format_to(std::back_inserter(out), "free pool={} tenant={} bytes={}", p.pools.at(f.pool).name, f.tenant,
-                     f.bytes.count);
+      fmt::format_to(std::back_inserter(out), "free pool={} tenant={} bytes={}", p.pools.at(f.pool).name,
+                     f.tenant.str(), f.bytes.count);
     }
     void operator()(const BarrierTask&) const { fmt::format_to(std::back_inserter(out), "barrier"); }
   };

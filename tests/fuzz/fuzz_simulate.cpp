@@ -82,9 +82,9 @@ void check_run(const TaskGraph& graph, const offsim::sim::Platform& platform, co
     }
     if (std::holds_alternative<offsim::sim::ComputeTask>(t.body)) ++compute_tasks;
     if (const auto* a = std::get_if<offsim::sim::AllocTask>(&t.body))
-      tenants[{a->pool, a->tenant}].first += a->bytes.count;
+      tenants[{a->pool, a->tenant.str()}].first += a->bytes.count;
     if (const auto* f = std::get_if<offsim::sim::FreeTask>(&t.body))
-      tenants[{f->pool, f->tenant}].second += f->bytes.count;
+      tenants[{f->pool, f->tenant.str()}].second += f->bytes.count;
   }
   std::uint64_t ran = 0;
   for (const auto& u : run.units) ran += u.tasks_run;

@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <string>
+#include <thread>
+
 #include "sim/core/errors.hpp"
 #include "sim/exec/executor.hpp"
 
@@ -21,6 +24,24 @@ struct Fixture {
     hbm = platform.add_pool({"gpu0.hbm", "hbm", Bytes{1000}});
   }
 };
+
+// A memory task's tenant is its name interned: equal names, however given and on whichever thread,
+// are one copy; the text is the name's.
+TEST(Tenant, EqualNamesAreOneCopyOnEveryThread) {
+  const std::string built = std::string("gathered ") + "parameters (bf16)";
+  const Tenant a("gathered parameters (bf16)");
+  const Tenant b(built);
+  const Tenant c{std::string_view(built)};
+  EXPECT_EQ(&a.str(), &b.str());
+  EXPECT_EQ(&a.str(), &c.str());
+  EXPECT_EQ(a.str(), "gathered parameters (bf16)");
+  EXPECT_TRUE(a == "gathered parameters (bf16)");
+  EXPECT_FALSE(a == "activations");
+  EXPECT_EQ(Tenant().str(), "");
+  const std::string* elsewhere = nullptr;
+  std::thread([&] { elsewhere = &Tenant(built).str(); }).join();
+  EXPECT_EQ(elsewhere, &a.str());
+}
 
 TEST(Executor, RunsADataflowGraph) {
   // alloc -> compute (100 ps) on gpu0 -> transfer 1000 B at 1e12 B/s (1000 ps) + 50 ps latency
