@@ -87,7 +87,7 @@ Communicator::AnalyticStage Communicator::analytic_bodies(const CollectiveFit& f
 
 std::vector<TaskId> Communicator::emit_analytic(const std::string& name, const AnalyticStage& stage, RankDeps first) {
   const int sims = layout_.simulated_ranks();
-  std::vector<TaskId> done(sims);
+  std::vector<TaskId> done = task_list(sims);
   for (int s = 0; s < sims; ++s) {
     done[s] = stage[s] ? graph_.add(rank_task_name(name, ".analytic", s), phase::kCommunication, *stage[s], first[s])
                        : pass_through(name, s, first[s]);

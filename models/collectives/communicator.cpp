@@ -188,7 +188,7 @@ std::vector<TaskId> Communicator::add(CollectiveKind kind, const std::string& na
                                       const std::vector<bool>& participants) {
   active_ = participants;
   const int sims = layout_.simulated_ranks();
-  Progress progress{sims, deps, {}, false};  // (done is set by the first advance)
+  Progress progress{sims, deps, {}, false, &spare_lists_};  // (done is set by the first advance)
   if (plan.algorithm == StageAlgorithm::kTree) {
     if (kind != CollectiveKind::kAllReduce)
       throw std::invalid_argument(name + ": the tree algorithm runs all-reduce only");
@@ -230,8 +230,16 @@ void Communicator::add_tree_stages(const std::string& name, std::int64_t element
   }
 }
 
+std::vector<TaskId> Communicator::task_list(int n) {
+  if (spare_lists_.empty()) return std::vector<TaskId>(static_cast<std::size_t>(n));
+  std::vector<TaskId> list = std::move(spare_lists_.back());
+  spare_lists_.pop_back();
+  list.assign(static_cast<std::size_t>(n), TaskId{});
+  return list;
+}
+
 void Communicator::add_quantization_buffers(const std::string& name, Bytes bytes, bool release, Progress& progress) {
-  std::vector<TaskId> buffers(progress.sims);
+  std::vector<TaskId> buffers = task_list(progress.sims);
   for (int s = 0; s < progress.sims; ++s) {
     buffers[s] = quantization_buffer(name, s, bytes, release, progress.first()[s]);
   }
@@ -239,7 +247,7 @@ void Communicator::add_quantization_buffers(const std::string& name, Bytes bytes
 }
 
 void Communicator::add_kernels(const std::string& name, Bytes bytes, Progress& progress) {
-  std::vector<TaskId> kernels(progress.sims);
+  std::vector<TaskId> kernels = task_list(progress.sims);
   for (int s = 0; s < progress.sims; ++s) {
     kernels[s] = add_kernel(name, s, bytes, progress.first()[s]);
   }

@@ -108,14 +108,21 @@ class Communicator {
     RankDeps given;  // add()'s dependencies
     std::vector<sim::TaskId> done;
     bool advanced = false;  // some stage (or buffer task) ran: each rank's result is one task
+    std::vector<std::vector<sim::TaskId>>* spare = nullptr;  // where the replaced list goes (task_list)
     [[nodiscard]] RankDeps first() const { return advanced ? RankDeps(done) : given; }
     // Every rank's next step waits for its task of the step just added (`stage_done`, which
-    // becomes `done`: taken by value so that a stage's result moves in, not copied).
+    // becomes `done`: taken by value so that a stage's result moves in, not copied). The list it
+    // replaces is kept for the next step's (task_list).
     void advance(std::vector<sim::TaskId> stage_done) {
+      if (spare != nullptr && done.capacity() > 0) spare->push_back(std::move(done));
       done = std::move(stage_done);
       advanced = true;
     }
   };
+  // A list of n tasks for a step's result, reusing one a step left (Progress::advance): a
+  // collective's steps each made a list, an allocation per step (a ZeRO++ gather takes five).
+  std::vector<sim::TaskId> task_list(int n);
+  std::vector<std::vector<sim::TaskId>> spare_lists_;
   // The stages of a tree all-reduce, one per band of more than one rank (add_tree_stage).
   void add_tree_stages(const std::string& name, std::int64_t elements, const CollectivePlan& plan, Progress& progress);
   // Every rank allocates (or, `release`, frees) its quantized send and receive buffers of `bytes`.
