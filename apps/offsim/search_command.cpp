@@ -118,7 +118,7 @@ int search_or_throw(const SearchCliOptions& given) {
   const sim::config::ScopedFileCache files;
   // Its machine and calibration tables, read once here, are the points' too (all but a node count
   // that --gpus or --max-nodes changes): the points read through the same cache, where the first
-  // point read them again (about 3 ms: the 128-node machine and the GEMM table of bench/perf).
+  // point read them again (21 M instructions, about 2.5 ms: bench/perf's 128-node machine and GEMM table).
   models::ReadCache reads;
   const models::ExperimentSpec base = models::load_experiment(options.experiment, options.overrides, &reads);
   models::SearchLimits limits;
