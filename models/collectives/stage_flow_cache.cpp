@@ -1,7 +1,6 @@
 #include "models/collectives/stage_flow_cache.hpp"
 
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <mutex>
 #include <tuple>
