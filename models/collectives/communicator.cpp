@@ -86,17 +86,19 @@ CollectivePlan Communicator::flat(int ranks) {
   return CollectivePlan{{Band{"flat", 1, ranks}}, {}, {}};
 }
 
-Communicator::Communicator(sim::TaskGraph& graph, const MachineResources& machine, const topo::Topology& topology,
+Communicator::Communicator(sim::TaskGraph& graph, const SharedMachine& machine, const topo::Topology& topology,
                            const RankLayout& layout, const MeasuredCosts& measured, const CostModel& costs,
                            CollectiveOptions options, std::vector<std::string>& notes)
     : graph_(graph),
-      machine_(machine),
+      machine_(*machine),
       topology_(topology),
       layout_(layout),
       measured_(measured),
       costs_(costs),
       options_(options),
-      notes_(notes) {}
+      notes_(notes) {
+  shared_machine_ = machine.shared_version();
+}
 
 const std::map<std::size_t, std::size_t>& Communicator::entry_links() const {
   if (entry_link_into_) return *entry_link_into_;
@@ -345,11 +347,6 @@ std::vector<TaskId> Communicator::add_stage(const std::string& name, const std::
   const StageShape st = stage_shape(collective, band, plan, per_peer);
   if (st.ring) return add_ring_flows(name, st.fit, band.group(), st.bytes_per_flow, *st.flows, first);
   return add_one_step_flows(name, st.fit.step_latency, st.bytes_per_flow, st.flows->front(), first);
-}
-
-void Communicator::share_stage_flows(std::shared_ptr<const MachineResources> machine) {
-  // Only the resources this communicator reads: a version copied since (to_change) is not it.
-  if (machine.get() == &machine_) shared_machine_ = std::move(machine);
 }
 
 template <typename Build>

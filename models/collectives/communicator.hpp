@@ -76,7 +76,10 @@ class RankDeps {
 
 class Communicator {
  public:
-  Communicator(sim::TaskGraph& graph, const MachineResources& machine, const topo::Topology& topology,
+  /// `machine`: the iteration's resources, as they are now. When others share them
+  /// (SharedMachine::shared_version: read-only), the stages' flows are looked up in, and kept for
+  /// the next points in, the stage flow cache (stage_flow_cache.hpp) while a scope is live.
+  Communicator(sim::TaskGraph& graph, const SharedMachine& machine, const topo::Topology& topology,
                const RankLayout& layout, const MeasuredCosts& measured, const CostModel& costs,
                CollectiveOptions options, std::vector<std::string>& notes);
 
@@ -90,11 +93,6 @@ class Communicator {
 
   /// The flat plan over the first `ranks` ranks: one ring, no quantization.
   [[nodiscard]] static CollectivePlan flat(int ranks);
-
-  /// `machine` is the shared, read-only version of this communicator's machine resources
-  /// (SharedMachine::shared_version): its stages' flows are then looked up in, and kept for the
-  /// next points in, the stage flow cache (stage_flow_cache.hpp) while a scope is live.
-  void share_stage_flows(std::shared_ptr<const MachineResources> machine);
 
  private:
   using Flow = CollectiveFlow;
@@ -208,7 +206,7 @@ class Communicator {
   // the ones the stage flow cache holds for the same machine, layout and stage.
   template <typename Build>
   const StageFlows& flows_of(StageAlgorithm algorithm, const Band& band, int channels, Build&& build);
-  std::shared_ptr<const MachineResources> shared_machine_;  // share_stage_flows; null: not shared
+  std::shared_ptr<const MachineResources> shared_machine_;  // machine_ when others share it; else null
   [[nodiscard]] bool active(int s) const { return active_.empty() || active_[s]; }
   // Flows stepped one by one need every rank simulated: a class's members may cross links of
   // different speeds, which only the analytic form accounts for (its slowest member's pace).

@@ -262,7 +262,7 @@ class DataParallelBuilder {
         ep(strategy.ep),
         layout(data_parallel_layout(out, inputs, strategy)),
         sims(layout.simulated_ranks()),
-        comm(g, *out.machine, inputs.topology, layout, inputs.collectives, inputs.costs,
+        comm(g, out.machine, inputs.topology, layout, inputs.collectives, inputs.costs,
              inputs.collective_options(strategy.collectives), out.approximations),
         replica_plan(tp == 1 ? Communicator::flat(ranks)
                              : CollectivePlan{{Band{"dp", tp, ranks}}, StageAlgorithm::kRing, {}}),
@@ -287,8 +287,6 @@ class DataParallelBuilder {
     w = share.layer_forward();
     if (train.recompute == Recompute::kFull) recomputed = w.gemm + w.attention;
     if (train.recompute == Recompute::kSelective) recomputed = w.attention;
-    // The points of a sweep on the same layout share its stage flows (stage_flow_cache.hpp).
-    if (auto shared = out.machine.shared_version()) comm.share_stage_flows(std::move(shared));
     define_modules();
     place_ranks();
   }

@@ -455,7 +455,7 @@ struct TensorParallelGroups {
                                  const IterationInputs& in, const CollectiveOptions& options,
                                  std::optional<int> key = std::nullopt) {
     const auto build = [&](sim::TaskGraph& scratch, const std::vector<std::vector<TaskId>>& starts) {
-      Communicator alone(scratch, *out.machine, in.topology, *layout_of.at(first), in.collectives, in.costs, options,
+      Communicator alone(scratch, out.machine, in.topology, *layout_of.at(first), in.collectives, in.costs, options,
                          out.approximations);
       return alone.add(CollectiveKind::kAllReduce, name, elements, plan, starts);
     };
@@ -474,11 +474,9 @@ struct TensorParallelGroups {
     layouts.push_back(make_rank_layout(in.topology, group, true, nullptr));
     if (class_size > 1) collapse_classes(layouts.back(), tp);
     layout_of[first] = &layouts.back();
-    const auto added = comms.emplace(std::piecewise_construct, std::forward_as_tuple(first),
-                                     std::forward_as_tuple(out.graph, *out.machine, in.topology, layouts.back(),
-                                                           in.collectives, in.costs, options, out.approximations));
-    // Every point's groups are the same few: their stage flows are built once (stage_flow_cache.hpp).
-    if (auto shared = out.machine.shared_version()) added.first->second.share_stage_flows(std::move(shared));
+    comms.emplace(std::piecewise_construct, std::forward_as_tuple(first),
+                  std::forward_as_tuple(out.graph, out.machine, in.topology, layouts.back(), in.collectives, in.costs,
+                                        options, out.approximations));
   }
 };
 
@@ -598,13 +596,12 @@ class MegatronBuilder {
         micro_batches(static_cast<int>(inputs.training.grad_accum)),
         layout(megatron_layout(out, inputs.topology, strategy)),
         sims(layout.simulated_ranks()),
-        dp_comm(g, *out.machine, inputs.topology, layout, inputs.collectives, inputs.costs,
+        dp_comm(g, out.machine, inputs.topology, layout, inputs.collectives, inputs.costs,
                 inputs.collective_options(strategy.collectives), out.approximations),
         rank_state(sims),
         entry(sims, OperationTasks(strategy.pp, strategy.virtual_stages, micro_batches)),
         exit(sims, OperationTasks(strategy.pp, strategy.virtual_stages, micro_batches)),
         dp_plan{gradient_group_plan(tp, cp, pp, ranks)} {
-    if (auto shared = out.machine.shared_version()) dp_comm.share_stage_flows(std::move(shared));
     if (train.recompute == Recompute::kFull) recomputed = w.gemm + w.attention;
     if (train.recompute == Recompute::kSelective) recomputed = w.attention;
     place_ranks();

@@ -67,7 +67,7 @@ void add_common_approximations(BuiltIteration& out, const IterationInputs& in, c
 BuiltIteration build_collective(const IterationInputs& in, const CollectiveSpec& spec) {
   BuiltIteration out;
   const RankLayout layout = lay_out_ranks(out, in.topology, spec.devices, "collective", spec.all_ranks);
-  Communicator comm(out.graph, *out.machine, in.topology, layout, in.collectives, in.costs,
+  Communicator comm(out.graph, out.machine, in.topology, layout, in.collectives, in.costs,
                     in.collective_options(spec.options), out.approximations);
   CollectivePlan plan = spec.plan;  // its algorithm and quantization; no stages: one flat stage
   if (plan.stages.empty()) plan.stages = Communicator::flat(layout.ranks()).stages;
