@@ -462,11 +462,16 @@ SweepSummary run_sweep(const Sweep& sweep, const SweepOptions& options) {
   if (!append) throw sim::report::OutputError(fmt::format("cannot append to {}", options.out.string()));
   // Each row is appended and flushed as its point finishes, whatever its place: an interrupted
   // run keeps every row it finished (--resume reads rows in any order). The file is rewritten in
-  // point order at the end when the rows did not arrive in it. The lock guards that hand-off only
-  // (once per point); the simulation itself shares nothing between workers but the read-only
-  // machines, tables, models, strategies and training sections of ReadCache and the rank layouts
-  // of the layout cache.
-  std::mutex lock;
+  // point order at the end when the rows did not arrive in it. Two locks guard that hand-off only
+  // (once per point): one the file's append and flush (a system call), the other the rows, the
+  // count and the progress callback, so that a worker handing over its row waits for another's
+  // write only when both finish within that call (with one lock over both, the second worker slept
+  // on it at most points of a 2-job sweep, and on these virtual machines waking it costs more than
+  // the write). The simulation itself shares nothing between workers but the read-only machines,
+  // tables, models, strategies and training sections of ReadCache and the rank layouts of the
+  // layout cache.
+  std::mutex file_lock;
+  std::mutex state_lock;
   std::atomic<std::size_t> next{0};
   std::size_t finished = summary.skipped;
   ReadCache own_reads;  // every worker reads the machines, tables, models, strategies and training through it
@@ -481,9 +486,12 @@ SweepSummary run_sweep(const Sweep& sweep, const SweepOptions& options) {
       if (n >= order.size()) return;
       const SweepPoint& point = *todo[order[n]];
       std::string row = run_sweep_point(sweep, point, &reads);
-      const std::lock_guard guard(lock);
-      append << row;
-      append.flush();
+      {
+        const std::lock_guard guard(file_lock);
+        append << row;
+        append.flush();
+      }
+      const std::lock_guard guard(state_lock);
       rows.push_back(std::move(row));
       ++finished;
       if (options.progress) options.progress(finished, summary.points);

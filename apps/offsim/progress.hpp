@@ -15,12 +15,15 @@ namespace offsim::app {
 class Progress {
  public:
   Progress(std::string what, std::size_t already)
-      : what_(std::move(what)), already_(already), start_(std::chrono::steady_clock::now()) {}
+      : what_(std::move(what)),
+        already_(already),
+        start_(std::chrono::steady_clock::now()),
+        terminal_(isatty(fileno(stderr)) != 0) {}
   void operator()(std::size_t done, std::size_t total) {
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
     const std::size_t ran = done - already_;
     const double eta = ran > 0 ? elapsed / static_cast<double>(ran) * static_cast<double>(total - done) : 0.0;
-    if (isatty(fileno(stderr)) != 0) {
+    if (terminal_) {
       constexpr int kWidth = 30;
       const int filled = total > 0 ? static_cast<int>(kWidth * done / total) : kWidth;
       fmt::print(stderr, "\r[{:<{}}] {}/{} points, ETA {:.0f} s   ", std::string(filled, '#'), kWidth, done, total,
@@ -39,6 +42,7 @@ class Progress {
   std::size_t reported_ = 0;  // tenths of the points already reported (plain lines)
   std::size_t already_;
   std::chrono::steady_clock::time_point start_;
+  bool terminal_;  // stderr is a terminal: asked once, not at every point (a system call)
 };
 
 }  // namespace offsim::app
