@@ -84,8 +84,9 @@ class Run {
           run.network_.start_fixed_rate(x.bytes, *x.rate_bound, [r = &run, i = id] { r->finish(i); });
           return;
         }
-        run.network_.start_flow(
-            FlowSpec{x.route, x.bytes, x.latency, x.rate_bound}, [r = &run, i = id] { r->finish(i); }, x.accounted);
+        // The graph outlives the run: the flow reads the task's route in place.
+        run.network_.start_flow_on(
+            x.route, x.bytes, x.latency, x.rate_bound, [r = &run, i = id] { r->finish(i); }, x.accounted);
       }
       void operator()(const AllocTask& a) const {
         run.pools_[a.pool].reserve(run.sim_.now(), a.tenant.str(), a.bytes);

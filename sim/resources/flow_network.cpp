@@ -28,27 +28,45 @@ ConstraintId FlowNetwork::add_constraint(std::string_view name, Bandwidth capaci
 }
 
 FlowId FlowNetwork::start_flow(FlowSpec spec, Completion on_complete, std::vector<ConstraintId> accounted) {
-  for (const auto c : spec.route) {
+  Flow flow;
+  flow.spec = std::move(spec);
+  flow.route = flow.spec.route;  // (its buffer stays put when the flow moves into flows_)
+  flow.accounted = std::move(accounted);
+  flow.on_complete = std::move(on_complete);
+  return start(std::move(flow));
+}
+
+FlowId FlowNetwork::start_flow_on(std::span<const ConstraintId> route, Bytes bytes, TimePs latency,
+                                  std::optional<Bandwidth> rate_bound, Completion on_complete,
+                                  std::span<const ConstraintId> accounted) {
+  Flow flow;
+  flow.spec.bytes = bytes;
+  flow.spec.latency = latency;
+  flow.spec.rate_bound = rate_bound;
+  flow.route = route;
+  flow.accounted.assign(accounted.begin(), accounted.end());
+  flow.on_complete = std::move(on_complete);
+  return start(std::move(flow));
+}
+
+FlowId FlowNetwork::start(Flow&& flow) {
+  for (const auto c : flow.route) {
     if (c.index >= constraints_.size()) throw std::invalid_argument("flow route names an unknown constraint");
   }
-  for (const auto c : accounted) {
+  for (const auto c : flow.accounted) {
     if (c.index >= constraints_.size()) throw std::invalid_argument("flow accounting names an unknown constraint");
   }
-  if (spec.route.empty() && spec.bytes.count > 0 && !spec.rate_bound) {
+  if (flow.route.empty() && flow.spec.bytes.count > 0 && !flow.spec.rate_bound) {
     throw std::invalid_argument("a flow with bytes needs a route or a rate bound");
   }
-  if (spec.rate_bound && !(spec.rate_bound->bytes_per_s > 0.0)) {
+  if (flow.spec.rate_bound && !(flow.spec.rate_bound->bytes_per_s > 0.0)) {
     throw std::invalid_argument("a flow's rate bound must be positive");
   }
   const FlowId id{static_cast<std::uint32_t>(flows_.size())};
-  Flow flow;
-  flow.remaining_bytes = spec.bytes.as_double();
-  flow.spec = std::move(spec);
-  flow.accounted = std::move(accounted);
-  flow.on_complete = std::move(on_complete);
+  flow.remaining_bytes = flow.spec.bytes.as_double();
   const TimePs latency = flow.spec.latency;
   const bool empty = flow.spec.bytes.count == 0;
-  const bool fixed_rate = flow.spec.route.empty() && flow.spec.rate_bound.has_value();
+  const bool fixed_rate = flow.route.empty() && flow.spec.rate_bound.has_value();
   flows_.push_back(std::move(flow));
   if (empty) {
     // Nothing to share: the flow completes when its latency has elapsed.
@@ -89,11 +107,11 @@ void FlowNetwork::activate(FlowId f) {
 
 bool FlowNetwork::try_solo(std::uint32_t id) {
   Flow& flow = flows_[id];
-  if (record_timelines_ || record_credits_ || !flow.accounted.empty() || flow.spec.route.empty()) return false;
+  if (record_timelines_ || record_credits_ || !flow.accounted.empty() || flow.route.empty()) return false;
   // One pass that claims each constraint (a route may list one more than once: it is then this
   // flow's already), and gives back what it claimed at the first one in use: a free constraint
   // holds no solo flow and no listing, as promote and unlink_flow leave it.
-  const auto& route = flow.spec.route;
+  const auto& route = flow.route;
   for (std::size_t i = 0; i < route.size(); ++i) {
     Constraint& con = constraints_[route[i].index];
     if (!con.users.empty() || (con.solo != kNoFlow && con.solo != id)) {
@@ -113,7 +131,7 @@ bool FlowNetwork::try_solo(std::uint32_t id) {
 
 void FlowNetwork::promote(std::uint32_t id) {
   Flow& flow = flows_[id];
-  for (const auto c : flow.spec.route) {
+  for (const auto c : flow.route) {
     constraints_[c.index].solo = kNoFlow;
     constraints_[c.index].solo_listings = 0;
   }
@@ -141,13 +159,13 @@ void erase_one(std::vector<std::uint32_t>& list, std::uint32_t id) {
 void FlowNetwork::link_flow(std::uint32_t id) {
   const Flow& flow = flows_[id];
   // A solo flow on one of its constraints is no longer alone: it joins the lists first.
-  for (const auto c : flow.spec.route) {
+  for (const auto c : flow.route) {
     if (const std::uint32_t solo = constraints_[c.index].solo; solo != kNoFlow) promote(solo);
   }
   for (const auto c : flow.accounted) {
     if (const std::uint32_t solo = constraints_[c.index].solo; solo != kNoFlow) promote(solo);
   }
-  for (const auto c : flow.spec.route) {
+  for (const auto c : flow.route) {
     insert_sorted(constraints_[c.index].flows, id);
     insert_sorted(constraints_[c.index].users, id);
   }
@@ -158,7 +176,7 @@ void FlowNetwork::link_flow(std::uint32_t id) {
 void FlowNetwork::unlink_flow(std::uint32_t id) {
   Flow& flow = flows_[id];
   if (flow.solo) {  // it was in no list: its constraints are free again
-    for (const auto c : flow.spec.route) {
+    for (const auto c : flow.route) {
       constraints_[c.index].solo = kNoFlow;
       constraints_[c.index].solo_listings = 0;
     }
@@ -166,7 +184,7 @@ void FlowNetwork::unlink_flow(std::uint32_t id) {
     if (statistics_) mark_changed(flow);  // their aggregate rates drop to what is left (no flow)
     return;
   }
-  for (const auto c : flow.spec.route) {
+  for (const auto c : flow.route) {
     erase_one(constraints_[c.index].flows, id);
     erase_one(constraints_[c.index].users, id);
   }
@@ -175,7 +193,7 @@ void FlowNetwork::unlink_flow(std::uint32_t id) {
 }
 
 void FlowNetwork::mark_changed(const Flow& flow) {
-  for (const auto c : flow.spec.route) changed_.push_back(c.index);
+  for (const auto c : flow.route) changed_.push_back(c.index);
   for (const auto c : flow.accounted) changed_.push_back(c.index);
 }
 
@@ -245,7 +263,7 @@ void FlowNetwork::step(Flow& flow) {
   const double moved = std::min(flow.remaining_bytes, flow.rate * dt_s);
   flow.remaining_bytes = std::max(0.0, flow.remaining_bytes - flow.rate * dt_s);
   if (!statistics_) return;
-  for (const auto c : flow.spec.route) add_bytes(constraints_[c.index].stats, moved);
+  for (const auto c : flow.route) add_bytes(constraints_[c.index].stats, moved);
   for (const auto c : flow.accounted) add_bytes(constraints_[c.index].stats, moved);
 }
 
@@ -316,7 +334,7 @@ void FlowNetwork::reshare_changed() {
       if (flow.seen == search_epoch_) continue;
       flow.seen = search_epoch_;
       component_.push_back(id);
-      for (const auto c : flow.spec.route) reach(c.index);
+      for (const auto c : flow.route) reach(c.index);
       for (const auto c : flow.accounted) reach(c.index);
     }
   }
@@ -369,7 +387,7 @@ double FlowNetwork::alone_share(const Flow& flow, Listings&& listings) const {
   // constraints' fair shares (capacity over the times its route lists them), compared as
   // fill_component() compares them, so the rate is the same double.
   double constraint_level = std::numeric_limits<double>::infinity();
-  for (const auto c : flow.spec.route) {
+  for (const auto c : flow.route) {
     const Constraint& con = constraints_[c.index];
     const std::uint32_t unfixed = listings(con);
     constraint_level = std::min(constraint_level, con.capacity / unfixed);
@@ -409,7 +427,7 @@ void FlowNetwork::rate_solo_flows() {
       pending_.push_back(Pending{flow.finish, id, flow.version});
       std::push_heap(pending_.begin(), pending_.end(), Pending::Later{});
     }
-    for (const auto c : flow.spec.route) {
+    for (const auto c : flow.route) {
       if (!statistics_) break;
       Constraint& con = constraints_[c.index];
       if (con.seen == search_epoch_) continue;
@@ -456,7 +474,7 @@ void FlowNetwork::fill_component() {
     Flow& flow = flows_[id];
     flow.fixed = true;
     flow.share = rate;
-    for (const auto c : flow.spec.route) {
+    for (const auto c : flow.route) {
       Constraint& con = constraints_[c.index];
       con.remaining = std::max(0.0, con.remaining - rate);
       --con.unfixed;
@@ -539,6 +557,7 @@ void FlowNetwork::on_completion_event(std::uint64_t generation) {
     // otherwise hold every one until the end.
     Flow& flow = flows_[id];
     std::vector<ConstraintId>().swap(flow.spec.route);
+    flow.route = {};
     std::vector<ConstraintId>().swap(flow.accounted);
     auto done = std::move(flow.on_complete);
     if (done) done();

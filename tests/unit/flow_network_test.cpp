@@ -171,6 +171,33 @@ TEST(FlowNetwork, NoBandwidthIsUsedDuringTheLatencyPhase) {
   EXPECT_DOUBLE_EQ(net.stats(link).peak_bytes_per_s, 10 * GB);
 }
 
+TEST(FlowNetwork, AFlowOnTheCallersRouteRunsAsOneOnItsOwnCopy) {
+  // start_flow_on reads a route the caller keeps (the executor's task graph) instead of copying
+  // it. The latency-phase case above with its second flow started that way, the routes freed only
+  // after the run: the same finishes (2 s and 2.5 s) and the same 25 GB over the link; and the
+  // caller's route, not a copy, is what the flow crosses: a third flow over a route listing the
+  // link twice is held to half its capacity (5 GB/s alone, 5 GB in 1 s after 2.5 s).
+  Simulator sim;
+  FlowNetwork net(sim);
+  const auto link = net.add_constraint("link", Bandwidth{10 * GB});
+  Finish f;
+  f.at.resize(3);
+  const std::vector<ConstraintId> once{link};
+  const std::vector<ConstraintId> twice{link, link};
+  start(net, sim, f, 0, {{link}, Bytes{15'000'000'000}, TimePs{0}, {}});
+  (void)net.start_flow_on(once, Bytes{10'000'000'000}, parse_time("1 s"), std::nullopt, [&] { f.at[1] = sim.now(); },
+                          {});
+  sim.schedule_at(seconds(2.5), EventPhase::kCompletion, [&] {
+    (void)net.start_flow_on(twice, Bytes{5'000'000'000}, TimePs{0}, std::nullopt, [&] { f.at[2] = sim.now(); }, {});
+  });
+  sim.run();
+  expect_time(f.at[0], seconds(2.0));
+  expect_time(f.at[1], seconds(2.5));
+  expect_time(f.at[2], seconds(3.5));
+  net.sync_stats();
+  EXPECT_NEAR(net.stats(link).bytes_carried, 25e9 + 2 * 5e9, 1.0);  // the third flow counted per listing
+}
+
 TEST(FlowNetwork, AnEmptyFlowCompletesAfterItsLatency) {
   Simulator sim;
   FlowNetwork net(sim);
