@@ -111,7 +111,11 @@ bool FlowNetwork::try_solo(std::uint32_t id) {
   // One pass that claims each constraint (a route may list one more than once: it is then this
   // flow's already), and gives back what it claimed at the first one in use: a free constraint
   // holds no solo flow and no listing, as promote and unlink_flow leave it.
+  // The same pass finds alone_share's constraint level: a constraint's capacity over its listings
+  // so far only falls as they grow, so the lowest over every step is the lowest over the final
+  // counts, the same doubles divided and compared.
   const auto& route = flow.route;
+  double level = std::numeric_limits<double>::infinity();
   for (std::size_t i = 0; i < route.size(); ++i) {
     Constraint& con = constraints_[route[i].index];
     if (!con.users.empty() || (con.solo != kNoFlow && con.solo != id)) {
@@ -123,7 +127,9 @@ bool FlowNetwork::try_solo(std::uint32_t id) {
     }
     con.solo = id;
     ++con.solo_listings;
+    level = std::min(level, con.capacity / con.solo_listings);
   }
+  flow.solo_level = level;
   flow.solo = true;
   solo_started_.push_back(id);  // rated at the flush, as the lists' reshare would rate it
   return true;
@@ -392,6 +398,10 @@ double FlowNetwork::alone_share(const Flow& flow, Listings&& listings) const {
     const std::uint32_t unfixed = listings(con);
     constraint_level = std::min(constraint_level, con.capacity / unfixed);
   }
+  return bounded_share(flow, constraint_level);
+}
+
+double FlowNetwork::bounded_share(const Flow& flow, double constraint_level) const {
   const double bound_level =
       flow.spec.rate_bound ? flow.spec.rate_bound->bytes_per_s : std::numeric_limits<double>::infinity();
   if (!std::isfinite(constraint_level) && !std::isfinite(bound_level)) {
@@ -414,7 +424,8 @@ void FlowNetwork::rate_solo_flows() {
   for (const auto id : solo_started_) {
     Flow& flow = flows_[id];
     if (!flow.solo) continue;  // promoted: rated in its component
-    const double share = alone_share(flow, [](const Constraint& con) { return con.solo_listings; });
+    // alone_share with the solo listings, its constraint level found by try_solo.
+    const double share = bounded_share(flow, flow.solo_level);
     if (!(share > 0.0)) {
       throw SimulationError(
           fmt::format("flow {} has no bandwidth: every constraint on its route is saturated by zero capacity", id));

@@ -209,6 +209,9 @@ class FlowNetwork {
     std::uint32_t seen = 0;       // == search_epoch_: in the component being reshared
     std::uint32_t version = 0;    // of its entry in the completion heap
     std::uint32_t active_at = 0;  // its place in active_ while it moves
+    // While solo: the lowest capacity over listings on its route, found as try_solo claimed it
+    // (alone_share's constraint level; nothing else lists those constraints until it is promoted).
+    double solo_level = 0.0;
     bool fixed = false;
     bool solo = false;  // moving alone, outside the per-constraint lists (see the header)
   };
@@ -235,6 +238,9 @@ class FlowNetwork {
   // capacities over the times its route lists them (listings(constraint)).
   template <typename Listings>
   [[nodiscard]] double alone_share(const Flow& flow, Listings&& listings) const;
+  // alone_share's last step: the flow's bound against `constraint_level`, the lowest capacity over
+  // listings on its route.
+  [[nodiscard]] double bounded_share(const Flow& flow, double constraint_level) const;
   // A fixed-rate flow starts (or stops) moving: its rate is added to (taken from) the constraints
   // it is accounted on.
   void start_fixed(FlowId f);
