@@ -48,10 +48,15 @@ MachineResources make_machine_resources(const topo::Topology& topology, const st
 std::vector<sim::ConstraintId> MachineResources::transfer_route(const topo::Topology& t, std::size_t src,
                                                                 std::size_t dst) const {
   std::vector<sim::ConstraintId> out;
+  append_transfer_route(out, t, src, dst);
+  return out;
+}
+
+void MachineResources::append_transfer_route(std::vector<sim::ConstraintId>& out, const topo::Topology& t,
+                                             std::size_t src, std::size_t dst) const {
   if (memory_constraint_of_device[src]) out.push_back(*memory_constraint_of_device[src]);
   for (const auto l : t.route(src, dst).links) out.push_back(link_constraint(t, l));
   if (memory_constraint_of_device[dst]) out.push_back(*memory_constraint_of_device[dst]);
-  return out;
 }
 
 sim::ConstraintId MachineResources::link_constraint(const topo::Topology& t, std::size_t link) const {

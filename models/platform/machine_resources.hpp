@@ -32,6 +32,10 @@ struct MachineResources {
   /// route's links, the destination memory (if shared).
   [[nodiscard]] std::vector<sim::ConstraintId> transfer_route(const topo::Topology& t, std::size_t src,
                                                               std::size_t dst) const;
+  /// transfer_route appended to `out` (a pipeline transfer's route is its TP members' routes one
+  /// after the other: no vector per member).
+  void append_transfer_route(std::vector<sim::ConstraintId>& out, const topo::Topology& t, std::size_t src,
+                             std::size_t dst) const;
 };
 /// A built iteration's machine resources, shared read-only with the other points of a search or
 /// sweep that lay out the same ranks on the same machine (layout_cache.hpp): copying them (a name

@@ -243,8 +243,8 @@ struct RankState {
                                                        int from, int to) {
   std::vector<sim::ConstraintId> route;
   for (int t = 0; t < class_size; ++t) {
-    const auto member = machine.transfer_route(topology, devices[from + t], devices[to + t]);
-    route.insert(route.end(), member.begin(), member.end());
+    machine.append_transfer_route(route, topology, devices[from + t], devices[to + t]);
+    if (t == 0) route.reserve(route.size() * static_cast<std::size_t>(class_size));  // members' routes alike
   }
   return route;
 }
