@@ -50,8 +50,10 @@ FlowId FlowNetwork::start_flow_on(std::span<const ConstraintId> route, Bytes byt
 }
 
 FlowId FlowNetwork::start(Flow&& flow) {
-  for (const auto c : flow.route) {
-    if (c.index >= constraints_.size()) throw std::invalid_argument("flow route names an unknown constraint");
+  std::uint32_t highest = 0;  // (a reduction the compiler vectorises, then one comparison)
+  for (const auto c : flow.route) highest = std::max(highest, c.index);
+  if (!flow.route.empty() && highest >= constraints_.size()) {
+    throw std::invalid_argument("flow route names an unknown constraint");
   }
   for (const auto c : flow.accounted) {
     if (c.index >= constraints_.size()) throw std::invalid_argument("flow accounting names an unknown constraint");
