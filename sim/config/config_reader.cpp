@@ -492,18 +492,23 @@ std::optional<Node> Context::resolve(const Node& parent, std::string_view key, c
   known_paths_.insert(path);
   if (auto it = overrides_.find(path); it != overrides_.end()) {
     it->second.used = true;
-    return Node(*this, it->second.value, parent.file(), path, Location{it->second.where, 0, 0}, parent.includes());
+    return Node(*this, it->second.value, parent.file(), path, Location{it->second.where, 0, 0}, parent.includes())
+        .as_override();
   }
   if (found != nullptr) {
-    const Location at = mark_location(*found, parent.file(), parent.location());
+    // Inside an override's value, the marks count in the value's text: the override's location
+    // stands for them (they once named the experiment file at the value's line and column).
+    const Location at =
+        parent.from_override() ? parent.location() : mark_location(*found, parent.file(), parent.location());
     if (found->Tag() == kIncludeTag) {
       if (!found->IsScalar()) {
         error(at, path, "!include expects a file path");
         return std::nullopt;
       }
-      return include_file(parent, path, *found, at);
+      return include_file(parent, path, *found, at);  // a file of its own: its marks are its lines
     }
-    return Node(*this, *found, parent.file(), path, at, parent.includes());
+    Node child(*this, *found, parent.file(), path, at, parent.includes());
+    return parent.from_override() ? child.as_override() : child;
   }
   // Absent from the file, but an override sets something beneath it: an empty mapping stands in.
   const std::string prefix = path + ".";
@@ -652,7 +657,8 @@ MapReader::~MapReader() {
     const std::string key = kv.first.Scalar();
     if (std::find(known.begin(), known.end(), key) != known.end()) continue;
     const auto hint = did_you_mean(key, asked_);
-    const Location at = mark_location(kv.first, node_.file(), node_.location());
+    const Location at =
+        node_.from_override() ? node_.location() : mark_location(kv.first, node_.file(), node_.location());
     node_.context().error(at, node_.child_path(key),
                           hint ? fmt::format("unknown key (did you mean '{}'?)", *hint) : std::string("unknown key"));
   }

@@ -207,6 +207,15 @@ class Node {
     n.broken_ = true;
     return n;
   }
+  /// Whether this node is an override's value (--set, a `set:` entry, a sweep's axis) or inside
+  /// one: its YAML marks count in the value's text, not in file(), so its location, and that of
+  /// everything inside it, is the override's.
+  [[nodiscard]] bool from_override() const { return from_override_; }
+  [[nodiscard]] Node as_override() const {
+    Node n = *this;
+    n.from_override_ = true;
+    return n;
+  }
 
   /// Converts a scalar to T; on failure records an error (naming `expected`) and returns nullopt.
   template <class T>
@@ -223,6 +232,7 @@ class Node {
   Location loc_;
   IncludeChain includes_;
   bool broken_ = false;
+  bool from_override_ = false;
 };
 
 /// Reads the keys of one mapping. Keys never asked for are reported as unknown when the reader
