@@ -508,7 +508,8 @@ std::optional<Node> Context::resolve(const Node& parent, std::string_view key, c
       return include_file(parent, path, *found, at);  // a file of its own: its marks are its lines
     }
     Node child(*this, *found, parent.file(), path, at, parent.includes());
-    return parent.from_override() ? child.as_override() : child;
+    if (parent.from_override()) return std::move(child).as_override();
+    return child;
   }
   // Absent from the file, but an override sets something beneath it: an empty mapping stands in.
   const std::string prefix = path + ".";

@@ -211,10 +211,9 @@ class Node {
   /// one: its YAML marks count in the value's text, not in file(), so its location, and that of
   /// everything inside it, is the override's.
   [[nodiscard]] bool from_override() const { return from_override_; }
-  [[nodiscard]] Node as_override() const {
-    Node n = *this;
-    n.from_override_ = true;
-    return n;
+  [[nodiscard]] Node as_override() && {
+    from_override_ = true;
+    return std::move(*this);
   }
 
   /// Converts a scalar to T; on failure records an error (naming `expected`) and returns nullopt.
