@@ -29,10 +29,16 @@ ConstraintId FlowNetwork::add_constraint(std::string_view name, Bandwidth capaci
 
 FlowId FlowNetwork::start_flow(FlowSpec spec, Completion on_complete, std::vector<ConstraintId> accounted) {
   Flow flow;
-  flow.spec = std::move(spec);
-  flow.route = flow.spec.route;  // (its buffer stays put when the flow moves into flows_)
+  flow.route = spec.route;
+  flow.bytes = spec.bytes;
+  flow.latency = spec.latency;
+  flow.rate_bound = spec.rate_bound;
   flow.accounted = std::move(accounted);
   flow.on_complete = std::move(on_complete);
+  check(flow);
+  // The network keeps the route until the flow completes (the vector's buffer, which the flow's
+  // span names, stays where it is when the vector moves).
+  if (!spec.route.empty()) owned_routes_.emplace(static_cast<std::uint32_t>(flows_.size()), std::move(spec.route));
   return start(std::move(flow));
 }
 
@@ -40,16 +46,17 @@ FlowId FlowNetwork::start_flow_on(std::span<const ConstraintId> route, Bytes byt
                                   std::optional<Bandwidth> rate_bound, Completion on_complete,
                                   std::span<const ConstraintId> accounted) {
   Flow flow;
-  flow.spec.bytes = bytes;
-  flow.spec.latency = latency;
-  flow.spec.rate_bound = rate_bound;
   flow.route = route;
+  flow.bytes = bytes;
+  flow.latency = latency;
+  flow.rate_bound = rate_bound;
   flow.accounted.assign(accounted.begin(), accounted.end());
   flow.on_complete = std::move(on_complete);
+  check(flow);
   return start(std::move(flow));
 }
 
-FlowId FlowNetwork::start(Flow&& flow) {
+void FlowNetwork::check(const Flow& flow) const {
   std::uint32_t highest = 0;  // (a reduction the compiler vectorises, then one comparison)
   for (const auto c : flow.route) highest = std::max(highest, c.index);
   if (!flow.route.empty() && highest >= constraints_.size()) {
@@ -58,21 +65,25 @@ FlowId FlowNetwork::start(Flow&& flow) {
   for (const auto c : flow.accounted) {
     if (c.index >= constraints_.size()) throw std::invalid_argument("flow accounting names an unknown constraint");
   }
-  if (flow.route.empty() && flow.spec.bytes.count > 0 && !flow.spec.rate_bound) {
+  if (flow.route.empty() && flow.bytes.count > 0 && !flow.rate_bound) {
     throw std::invalid_argument("a flow with bytes needs a route or a rate bound");
   }
-  if (flow.spec.rate_bound && !(flow.spec.rate_bound->bytes_per_s > 0.0)) {
+  if (flow.rate_bound && !(flow.rate_bound->bytes_per_s > 0.0)) {
     throw std::invalid_argument("a flow's rate bound must be positive");
   }
+}
+
+FlowId FlowNetwork::start(Flow&& flow) {
   const FlowId id{static_cast<std::uint32_t>(flows_.size())};
-  flow.remaining_bytes = flow.spec.bytes.as_double();
-  const TimePs latency = flow.spec.latency;
-  const bool empty = flow.spec.bytes.count == 0;
-  const bool fixed_rate = flow.route.empty() && flow.spec.rate_bound.has_value();
+  flow.remaining_bytes = flow.bytes.as_double();
+  const TimePs latency = flow.latency;
+  const bool empty = flow.bytes.count == 0;
+  const bool fixed_rate = flow.route.empty() && flow.rate_bound.has_value();
   flows_.push_back(std::move(flow));
   if (empty) {
     // Nothing to share: the flow completes when its latency has elapsed.
     sim_.schedule_after(latency, EventPhase::kCompletion, [this, id] {
+      release_route(flows_[id.index], id.index);
       auto done = std::move(flows_[id.index].on_complete);
       if (done) done();
     });
@@ -88,6 +99,11 @@ FlowId FlowNetwork::start(Flow&& flow) {
     activate(id);
   }
   return id;
+}
+
+void FlowNetwork::release_route(Flow& flow, std::uint32_t id) {
+  flow.route = {};
+  if (!owned_routes_.empty()) owned_routes_.erase(id);
 }
 
 void FlowNetwork::start_fixed_rate(Bytes bytes, Bandwidth rate, Completion on_complete) {
@@ -207,7 +223,7 @@ void FlowNetwork::mark_changed(const Flow& flow) {
 
 void FlowNetwork::start_fixed(FlowId f) {
   Flow& flow = flows_[f.index];
-  flow.rate = flow.spec.rate_bound->bytes_per_s;
+  flow.rate = flow.rate_bound->bytes_per_s;
   flow.finish = sim_.now() + duration_of(flow.remaining_bytes, flow.rate);
   if (statistics_) add_fixed_rate(flow.accounted, flow.rate, true);
   sim_.schedule_at(flow.finish, EventPhase::kCompletion, [this, f] { finish_fixed(f); });
@@ -404,8 +420,7 @@ double FlowNetwork::alone_share(const Flow& flow, Listings&& listings) const {
 }
 
 double FlowNetwork::bounded_share(const Flow& flow, double constraint_level) const {
-  const double bound_level =
-      flow.spec.rate_bound ? flow.spec.rate_bound->bytes_per_s : std::numeric_limits<double>::infinity();
+  const double bound_level = flow.rate_bound ? flow.rate_bound->bytes_per_s : std::numeric_limits<double>::infinity();
   if (!std::isfinite(constraint_level) && !std::isfinite(bound_level)) {
     throw SimulationError("progressive filling made no progress (a flow with neither route nor bound)");
   }
@@ -468,10 +483,10 @@ void FlowNetwork::fill_component() {
     Flow& flow = flows_[id];
     flow.fixed = false;
     flow.share = 0.0;
-    if (flow.spec.rate_bound) bounded_.push_back(id);
+    if (flow.rate_bound) bounded_.push_back(id);
   }
   std::stable_sort(bounded_.begin(), bounded_.end(), [this](std::uint32_t a, std::uint32_t b) {
-    return flows_[a].spec.rate_bound->bytes_per_s < flows_[b].spec.rate_bound->bytes_per_s;
+    return flows_[a].rate_bound->bytes_per_s < flows_[b].rate_bound->bytes_per_s;
   });
   share_heap_.clear();
   const auto push_share = [this](std::uint32_t c) {
@@ -507,9 +522,8 @@ void FlowNetwork::fill_component() {
     while (next_bounded < bounded_.size() && flows_[bounded_[next_bounded]].fixed) ++next_bounded;
     const double constraint_level =
         share_heap_.empty() ? std::numeric_limits<double>::infinity() : share_heap_.front().share;
-    const double bound_level = next_bounded < bounded_.size()
-                                   ? flows_[bounded_[next_bounded]].spec.rate_bound->bytes_per_s
-                                   : std::numeric_limits<double>::infinity();
+    const double bound_level = next_bounded < bounded_.size() ? flows_[bounded_[next_bounded]].rate_bound->bytes_per_s
+                                                              : std::numeric_limits<double>::infinity();
     if (!std::isfinite(constraint_level) && !std::isfinite(bound_level)) {
       throw SimulationError("progressive filling made no progress (a flow with neither route nor bound)");
     }
@@ -569,8 +583,7 @@ void FlowNetwork::on_completion_event(std::uint64_t generation) {
     // A finished flow keeps its record, not its route lists: a run of a million transfers would
     // otherwise hold every one until the end.
     Flow& flow = flows_[id];
-    std::vector<ConstraintId>().swap(flow.spec.route);
-    flow.route = {};
+    release_route(flow, id);
     std::vector<ConstraintId>().swap(flow.accounted);
     auto done = std::move(flow.on_complete);
     if (done) done();

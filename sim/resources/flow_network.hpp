@@ -54,6 +54,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "sim/core/simulator.hpp"
@@ -195,10 +196,11 @@ class FlowNetwork {
     };
   };
   struct Flow {
-    FlowSpec spec;  // its route empty when the flow reads the caller's (start_flow_on)
-    // The constraints it crosses: spec.route's (whose buffer stays put when the flow moves into
-    // flows_), or the caller's.
+    // The constraints it crosses: the caller's (start_flow_on) or owned_routes_'s (start_flow).
     std::span<const ConstraintId> route;
+    Bytes bytes{0};
+    TimePs latency{0};                    // before the first byte moves
+    std::optional<Bandwidth> rate_bound;  // per-flow cap
     std::vector<ConstraintId> accounted;
     Completion on_complete;
     double remaining_bytes = 0.0;  // at t0
@@ -238,6 +240,8 @@ class FlowNetwork {
   // capacities over the times its route lists them (listings(constraint)).
   template <typename Listings>
   [[nodiscard]] double alone_share(const Flow& flow, Listings&& listings) const;
+  // A finished flow's route let go (start_flow's copy freed).
+  void release_route(Flow& flow, std::uint32_t id);
   // alone_share's last step: the flow's bound against `constraint_level`, the lowest capacity over
   // listings on its route.
   [[nodiscard]] double bounded_share(const Flow& flow, double constraint_level) const;
@@ -321,6 +325,9 @@ class FlowNetwork {
     std::size_t size_ = 0;
   };
   FlowStore flows_;
+  // start_flow's routes, by flow, until it completes (start_flow_on's are the caller's).
+  std::unordered_map<std::uint32_t, std::vector<ConstraintId>> owned_routes_;
+  void check(const Flow& flow) const;  // the inputs start_flow and start_flow_on take, or throws
   FlowId start(Flow&& flow);           // start_flow and start_flow_on, once the flow holds its inputs
   std::vector<std::uint32_t> active_;  // ids of shared flows moving bytes, in no particular order
   void remove_active(Flow& flow);
