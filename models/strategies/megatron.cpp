@@ -874,11 +874,11 @@ class MegatronBuilder {
     for (std::int64_t l = 0; l < layers_per_chunk; ++l) {
       for (int half = 0; half < reductions; ++half) {
         for (std::size_t i = 0; i < members.size(); ++i) {
-          deps[i].assign(1, timeline.compute(members[i], g.name_from([&] {
-            return fmt::format(FMT_COMPILE("{}.l{}.{}"), tag, l, half);
-          }),
-                                             phase, piece, layer_flops * (1.0 / reductions), "layer", {at[i]}));
-          if (half == 0) ddp_start(members[i], op, vs, l, deps[i][0]);
+          const auto name = g.name_from([&] { return fmt::format(FMT_COMPILE("{}.l{}.{}"), tag, l, half); });
+          const TaskId piece_end =
+              timeline.compute(members[i], name, phase, piece, layer_flops * (1.0 / reductions), "layer", {at[i]});
+          deps[i].assign(1, piece_end);
+          if (half == 0) ddp_start(members[i], op, vs, l, piece_end);
         }
         at = tp_comms.all_reduce(first, timeline, members, tp_name(g, first, tag, l, half), overlap_extra(ub, forward),
                                  activation_elements, tp_plan, deps, out, in, in.collective_options(spec.collectives));

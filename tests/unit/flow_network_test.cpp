@@ -172,11 +172,11 @@ TEST(FlowNetwork, NoBandwidthIsUsedDuringTheLatencyPhase) {
 }
 
 TEST(FlowNetwork, AFlowOnTheCallersRouteRunsAsOneOnItsOwnCopy) {
-  // start_flow_on reads a route the caller keeps (the executor's task graph) instead of copying
-  // it. The latency-phase case above with its second flow started that way, the routes freed only
-  // after the run: the same finishes (2 s and 2.5 s) and the same 25 GB over the link; and the
-  // caller's route, not a copy, is what the flow crosses: a third flow over a route listing the
-  // link twice is held to half its capacity (5 GB/s alone, 5 GB in 1 s after 2.5 s).
+  // start_flow_on reads a route the caller keeps for the flow's life (the executor's task graph)
+  // instead of copying it; the flow is the one start_flow makes. The latency-phase case above with
+  // its second flow started that way: the same finishes (2 s and 2.5 s) and the same 25 GB over
+  // the link; and a third flow, over a route listing the link twice, is held to half its capacity
+  // (5 GB/s alone, 5 GB in 1 s after 2.5 s) and credits the link per listing.
   Simulator sim;
   FlowNetwork net(sim);
   const auto link = net.add_constraint("link", Bandwidth{10 * GB});
