@@ -3,11 +3,14 @@
 #include <fmt/format.h>
 #include <algorithm>
 #include <functional>
+#include <optional>
+#include <span>
 #include <utility>
 #include <vector>
 
 #include "sim/core/errors.hpp"
 #include "sim/core/simulator.hpp"
+#include "sim/exec/route_classes.hpp"
 #include "sim/resources/compute_unit.hpp"
 
 namespace offsim::sim {
@@ -24,8 +27,7 @@ class Run {
         network_(sim_, options.record_link_timelines, options.record_link_credits, options.link_statistics) {
     units_.reserve(platform.units.size());
     for (const auto& u : platform.units) units_.emplace_back(sim_, u.name, u.lanes);
-    network_.reserve_constraints(platform.constraints.size());
-    for (const auto& c : platform.constraints) network_.add_constraint(c.name, c.capacity);
+    add_constraints();
     for (const auto& p : platform.pools) pools_.emplace_back(p.name, p.kind, p.capacity);
     const std::size_t n = graph.size();
     records_.resize(n);
@@ -43,6 +45,35 @@ class Run {
     for (const auto& t : graph.tasks()) {
       for (const auto d : graph.deps(t)) dependents_[filled[d.index]++] = t.id.index;
     }
+  }
+
+  // Every constraint of the platform; or, for a run that keeps no link statistics, one per class
+  // of alike constraints (route_classes.hpp: the same rates from fewer constraints per route).
+  void add_constraints() {
+    if (network_.keeps_statistics()) {
+      network_.reserve_constraints(platform_.constraints.size());
+      for (const auto& c : platform_.constraints) network_.add_constraint(c.name, c.capacity);
+      return;
+    }
+    for (const auto& c : platform_.constraints) FlowNetwork::check_capacity(c.name, c.capacity);
+    classes_.emplace(platform_, graph_);
+    network_.reserve_constraints(classes_->capacities().size());
+    for (std::size_t k = 0; k < classes_->capacities().size(); ++k) {
+      network_.add_constraint(platform_.constraints[classes_->representatives()[k]].name,
+                              Bandwidth{classes_->capacities()[k]});
+    }
+  }
+
+  // A transfer's accounting over the classes: those of its constraints that some route crosses
+  // (accounting moves only statistics, which such a run does not keep; the classes keep which
+  // flows touch which constraints as the platform's did).
+  std::span<const ConstraintId> accounted_over_classes(const TransferTask& x) {
+    accounted_scratch_.clear();
+    for (const auto c : x.accounted) {
+      const std::uint32_t k = classes_->class_of(c);
+      if (k != RouteClasses::kNone) accounted_scratch_.push_back(ConstraintId{k});
+    }
+    return accounted_scratch_;
   }
 
   RunResult go() {
@@ -84,9 +115,12 @@ class Run {
           run.network_.start_fixed_rate(x.bytes, *x.rate_bound, [r = &run, i = id] { r->finish(i); });
           return;
         }
-        // The graph outlives the run: the flow reads the task's route in place.
+        // The graph (or the run's classes) outlive the flow: it reads the route in place.
+        const bool classes = run.classes_.has_value();
         run.network_.start_flow_on(
-            x.route, x.bytes, x.latency, x.rate_bound, [r = &run, i = id] { r->finish(i); }, x.accounted);
+            classes ? run.classes_->route_of(id) : std::span<const ConstraintId>(x.route), x.bytes, x.latency,
+            x.rate_bound, [r = &run, i = id] { r->finish(i); },
+            classes ? run.accounted_over_classes(x) : std::span<const ConstraintId>(x.accounted));
       }
       void operator()(const AllocTask& a) const {
         run.pools_[a.pool].reserve(run.sim_.now(), a.tenant.str(), a.bytes);
@@ -168,6 +202,8 @@ class Run {
   const TaskGraph& graph_;
   Simulator sim_;
   FlowNetwork network_;
+  std::optional<RouteClasses> classes_;  // without link statistics: the network's constraints
+  std::vector<ConstraintId> accounted_scratch_;
   std::vector<ComputeUnit> units_;
   std::vector<MemoryPool> pools_;
   std::vector<TaskRecord> records_;

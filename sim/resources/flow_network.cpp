@@ -16,11 +16,15 @@ namespace {
 constexpr double kShareTieTolerance = 1e-12;
 }  // namespace
 
-ConstraintId FlowNetwork::add_constraint(std::string_view name, Bandwidth capacity) {
+void FlowNetwork::check_capacity(std::string_view name, Bandwidth capacity) {
   if (!(capacity.bytes_per_s > 0.0)) {
     throw std::invalid_argument(
         fmt::format("constraint '{}' needs a positive capacity, got {} B/s", name, capacity.bytes_per_s));
   }
+}
+
+ConstraintId FlowNetwork::add_constraint(std::string_view name, Bandwidth capacity) {
+  check_capacity(name, capacity);
   Constraint c;
   c.capacity = capacity.bytes_per_s;
   constraints_.push_back(std::move(c));

@@ -115,6 +115,9 @@ class FlowNetwork {
   /// network keeps no name: the platform has them (a run's network is made afresh for every point
   /// of a search, and copying a name per link was a malloc each).
   ConstraintId add_constraint(std::string_view name, Bandwidth capacity);
+  /// What add_constraint checks of a constraint: throws std::invalid_argument, naming it, unless
+  /// its capacity is positive (for a run that adds only some of its platform's: RouteClasses).
+  static void check_capacity(std::string_view name, Bandwidth capacity);
   /// Room for `count` constraints, added next (the executor adds a platform's at once).
   void reserve_constraints(std::size_t count) { constraints_.reserve(count); }
 

@@ -2,11 +2,15 @@
 
 #include <fmt/format.h>
 
+#include <array>
+#include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "sim/core/errors.hpp"
 #include "sim/exec/executor.hpp"
+#include "sim/exec/route_classes.hpp"
 
 namespace offsim::sim {
 namespace {
@@ -190,6 +194,103 @@ TEST(Executor, AnalyticTransfersEndAsTheTrackedFlowsEndedThemWithoutStatistics) 
   EXPECT_TRUE(untracked.constraints.empty());
   EXPECT_EQ(untracked.units.size(), tracked.units.size());
   EXPECT_EQ(untracked.pools.size(), tracked.pools.size());
+}
+
+// RouteClasses (route_classes.hpp) on six constraints and three routes, the equations first:
+//   r1 = [A, B, D], r2 = [C, C, D], r3 = [E]; F is on no route.
+//   Signatures (the routes listing each, once per listing): A [r1], B [r1], C [r2, r2],
+//   D [r1, r2], E [r3]. Alike: {A, B}; the others alone. F: no class.
+//   Representative of {A, B}: the least capacity, A (10 < 20). Classes in their representatives'
+//   order: A (0), C (2), D (3), E (4) -> classes 0, 1, 2, 3 with capacities 10, 5, 7, 9.
+//   r1 over the classes: A's place only (B is not the representative) and D's: [0, 2];
+//   r2: C twice, D once: [1, 1, 2]; r3: [3]. Two tasks on r1 share its one copy.
+// A link of the tests below: a name and a capacity.
+ConstraintSpec link_spec(std::string name, double capacity) {
+  return {std::move(name), Bandwidth{capacity}, "gpu-gpu", "", "", ""};
+}
+
+TEST(RouteClasses, AlikeConstraintsAreOneClassOfTheLeastCapacityInTheRepresentativesOrder) {
+  Platform p;
+  const auto c = [&p](const char* name, double capacity) { return p.add_constraint(link_spec(name, capacity)); };
+  const auto a = c("A", 10), b = c("B", 20), cc = c("C", 5), d = c("D", 7), e = c("E", 9), unused = c("F", 1);
+  TaskGraph g;
+  const auto t1 = g.add("t1", "comm", TransferTask{{a, b, d}, Bytes{1}, TimePs{0}, {}, {}});
+  const auto t2 = g.add("t2", "comm", TransferTask{{cc, cc, d}, Bytes{1}, TimePs{0}, {}, {}});
+  const auto t3 = g.add("t3", "comm", TransferTask{{e}, Bytes{1}, TimePs{0}, {}, {}});
+  const auto again = g.add("again", "comm", TransferTask{{a, b, d}, Bytes{1}, TimePs{0}, {}, {}});
+  const auto none = g.add("none", "comm", BarrierTask{});
+  const RouteClasses classes(p, g);
+  EXPECT_EQ(classes.capacities(), (std::vector<double>{10, 5, 7, 9}));
+  EXPECT_EQ(classes.representatives(), (std::vector<std::uint32_t>{a.index, cc.index, d.index, e.index}));
+  const auto route = [&](TaskId t) {
+    std::vector<std::uint32_t> out;
+    for (const auto k : classes.route_of(t.index)) out.push_back(k.index);
+    return out;
+  };
+  EXPECT_EQ(route(t1), (std::vector<std::uint32_t>{0, 2}));
+  EXPECT_EQ(route(t2), (std::vector<std::uint32_t>{1, 1, 2}));
+  EXPECT_EQ(route(t3), (std::vector<std::uint32_t>{3}));
+  EXPECT_EQ(classes.route_of(again.index).data(), classes.route_of(t1.index).data());
+  EXPECT_TRUE(classes.route_of(none.index).empty());
+  EXPECT_EQ(classes.class_of(b), 0U);
+  EXPECT_EQ(classes.class_of(unused), RouteClasses::kNone);
+}
+
+// Without link statistics the executor runs the flows over the classes; with them, over every
+// constraint. The rates are the same doubles (route_classes.hpp), so every task's times must be:
+// 60 transfers on routes drawn from twelve constraints of a few capacities (ties between classes
+// included, some constraints listed twice), started at staggered times so that flows go solo,
+// share, promote and leave in every order.
+TEST(RouteClasses, ARunOverTheClassesGivesEveryTaskTheTimesOfARunOverEveryConstraint) {
+  Platform p;
+  std::vector<ConstraintId> links;
+  constexpr std::array<double, 3> kCapacities{1e12, 2e12, 1e12};
+  for (int i = 0; i < 12; ++i) {
+    links.push_back(p.add_constraint(link_spec(fmt::format("l{}", i), kCapacities[i % 3])));
+  }
+  const auto gpu = p.add_unit({"gpu", 1});
+  // A fixed choice of routes: pairs and triples of links, a link listed twice, wide routes that
+  // make alike groups (l0..l3 only ever together).
+  const std::vector<std::vector<int>> shapes{{0, 1, 2, 3},  {0, 1, 2, 3, 4}, {4, 5},   {5, 5, 6},    {6, 7, 8},
+                                             {8, 9},        {9, 10, 11},     {10, 11}, {2, 3, 0, 1}, {7},
+                                             {11, 4, 6, 9}, {1, 0, 3, 2, 8}};
+  TaskGraph g;
+  std::vector<TaskId> ends;
+  for (int i = 0; i < 60; ++i) {
+    std::vector<ConstraintId> route;
+    for (const int l : shapes[(i * 7) % shapes.size()]) route.push_back(links[l]);
+    const auto delay =
+        g.add(fmt::format("d{}", i), "forward", ComputeTask{gpu, TimePs{(i * 37) % 500}, {}, Bytes{0}, "gemm"});
+    ends.push_back(g.add(fmt::format("x{}", i), "comm",
+                         TransferTask{std::move(route), Bytes{1000 + 113 * (i % 9)}, TimePs{i % 4}, {}, {}}, {delay}));
+  }
+  g.add("end", "end", BarrierTask{}, ends);
+  const RunResult every = execute(p, g, ExecOptions{.link_statistics = true});
+  const RunResult classes = execute(p, g, ExecOptions{.link_statistics = false});
+  ASSERT_EQ(every.tasks.size(), classes.tasks.size());
+  for (std::size_t i = 0; i < every.tasks.size(); ++i) {
+    EXPECT_EQ(every.tasks[i].start, classes.tasks[i].start) << i;
+    EXPECT_EQ(every.tasks[i].end, classes.tasks[i].end) << i;
+  }
+  EXPECT_EQ(every.events_processed, classes.events_processed);
+  EXPECT_EQ(every.makespan, classes.makespan);
+  // Some flows did share (the makespan is more than the longest one alone, 2017 B at 1e12 B/s).
+  EXPECT_GT(every.makespan.ps, 500 + 3 + 2017);
+}
+
+// A constraint on no route is not in the run's network, but its capacity is still checked.
+TEST(RouteClasses, AConstraintOnNoRouteIsStillCheckedWithoutStatistics) {
+  Platform p;
+  const auto link = p.add_constraint(link_spec("used", 1e12));
+  p.add_constraint(link_spec("broken", 0));
+  TaskGraph g;
+  g.add("x", "comm", TransferTask{{link}, Bytes{10}, TimePs{0}, {}, {}});
+  try {
+    (void)execute(p, g, ExecOptions{.link_statistics = false});
+    FAIL() << "expected an error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "constraint 'broken' needs a positive capacity, got 0 B/s");
+  }
 }
 
 }  // namespace

@@ -1,0 +1,171 @@
+#include "sim/exec/route_classes.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <type_traits>
+#include <variant>
+
+namespace offsim::sim {
+
+namespace {
+
+// FNV-1a (64-bit; the parameters are FNV's), fed one number at a time.
+class Fnv1a {
+ public:
+  void add(std::uint64_t v) {
+    h_ ^= v;
+    h_ *= kPrime;
+  }
+  [[nodiscard]] std::uint64_t value() const { return h_; }
+
+ private:
+  static constexpr std::uint64_t kPrime = 1099511628211ULL;
+  std::uint64_t h_ = 14695981039346656037ULL;  // the offset basis
+};
+
+// A route's hash: its length and its first and last few constraints. Routes that differ only in
+// between fall in one chain and are told apart by their bytes; hashing all of a 48-constraint
+// route cost more than every flow saved.
+std::uint64_t route_hash(std::span<const ConstraintId> route) {
+  constexpr std::size_t kEnds = 4;
+  Fnv1a h;
+  h.add(route.size());
+  const std::size_t ends = std::min(kEnds, route.size());
+  for (std::size_t i = 0; i < ends; ++i) h.add(route[i].index);
+  for (std::size_t i = route.size() - ends; i < route.size(); ++i) h.add(route[i].index);
+  return h.value();
+}
+
+// A constraint's signature's hash: every entry.
+std::uint64_t signature_hash_of(std::span<const std::uint32_t> signature) {
+  Fnv1a h;
+  for (const auto r : signature) h.add(r);
+  return h.value();
+}
+
+// Two routes of the same length hold the same constraints in the same order.
+bool same_constraints(std::span<const ConstraintId> a, std::span<const ConstraintId> b) {
+  static_assert(sizeof(ConstraintId) == sizeof(std::uint32_t) && std::is_trivially_copyable_v<ConstraintId>);
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size_bytes()) == 0;
+}
+
+}  // namespace
+
+RouteClasses::RouteClasses(const Platform& platform, const TaskGraph& graph) {
+  const auto& tasks = graph.tasks();
+  route_of_task_.assign(tasks.size(), kNone);
+  // Open hashing over the distinct routes: a power-of-two bucket array of chains.
+  std::vector<std::uint64_t> hashes;
+  std::vector<std::uint32_t> next_same_hash;
+  std::vector<std::uint32_t> buckets(64, kNone);
+  for (std::size_t i = 0; i < tasks.size(); ++i) {
+    const auto* x = std::get_if<TransferTask>(&tasks[i].body);
+    if (x == nullptr || x->route.empty()) continue;
+    route_of_task_[i] = intern(x->route, hashes, next_same_hash, buckets);
+  }
+  find_classes(platform);
+  rewrite_routes();
+}
+
+std::uint32_t RouteClasses::intern(std::span<const ConstraintId> route, std::vector<std::uint64_t>& hashes,
+                                   std::vector<std::uint32_t>& next_same_hash, std::vector<std::uint32_t>& buckets) {
+  const std::uint64_t h = route_hash(route);
+  const auto same = [&](std::uint32_t r) {
+    const std::span<const ConstraintId> known(routes_.data() + begin_[r], begin_[r + 1] - begin_[r]);
+    return hashes[r] == h && same_constraints(known, route);
+  };
+  std::uint32_t& head = buckets[h & (buckets.size() - 1)];
+  for (std::uint32_t r = head; r != kNone; r = next_same_hash[r]) {
+    if (same(r)) return r;
+  }
+  const auto id = static_cast<std::uint32_t>(hashes.size());
+  routes_.insert(routes_.end(), route.begin(), route.end());
+  begin_.push_back(static_cast<std::uint32_t>(routes_.size()));
+  hashes.push_back(h);
+  next_same_hash.push_back(head);
+  head = id;
+  if (hashes.size() > buckets.size()) {  // keep chains short: twice the buckets, rehashed
+    buckets.assign(buckets.size() * 2, kNone);
+    for (std::uint32_t r = 0; r < hashes.size(); ++r) {
+      std::uint32_t& b = buckets[hashes[r] & (buckets.size() - 1)];
+      next_same_hash[r] = b;
+      b = r;
+    }
+  }
+  return id;
+}
+
+void RouteClasses::find_classes(const Platform& platform) {
+  const std::size_t constraints = platform.constraints.size();
+  const auto routes = static_cast<std::uint32_t>(begin_.size() - 1);
+  // Each constraint's signature: the distinct routes that list it, once per listing, ascending
+  // (compressed rows, filled route by route). Equal signatures: alike constraints.
+  std::vector<std::uint32_t> row(constraints + 1, 0);
+  for (const auto c : routes_) ++row[c.index + 1];
+  std::partial_sum(row.begin(), row.end(), row.begin());
+  std::vector<std::uint32_t> listings(routes_.size());
+  std::vector<std::uint32_t> filled(row.begin(), row.end() - 1);
+  for (std::uint32_t r = 0; r < routes; ++r) {
+    for (std::uint32_t k = begin_[r]; k < begin_[r + 1]; ++k) listings[filled[routes_[k].index]++] = r;
+  }
+  const auto signature = [&](std::uint32_t c) {
+    return std::span<const std::uint32_t>(listings.data() + row[c], row[c + 1] - row[c]);
+  };
+  // Alike constraints next to each other (by their signature's hash, then the signature itself,
+  // compared only between equal hashes), each class in (capacity, index) order: its first is the
+  // member that stands for it.
+  std::vector<std::uint32_t> used;
+  std::vector<std::uint64_t> signature_hash(constraints, 0);
+  for (std::uint32_t c = 0; c < constraints; ++c) {
+    if (row[c + 1] == row[c]) continue;
+    used.push_back(c);
+    signature_hash[c] = signature_hash_of(signature(c));
+  }
+  const auto capacity = [&](std::uint32_t c) { return platform.constraints[c].capacity.bytes_per_s; };
+  std::sort(used.begin(), used.end(), [&](std::uint32_t a, std::uint32_t b) {
+    if (signature_hash[a] != signature_hash[b]) return signature_hash[a] < signature_hash[b];
+    const auto sa = signature(a), sb = signature(b);
+    if (!std::ranges::equal(sa, sb)) return std::ranges::lexicographical_compare(sa, sb);
+    return capacity(a) != capacity(b) ? capacity(a) < capacity(b) : a < b;
+  });
+  class_of_.assign(constraints, kNone);
+  for (std::size_t i = 0; i < used.size(); ++i) {
+    const bool first = i == 0 || !std::ranges::equal(signature(used[i - 1]), signature(used[i]));
+    if (first) representatives_.push_back(used[i]);
+    class_of_[used[i]] = first ? used[i] : class_of_[used[i - 1]];  // its representative, for now
+  }
+  // The classes take their representatives' places in the order of constraints.
+  std::sort(representatives_.begin(), representatives_.end());
+  std::vector<std::uint32_t> class_of_representative(constraints, kNone);
+  for (std::uint32_t k = 0; k < representatives_.size(); ++k) class_of_representative[representatives_[k]] = k;
+  for (const auto c : used) class_of_[c] = class_of_representative[class_of_[c]];
+  capacities_.reserve(representatives_.size());
+  for (const auto c : representatives_) capacities_.push_back(capacity(c));
+}
+
+void RouteClasses::rewrite_routes() {
+  // A route lists its class as many times as it lists the representative (as many as any member).
+  std::vector<ConstraintId> rewritten;
+  rewritten.reserve(routes_.size());
+  std::vector<std::uint32_t> begin{0};
+  begin.reserve(begin_.size());
+  for (std::size_t r = 0; r + 1 < begin_.size(); ++r) {
+    for (std::uint32_t k = begin_[r]; k < begin_[r + 1]; ++k) {
+      const std::uint32_t c = routes_[k].index;
+      const std::uint32_t cls = class_of_[c];
+      if (representatives_[cls] == c) rewritten.push_back(ConstraintId{cls});
+    }
+    begin.push_back(static_cast<std::uint32_t>(rewritten.size()));
+  }
+  routes_ = std::move(rewritten);
+  begin_ = std::move(begin);
+}
+
+std::span<const ConstraintId> RouteClasses::route_of(std::uint32_t task) const {
+  const std::uint32_t r = route_of_task_[task];
+  if (r == kNone) return {};
+  return {routes_.data() + begin_[r], begin_[r + 1] - begin_[r]};
+}
+
+}  // namespace offsim::sim
