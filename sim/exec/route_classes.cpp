@@ -97,6 +97,7 @@ std::uint32_t RouteClasses::intern(std::span<const ConstraintId> route, std::vec
 }
 
 void RouteClasses::find_classes(const Platform& platform) {
+  if (routes_.empty()) return;  // no routed transfer (a data-parallel sweep point's): no class
   const std::size_t constraints = platform.constraints.size();
   const auto routes = static_cast<std::uint32_t>(begin_.size() - 1);
   // Each constraint's signature: the distinct routes that list it, once per listing, ascending

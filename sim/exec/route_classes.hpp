@@ -48,7 +48,9 @@ class RouteClasses {
   /// Task `task`'s route over the classes (empty for a task without one).
   [[nodiscard]] std::span<const ConstraintId> route_of(std::uint32_t task) const;
   /// The class of platform constraint `c`, kNone when no route crosses it.
-  [[nodiscard]] std::uint32_t class_of(ConstraintId c) const { return class_of_[c.index]; }
+  [[nodiscard]] std::uint32_t class_of(ConstraintId c) const {
+    return c.index < class_of_.size() ? class_of_[c.index] : kNone;
+  }
 
  private:
   // Each distinct route once: the platform's constraints while classes are worked out, the
@@ -56,7 +58,7 @@ class RouteClasses {
   std::vector<ConstraintId> routes_;
   std::vector<std::uint32_t> begin_{0};
   std::vector<std::uint32_t> route_of_task_;  // distinct route index per task, kNone without one
-  std::vector<std::uint32_t> class_of_;       // per platform constraint
+  std::vector<std::uint32_t> class_of_;       // per platform constraint (empty: no route at all)
   std::vector<double> capacities_;
   std::vector<std::uint32_t> representatives_;
 
