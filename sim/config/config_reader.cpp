@@ -109,7 +109,8 @@ struct IncludeTarget {
   bool configuration = false;                 // configuration_file_name(target)
 };
 struct WorkerMemo {
-  std::unordered_map<std::string, YAML::Node> scalar_values;  // override value text -> parsed scalar
+  std::unordered_map<std::string, YAML::Node> values;  // override value text -> parsed (parse_override_value)
+  std::size_t collections = 0;                         // how many of them are mappings or lists
   std::unordered_map<std::string, std::vector<std::filesystem::path>> include_roots;  // root file -> roots
   std::unordered_map<std::string, std::optional<std::filesystem::path>> absolute;     // target -> normal absolute
   // Including file + '\n' + include text -> its target: a sweep's points include the same few
@@ -121,15 +122,22 @@ struct WorkerMemo {
 // harness, ends after the main thread's thread_locals).
 thread_local WorkerMemo* worker_memo = nullptr;
 
-// An override's value parsed as YAML; a scalar is parsed once per worker and handed out as a copy
-// (readers may not share a node). Throws YAML::Exception as YAML::Load does.
+// An override's value parsed as YAML, once per worker and text, handed out as a copy (readers may
+// not share a node). A copy has no marks (YAML::Clone drops them), which an override's value does
+// not use: errors inside it are located at the override (Context::resolve). Mappings and lists are
+// kept too, up to kMemoisedCollections of them: a search's strategy is the same text for each of
+// its micro-batch sizes, and parsing it was a fifth of reading a point; the bound keeps a sweep of
+// ever-different texts from growing the memo with its points. Throws YAML::Exception as
+// YAML::Load does.
 YAML::Node parse_override_value(const std::string& text) {
+  constexpr std::size_t kMemoisedCollections = 4096;
   if (worker_memo == nullptr) return YAML::Load(text);
-  if (auto it = worker_memo->scalar_values.find(text); it != worker_memo->scalar_values.end()) {
-    return YAML::Clone(it->second);
-  }
+  if (auto it = worker_memo->values.find(text); it != worker_memo->values.end()) return YAML::Clone(it->second);
   YAML::Node value = YAML::Load(text);
-  if (value.IsScalar()) worker_memo->scalar_values.emplace(text, YAML::Clone(value));
+  if (value.IsScalar() || worker_memo->collections < kMemoisedCollections) {
+    if (!value.IsScalar()) ++worker_memo->collections;
+    worker_memo->values.emplace(text, YAML::Clone(value));
+  }
   return value;
 }
 

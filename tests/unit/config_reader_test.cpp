@@ -176,6 +176,39 @@ TEST_F(ConfigReaderTest, OverridesReplaceValuesEvenInsideIncludes) {
   EXPECT_TRUE(seen);
 }
 
+TEST_F(ConfigReaderTest, AMappingOverrideReadAgainInAFileCacheGivesTheSameValuesAndErrors) {
+  // Inside a ScopedFileCache an override's value is parsed once per text and each read gets its
+  // own copy: the second read of the same mapping sees the same values, and an error inside one
+  // is located at the override both times (a copy has no marks; the override's are used).
+  const std::string main = write("main.yaml", "machine: !include node.yaml\n");
+  write("node.yaml", "layers: 3\nlink: \"36 GB/s\"\n");
+  const ScopedFileCache cache;
+  for (int read = 0; read < 2; ++read) {
+    Context ctx({"machine={layers: 4, link: \"2 GB/s\", kind: cpu}"});
+    const Node root = ctx.load_root(main);
+    MapReader r(root);
+    const Spec s = read_spec(*r.child("machine"));
+    ctx.finish();
+    EXPECT_EQ(s.layers, 4) << read;
+    EXPECT_DOUBLE_EQ(s.link.bytes_per_s, 2e9) << read;
+    EXPECT_EQ(s.kind, "cpu") << read;
+  }
+  for (int read = 0; read < 2; ++read) {
+    Context ctx({"machine={layers: many, link: \"2 GB/s\"}"});
+    const Node root = ctx.load_root(main);
+    MapReader r(root);
+    (void)read_spec(*r.child("machine"));
+    try {
+      ctx.finish();
+      FAIL() << read;
+    } catch (const ConfigError& e) {
+      ASSERT_EQ(e.diagnostics().size(), 1u) << read;
+      EXPECT_EQ(e.diagnostics()[0].loc.file, "--set machine={layers: many, link: \"2 GB/s\"}") << read;
+      EXPECT_EQ(e.diagnostics()[0].key_path, "machine.layers") << read;
+    }
+  }
+}
+
 TEST_F(ConfigReaderTest, ListItemsAreAddressedByNameOrEndpoints) {
   // links.b-a reaches the item `between: [a, b]` (either order), devices.gpu the item named gpu.
   const std::string f = write("m.yaml",
