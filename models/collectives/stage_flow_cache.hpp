@@ -26,10 +26,10 @@ namespace offsim::models {
 
 /// One flow of a collective stage: from a simulated rank to the one standing for the receiver.
 struct CollectiveFlow {
-  int from;  // simulated index
-  int to;    // simulated index standing for the receiver
-  std::vector<sim::ConstraintId> route;
-  int rank;  // the sending rank (the simulated one or, with classes, a member it stands for)
+  int from;          // simulated index
+  int to;            // simulated index standing for the receiver
+  sim::Route route;  // shared by every step's task on it (sim::Route)
+  int rank;          // the sending rank (the simulated one or, with classes, a member it stands for)
 };
 /// A stage's flows: per channel and direction (ring) or one list (all-to-all).
 using StageFlows = std::vector<std::vector<CollectiveFlow>>;

@@ -257,7 +257,8 @@ class PipelineRoutes {
   PipelineRoutes(const MachineResources& machine, const topo::Topology& topology,
                  const std::vector<std::size_t>& devices, int class_size)
       : machine_(machine), topology_(topology), devices_(devices), class_size_(class_size) {}
-  [[nodiscard]] const std::vector<sim::ConstraintId>& operator()(int from, int to) {
+  // One list per pair, which every transfer between them shares (sim::Route).
+  [[nodiscard]] const sim::Route& operator()(int from, int to) {
     auto [it, inserted] = routes_.try_emplace({from, to});
     if (inserted) it->second = p2p_route(machine_, topology_, devices_, class_size_, from, to);
     return it->second;
@@ -268,7 +269,7 @@ class PipelineRoutes {
   const topo::Topology& topology_;
   const std::vector<std::size_t>& devices_;
   int class_size_;
-  std::map<std::pair<int, int>, std::vector<sim::ConstraintId>> routes_;
+  std::map<std::pair<int, int>, sim::Route> routes_;
 };
 
 // The tied word embedding's gradient all-reduce (phases/tied_embedding.hpp: Megatron-LM's after the

@@ -1,6 +1,8 @@
 #include "sim/exec/route_classes.hpp"
 
 #include <algorithm>
+#include <array>
+#include <cstddef>
 #include <cstring>
 #include <numeric>
 #include <type_traits>
@@ -59,10 +61,17 @@ RouteClasses::RouteClasses(const Platform& platform, const TaskGraph& graph) {
   std::vector<std::uint64_t> hashes;
   std::vector<std::uint32_t> next_same_hash;
   std::vector<std::uint32_t> buckets(64, kNone);
+  // Tasks that share a route's list (sim::Route's copies) are known by its address first: a
+  // direct-mapped table of the last list seen in each slot, the content hashed only on a miss.
+  constexpr std::size_t kKnownLists = 256;
+  std::array<std::pair<const void*, std::uint32_t>, kKnownLists> known_lists{};
   for (std::size_t i = 0; i < tasks.size(); ++i) {
     const auto* x = std::get_if<TransferTask>(&tasks[i].body);
     if (x == nullptr || x->route.empty()) continue;
-    route_of_task_[i] = intern(x->route, hashes, next_same_hash, buckets);
+    const void* list = x->route.identity();
+    auto& known = known_lists[(reinterpret_cast<std::uintptr_t>(list) / alignof(std::max_align_t)) % kKnownLists];
+    if (known.first != list) known = {list, intern(x->route, hashes, next_same_hash, buckets)};
+    route_of_task_[i] = known.second;
   }
   find_classes(platform);
   rewrite_routes();

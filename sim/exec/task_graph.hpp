@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -64,8 +65,38 @@ struct ComputeTask {
   Bytes bytes{0};      // memory traffic, for reports only
   std::string kernel;  // cost-model kernel class, e.g. "gemm", "adam"
 };
+/// A transfer's route: the constraints it crosses, in order; immutable once made. Copies share one
+/// list: a builder that sends every micro-batch between the same two stages makes the route once
+/// and each task holds a reference (a vector per task was an allocation and a copy of the route's
+/// constraints for every pipeline transfer, 48 of them in a TP group of 8; issue 35).
+class Route {
+ public:
+  Route() = default;
+  Route(std::vector<ConstraintId> constraints)  // NOLINT(google-explicit-constructor): a list is a route
+      : list_(constraints.empty() ? nullptr
+                                  : std::make_shared<const std::vector<ConstraintId>>(std::move(constraints))) {}
+  Route(std::initializer_list<ConstraintId> constraints) : Route(std::vector<ConstraintId>(constraints)) {}
+
+  [[nodiscard]] std::span<const ConstraintId> view() const {
+    return list_ ? std::span<const ConstraintId>(*list_) : std::span<const ConstraintId>();
+  }
+  operator std::span<const ConstraintId>() const { return view(); }  // NOLINT(google-explicit-constructor)
+  [[nodiscard]] auto begin() const { return view().begin(); }
+  [[nodiscard]] auto end() const { return view().end(); }
+  [[nodiscard]] std::size_t size() const { return list_ ? list_->size() : 0; }
+  [[nodiscard]] bool empty() const { return size() == 0; }
+  [[nodiscard]] ConstraintId operator[](std::size_t i) const { return (*list_)[i]; }
+  [[nodiscard]] ConstraintId front() const { return list_->front(); }
+  /// The shared list's address: the same for every copy (RouteClasses knows a route met again by
+  /// it); null when empty.
+  [[nodiscard]] const void* identity() const { return list_.get(); }
+
+ private:
+  std::shared_ptr<const std::vector<ConstraintId>> list_;
+};
+
 struct TransferTask {
-  std::vector<ConstraintId> route;
+  Route route;
   Bytes bytes{0};
   TimePs latency{0};
   std::optional<Bandwidth> rate_bound;

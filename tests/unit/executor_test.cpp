@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <stdexcept>
 #include <string>
@@ -196,6 +197,24 @@ TEST(Executor, AnalyticTransfersEndAsTheTrackedFlowsEndedThemWithoutStatistics) 
   EXPECT_EQ(untracked.pools.size(), tracked.pools.size());
 }
 
+// A route's copies share its list; a list given as a vector or braces is the route, in order.
+TEST(Route, CopiesShareOneListInOrder) {
+  const Route none;
+  EXPECT_TRUE(none.empty());
+  EXPECT_EQ(none.identity(), nullptr);
+  EXPECT_TRUE(Route(std::vector<ConstraintId>{}).empty());
+  const Route listed{ConstraintId{3}, ConstraintId{1}, ConstraintId{3}};
+  const Route copy = listed;  // NOLINT(performance-unnecessary-copy-initialization): the copy is the point
+  EXPECT_EQ(copy.identity(), listed.identity());
+  ASSERT_EQ(copy.size(), 3u);
+  EXPECT_EQ(copy[0].index, 3u);
+  EXPECT_EQ(copy[1].index, 1u);
+  EXPECT_EQ(copy.front().index, 3u);
+  const Route made(std::vector<ConstraintId>{ConstraintId{3}, ConstraintId{1}, ConstraintId{3}});
+  EXPECT_NE(made.identity(), listed.identity());
+  EXPECT_TRUE(std::ranges::equal(made.view(), listed.view()));
+}
+
 // RouteClasses (route_classes.hpp) on six constraints and three routes, the equations first:
 //   r1 = [A, B, D], r2 = [C, C, D], r3 = [E]; F is on no route.
 //   Signatures (the routes listing each, once per listing): A [r1], B [r1], C [r2, r2],
@@ -203,7 +222,8 @@ TEST(Executor, AnalyticTransfersEndAsTheTrackedFlowsEndedThemWithoutStatistics) 
 //   Representative of {A, B}: the least capacity, A (10 < 20). Classes in their representatives'
 //   order: A (0), C (2), D (3), E (4) -> classes 0, 1, 2, 3 with capacities 10, 5, 7, 9.
 //   r1 over the classes: A's place only (B is not the representative) and D's: [0, 2];
-//   r2: C twice, D once: [1, 1, 2]; r3: [3]. Two tasks on r1 share its one copy.
+//   r2: C twice, D once: [1, 1, 2]; r3: [3]. Three tasks on r1 (two sharing one list, one with a
+//   list of its own) share its one copy.
 // A link of the tests below: a name and a capacity.
 ConstraintSpec link_spec(std::string name, double capacity) {
   return {std::move(name), Bandwidth{capacity}, "gpu-gpu", "", "", ""};
@@ -214,7 +234,9 @@ TEST(RouteClasses, AlikeConstraintsAreOneClassOfTheLeastCapacityInTheRepresentat
   const auto c = [&p](const char* name, double capacity) { return p.add_constraint(link_spec(name, capacity)); };
   const auto a = c("A", 10), b = c("B", 20), cc = c("C", 5), d = c("D", 7), e = c("E", 9), unused = c("F", 1);
   TaskGraph g;
-  const auto t1 = g.add("t1", "comm", TransferTask{{a, b, d}, Bytes{1}, TimePs{0}, {}, {}});
+  const Route r1{a, b, d};
+  const auto t1 = g.add("t1", "comm", TransferTask{r1, Bytes{1}, TimePs{0}, {}, {}});
+  const auto shared = g.add("shared", "comm", TransferTask{r1, Bytes{1}, TimePs{0}, {}, {}});
   const auto t2 = g.add("t2", "comm", TransferTask{{cc, cc, d}, Bytes{1}, TimePs{0}, {}, {}});
   const auto t3 = g.add("t3", "comm", TransferTask{{e}, Bytes{1}, TimePs{0}, {}, {}});
   const auto again = g.add("again", "comm", TransferTask{{a, b, d}, Bytes{1}, TimePs{0}, {}, {}});
@@ -230,7 +252,8 @@ TEST(RouteClasses, AlikeConstraintsAreOneClassOfTheLeastCapacityInTheRepresentat
   EXPECT_EQ(route(t1), (std::vector<std::uint32_t>{0, 2}));
   EXPECT_EQ(route(t2), (std::vector<std::uint32_t>{1, 1, 2}));
   EXPECT_EQ(route(t3), (std::vector<std::uint32_t>{3}));
-  EXPECT_EQ(classes.route_of(again.index).data(), classes.route_of(t1.index).data());
+  EXPECT_EQ(classes.route_of(again.index).data(), classes.route_of(t1.index).data());   // the same content
+  EXPECT_EQ(classes.route_of(shared.index).data(), classes.route_of(t1.index).data());  // the same list
   EXPECT_TRUE(classes.route_of(none.index).empty());
   EXPECT_EQ(classes.class_of(b), 0U);
   EXPECT_EQ(classes.class_of(unused), RouteClasses::kNone);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <span>
 #include <variant>
 
 #include "models/transformer/phases.hpp"
@@ -80,7 +81,7 @@ bool replay_links_exclusive(const ReplayedCollectives& replayed, const sim::Task
       held[c] = group.owner + 1;
     }
   }
-  const auto touches = [&](const std::vector<sim::ConstraintId>& list) {
+  const auto touches = [&](std::span<const sim::ConstraintId> list) {
     return std::any_of(list.begin(), list.end(),
                        [&](sim::ConstraintId c) { return c.index < held.size() && held[c.index] != 0; });
   };
