@@ -28,9 +28,18 @@ Communicator::AnalyticStage Communicator::analytic_bodies(const CollectiveFit& f
   // Counts and rates in flat arrays indexed by constraint and by rank (the members of this stage
   // only are touched, and reset after): the same sums and minimums as maps keyed on them, without a
   // tree node per constraint and subgroup.
+  // The arrays are the thread's, kept from call to call and communicator to communicator (all
+  // zero, all NaN between calls): zero-filling them for each communicator, a few thousand
+  // constraints and ranks each, was as much as their use in a search (issue 35).
+  thread_local std::vector<int> crossing;                             // by constraint
+  thread_local std::vector<double> subgroup_rate;                     // by the subgroup's first rank
+  constexpr double kNone = std::numeric_limits<double>::quiet_NaN();  // no flow of the subgroup yet
   const auto& constraints = machine_.platform.constraints;
-  std::vector<int>& crossing = crossing_scratch_;
+  const int sims = layout_.simulated_ranks();
+  // Everything allocated before the arrays are written: nothing throws until they are clean again.
+  std::vector<double> rate_of(sims, std::numeric_limits<double>::infinity());
   if (crossing.size() < constraints.size()) crossing.resize(constraints.size(), 0);
+  if (subgroup_rate.size() < static_cast<std::size_t>(layout_.ranks())) subgroup_rate.resize(layout_.ranks(), kNone);
   for (const auto& direction : flows) {
     for (const Flow& fl : direction) {
       for (const auto c : fl.route) ++crossing[c.index];
@@ -38,10 +47,6 @@ Communicator::AnalyticStage Communicator::analytic_bodies(const CollectiveFit& f
   }
   // With rank classes, a simulated rank's flows are those of every member it stands for, and it
   // moves at the pace of the slowest of their subgroups (exact when the members are symmetric).
-  const int sims = layout_.simulated_ranks();
-  constexpr double kNone = std::numeric_limits<double>::quiet_NaN();  // no flow of the subgroup yet
-  std::vector<double>& subgroup_rate = subgroup_scratch_;             // by the subgroup's first rank
-  if (subgroup_rate.size() < static_cast<std::size_t>(layout_.ranks())) subgroup_rate.resize(layout_.ranks(), kNone);
   const auto subgroup = [&](int r) { return static_cast<std::size_t>(r - r % band.hi + r % band.lo); };
   for (const auto& direction : flows) {
     for (const Flow& fl : direction) {
@@ -53,7 +58,6 @@ Communicator::AnalyticStage Communicator::analytic_bodies(const CollectiveFit& f
       held = std::isnan(held) ? rate : std::min(held, rate);
     }
   }
-  std::vector<double> rate_of(sims, std::numeric_limits<double>::infinity());
   for (const auto& direction : flows) {
     for (const Flow& fl : direction) rate_of[fl.from] = std::min(rate_of[fl.from], subgroup_rate[subgroup(fl.rank)]);
   }

@@ -156,10 +156,6 @@ class Communicator {
   using AnalyticStage = std::vector<std::optional<sim::TransferTask>>;
   AnalyticStage analytic_bodies(const CollectiveFit& fit, const Band& band, bool ring, std::int64_t bytes_per_flow,
                                 int steps, const std::vector<std::vector<Flow>>& flows);
-  // analytic_bodies' counts per constraint and rates per subgroup (by its first rank), all zero
-  // (NaN) between calls.
-  std::vector<int> crossing_scratch_;
-  std::vector<double> subgroup_scratch_;
   std::vector<sim::TaskId> emit_analytic(const std::string& name, const AnalyticStage& stage, RankDeps first);
   // What one stage moves: its fit (per-step latency and bandwidth cap), its flows (built once per
   // band and participants, stage_flows_), the bytes each flow moves per step and the steps (ring:
