@@ -704,8 +704,10 @@ class MegatronBuilder {
   [[nodiscard]] std::int64_t optimizer_share(std::int64_t n) const { return policy.updated_parameters(n, n, dp); }
   [[nodiscard]] StatePlacement states_of(int s) const { return rank_model_states(rank_state[s].params, policy, dp); }
 
-  // Each simulated rank's place, parameters and kernel times.
+  // Each simulated rank's place, parameters and kernel times. The times depend on the rank only
+  // through the parameters it updates: worked out once per count (the middle stages share one).
   void place_ranks() {
+    std::map<std::int64_t, KernelTimes> times_by_updated;
     for (int s = 0; s < sims; ++s) {
       RankState& rs = rank_state[s];
       rs.rank = layout.simulated[s];
@@ -716,7 +718,10 @@ class MegatronBuilder {
       (void)timeline.add_rank(rs.rank, *out.machine->unit_of_device[rs.device],
                               *out.machine->pool_of_device[rs.device]);
       rs.params = stage_parameters(params, split, m, rs.stage, tp, last_virtual % pp);
-      rs.k = kernel_times(local_in, optimizer_share(rs.params), tp, spec.sequence_parallel);
+      const std::int64_t updated = optimizer_share(rs.params);
+      auto [known, added] = times_by_updated.try_emplace(updated);
+      if (added) known->second = kernel_times(local_in, updated, tp, spec.sequence_parallel);
+      rs.k = known->second;
       sim_of_rank[rs.rank] = s;
     }
   }
