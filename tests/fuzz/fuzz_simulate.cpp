@@ -13,6 +13,10 @@
 //   - every task ran once: ready <= start <= end <= makespan for every task, and the compute units
 //     ran as many tasks as the graph has compute tasks;
 //   - time is monotone along the graph: a task becomes ready no earlier than each dependency ends;
+//   - the run a sweep or search point makes, without link statistics (its flows share bandwidth
+//     over classes of alike constraints, sim/exec/route_classes.hpp, and its analytic transfers run
+//     outside the flow network), gives every task the times of the run with them, and as many
+//     events;
 //   - memory returns to its start: every tenant the iteration frees (activations, gathered
 //     parameters, buffers) is freed of all it took, so a pool ends holding its states (the tenants
 //     never freed) only; every pool's timeline goes forward in time and never below zero;
@@ -115,6 +119,22 @@ void check_run(const TaskGraph& graph, const offsim::sim::Platform& platform, co
   }
 }
 
+// The graph run again as a sweep's point runs it, without link statistics: the same times.
+void check_lean_run(const TaskGraph& graph, const offsim::sim::Platform& platform,
+                    const offsim::sim::RunResult& run) {
+  const offsim::sim::RunResult lean =
+      offsim::sim::execute(platform, graph, offsim::sim::ExecOptions{.link_statistics = false});
+  if (lean.makespan != run.makespan) broken("without link statistics the run ends at another time");
+  if (lean.events_processed != run.events_processed) broken("without link statistics the run has other events");
+  for (const auto& t : graph.tasks()) {
+    const auto& a = run.tasks[t.id.index];
+    const auto& b = lean.tasks[t.id.index];
+    if (a.ready != b.ready || a.start != b.start || a.end != b.end) {
+      broken("without link statistics task '" + std::string(graph.name(t)) + "' runs at other times");
+    }
+  }
+}
+
 void simulate(const std::filesystem::path& file, offsim::models::ReadCache& reads) {
   using namespace offsim::models;
   const ExperimentSpec spec = load_experiment(file, {}, &reads);
@@ -129,6 +149,7 @@ void simulate(const std::filesystem::path& file, offsim::models::ReadCache& read
   const auto check = [&](const offsim::sim::Platform& platform, const TaskGraph& graph,
                          const offsim::sim::RunResult& run) {
     check_run(graph, platform, run);
+    check_lean_run(graph, platform, run);
     ++simulated;
     if (g_verbose) std::fprintf(stderr, "simulated: %zu tasks, invariants hold\n", graph.size());
   };
