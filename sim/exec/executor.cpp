@@ -123,11 +123,11 @@ class Run {
             classes ? run.accounted_over_classes(x) : std::span<const ConstraintId>(x.accounted));
       }
       void operator()(const AllocTask& a) const {
-        run.pools_[a.pool].reserve(run.sim_.now(), a.tenant.str(), a.bytes);
+        run.pools_[a.pool].reserve(run.sim_.now(), a.tenant, a.bytes);
         run.mark_done(id);
       }
       void operator()(const FreeTask& f) const {
-        run.pools_[f.pool].release(run.sim_.now(), f.tenant.str(), f.bytes);
+        run.pools_[f.pool].release(run.sim_.now(), f.tenant, f.bytes);
         run.mark_done(id);
       }
       void operator()(const BarrierTask&) const { run.mark_done(id); }

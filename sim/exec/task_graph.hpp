@@ -18,6 +18,7 @@
 #include <variant>
 #include <vector>
 
+#include "sim/core/tenant.hpp"
 #include "sim/core/units.hpp"
 #include "sim/resources/flow_network.hpp"
 
@@ -101,25 +102,6 @@ struct TransferTask {
   TimePs latency{0};
   std::optional<Bandwidth> rate_bound;
   std::vector<ConstraintId> accounted;  // statistics only (FlowSpec::accounted)
-};
-/// A memory task's tenant (what holds the bytes: "activations", "gathered parameters (bf16)"): its
-/// name interned, one copy per distinct name for the whole process, so that a task holds a
-/// pointer. Held as a string, most tenants' names were longer than its inline room, and every
-/// alloc and free task of a sweep point allocated and freed its copy (issue 35). Names are the
-/// builders' constants, a handful; the copies live until the process ends.
-class Tenant {
- public:
-  Tenant() : name_(intern({})) {}
-  Tenant(std::string_view name) : name_(intern(name)) {}    // NOLINT(google-explicit-constructor)
-  Tenant(const char* name) : name_(intern(name)) {}         // NOLINT(google-explicit-constructor)
-  Tenant(const std::string& name) : name_(intern(name)) {}  // NOLINT(google-explicit-constructor)
-  [[nodiscard]] const std::string& str() const { return *name_; }
-  friend bool operator==(const Tenant& a, std::string_view b) { return *a.name_ == b; }
-
- private:
-  // The one copy of `name` (thread-safe; a thread finds the names it used before without a lock).
-  static const std::string* intern(std::string_view name);
-  const std::string* name_;
 };
 
 struct AllocTask {

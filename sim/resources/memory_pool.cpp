@@ -16,9 +16,22 @@ MemoryPool::MemoryPool(std::string name, std::string kind, Bytes capacity)
   timeline_.push_back(MemorySample{TimePs{0}, Bytes{0}});
 }
 
-void MemoryPool::reserve(TimePs now, const std::string& tenant, Bytes bytes) {
-  if (bytes.count < 0) throw SimulationError(fmt::format("pool {}: negative reservation by '{}'", name_, tenant));
-  tenants_[tenant] += bytes;
+MemoryPool::Held* MemoryPool::find(Tenant tenant) {
+  for (auto& held : tenants_) {
+    if (&held.tenant.str() == &tenant.str()) return &held;
+  }
+  return nullptr;
+}
+
+void MemoryPool::reserve(TimePs now, Tenant tenant, Bytes bytes) {
+  if (bytes.count < 0) {
+    throw SimulationError(fmt::format("pool {}: negative reservation by '{}'", name_, tenant.str()));
+  }
+  if (Held* held = find(tenant)) {
+    held->bytes += bytes;
+  } else {
+    tenants_.push_back(Held{tenant, bytes});
+  }
   used_ += bytes;
   if (used_ > peak_) {
     peak_ = used_;
@@ -30,28 +43,32 @@ void MemoryPool::reserve(TimePs now, const std::string& tenant, Bytes bytes) {
   record(now);
 }
 
-void MemoryPool::release(TimePs now, const std::string& tenant, Bytes bytes) {
-  auto it = tenants_.find(tenant);
-  if (it == tenants_.end() || it->second < bytes) {
-    throw SimulationError(fmt::format("pool {}: '{}' releases {} B but holds {} B", name_, tenant, bytes.count,
-                                      it == tenants_.end() ? 0 : it->second.count));
+void MemoryPool::release(TimePs now, Tenant tenant, Bytes bytes) {
+  Held* held = find(tenant);
+  if (held == nullptr || held->bytes < bytes) {
+    throw SimulationError(fmt::format("pool {}: '{}' releases {} B but holds {} B", name_, tenant.str(), bytes.count,
+                                      held == nullptr ? 0 : held->bytes.count));
   }
-  it->second -= bytes;
+  held->bytes -= bytes;
   used_ -= bytes;
   record(now);
 }
 
-Bytes MemoryPool::held_by(const std::string& tenant) const {
-  auto it = tenants_.find(tenant);
-  return it == tenants_.end() ? Bytes{0} : it->second;
+Bytes MemoryPool::held_by(Tenant tenant) const {
+  for (const auto& held : tenants_) {
+    if (&held.tenant.str() == &tenant.str()) return held.bytes;
+  }
+  return Bytes{0};
 }
 
 std::vector<TenantBytes> MemoryPool::top_tenants(std::size_t n) const {
   std::vector<TenantBytes> all;
-  for (const auto& [tenant, bytes] : tenants_) {
-    if (bytes.count > 0) all.push_back({tenant, bytes});
+  for (const auto& held : tenants_) {
+    if (held.bytes.count > 0) all.push_back({held.tenant.str(), held.bytes});
   }
-  std::stable_sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.bytes > b.bytes; });
+  // Largest first, ties by name.
+  std::sort(all.begin(), all.end(),
+            [](const auto& a, const auto& b) { return a.bytes != b.bytes ? a.bytes > b.bytes : a.tenant < b.tenant; });
   if (all.size() > n) all.resize(n);
   return all;
 }

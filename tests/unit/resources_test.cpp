@@ -75,6 +75,24 @@ TEST(MemoryPool, OverflowIsAResultWithTheTopTenants) {
   EXPECT_EQ(o.top_tenants[2].tenant, "buckets");
 }
 
+TEST(MemoryPool, ATenantIsItsNameHoweverGivenAndTiesAreListedByName) {
+  // Tenants are interned names (sim::Tenant): the same text from two strings is one tenant. An
+  // overflow lists the largest holders first and equal ones by name: 50 + 30 + 30 = 110 > 100.
+  MemoryPool pool("gcd0.hbm", "hbm", Bytes{100});
+  const std::string built = std::string("param") + "eters";
+  pool.reserve(TimePs{0}, built, Bytes{50});
+  pool.reserve(TimePs{1}, "zeta", Bytes{30});
+  pool.reserve(TimePs{2}, "alpha", Bytes{30});
+  pool.release(TimePs{3}, "parameters", Bytes{10});
+  EXPECT_EQ(pool.held_by(std::string("parameters")).count, 40);
+  ASSERT_TRUE(pool.overflow().has_value());
+  const auto& top = pool.overflow()->top_tenants;
+  ASSERT_EQ(top.size(), 3u);
+  EXPECT_EQ(top[0].tenant, "parameters");
+  EXPECT_EQ(top[1].tenant, "alpha");
+  EXPECT_EQ(top[2].tenant, "zeta");
+}
+
 TEST(MemoryPool, ReleasingMoreThanHeldIsASimulationError) {
   MemoryPool pool("dram", "dram", Bytes{100});
   pool.reserve(TimePs{0}, "a", Bytes{10});
