@@ -120,8 +120,7 @@ void check_run(const TaskGraph& graph, const offsim::sim::Platform& platform, co
 }
 
 // The graph run again as a sweep's point runs it, without link statistics: the same times.
-void check_lean_run(const TaskGraph& graph, const offsim::sim::Platform& platform,
-                    const offsim::sim::RunResult& run) {
+void check_lean_run(const TaskGraph& graph, const offsim::sim::Platform& platform, const offsim::sim::RunResult& run) {
   const offsim::sim::RunResult lean =
       offsim::sim::execute(platform, graph, offsim::sim::ExecOptions{.link_statistics = false});
   if (lean.makespan != run.makespan) broken("without link statistics the run ends at another time");
