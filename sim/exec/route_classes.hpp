@@ -22,8 +22,9 @@
 // 48 constraints, that no other route crosses: one class. Starting, claiming, checking and ending
 // each such flow walked all 48 (about a fifth of a Megatron search's instructions).
 //
-// Routes are matched by content: a graph's transfers repeat a few routes many times (a pipeline
-// transfer of every micro-batch between the same two stages), each task holding its own copy.
+// A graph's transfers repeat a few routes many times (a pipeline transfer of every micro-batch
+// between the same two stages): routes are matched by their list's address (a sim::Route's copies
+// share one list), and else by content.
 #include <cstdint>
 #include <limits>
 #include <span>
