@@ -122,34 +122,51 @@ void RouteClasses::find_classes(const Platform& platform) {
   const auto signature = [&](std::uint32_t c) {
     return std::span<const std::uint32_t>(listings.data() + row[c], row[c + 1] - row[c]);
   };
-  // Alike constraints next to each other (by their signature's hash, then the signature itself,
-  // compared only between equal hashes), each class in (capacity, index) order: its first is the
-  // member that stands for it.
-  std::vector<std::uint32_t> used;
-  std::vector<std::uint64_t> signature_hash(constraints, 0);
+  // The classes, met in the order of constraints: each constraint joins the class of its
+  // signature (found by the signature's hash in an open-addressed table, the signature itself
+  // compared with the class's first member's), and a class's representative is its member of
+  // least capacity, the first met among equals (the lowest-numbered). Sorting the constraints by
+  // signature instead was most of this function's cost in a search.
+  const auto capacity = [&](std::uint32_t c) { return platform.constraints[c].capacity.bytes_per_s; };
+  std::vector<std::uint32_t> first_member;  // per class met
+  std::vector<std::uint32_t> member_class(constraints, kNone);
+  std::size_t slots = 64;
+  while (slots < 2 * routes_.size()) slots *= 2;  // more slots than constraints on routes, twice over
+  std::vector<std::pair<std::uint64_t, std::uint32_t>> table(slots, {0, kNone});  // (hash, class)
   for (std::uint32_t c = 0; c < constraints; ++c) {
     if (row[c + 1] == row[c]) continue;
-    used.push_back(c);
-    signature_hash[c] = signature_hash_of(signature(c));
-  }
-  const auto capacity = [&](std::uint32_t c) { return platform.constraints[c].capacity.bytes_per_s; };
-  std::sort(used.begin(), used.end(), [&](std::uint32_t a, std::uint32_t b) {
-    if (signature_hash[a] != signature_hash[b]) return signature_hash[a] < signature_hash[b];
-    const auto sa = signature(a), sb = signature(b);
-    if (!std::ranges::equal(sa, sb)) return std::ranges::lexicographical_compare(sa, sb);
-    return capacity(a) != capacity(b) ? capacity(a) < capacity(b) : a < b;
-  });
-  class_of_.assign(constraints, kNone);
-  for (std::size_t i = 0; i < used.size(); ++i) {
-    const bool first = i == 0 || !std::ranges::equal(signature(used[i - 1]), signature(used[i]));
-    if (first) representatives_.push_back(used[i]);
-    class_of_[used[i]] = first ? used[i] : class_of_[used[i - 1]];  // its representative, for now
+    const auto mine = signature(c);
+    const std::uint64_t h = signature_hash_of(mine);
+    std::size_t at = h & (slots - 1);
+    while (table[at].second != kNone &&
+           (table[at].first != h || !std::ranges::equal(signature(first_member[table[at].second]), mine))) {
+      at = (at + 1) & (slots - 1);
+    }
+    if (table[at].second == kNone) {
+      table[at] = {h, static_cast<std::uint32_t>(first_member.size())};
+      first_member.push_back(c);
+      representatives_.push_back(c);
+    } else if (capacity(c) < capacity(representatives_[table[at].second])) {
+      representatives_[table[at].second] = c;
+    }
+    member_class[c] = table[at].second;
   }
   // The classes take their representatives' places in the order of constraints.
-  std::sort(representatives_.begin(), representatives_.end());
-  std::vector<std::uint32_t> class_of_representative(constraints, kNone);
-  for (std::uint32_t k = 0; k < representatives_.size(); ++k) class_of_representative[representatives_[k]] = k;
-  for (const auto c : used) class_of_[c] = class_of_representative[class_of_[c]];
+  std::vector<std::uint32_t> order(representatives_.size());
+  std::iota(order.begin(), order.end(), 0U);
+  std::sort(order.begin(), order.end(),
+            [&](std::uint32_t a, std::uint32_t b) { return representatives_[a] < representatives_[b]; });
+  std::vector<std::uint32_t> place(order.size());
+  std::vector<std::uint32_t> sorted(order.size());
+  for (std::uint32_t k = 0; k < order.size(); ++k) {
+    place[order[k]] = k;
+    sorted[k] = representatives_[order[k]];
+  }
+  representatives_ = std::move(sorted);
+  class_of_.assign(constraints, kNone);
+  for (std::uint32_t c = 0; c < constraints; ++c) {
+    if (member_class[c] != kNone) class_of_[c] = place[member_class[c]];
+  }
   capacities_.reserve(representatives_.size());
   for (const auto c : representatives_) capacities_.push_back(capacity(c));
 }
