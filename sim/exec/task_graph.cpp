@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 #include <algorithm>
+#include <bit>
+#include <cstring>
 #include <iterator>
 #include <limits>
 #include <stdexcept>
@@ -70,18 +72,57 @@ TaskId TaskGraph::add(std::string_view name, std::string_view phase, TaskBody bo
   return id;
 }
 
+namespace {
+
+// Whether two texts are equal, for the short ones phases are: up to 16 bytes by two overlapping
+// loads from each (no call; memcmp's was most of a phase lookup), longer ones by memcmp.
+bool same_text(std::string_view a, std::string_view b) {
+  const std::size_t n = a.size();
+  if (n != b.size()) return false;
+  const auto load = [](const char* p, auto word) {
+    std::memcpy(&word, p, sizeof(word));
+    return word;
+  };
+  if (n >= sizeof(std::uint64_t) && n <= 2 * sizeof(std::uint64_t)) {
+    const std::size_t last = n - sizeof(std::uint64_t);
+    return load(a.data(), std::uint64_t{}) == load(b.data(), std::uint64_t{}) &&
+           load(a.data() + last, std::uint64_t{}) == load(b.data() + last, std::uint64_t{});
+  }
+  if (n >= sizeof(std::uint32_t) && n < sizeof(std::uint64_t)) {
+    const std::size_t last = n - sizeof(std::uint32_t);
+    return load(a.data(), std::uint32_t{}) == load(b.data(), std::uint32_t{}) &&
+           load(a.data() + last, std::uint32_t{}) == load(b.data() + last, std::uint32_t{});
+  }
+  return n == 0 || std::memcmp(a.data(), b.data(), n) == 0;
+}
+
+}  // namespace
+
 std::uint16_t TaskGraph::phase_index(std::string_view phase) {
-  // Phases are few (forward, backward, communication, ...) and runs of tasks share one: the last
-  // one used is the likely match, then the last one added.
-  if (last_phase_index_ < phases_.size() && phases_[last_phase_index_] == phase) return last_phase_index_;
-  auto phase_at = std::find(phases_.rbegin(), phases_.rend(), phase);
+  // Phases are few (forward, backward, communication, ...) and builders name them with constants:
+  // the phase last given from the same address is the likely match (its text is still compared:
+  // the address may be a buffer's), then the last one used, then a search from the last added.
+  // (Fibonacci hashing of the address: string constants lie a few bytes apart.)
+  constexpr std::uint64_t kGoldenRatio = 0x9E3779B97F4A7C15ULL;
+  constexpr int kHintBits = std::countr_zero(kPhaseHints);
+  const std::uint64_t address = reinterpret_cast<std::uintptr_t>(phase.data());
+  PhaseHint& hint = phase_hints_[(address * kGoldenRatio) >> (64 - kHintBits)];
+  if (hint.data == phase.data() && hint.index < phases_.size() && same_text(phases_[hint.index], phase)) {
+    return last_phase_index_ = hint.index;
+  }
+  hint.data = phase.data();
+  if (last_phase_index_ < phases_.size() && same_text(phases_[last_phase_index_], phase)) {
+    return hint.index = last_phase_index_;
+  }
+  auto phase_at =
+      std::find_if(phases_.rbegin(), phases_.rend(), [phase](const std::string& p) { return same_text(p, phase); });
   if (phase_at == phases_.rend()) {
     if (phases_.size() > std::numeric_limits<std::uint16_t>::max()) throw std::length_error("too many task phases");
     phases_.emplace_back(phase);
     phase_at = phases_.rbegin();
   }
   last_phase_index_ = static_cast<std::uint16_t>(phases_.rend() - phase_at - 1);
-  return last_phase_index_;
+  return hint.index = last_phase_index_;
 }
 
 void TaskGraph::reserve(std::size_t tasks) {

@@ -6,6 +6,7 @@
 // as text or Graphviz DOT, compared in golden tests, and run by the executor, which knows nothing
 // of what the tasks mean.
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
@@ -245,6 +246,14 @@ class TaskGraph {
   std::size_t task_limit_;
   bool keeps_names_ = true;
   std::uint16_t last_phase_index_ = 0;  // the phase of the last add (phase_index)
+  // Where each phase's text was last given from (builders pass constants: phase::kForward...),
+  // by that address: phase_index compares the text with one phase instead of searching them.
+  struct PhaseHint {
+    const char* data = nullptr;
+    std::uint16_t index = 0;
+  };
+  static constexpr std::size_t kPhaseHints = 64;
+  std::array<PhaseHint, kPhaseHints> phase_hints_{};
 
   // The index of `phase` in phases_, which it joins when new.
   std::uint16_t phase_index(std::string_view phase);

@@ -104,6 +104,32 @@ TEST(Executor, InvalidReferencesAreReportedBeforeRunning) {
   }
 }
 
+// A task's phase is its text, however it is given: from the same buffer holding other texts in
+// turn (the same address), and texts of every length the lookup compares differently (3, 5, 8,
+// 13 and 19 bytes), two of them differing only inside.
+TEST(TaskGraph, APhaseIsItsTextWhateverAddressItComesFrom) {
+  TaskGraph g;
+  std::string buffer = "forward";
+  const auto a = g.add("a", buffer, BarrierTask{});
+  buffer = "backward";  // the same inline storage: the same address, another text
+  const auto b = g.add("b", buffer, BarrierTask{});
+  buffer = "forward";
+  const auto c = g.add("c", buffer, BarrierTask{});
+  EXPECT_EQ(g.phase(g.task(a)), "forward");
+  EXPECT_EQ(g.phase(g.task(b)), "backward");
+  EXPECT_EQ(g.phase(g.task(c)), "forward");
+  EXPECT_EQ(g.task(a).phase, g.task(c).phase);
+  const std::vector<std::string> texts{
+      "end",  "setup", "pipeline", "communication", "communicatiXn", "nvme_gradient_flush", "nvme_gradient_flusX",
+      "setup"};
+  std::vector<TaskId> ids;
+  for (const auto& t : texts) ids.push_back(g.add("t", t, BarrierTask{}));
+  for (std::size_t i = 0; i < texts.size(); ++i) EXPECT_EQ(g.phase(g.task(ids[i])), texts[i]) << i;
+  EXPECT_EQ(g.task(ids[1]).phase, g.task(ids[7]).phase);
+  EXPECT_NE(g.task(ids[3]).phase, g.task(ids[4]).phase);
+  EXPECT_NE(g.task(ids[5]).phase, g.task(ids[6]).phase);
+}
+
 TEST(TaskGraph, DumpsAsTextAndDotWithoutRunning) {
   Fixture f;
   TaskGraph g;
