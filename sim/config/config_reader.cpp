@@ -205,6 +205,10 @@ bool check_fraction(Context& ctx, const Location& at, std::string_view path, dou
   return false;
 }
 
+Location Node::location_of(const YAML::Node& inside) const {
+  return from_override_ ? loc_ : mark_location(inside, file(), loc_);
+}
+
 std::string Location::str() const {
   if (line == 0) return file;
   return fmt::format("{}:{}:{}", file, line, column);
@@ -506,8 +510,7 @@ std::optional<Node> Context::resolve(const Node& parent, std::string_view key, c
   if (found != nullptr) {
     // Inside an override's value, the marks count in the value's text: the override's location
     // stands for them (they once named the experiment file at the value's line and column).
-    const Location at =
-        parent.from_override() ? parent.location() : mark_location(*found, parent.file(), parent.location());
+    const Location at = parent.location_of(*found);
     if (found->Tag() == kIncludeTag) {
       if (!found->IsScalar()) {
         error(at, path, "!include expects a file path");
@@ -666,8 +669,7 @@ MapReader::~MapReader() {
     const std::string key = kv.first.Scalar();
     if (std::find(known.begin(), known.end(), key) != known.end()) continue;
     const auto hint = did_you_mean(key, asked_);
-    const Location at =
-        node_.from_override() ? node_.location() : mark_location(kv.first, node_.file(), node_.location());
+    const Location at = node_.location_of(kv.first);
     node_.context().error(at, node_.child_path(key),
                           hint ? fmt::format("unknown key (did you mean '{}'?)", *hint) : std::string("unknown key"));
   }

@@ -215,6 +215,9 @@ class Node {
     from_override_ = true;
     return std::move(*this);
   }
+  /// Where `inside` (this node's YAML or a part of it) is: its own line and column in file(), or
+  /// this node's location when it is an override's value (its marks count in the value's text).
+  [[nodiscard]] Location location_of(const YAML::Node& inside) const;
 
   /// Converts a scalar to T; on failure records an error (naming `expected`) and returns nullopt.
   template <class T>

@@ -26,16 +26,11 @@ class Fnv1a {
   std::uint64_t h_ = 14695981039346656037ULL;  // the offset basis
 };
 
-// A route's hash: its length and its first and last few constraints. Routes that differ only in
-// between fall in one chain and are told apart by their bytes; hashing all of a 48-constraint
-// route cost more than every flow saved.
+// A route's hash: every constraint. Met once per distinct list (tasks that share one are known by
+// its address first).
 std::uint64_t route_hash(std::span<const ConstraintId> route) {
-  constexpr std::size_t kEnds = 4;
   Fnv1a h;
-  h.add(route.size());
-  const std::size_t ends = std::min(kEnds, route.size());
-  for (std::size_t i = 0; i < ends; ++i) h.add(route[i].index);
-  for (std::size_t i = route.size() - ends; i < route.size(); ++i) h.add(route[i].index);
+  for (const auto c : route) h.add(c.index);
   return h.value();
 }
 
