@@ -149,6 +149,17 @@ void TaskGraph::add_dependency(TaskId task, TaskId depends_on) {
   }
   deps_.push_back(depends_on);
   ++t.deps_size;
+  ++edges_added_after_;
+}
+
+bool TaskGraph::roll_back(const Mark& m) {
+  if (m.edges_added_after != edges_added_after_ || m.tasks > tasks_.size()) return false;
+  tasks_.erase(tasks_.begin() + static_cast<std::ptrdiff_t>(m.tasks), tasks_.end());
+  names_.resize(m.names);
+  deps_.resize(m.deps);
+  // A phase hint naming a removed phase is found out of range (phase_index checks it).
+  phases_.resize(m.phases);
+  return true;
 }
 
 std::string_view task_kind(const TaskBody& body) {

@@ -212,6 +212,23 @@ class TaskGraph {
   /// Adds an edge after the fact (e.g. to chain the last task of one stage to the next).
   void add_dependency(TaskId task, TaskId depends_on);
 
+  /// Where the graph stands, for roll_back.
+  struct Mark {
+    std::size_t tasks = 0;
+    std::size_t names = 0;
+    std::size_t deps = 0;
+    std::size_t phases = 0;
+    std::uint64_t edges_added_after = 0;  // add_dependency calls so far
+  };
+  [[nodiscard]] Mark mark() const {
+    return {tasks_.size(), names_.size(), deps_.size(), phases_.size(), edges_added_after_};
+  }
+  /// Removes every task added since `m` (their names, dependencies and new phases), as if never
+  /// added, and returns true; the caller must hold no id of them. Returns false and removes
+  /// nothing when an edge was added after the fact since `m` (add_dependency may have moved an
+  /// earlier task's dependencies past the mark).
+  bool roll_back(const Mark& m);
+
   [[nodiscard]] const std::vector<Task>& tasks() const { return tasks_; }
   [[nodiscard]] const Task& task(TaskId id) const { return tasks_[id.index]; }
   [[nodiscard]] std::size_t size() const { return tasks_.size(); }
@@ -245,7 +262,8 @@ class TaskGraph {
   std::vector<std::string> phases_;  // the distinct phases, in order of first use
   std::size_t task_limit_;
   bool keeps_names_ = true;
-  std::uint16_t last_phase_index_ = 0;  // the phase of the last add (phase_index)
+  std::uint64_t edges_added_after_ = 0;  // add_dependency calls (roll_back)
+  std::uint16_t last_phase_index_ = 0;   // the phase of the last add (phase_index)
   // Where each phase's text was last given from (builders pass constants: phase::kForward...),
   // by that address: phase_index compares the text with one phase instead of searching them.
   struct PhaseHint {

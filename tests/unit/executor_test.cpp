@@ -130,6 +130,32 @@ TEST(TaskGraph, APhaseIsItsTextWhateverAddressItComesFrom) {
   EXPECT_NE(g.task(ids[5]).phase, g.task(ids[6]).phase);
 }
 
+TEST(TaskGraph, ARollBackLeavesTheGraphAsAtItsMark) {
+  Fixture f;
+  TaskGraph g;
+  const auto a = g.add("a", "forward", ComputeTask{f.gpu0, TimePs{100}, Flops{}, Bytes{0}, "gemm"});
+  const std::string before = g.to_text(f.platform);
+  const TaskGraph::Mark mark = g.mark();
+  const auto b = g.add("b", "a-new-phase", BarrierTask{}, {a});
+  g.add("c", "forward", TransferTask{{f.link}, Bytes{1000}, TimePs{50}, Bandwidth{5e8}, {}}, {a, b});
+  ASSERT_TRUE(g.roll_back(mark));
+  EXPECT_EQ(g.size(), 1u);
+  EXPECT_EQ(g.to_text(f.platform), before);
+  // What is added next takes the removed tasks' places, and the removed phase is not found again.
+  const auto d = g.add("d", "backward", BarrierTask{}, {a});
+  EXPECT_EQ(d.index, 1u);
+  EXPECT_EQ(g.phase(g.task(d)), "backward");
+  EXPECT_EQ(g.to_text(f.platform), before + "1 d [backward] prio=0 deps=[0] barrier\n");
+  // An edge added after the fact may have moved an earlier task's dependencies past a mark:
+  // nothing is rolled back then.
+  const TaskGraph::Mark second = g.mark();
+  const auto e = g.add("e", "forward", BarrierTask{});
+  g.add_dependency(d, e);
+  EXPECT_FALSE(g.roll_back(second));
+  EXPECT_EQ(g.size(), 3u);
+  EXPECT_EQ(g.deps(g.task(d)).size(), 2u);
+}
+
 TEST(TaskGraph, DumpsAsTextAndDotWithoutRunning) {
   Fixture f;
   TaskGraph g;
