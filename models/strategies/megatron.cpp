@@ -880,7 +880,15 @@ class MegatronBuilder {
     }
     std::vector<std::vector<TaskId>>& deps = piece_ends;
     deps.resize(members.size());
+    const std::uint32_t unit = *out.machine->unit_of_device[rank_state[members[0]].device];
+    OperationReplays::Piece first_layer{g.mark(), at.front()};
     for (std::int64_t l = 0; l < layers_per_chunk; ++l) {
+      // A recorded operation's layers are built alike (nothing below depends on l but names and
+      // the DDP hooks, which a recorded operation has none of): the first one tells them all.
+      if (l == 1 && replays.finish_repeated(recording, first_layer, layers_per_chunk, timeline, members[0], tag, unit,
+                                            at.front())) {
+        return;
+      }
       for (int half = 0; half < reductions; ++half) {
         for (std::size_t i = 0; i < members.size(); ++i) {
           const auto name = g.name_from([&] { return fmt::format(FMT_COMPILE("{}.l{}.{}"), tag, l, half); });
@@ -895,7 +903,7 @@ class MegatronBuilder {
       for (std::size_t i = 0; i < members.size(); ++i) ddp_end(members[i], op, vs, l, at[i]);
     }
     for (std::size_t i = 0; i < members.size() && split.of_virtual(vs) == 0; ++i) ddp_end(members[i], op, vs, 0, at[i]);
-    replays.finish(recording, g, at.front(), *out.machine->unit_of_device[rank_state[members[0]].device]);
+    replays.finish(recording, timeline, members[0], tag, unit, at.front());
   }
 
   // The chunk's compute on every member with context parallelism (context_parallel.hpp): per layer,

@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include "models/experiment.hpp"
 #include "models/figures.hpp"
 #include "models/sweep.hpp"
+#include "models/transformer/phases.hpp"
 #include "sim/config/config_reader.hpp"
 #include "sim/exec/task_graph.hpp"
 #include "tests/unit/source_paths.hpp"
@@ -266,13 +268,15 @@ void expect_same_results(const ExperimentResult& got, const ExperimentResult& wa
 
 TEST(Sweep, ReplayedMegatronOperationsGiveTheFullBuildsFigures) {
   // A sweep's Megatron point with analytic collectives and tensor-parallel classes builds the
-  // first operation of each kind in full and prices the next ones as one task of its chain's
-  // duration (phases/operation_replay.hpp); a run that reports
+  // first operation of each kind in full (its first layer, when its layers are alike), records
+  // its chain's duration and replaces it by one task of that duration, as it prices the next ones
+  // (phases/operation_replay.hpp); a run that reports
   // links is built in full. Every figure of the sweep row (iteration time, TFLOPS, MFU, tokens/s,
   // exposed communication, model states, HBM peak), every phase and every memory peak must be the
   // same to the bit, over pipelines of 2-16 stages, micro-batches 1-8, ZeRO 0 and 1, and the
   // steady-state extrapolation (whose second build replays the chains the first one recorded:
-  // ReplayedChains); the replayed graphs must be smaller (the replay ran).
+  // ReplayedChains); the replayed graphs must be smaller (the replay ran), and rank 0 keeps no
+  // layer kernel of its own (its first operations were replaced too).
   const std::string experiment =
       fmt::format("{}/configs/experiments/scale/gpt3-175b-a100-1024.yaml", OFFSIM_SOURCE_DIR);
   const std::vector<std::vector<std::string>> points = {
@@ -288,6 +292,12 @@ TEST(Sweep, ReplayedMegatronOperationsGiveTheFullBuildsFigures) {
     const ExperimentResult replayed = run_experiment(spec, RunExperimentOptions{.link_statistics = false});
     expect_same_results(replayed, full);
     EXPECT_LT(replayed.tasks, full.tasks);
+    const auto layer_kernels = [](const ExperimentResult& r) {
+      return std::count_if(r.rank0_compute.begin(), r.rank0_compute.end(),
+                           [](const auto& c) { return c.phase == phase::kForward || c.phase == phase::kBackward; });
+    };
+    EXPECT_GT(layer_kernels(full), 0);
+    EXPECT_EQ(layer_kernels(replayed), 0);
   }
 }
 

@@ -47,26 +47,54 @@ std::optional<sim::TimePs> chain_of(const sim::TaskGraph& g, sim::TaskId start, 
 
 }  // namespace
 
+void OperationReplays::add_replay(RankTimeline& timeline, int s, const std::string& tag, sim::TimePs duration,
+                                  sim::TaskId& at) {
+  sim::TaskGraph& g = timeline.graph();
+  at = g.add(g.name_from([&] { return timeline.task_name(s, tag + ".replay"); }), phase::kCommunication,
+             sim::TransferTask{{}, sim::Bytes{0}, duration, {}, {}}, {at});
+}
+
 bool OperationReplays::replayed(const Key& key, RankTimeline& timeline, int s, const std::string& tag,
                                 sim::TaskId& at) {
   const auto it = replays_.find(key);
   if (it == replays_.end() || !it->second) return false;
-  sim::TaskGraph& g = timeline.graph();
-  at = g.add(g.name_from([&] { return timeline.task_name(s, tag + ".replay"); }), phase::kCommunication,
-             sim::TransferTask{{}, sim::Bytes{0}, *it->second, {}, {}}, {at});
+  add_replay(timeline, s, tag, *it->second, at);
   return true;
 }
 
 OperationReplays::Recording OperationReplays::start(const Key& key, const sim::TaskGraph& g, sim::TaskId at) {
   const auto [it, first_of_its_kind] = replays_.try_emplace(key);
   if (!first_of_its_kind) return {};
-  return {&it->second, g.size(), at};
+  return {&it->second, g.mark(), at};
 }
 
-void OperationReplays::finish(const Recording& recording, const sim::TaskGraph& g, sim::TaskId last,
-                              std::uint32_t unit) {
+bool OperationReplays::finish_repeated(const Recording& recording, const Piece& piece, std::int64_t repeats,
+                                       RankTimeline& timeline, int s, const std::string& tag, std::uint32_t unit,
+                                       sim::TaskId& at) {
+  if (recording.slot == nullptr) return false;
+  sim::TaskGraph& g = timeline.graph();
+  const auto built = chain_of(g, recording.start, recording.begin.tasks, at, unit);
+  if (!built) return false;
+  const auto one_piece = chain_of(g, piece.start, piece.begin.tasks, at, unit);
+  if (!one_piece || !g.roll_back(recording.begin)) return false;
+  // Integer picoseconds: the sum of the pieces' task durations, as if each were built.
+  *recording.slot = *built + sim::TimePs{one_piece->ps * (repeats - 1)};
+  at = recording.start;
+  add_replay(timeline, s, tag, **recording.slot, at);
+  return true;
+}
+
+void OperationReplays::finish(const Recording& recording, RankTimeline& timeline, int s, const std::string& tag,
+                              std::uint32_t unit, sim::TaskId& at) {
   if (recording.slot == nullptr) return;
-  *recording.slot = chain_of(g, recording.start, recording.begin, last, unit);
+  sim::TaskGraph& g = timeline.graph();
+  *recording.slot = chain_of(g, recording.start, recording.begin.tasks, at, unit);
+  // The chain's tasks and their one-task replay end at the same picosecond (above): the replay
+  // is simulated instead, as the operations after it are.
+  if (*recording.slot && g.roll_back(recording.begin)) {
+    at = recording.start;
+    add_replay(timeline, s, tag, **recording.slot, at);
+  }
 }
 
 }  // namespace offsim::models

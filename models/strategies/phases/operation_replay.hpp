@@ -13,7 +13,10 @@
 // and end touch no shared flow (the flow network advances shared flows lazily), so the shared
 // pipeline flows see the same changes at the same instants and every figure is the same to the
 // bit (tests/unit/sweep_test.cpp compares the CSV rows with full builds), with one task per
-// operation. A chain that is not one (a task with two dependencies, a memory task, a routed
+// operation. The first operation of a kind too: once built and found to be a chain, its tasks are
+// taken out of the graph again and replaced by the same one task (their kernels are on no report
+// a point makes: its row reads the makespan, memory and rank 0's phase spans, whose ends are the
+// operation's ends). A chain that is not one (a task with two dependencies, a memory task, a routed
 // transfer) is never replayed: its kind is built in full.
 #include <cstdint>
 #include <map>
@@ -47,7 +50,7 @@ class OperationReplays {
   /// An operation being built in full to be recorded (slot null: nothing to record).
   struct Recording {
     std::optional<sim::TimePs>* slot = nullptr;
-    std::size_t begin = 0;
+    sim::TaskGraph::Mark begin;  // the graph before the operation's first task
     sim::TaskId start{};
   };
 
@@ -65,10 +68,30 @@ class OperationReplays {
   /// The first operation of `key` starts after `at`: record it (finish() once it is built).
   /// An empty Recording when `key` was seen before (built in full, not a chain).
   Recording start(const Key& key, const sim::TaskGraph& g, sim::TaskId at);
-  /// The recorded operation ended at `last`, its kernels on `unit`.
-  void finish(const Recording& recording, const sim::TaskGraph& g, sim::TaskId last, std::uint32_t unit);
+  /// Where a repeated piece of the recorded operation (a layer) begins: the graph's mark and the
+  /// task the piece starts after.
+  struct Piece {
+    sim::TaskGraph::Mark begin;
+    sim::TaskId start{};
+  };
+  /// The recorded operation is its head and then `repeats` pieces built alike (same tasks, same
+  /// durations: a chunk's layers), of which the first, begun at `piece`, has just been built and
+  /// ends at `at`. When head and piece are a chain, so is the operation, of the head's duration and
+  /// `repeats` times the piece's: it is recorded without building the other pieces, its tasks give
+  /// way to its replay, which `at` becomes, and true is returned (the caller builds no more of it).
+  /// False: the caller builds the rest in full, then calls finish().
+  bool finish_repeated(const Recording& recording, const Piece& piece, std::int64_t repeats, RankTimeline& timeline,
+                       int s, const std::string& tag, std::uint32_t unit, sim::TaskId& at);
+  /// The recorded operation, on simulated rank s, ended at `at`, its kernels on `unit`. When it is
+  /// a chain, its tasks give way to its replay, which `at` becomes (the caller holds no other id
+  /// of them).
+  void finish(const Recording& recording, RankTimeline& timeline, int s, const std::string& tag, std::uint32_t unit,
+              sim::TaskId& at);
 
  private:
+  // The one task of a replayed chain of `duration` on simulated rank s, after `at`, which it becomes.
+  static void add_replay(RankTimeline& timeline, int s, const std::string& tag, sim::TimePs duration, sim::TaskId& at);
+
   bool enabled_;
   ReplayedChains own_;
   std::map<Key, std::optional<sim::TimePs>>& replays_;  // the chain's duration; nullopt: not a chain
