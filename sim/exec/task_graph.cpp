@@ -181,6 +181,7 @@ void TaskGraph::validate(const Platform& platform) const {
       problems.push_back(fmt::format("task {} '{}': unknown memory pool {}", t.id.index, name(t), pool));
     }
   };
+  const void* checked_route = nullptr;  // the last route list found in range (shared by many transfers)
   for (const auto& t : tasks_) {
     // One visit per task: the executor runs this before every graph, a search once per point.
     std::visit(
@@ -192,13 +193,20 @@ void TaskGraph::validate(const Platform& platform) const {
             }
           } else if constexpr (std::is_same_v<Body, TransferTask>) {
             // The highest index first (a reduction the compiler vectorises: a pipeline transfer
-            // crosses 48 constraints), each one only when it is out of range.
-            std::uint32_t highest = 0;
-            for (const auto c : body.route) highest = std::max(highest, c.index);
-            if (!body.route.empty() && highest >= platform.constraints.size()) {
-              for (const auto c : body.route) {
-                if (c.index >= platform.constraints.size()) {
-                  problems.push_back(fmt::format("task {} '{}': unknown constraint {}", t.id.index, name(t), c.index));
+            // crosses 48 constraints), each one only when it is out of range; a list shared with
+            // the transfer checked before it (a pipeline pair's, a collective flow's) is not
+            // walked again.
+            if (!body.route.empty() && body.route.identity() != checked_route) {
+              std::uint32_t highest = 0;
+              for (const auto c : body.route) highest = std::max(highest, c.index);
+              if (highest < platform.constraints.size()) {
+                checked_route = body.route.identity();
+              } else {
+                for (const auto c : body.route) {
+                  if (c.index >= platform.constraints.size()) {
+                    problems.push_back(
+                        fmt::format("task {} '{}': unknown constraint {}", t.id.index, name(t), c.index));
+                  }
                 }
               }
             }
