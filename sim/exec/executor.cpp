@@ -115,6 +115,10 @@ class Run {
           run.network_.start_fixed_rate(x.bytes, *x.rate_bound, [r = &run, i = id] { r->finish(i); });
           return;
         }
+        if (run.network_.runs_as_delay(!x.route.empty(), x.bytes, x.rate_bound, !x.accounted.empty())) {
+          run.network_.start_delay(x.latency, [r = &run, i = id] { r->finish(i); });
+          return;
+        }
         // The graph (or the run's classes) outlive the flow: it reads the route in place.
         const bool classes = run.classes_.has_value();
         run.network_.start_flow_on(

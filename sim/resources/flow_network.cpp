@@ -117,6 +117,11 @@ void FlowNetwork::start_fixed_rate(Bytes bytes, Bandwidth rate, Completion on_co
                    std::move(on_complete));
 }
 
+void FlowNetwork::start_delay(TimePs latency, Completion on_complete) {
+  // start()'s empty flow, without the record: the same event, at the same time and phase.
+  sim_.schedule_after(latency, EventPhase::kCompletion, std::move(on_complete));
+}
+
 void FlowNetwork::activate(FlowId f) {
   Flow& flow = flows_[f.index];
   flow.t0 = sim_.now();

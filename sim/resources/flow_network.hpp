@@ -147,6 +147,17 @@ class FlowNetwork {
   /// each held (route and accounted lists copied, a FlowStore entry for the run's length) was about 5%
   /// of a sweep point's CPU (issue 35; a search point's transfers are mostly routed, unchanged).
   void start_fixed_rate(Bytes bytes, Bandwidth rate, Completion on_complete);
+  /// Whether start_delay can run a transfer of this shape: nothing to move (no bytes), no route
+  /// and no bound to check, and no accounted constraint that keeps statistics (a replayed
+  /// operation, a host-side delay). It only waits its latency.
+  [[nodiscard]] bool runs_as_delay(bool routed, Bytes bytes, const std::optional<Bandwidth>& rate_bound,
+                                   bool accounted) const {
+    return !routed && bytes.count == 0 && !rate_bound && (!accounted || !statistics_);
+  }
+  /// Starts a transfer runs_as_delay accepts: `on_complete` runs when start_flow would run it
+  /// (after the latency, from an event scheduled at the same point), but no Flow is kept (a search
+  /// point's replayed operations are a fifth of its tasks, issue 35).
+  void start_delay(TimePs latency, Completion on_complete);
 
   [[nodiscard]] std::size_t constraint_count() const { return constraints_.size(); }
   /// Whether the constraints' statistics are kept (asked for, or timelines or credits recorded).

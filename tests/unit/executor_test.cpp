@@ -94,13 +94,21 @@ TEST(Executor, InvalidReferencesAreReportedBeforeRunning) {
   TaskGraph g;
   g.add("bad", "x", ComputeTask{7, TimePs{1}, {}, Bytes{0}, "gemm"});
   g.add("worse", "x", AllocTask{9, "t", Bytes{1}});
+  // Routes shared by several transfers (one list): a good one is checked once, a bad one is
+  // reported for each transfer that takes it.
+  const Route good{f.link};
+  const Route bad{f.link, ConstraintId{5}};
+  for (const auto& [name, route] : {std::pair{"fine", good}, {"wrong", bad}, {"fine too", good}, {"wrong too", bad}}) {
+    g.add(name, "x", TransferTask{route, Bytes{10}, TimePs{0}, {}, {}});
+  }
   try {
     (void)execute(f.platform, g);
     FAIL();
   } catch (const std::invalid_argument& e) {
     EXPECT_STREQ(
         e.what(),
-        "invalid task graph:\n  task 0 'bad': unknown compute unit 7\n  task 1 'worse': unknown memory pool 9");
+        "invalid task graph:\n  task 0 'bad': unknown compute unit 7\n  task 1 'worse': unknown memory pool 9\n"
+        "  task 3 'wrong': unknown constraint 5\n  task 5 'wrong too': unknown constraint 5");
   }
 }
 
@@ -224,13 +232,18 @@ TEST(Executor, AnalyticTransfersEndAsTheTrackedFlowsEndedThemWithoutStatistics) 
   const auto late = g.add("late", "comm", TransferTask{{}, Bytes{500}, TimePs{25}, bound, {f.link}}, {c0});
   const auto none = g.add("none", "comm", TransferTask{{}, Bytes{0}, TimePs{0}, bound, {f.link}}, {c0});
   const auto shared = g.add("shared", "comm", TransferTask{{f.link}, Bytes{4000}, TimePs{0}, {}, {}}, {c0});
-  const auto c1 = g.add("c1", "forward", ComputeTask{f.gpu0, TimePs{200}, {}, Bytes{0}, "gemm"}, {ag, late, none});
+  // A delay (a replayed operation's task) accounted on the link: a flow of its own while the link
+  // keeps statistics, one event without a flow when it keeps none (FlowNetwork::start_delay).
+  const auto wait = g.add("wait", "comm", TransferTask{{}, Bytes{0}, TimePs{40}, {}, {f.link}}, {c0});
+  const auto c1 =
+      g.add("c1", "forward", ComputeTask{f.gpu0, TimePs{200}, {}, Bytes{0}, "gemm"}, {ag, late, none, wait});
   g.add("end", "end", BarrierTask{}, {c1, shared});
   const RunResult tracked = execute(f.platform, g, ExecOptions{.link_statistics = true});
   const RunResult untracked = execute(f.platform, g, ExecOptions{.link_statistics = false});
   EXPECT_EQ(untracked.tasks[rs.index].end.ps, 100 + 3334);
   EXPECT_EQ(untracked.tasks[ag.index].end.ps, 100 + 3334 + 2334);  // 700 B: 2333.3 ps -> 2334
   EXPECT_EQ(untracked.makespan.ps, 100 + 3334 + 2334 + 200);
+  EXPECT_EQ(untracked.tasks[wait.index].end.ps, 100 + 40);
   ASSERT_EQ(tracked.tasks.size(), untracked.tasks.size());
   for (std::size_t i = 0; i < tracked.tasks.size(); ++i) {
     EXPECT_EQ(tracked.tasks[i].ready, untracked.tasks[i].ready) << i;
