@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <optional>
-#include <unordered_set>
 
 #include "models/experiment/defaults.hpp"
 #include "models/experiment/section_helpers.hpp"
@@ -205,8 +204,10 @@ std::optional<std::vector<std::string>> parse_devices(MapReader& r, const Node& 
                                                       bool required) {
   auto& ctx = node.context();
   std::vector<std::string> out;
-  std::unordered_set<std::size_t> listed;  // device indices: the duplicate check stays linear
-  constexpr std::size_t kGpusNamed = 8;    // how many GPU names an error lists
+  // Device indices listed so far, one flag per device of the machine: the duplicate check stays
+  // linear without a hash node per name (a search's strategy lists 1,024 GPUs).
+  std::vector<bool> listed(topology != nullptr ? topology->devices().size() : 0, false);
+  constexpr std::size_t kGpusNamed = 8;  // how many GPU names an error lists
   // Whether `name` is a GPU of the machine not listed before; reports the first problem at `item`.
   // `local`: an entry of devices_per_node, named within a node (the error lists a node's GPUs by
   // the names that list takes, and what was written).
@@ -231,10 +232,11 @@ std::optional<std::vector<std::string>> parse_devices(MapReader& r, const Node& 
                       : fmt::format("expected a GPU of the machine ({}), got \"{}\"", fmt::join(names, ", "), name));
       return false;
     }
-    if (!listed.insert(*d).second) {
+    if (listed[*d]) {
       ctx.error(item.location(), item.path(), fmt::format("device \"{}\" is listed twice", name));
       return false;
     }
+    listed[*d] = true;
     return true;
   };
   if (auto list = r.child("devices")) {
@@ -285,7 +287,7 @@ std::optional<std::vector<std::string>> parse_devices(MapReader& r, const Node& 
         check(items[i], full, &*name);
         reported[i] = ctx.error_count() != errors;
       } else if (topology) {
-        if (const auto d = topology->find_device(full)) listed.insert(*d);
+        if (const auto d = topology->find_device(full)) listed[*d] = true;
       }
       out.push_back(full);
     }
