@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 #include <limits>
 #include <optional>
 #include <stdexcept>
@@ -337,29 +338,47 @@ std::vector<TaskId> Communicator::add_stage(const std::string& name, const std::
     auto found = analytic_stages_.find(key);
     if (found == analytic_stages_.end()) {
       const StageShape st = stage_shape(collective, band, plan, per_peer);
-      found = analytic_stages_
-                  .emplace(AnalyticKey{key.numbers, collective, active_},
-                           analytic_bodies(st.fit, band, st.ring, st.bytes_per_flow, st.steps, *st.flows))
-                  .first;
+      found = analytic_stages_.emplace(AnalyticKey{key.numbers, collective, active_}, analytic_stage(st, band)).first;
     }
-    return emit_analytic(name, found->second, first);
+    return emit_analytic(name, *found->second, first);
   }
   const StageShape st = stage_shape(collective, band, plan, per_peer);
   if (st.ring) return add_ring_flows(name, st.fit, band.group(), st.bytes_per_flow, *st.flows, first);
   return add_one_step_flows(name, st.fit.step_latency, st.bytes_per_flow, st.flows->front(), first);
 }
 
+std::shared_ptr<const Communicator::AnalyticStage> Communicator::analytic_stage(const StageShape& st,
+                                                                                const Band& band) {
+  if (!st.shared_flows) {
+    return std::make_shared<const AnalyticStage>(
+        analytic_bodies(st.fit, band, st.ring, st.bytes_per_flow, st.steps, *st.flows));
+  }
+  stage_flow_cache::AnalyticKey key{
+      st.shared_flows,         std::bit_cast<std::uint64_t>(st.fit.bus_bandwidth.bytes_per_s),
+      st.fit.step_latency.ps,  st.ring,
+      st.bytes_per_flow,       st.steps,
+      options_.link_statistics};
+  if (auto held = stage_flow_cache::find_analytic(key)) return held;
+  return stage_flow_cache::insert_analytic(
+      std::move(key), analytic_bodies(st.fit, band, st.ring, st.bytes_per_flow, st.steps, *st.flows));
+}
+
+bool Communicator::shares_flows() const {
+  return shared_machine_ && topology_.identity() && stage_flow_cache::shareable(layout_) && stage_flow_cache::active();
+}
+
 template <typename Build>
-const StageFlows& Communicator::flows_of(StageAlgorithm algorithm, const Band& band, int channels, Build&& build) {
+const std::shared_ptr<const StageFlows>& Communicator::flows_of(StageAlgorithm algorithm, const Band& band,
+                                                                int channels, Build&& build) {
   auto& held = stage_flows_[{static_cast<int>(algorithm), band.lo, band.hi, active_}];
-  if (held) return *held;
-  const auto topology = topology_.identity();
-  if (!shared_machine_ || !topology || !stage_flow_cache::shareable(layout_) || !stage_flow_cache::active()) {
+  if (held) return held;
+  if (!shares_flows()) {
     StageFlows flows;
     build(flows);
     held = std::make_shared<const StageFlows>(std::move(flows));
-    return *held;
+    return held;
   }
+  const auto topology = topology_.identity();
   held = stage_flow_cache::find({shared_machine_.get(), topology.get(), &layout_, static_cast<int>(algorithm), band.lo,
                                  band.hi, channels, &active_});
   if (!held) {
@@ -369,7 +388,7 @@ const StageFlows& Communicator::flows_of(StageAlgorithm algorithm, const Band& b
         {shared_machine_, topology, layout_, static_cast<int>(algorithm), band.lo, band.hi, channels, active_},
         std::move(flows));
   }
-  return *held;
+  return held;
 }
 
 Communicator::StageShape Communicator::stage_shape(const std::string& collective, const Band& band,
@@ -410,7 +429,7 @@ Communicator::StageShape Communicator::stage_shape(const std::string& collective
       }
     }
     // The flows depend on the band and who takes part, not on the bytes: built once for all sizes.
-    const StageFlows& ring = flows_of(StageAlgorithm::kRing, band, channels, [&](StageFlows& directions) {
+    const auto& ring = flows_of(StageAlgorithm::kRing, band, channels, [&](StageFlows& directions) {
       directions.resize(static_cast<std::size_t>(2 * channels));
       for (int c = 0; c < channels; ++c) {
         const auto& [order, place] = rings[static_cast<std::size_t>(c)];
@@ -429,10 +448,10 @@ Communicator::StageShape Communicator::stage_shape(const std::string& collective
     });
     const std::int64_t chunk = plan.quantization.wire_bytes(ceil_div(per_peer, 2 * channels));
     f.bus_bandwidth = f.bus_bandwidth * (1.0 / channels);
-    return {f, &ring, true, chunk, g - 1};
+    return {f, ring.get(), true, chunk, g - 1, shares_flows() ? ring : nullptr};
   }
   // All-to-all: one flow from each simulated rank to each peer, all in one step.
-  const StageFlows& all_to_all = flows_of(StageAlgorithm::kAllToAll, band, 1, [&](StageFlows& flows) {
+  const auto& all_to_all = flows_of(StageAlgorithm::kAllToAll, band, 1, [&](StageFlows& flows) {
     flows.resize(1);
     for (int s = 0; s < sims; ++s) {
       if (!active(s)) continue;
@@ -445,7 +464,7 @@ Communicator::StageShape Communicator::stage_shape(const std::string& collective
     }
   });
   const std::int64_t bytes = plan.quantization.wire_bytes(per_peer);
-  return {f, &all_to_all, false, bytes, 1};
+  return {f, all_to_all.get(), false, bytes, 1, shares_flows() ? all_to_all : nullptr};
 }
 
 }  // namespace offsim::models

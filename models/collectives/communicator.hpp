@@ -153,7 +153,7 @@ class Communicator {
                                           RankDeps first);
   // Analytic stages: per simulated rank its one transfer (nullopt: not taking part), built by
   // analytic_bodies from the stage's flows and added to the graph by emit_analytic.
-  using AnalyticStage = std::vector<std::optional<sim::TransferTask>>;
+  using AnalyticStage = models::AnalyticStage;
   AnalyticStage analytic_bodies(const CollectiveFit& fit, const Band& band, bool ring, std::int64_t bytes_per_flow,
                                 int steps, const std::vector<std::vector<Flow>>& flows);
   std::vector<sim::TaskId> emit_analytic(const std::string& name, const AnalyticStage& stage, RankDeps first);
@@ -166,7 +166,11 @@ class Communicator {
     bool ring;
     std::int64_t bytes_per_flow;
     int steps;
+    std::shared_ptr<const StageFlows> shared_flows;  // the flows, when the stage flow cache gave them
   };
+  // The analytic stage of `st` over `band`: found in the stage flow cache when its flows came from
+  // there (another point priced it), else built by analytic_bodies (and kept there).
+  std::shared_ptr<const AnalyticStage> analytic_stage(const StageShape& st, const Band& band);
   StageShape stage_shape(const std::string& collective, const Band& band, const CollectivePlan& plan,
                          std::int64_t per_peer);
   // Analytic stages built so far, by what determines them: the band (lo, hi), the plan's algorithm
@@ -195,13 +199,17 @@ class Communicator {
       return a.participants < b.participants;
     }
   };
-  std::map<AnalyticKey, AnalyticStage, AnalyticKeyLess> analytic_stages_;
+  std::map<AnalyticKey, std::shared_ptr<const AnalyticStage>, AnalyticKeyLess> analytic_stages_;
   // A stage's flows by (algorithm, band lo, band hi, participants): the same for every buffer size.
   std::map<std::tuple<int, int, int, std::vector<bool>>, std::shared_ptr<const StageFlows>> stage_flows_;
   // The flows of a stage of `algorithm` over `band` with active_ taking part: built by `build`, or
   // the ones the stage flow cache holds for the same machine, layout and stage.
   template <typename Build>
-  const StageFlows& flows_of(StageAlgorithm algorithm, const Band& band, int channels, Build&& build);
+  const std::shared_ptr<const StageFlows>& flows_of(StageAlgorithm algorithm, const Band& band, int channels,
+                                                    Build&& build);
+  // Whether flows_of takes and keeps flows in the stage flow cache (shared machine resources and
+  // topology, a layout small enough, a live scope).
+  [[nodiscard]] bool shares_flows() const;
   std::shared_ptr<const MachineResources> shared_machine_;  // machine_ when others share it; else null
   [[nodiscard]] bool active(int s) const { return active_.empty() || active_[s]; }
   // Flows stepped one by one need every rank simulated: a class's members may cross links of

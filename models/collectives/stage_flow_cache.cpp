@@ -82,10 +82,22 @@ struct KeyLess {
   }
 };
 
+// Analytic keys by their fields, the flows by address (held: unique while the entry lives).
+auto analytic_fields(const stage_flow_cache::AnalyticKey& k) {
+  return std::make_tuple(k.flows.get(), k.bus_bandwidth_bits, k.step_latency_ps, k.ring, k.bytes_per_flow, k.steps,
+                         k.link_statistics);
+}
+struct AnalyticKeyLess {
+  bool operator()(const stage_flow_cache::AnalyticKey& a, const stage_flow_cache::AnalyticKey& b) const {
+    return analytic_fields(a) < analytic_fields(b);
+  }
+};
+
 struct Cache {
   std::mutex mutex;
   int scopes = 0;
   std::map<HeldKey, std::shared_ptr<const StageFlows>, KeyLess> entries;
+  std::map<stage_flow_cache::AnalyticKey, std::shared_ptr<const AnalyticStage>, AnalyticKeyLess> analytic;
 };
 
 Cache& cache() {
@@ -104,7 +116,10 @@ StageFlowCacheScope::StageFlowCacheScope() {
 StageFlowCacheScope::~StageFlowCacheScope() {
   Cache& c = cache();
   const std::lock_guard lock(c.mutex);
-  if (--c.scopes == 0) c.entries.clear();
+  if (--c.scopes == 0) {
+    c.analytic.clear();  // (first: its keys hold flows)
+    c.entries.clear();
+  }
 }
 
 namespace stage_flow_cache {
@@ -140,6 +155,28 @@ std::size_t size() {
   Cache& c = cache();
   const std::lock_guard lock(c.mutex);
   return c.entries.size();
+}
+
+std::shared_ptr<const AnalyticStage> find_analytic(const AnalyticKey& key) {
+  Cache& c = cache();
+  const std::lock_guard lock(c.mutex);
+  if (c.scopes == 0) return nullptr;
+  const auto it = c.analytic.find(key);
+  return it == c.analytic.end() ? nullptr : it->second;
+}
+
+std::shared_ptr<const AnalyticStage> insert_analytic(AnalyticKey key, AnalyticStage stage) {
+  auto value = std::make_shared<const AnalyticStage>(std::move(stage));
+  Cache& c = cache();
+  const std::lock_guard lock(c.mutex);
+  if (c.scopes == 0 || c.analytic.size() >= kMaxEntries) return value;
+  return c.analytic.try_emplace(std::move(key), value).first->second;
+}
+
+std::size_t analytic_size() {
+  Cache& c = cache();
+  const std::lock_guard lock(c.mutex);
+  return c.analytic.size();
 }
 
 }  // namespace stage_flow_cache

@@ -16,7 +16,9 @@
 // the same flows whether it found them or not. Layouts of more than kMaxLayoutEntries devices and
 // mirrors are not shared (the key copies and compares them whole).
 #include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "models/platform/rank_layout.hpp"
@@ -33,6 +35,9 @@ struct CollectiveFlow {
 };
 /// A stage's flows: per channel and direction (ring) or one list (all-to-all).
 using StageFlows = std::vector<std::vector<CollectiveFlow>>;
+/// An analytic stage (Communicator::analytic_bodies): per simulated rank its one transfer, nullopt
+/// for a rank not taking part.
+using AnalyticStage = std::vector<std::optional<sim::TransferTask>>;
 
 /// Turns the cache on while it lives (scopes nest; the entries are dropped with the outermost).
 /// Thread-safe: a sweep's workers look up and insert under a lock held for the map only.
@@ -90,6 +95,28 @@ struct Key {
 std::shared_ptr<const StageFlows> insert(Key key, StageFlows flows);
 /// The stage kinds held (tests).
 [[nodiscard]] std::size_t size();
+
+/// What an analytic stage over flows the cache gave out depends on besides them: the flows stand
+/// for the machine (its capacities), the layout, the band and who takes part (their key); the rest
+/// is the fit (bus bandwidth, compared bit for bit, and step latency), the algorithm, the bytes
+/// per flow and step, the steps and whether links keep statistics. The key holds the flows, so no
+/// other takes their address while the entry lives.
+struct AnalyticKey {
+  std::shared_ptr<const StageFlows> flows;
+  std::uint64_t bus_bandwidth_bits = 0;
+  std::int64_t step_latency_ps = 0;
+  bool ring = false;
+  std::int64_t bytes_per_flow = 0;
+  int steps = 0;
+  bool link_statistics = false;
+};
+/// The analytic stage held for `key`; null when none is (or no scope is live).
+[[nodiscard]] std::shared_ptr<const AnalyticStage> find_analytic(const AnalyticKey& key);
+/// Keeps `stage` under `key` (when a scope is live and there is room) and returns what is held
+/// there: `stage` itself unless another worker inserted the same first.
+std::shared_ptr<const AnalyticStage> insert_analytic(AnalyticKey key, AnalyticStage stage);
+/// The analytic stages held (tests).
+[[nodiscard]] std::size_t analytic_size();
 
 }  // namespace stage_flow_cache
 

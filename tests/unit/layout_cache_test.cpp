@@ -173,6 +173,34 @@ TEST(StageFlowCache, PointsOnSharedResourcesBuildEachStagesFlowsOnceWithTheSameF
   }
 }
 
+// Analytic stages over the shared flows (stage_flow_cache::find_analytic): priced once per flows,
+// fit, sizes and statistics while a scope lives, with the figures each point gets pricing its own;
+// a run without link statistics (its transfers credit no link) keeps stages of its own.
+TEST(StageFlowCache, AnalyticStagesArePricedOnceAcrossPointsWithTheSameFigures) {
+  for (const std::string& file :
+       {kGpt3, std::string(OFFSIM_SOURCE_DIR) + "/configs/experiments/neox20b-frontier-3level.yaml"}) {
+    SCOPED_TRACE(file);
+    const ExperimentSpec spec = load_experiment(file, {"strategy.collectives.fidelity=analytic"});
+    const ExperimentResult plain = run_experiment(spec, {});
+    const ExperimentResult plain_lean = run_experiment(spec, {.link_statistics = false});
+    EXPECT_EQ(stage_flow_cache::analytic_size(), 0u);  // nothing kept without a scope
+    {
+      const LayoutCacheScope scope;
+      const ExperimentResult first = run_experiment(spec, {});
+      const std::size_t stages = stage_flow_cache::analytic_size();
+      EXPECT_GT(stages, 0u);
+      const ExperimentResult next = run_experiment(spec, {});
+      EXPECT_EQ(stage_flow_cache::analytic_size(), stages);  // every stage found, none priced again
+      expect_same_figures(first, plain);
+      expect_same_figures(next, plain);
+      const ExperimentResult lean = run_experiment(spec, {.link_statistics = false});
+      EXPECT_GT(stage_flow_cache::analytic_size(), stages);
+      expect_same_figures(lean, plain_lean);
+    }
+    EXPECT_EQ(stage_flow_cache::analytic_size(), 0u);  // dropped with the scope
+  }
+}
+
 // A layout is shared only when copying and comparing it costs less than building its flows: its
 // devices and, under rank symmetry only, its mirrors (a number per device of the machine).
 TEST(StageFlowCache, OnlyLayoutsWithinTheBoundAreShared) {
