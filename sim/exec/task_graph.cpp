@@ -76,7 +76,7 @@ namespace {
 
 // Whether two texts are equal, for the short ones phases are: up to 16 bytes by two overlapping
 // loads from each (no call; memcmp's was most of a phase lookup), longer ones by memcmp.
-bool same_text(std::string_view a, std::string_view b) {
+[[gnu::always_inline]] inline bool same_text(std::string_view a, std::string_view b) {
   const std::size_t n = a.size();
   if (n != b.size()) return false;
   const auto load = [](const char* p, auto word) {
