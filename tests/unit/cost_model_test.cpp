@@ -92,6 +92,29 @@ TEST(CostModel, GridTablesInterpolateInLogMNK) {
   EXPECT_TRUE(named);
 }
 
+// Cost models made one after another on a thread reuse the last prepared table of the same
+// content (CostModel's constructor): one made from another table in between, or from the first
+// table changed in one efficiency, must price by its own table, and the first's again by the first.
+TEST(CostModel, EachCostModelPricesByItsOwnTableWhateverWasMadeBefore) {
+  DeviceCosts grid = device_with_table();
+  grid.gemm_table.clear();
+  for (std::int64_t m : {1024, 4096})
+    for (std::int64_t n : {1024, 4096})
+      for (std::int64_t k : {1024, 4096})
+        grid.gemm_table.push_back({m, n, k, (m == 4096 && n == 4096 && k == 4096) ? 0.8 : 0.2});
+  DeviceCosts changed = grid;
+  changed.gemm_table.back().efficiency = 0.6;  // the (4096)^3 corner: 0.2 + (0.6 - 0.2) / 8 = 0.25
+  const sim::TimePs at_0275 = sim::duration_of(2.0 * 2048.0 * 2048.0 * 2048.0, 0.275 * 100e12);
+  EXPECT_EQ(CostModel(grid).gemm_time(cube(2048)), at_0275);
+  EXPECT_EQ(CostModel(device_with_table()).gemm_time(cube(4096)),
+            sim::duration_of(2.0 * 4096.0 * 4096.0 * 4096.0, 0.7 * 100e12));
+  EXPECT_EQ(CostModel(grid).gemm_time(cube(2048)), at_0275);
+  EXPECT_EQ(CostModel(changed).gemm_time(cube(2048)), sim::duration_of(2.0 * 2048.0 * 2048.0 * 2048.0, 0.25 * 100e12));
+  const CostModel again(grid);
+  EXPECT_EQ(again.gemm_time(cube(2048)), at_0275);
+  EXPECT_EQ(again.device().gemm_table.size(), 8u);
+}
+
 TEST(CostModel, NamedKernelsStreamAtTheirEfficiencyAboveTheLaunchFloor) {
   // 1 TB/s x streaming 0.8; layernorm forward at 0.5 of that, backward 0.25; launch floor 5 us.
   DeviceCosts d = device_with_table();
