@@ -20,10 +20,16 @@
 //   - memory returns to its start: every tenant the iteration frees (activations, gathered
 //     parameters, buffers) is freed of all it took, so a pool ends holding its states (the tenants
 //     never freed) only; every pool's timeline goes forward in time and never below zero;
-//   - the whole run (run_experiment, its summary and report) ends in a result.
+//   - the whole run (run_experiment, its summary and report) ends in a result;
+//   - the experiment run as a sweep's or search's point runs it (no link statistics when built,
+//     so Megatron's operations and flow-level TP all-reduces are replayed, no task names) gives
+//     every headline figure, every phase, every memory peak and every infeasibility reason of the
+//     run above, to the last digit.
 // Bad input ends in ConfigError (exit 2), std::invalid_argument (a strategy the machine cannot
 // host: exit 2) or SimulationLimit (beyond the 64-bit clock: exit 3), as the CLI maps them; any
 // other exception escapes and aborts.
+#include <fmt/format.h>
+
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -36,6 +42,7 @@
 
 #include "models/cost/cost_model.hpp"
 #include "models/experiment.hpp"
+#include "models/figures.hpp"
 #include "sim/config/config_reader.hpp"
 #include "sim/core/errors.hpp"
 #include "sim/exec/executor.hpp"
@@ -134,6 +141,35 @@ void check_lean_run(const TaskGraph& graph, const offsim::sim::Platform& platfor
   }
 }
 
+// The experiment as a sweep's or search's point runs it (models/sweep.cpp: built and run without
+// link statistics and task names, so replayed operations and collectives stand for what the run
+// with the outputs over time built in full) gives `full`'s figures to the last digit.
+void check_point_run(const offsim::models::ExperimentSpec& spec, const offsim::models::ExperimentResult& full) {
+  using namespace offsim::models;
+  const ExperimentResult point = [&] {
+    const offsim::sim::ScopedUnnamedTasks unnamed;
+    return run_experiment(spec, RunExperimentOptions{.link_statistics = false});
+  }();
+  for (const Figure& f : headline_figures()) {
+    if (f.text(point) != f.text(full)) {
+      broken(fmt::format("as a sweep point, {} is {}; the full run's is {}", f.name, f.text(point), f.text(full)));
+    }
+  }
+  if (point.iteration_time != full.iteration_time) broken("as a sweep point, another iteration time");
+  if (point.phases.size() != full.phases.size()) broken("as a sweep point, other phases");
+  for (std::size_t i = 0; i < full.phases.size(); ++i) {
+    if (point.phases[i].phase != full.phases[i].phase || point.phases[i].time != full.phases[i].time) {
+      broken(fmt::format("as a sweep point, phase {} takes {} ps; in the full run {} {} ps", point.phases[i].phase,
+                         point.phases[i].time.ps, full.phases[i].phase, full.phases[i].time.ps));
+    }
+  }
+  if (point.memory.size() != full.memory.size()) broken("as a sweep point, other memory pools");
+  for (std::size_t i = 0; i < full.memory.size(); ++i) {
+    if (point.memory[i].peak != full.memory[i].peak) broken("as a sweep point, another memory peak");
+  }
+  if (point.infeasible_reasons != full.infeasible_reasons) broken("as a sweep point, other infeasibility reasons");
+}
+
 void simulate(const std::filesystem::path& file, offsim::models::ReadCache& reads) {
   using namespace offsim::models;
   const ExperimentSpec spec = load_experiment(file, {}, &reads);
@@ -161,6 +197,7 @@ void simulate(const std::filesystem::path& file, offsim::models::ReadCache& read
   }
   (void)summary_json(spec, result, {"fuzz", "fuzz"});
   (void)text_report(spec, result);
+  check_point_run(spec, result);
   if (simulated == 1) return;
   // A long pipeline schedule ran as two shorter ones and was extrapolated (run_experiment): the
   // full schedule, which the CLI never runs, is checked too, as long as it is small.
