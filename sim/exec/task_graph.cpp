@@ -42,8 +42,7 @@ std::size_t default_task_limit() {
   return limit;
 }
 
-TaskId TaskGraph::add(std::string_view name, std::string_view phase, TaskBody body, std::span<const TaskId> deps,
-                      std::int64_t priority) {
+TaskGraph::Slot TaskGraph::append_task(std::string_view name, std::span<const TaskId> deps) {
   if (tasks_.size() >= task_limit_) {
     throw SimulationLimit(fmt::format(
         "the task graph grows past {} tasks, about {} of memory to build and run ({} per task), more than this "
@@ -61,15 +60,11 @@ TaskId TaskGraph::add(std::string_view name, std::string_view phase, TaskBody bo
       deps_.size() + deps.size() > std::numeric_limits<std::uint32_t>::max()) {
     throw std::length_error("the task graph's names or dependencies exceed 2^32 entries");
   }
-  const auto name_begin = static_cast<std::uint32_t>(names_.size());
-  const auto deps_begin = static_cast<std::uint32_t>(deps_.size());
+  const Slot slot{id, static_cast<std::uint32_t>(names_.size()), static_cast<std::uint32_t>(name.size()),
+                  static_cast<std::uint32_t>(deps_.size())};
   names_.append(name);
   deps_.insert(deps_.end(), deps.begin(), deps.end());
-  // Made in the vector's room: the body (a variant holding strings and vectors) is move-constructed
-  // there once, not default-constructed and then assigned.
-  tasks_.emplace_back(id, name_begin, static_cast<std::uint32_t>(name.size()), phase_index(phase), std::move(body),
-                      deps_begin, static_cast<std::uint32_t>(deps.size()), priority);
-  return id;
+  return slot;
 }
 
 namespace {

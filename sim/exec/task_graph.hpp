@@ -15,6 +15,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -122,16 +123,24 @@ using TaskBody = std::variant<ComputeTask, TransferTask, AllocTask, FreeTask, Ba
 // A task's name, phase and dependencies live in its graph (TaskGraph::name, phase, deps): names and
 // dependencies back to back in one buffer each, the few distinct phases in a table, so that a graph
 // of millions of tasks does not hold two strings and a vector (and their heap blocks) per task.
+/// Whether T is one of a task's bodies (ComputeTask, TransferTask, ...).
+template <typename T, typename Variant = TaskBody>
+inline constexpr bool kIsTaskBody = false;
+template <typename T, typename... Bodies>
+inline constexpr bool kIsTaskBody<T, std::variant<Bodies...>> = (std::is_same_v<T, Bodies> || ...);
+
 struct Task {
   Task() = default;
-  // Every field, the body moved in once (TaskGraph::add constructs a task in the graph's room).
-  Task(TaskId id_, std::uint32_t name_begin_, std::uint32_t name_size_, std::uint16_t phase_, TaskBody&& body_,
+  // Every field, the body made once in place from `body_` (TaskGraph::add constructs a task in the
+  // graph's room): one of TaskBody's alternatives, or a TaskBody moved in.
+  template <typename Body>
+  Task(TaskId id_, std::uint32_t name_begin_, std::uint32_t name_size_, std::uint16_t phase_, Body&& body_,
        std::uint32_t deps_begin_, std::uint32_t deps_size_, std::int64_t priority_)
       : id(id_),
         name_begin(name_begin_),
         name_size(name_size_),
         phase(phase_),
-        body(std::move(body_)),
+        body(std::forward<Body>(body_)),
         deps_begin(deps_begin_),
         deps_size(deps_size_),
         priority(priority_) {}
@@ -200,10 +209,25 @@ class TaskGraph {
   /// Adds a task after `deps`: the graph copies the name (when it keeps names) and the
   /// dependencies into its buffers, so the caller's may be temporaries or reused storage.
   TaskId add(std::string_view name, std::string_view phase, TaskBody body, std::span<const TaskId> deps,
-             std::int64_t priority = 0);
+             std::int64_t priority = 0) {
+    return emplace(name, phase, std::move(body), deps, priority);
+  }
   TaskId add(std::string_view name, std::string_view phase, TaskBody body, std::initializer_list<TaskId> deps = {},
              std::int64_t priority = 0) {
-    return add(name, phase, std::move(body), std::span<const TaskId>(deps.begin(), deps.size()), priority);
+    return emplace(name, phase, std::move(body), std::span<const TaskId>(deps.begin(), deps.size()), priority);
+  }
+  /// The same, for a body given as one of TaskBody's alternatives (what builders write): it is
+  /// made in the task once, not first as a TaskBody and then moved.
+  template <typename Body>
+  requires kIsTaskBody<std::remove_cvref_t<Body>> TaskId add(std::string_view name, std::string_view phase, Body&& body,
+                                                             std::span<const TaskId> deps, std::int64_t priority = 0) {
+    return emplace(name, phase, std::forward<Body>(body), deps, priority);
+  }
+  template <typename Body>
+  requires kIsTaskBody<std::remove_cvref_t<Body>> TaskId add(std::string_view name, std::string_view phase, Body&& body,
+                                                             std::initializer_list<TaskId> deps = {},
+                                                             std::int64_t priority = 0) {
+    return emplace(name, phase, std::forward<Body>(body), std::span<const TaskId>(deps.begin(), deps.size()), priority);
   }
   /// Room for about `tasks` tasks (capped at the task limit), so that a builder that can count its
   /// tasks ahead does not move the graph's storage as it grows. Unused room costs address space,
@@ -275,6 +299,23 @@ class TaskGraph {
 
   // The index of `phase` in phases_, which it joins when new.
   std::uint16_t phase_index(std::string_view phase);
+  // Where the next task's name and dependencies go, after the checks (limit, dependencies known,
+  // buffers within 32-bit offsets): its id and offsets, the name and dependencies appended.
+  struct Slot {
+    TaskId id;
+    std::uint32_t name_begin;
+    std::uint32_t name_size;
+    std::uint32_t deps_begin;
+  };
+  Slot append_task(std::string_view name, std::span<const TaskId> deps);
+  template <typename Body>
+  TaskId emplace(std::string_view name, std::string_view phase, Body&& body, std::span<const TaskId> deps,
+                 std::int64_t priority) {
+    const Slot slot = append_task(name, deps);
+    tasks_.emplace_back(slot.id, slot.name_begin, slot.name_size, phase_index(phase), std::forward<Body>(body),
+                        slot.deps_begin, static_cast<std::uint32_t>(deps.size()), priority);
+    return slot.id;
+  }
 };
 
 [[nodiscard]] std::string_view task_kind(const TaskBody& body);
