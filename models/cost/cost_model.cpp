@@ -22,14 +22,10 @@ constexpr double kGemmElementBytes = 2.0;
 double work(std::int64_t m, std::int64_t n, std::int64_t k) {
   return static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
 }
-}  // namespace
-
-namespace {
 
 // A GEMM table as a cost model uses it: `points` (sorted by work when `by_work`) and their grid.
 struct PreparedTable {
   bool made = false;
-  bool by_work = false;
   std::vector<GemmPoint> given;
   std::vector<GemmPoint> points;
   std::optional<GemmGrid> grid;
@@ -47,7 +43,7 @@ bool same_points(const std::vector<GemmPoint>& a, const std::vector<GemmPoint>& 
 const PreparedTable& prepared(const std::vector<GemmPoint>& table, bool by_work) {
   thread_local std::array<PreparedTable, 2> last;
   PreparedTable& p = last[by_work ? 0 : 1];
-  if (p.made && p.by_work == by_work && same_points(p.given, table)) return p;
+  if (p.made && same_points(p.given, table)) return p;
   p.given = table;
   p.points = table;
   if (by_work) {
@@ -55,7 +51,6 @@ const PreparedTable& prepared(const std::vector<GemmPoint>& table, bool by_work)
               [](const GemmPoint& a, const GemmPoint& b) { return work(a.m, a.n, a.k) < work(b.m, b.n, b.k); });
   }
   p.grid = GemmGrid::of(p.points);
-  p.by_work = by_work;
   p.made = true;
   return p;
 }
