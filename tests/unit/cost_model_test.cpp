@@ -23,6 +23,18 @@ DeviceCosts device_with_table() {
   return d;
 }
 
+// A 2 x 2 x 2 grid over m, n, k in {1024, 4096}: efficiency 0.2 everywhere except 0.8 at
+// (4096, 4096, 4096).
+DeviceCosts device_with_grid() {
+  DeviceCosts d = device_with_table();
+  d.gemm_table.clear();
+  for (std::int64_t m : {1024, 4096})
+    for (std::int64_t n : {1024, 4096})
+      for (std::int64_t k : {1024, 4096})
+        d.gemm_table.push_back({m, n, k, (m == 4096 && n == 4096 && k == 4096) ? 0.8 : 0.2});
+  return d;
+}
+
 GemmShape cube(std::int64_t n) {
   return {"g", n, n, n, 1};
 }
@@ -67,13 +79,7 @@ TEST(CostModel, GridTablesInterpolateInLogMNK) {
   // A 2 x 2 x 2 grid over m, n, k in {1024, 4096}: efficiency 0.2 everywhere except 0.8 at
   // (4096, 4096, 4096). At m = n = k = 2048 each axis lies halfway (in log), so trilinear
   // interpolation weighs the corner (4096)^3 by 1/8: e = 0.2 + (0.8 - 0.2) / 8 = 0.275.
-  DeviceCosts d = device_with_table();
-  d.gemm_table.clear();
-  for (std::int64_t m : {1024, 4096})
-    for (std::int64_t n : {1024, 4096})
-      for (std::int64_t k : {1024, 4096})
-        d.gemm_table.push_back({m, n, k, (m == 4096 && n == 4096 && k == 4096) ? 0.8 : 0.2});
-  const CostModel c(d);
+  const CostModel c(device_with_grid());
   EXPECT_EQ(c.gemm_time(cube(2048)), sim::duration_of(2.0 * 2048.0 * 2048.0 * 2048.0, 0.275 * 100e12));
   // n halfway, m and k at the top: e = (0.2 + 0.8) / 2 = 0.5.
   const GemmShape g{"g", 4096, 2048, 4096, 1};
@@ -96,12 +102,7 @@ TEST(CostModel, GridTablesInterpolateInLogMNK) {
 // content (CostModel's constructor): one made from another table in between, or from the first
 // table changed in one efficiency, must price by its own table, and the first's again by the first.
 TEST(CostModel, EachCostModelPricesByItsOwnTableWhateverWasMadeBefore) {
-  DeviceCosts grid = device_with_table();
-  grid.gemm_table.clear();
-  for (std::int64_t m : {1024, 4096})
-    for (std::int64_t n : {1024, 4096})
-      for (std::int64_t k : {1024, 4096})
-        grid.gemm_table.push_back({m, n, k, (m == 4096 && n == 4096 && k == 4096) ? 0.8 : 0.2});
+  const DeviceCosts grid = device_with_grid();
   DeviceCosts changed = grid;
   changed.gemm_table.back().efficiency = 0.6;  // the (4096)^3 corner: 0.2 + (0.6 - 0.2) / 8 = 0.25
   const sim::TimePs at_0275 = sim::duration_of(2.0 * 2048.0 * 2048.0 * 2048.0, 0.275 * 100e12);
