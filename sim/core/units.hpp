@@ -65,6 +65,13 @@ struct TimePs {
     return TimePs{r};
   }
   constexpr TimePs& operator+=(TimePs o) { return *this = *this + o; }
+  /// k times this duration, checked as the sum of k of them would be.
+  [[nodiscard]] constexpr TimePs times(std::int64_t k) const {
+    std::int64_t r = 0;
+    if (__builtin_mul_overflow(ps, k, &r)) [[unlikely]]
+      throw_time_overflow(ps, '*', k);
+    return TimePs{r};
+  }
   [[nodiscard]] constexpr double seconds() const { return static_cast<double>(ps) * 1e-12; }
   static constexpr TimePs max() { return TimePs{kMaxTimePs}; }
   static constexpr TimePs from_us(std::int64_t us) {

@@ -109,6 +109,9 @@ TEST(Units, TheClockIsCheckedAtTwoToThe63Picoseconds) {
   EXPECT_EQ(t.ps, kMaxTimePs);  // unchanged
   EXPECT_EQ(TimePs::from_us(9'223'372'036'854).ps, 9'223'372'036'854'000'000);
   EXPECT_THROW((void)TimePs::from_us(9'223'372'036'855), SimulationLimit);
+  // k times a duration (a replayed operation's layers): 3 x (2^63 - 1) / 3 fits, one more does not.
+  EXPECT_EQ(TimePs{kMaxTimePs / 3}.times(3).ps, kMaxTimePs / 3 * 3);
+  EXPECT_THROW((void)TimePs{kMaxTimePs / 3 + 1}.times(3), SimulationLimit);
   EXPECT_EQ(seconds_to_time(9'223'372.0).ps, 9'223'372'000'000'000'000);
   EXPECT_THROW((void)seconds_to_time(1e7), SimulationLimit);
   EXPECT_THROW((void)seconds_to_time(std::nan("")), SimulationLimit);

@@ -77,8 +77,9 @@ bool OperationReplays::finish_repeated(const Recording& recording, const Piece& 
   if (!built) return false;
   const auto one_piece = chain_of(g, piece.start, piece.begin.tasks, at, unit);
   if (!one_piece || !g.roll_back(recording.begin)) return false;
-  // Integer picoseconds: the sum of the pieces' task durations, as if each were built.
-  *recording.slot = *built + sim::TimePs{one_piece->ps * (repeats - 1)};
+  // Integer picoseconds: the sum of the pieces' task durations, as if each were built (and as
+  // checked: past the clock's range it throws SimulationLimit as the full sum would).
+  *recording.slot = *built + one_piece->times(repeats - 1);
   at = recording.start;
   add_replay(timeline, s, tag, **recording.slot, at);
   return true;
