@@ -349,15 +349,17 @@ std::vector<TaskId> Communicator::add_stage(const std::string& name, const std::
 
 std::shared_ptr<const Communicator::AnalyticStage> Communicator::analytic_stage(const StageShape& st,
                                                                                 const Band& band) {
-  if (!st.shared_flows) {
+  if (!st.shared) {
     return std::make_shared<const AnalyticStage>(
         analytic_bodies(st.fit, band, st.ring, st.bytes_per_flow, st.steps, *st.flows));
   }
-  stage_flow_cache::AnalyticKey key{
-      st.shared_flows,         std::bit_cast<std::uint64_t>(st.fit.bus_bandwidth.bytes_per_s),
-      st.fit.step_latency.ps,  st.ring,
-      st.bytes_per_flow,       st.steps,
-      options_.link_statistics};
+  stage_flow_cache::AnalyticKey key{st.flows,
+                                    std::bit_cast<std::uint64_t>(st.fit.bus_bandwidth.bytes_per_s),
+                                    st.fit.step_latency.ps,
+                                    st.ring,
+                                    st.bytes_per_flow,
+                                    st.steps,
+                                    options_.link_statistics};
   if (auto held = stage_flow_cache::find_analytic(key)) return held;
   return stage_flow_cache::insert_analytic(
       std::move(key), analytic_bodies(st.fit, band, st.ring, st.bytes_per_flow, st.steps, *st.flows));
@@ -448,7 +450,7 @@ Communicator::StageShape Communicator::stage_shape(const std::string& collective
     });
     const std::int64_t chunk = plan.quantization.wire_bytes(ceil_div(per_peer, 2 * channels));
     f.bus_bandwidth = f.bus_bandwidth * (1.0 / channels);
-    return {f, ring.get(), true, chunk, g - 1, shares_flows() ? ring : nullptr};
+    return {f, ring, true, chunk, g - 1, shares_flows()};
   }
   // All-to-all: one flow from each simulated rank to each peer, all in one step.
   const auto& all_to_all = flows_of(StageAlgorithm::kAllToAll, band, 1, [&](StageFlows& flows) {
@@ -464,7 +466,7 @@ Communicator::StageShape Communicator::stage_shape(const std::string& collective
     }
   });
   const std::int64_t bytes = plan.quantization.wire_bytes(per_peer);
-  return {f, all_to_all.get(), false, bytes, 1, shares_flows() ? all_to_all : nullptr};
+  return {f, all_to_all, false, bytes, 1, shares_flows()};
 }
 
 }  // namespace offsim::models

@@ -162,11 +162,11 @@ class Communicator {
   // g - 1, each a chunk per channel and direction; all-to-all: one).
   struct StageShape {
     CollectiveFit fit;
-    const std::vector<std::vector<Flow>>* flows;
+    std::shared_ptr<const StageFlows> flows;
     bool ring;
     std::int64_t bytes_per_flow;
     int steps;
-    std::shared_ptr<const StageFlows> shared_flows;  // the flows, when the stage flow cache gave them
+    bool shared;  // the flows came from the stage flow cache
   };
   // The analytic stage of `st` over `band`: found in the stage flow cache when its flows came from
   // there (another point priced it), else built by analytic_bodies (and kept there).

@@ -24,8 +24,8 @@ double work(std::int64_t m, std::int64_t n, std::int64_t k) {
 }
 
 // A GEMM table as a cost model uses it: `points` (sorted by work when `by_work`) and their grid.
+// Default-made, it is the empty table's (no points, no grid).
 struct PreparedTable {
-  bool made = false;
   std::vector<GemmPoint> given;
   std::vector<GemmPoint> points;
   std::optional<GemmGrid> grid;
@@ -43,7 +43,7 @@ bool same_points(const std::vector<GemmPoint>& a, const std::vector<GemmPoint>& 
 const PreparedTable& prepared(const std::vector<GemmPoint>& table, bool by_work) {
   thread_local std::array<PreparedTable, 2> last;
   PreparedTable& p = last[by_work ? 0 : 1];
-  if (p.made && same_points(p.given, table)) return p;
+  if (same_points(p.given, table)) return p;
   p.given = table;
   p.points = table;
   if (by_work) {
@@ -51,7 +51,6 @@ const PreparedTable& prepared(const std::vector<GemmPoint>& table, bool by_work)
               [](const GemmPoint& a, const GemmPoint& b) { return work(a.m, a.n, a.k) < work(b.m, b.n, b.k); });
   }
   p.grid = GemmGrid::of(p.points);
-  p.made = true;
   return p;
 }
 

@@ -68,34 +68,38 @@ OperationReplays::Recording OperationReplays::start(const Key& key, const sim::T
   return {&it->second, g.mark(), at};
 }
 
+bool OperationReplays::replaced_by_replay(const Recording& recording, sim::TimePs duration, RankTimeline& timeline,
+                                          int s, const std::string& tag, sim::TaskId& at) {
+  if (!timeline.graph().roll_back(recording.begin)) return false;
+  at = recording.start;
+  add_replay(timeline, s, tag, duration, at);
+  return true;
+}
+
 bool OperationReplays::finish_repeated(const Recording& recording, const Piece& piece, std::int64_t repeats,
                                        RankTimeline& timeline, int s, const std::string& tag, std::uint32_t unit,
                                        sim::TaskId& at) {
   if (recording.slot == nullptr) return false;
-  sim::TaskGraph& g = timeline.graph();
+  const sim::TaskGraph& g = timeline.graph();
   const auto built = chain_of(g, recording.start, recording.begin.tasks, at, unit);
   if (!built) return false;
   const auto one_piece = chain_of(g, piece.start, piece.begin.tasks, at, unit);
-  if (!one_piece || !g.roll_back(recording.begin)) return false;
+  if (!one_piece) return false;
   // Integer picoseconds: the sum of the pieces' task durations, as if each were built (and as
   // checked: past the clock's range it throws SimulationLimit as the full sum would).
-  *recording.slot = *built + one_piece->times(repeats - 1);
-  at = recording.start;
-  add_replay(timeline, s, tag, **recording.slot, at);
+  const sim::TimePs total = *built + one_piece->times(repeats - 1);
+  if (!replaced_by_replay(recording, total, timeline, s, tag, at)) return false;
+  *recording.slot = total;
   return true;
 }
 
 void OperationReplays::finish(const Recording& recording, RankTimeline& timeline, int s, const std::string& tag,
                               std::uint32_t unit, sim::TaskId& at) {
   if (recording.slot == nullptr) return;
-  sim::TaskGraph& g = timeline.graph();
-  *recording.slot = chain_of(g, recording.start, recording.begin.tasks, at, unit);
+  *recording.slot = chain_of(timeline.graph(), recording.start, recording.begin.tasks, at, unit);
   // The chain's tasks and their one-task replay end at the same picosecond (above): the replay
   // is simulated instead, as the operations after it are.
-  if (*recording.slot && g.roll_back(recording.begin)) {
-    at = recording.start;
-    add_replay(timeline, s, tag, **recording.slot, at);
-  }
+  if (*recording.slot) (void)replaced_by_replay(recording, **recording.slot, timeline, s, tag, at);
 }
 
 }  // namespace offsim::models

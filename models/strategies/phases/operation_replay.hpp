@@ -89,6 +89,10 @@ class OperationReplays {
               sim::TaskId& at);
 
  private:
+  // The tasks built since `recording` began give way to the replay of `duration` (which `at`
+  // becomes), when the graph can take them back (TaskGraph::roll_back); false: they stay as built.
+  static bool replaced_by_replay(const Recording& recording, sim::TimePs duration, RankTimeline& timeline, int s,
+                                 const std::string& tag, sim::TaskId& at);
   // The one task of a replayed chain of `duration` on simulated rank s, after `at`, which it becomes.
   static void add_replay(RankTimeline& timeline, int s, const std::string& tag, sim::TimePs duration, sim::TaskId& at);
 
