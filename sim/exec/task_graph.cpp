@@ -126,7 +126,7 @@ void TaskGraph::reserve(std::size_t tasks) {
   constexpr std::size_t kDependenciesPerTask = 2;
   const std::size_t n = std::min(tasks, task_limit_);
   tasks_.reserve(n);
-  names_.reserve(n * kNameBytesPerTask);
+  if (keeps_names_) names_.reserve(n * kNameBytesPerTask);  // (a graph without names holds none)
   deps_.reserve(n * kDependenciesPerTask);
 }
 
