@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <memory>
 #include <optional>
 
 #include "models/experiment/defaults.hpp"
@@ -197,6 +198,37 @@ std::optional<TrainingSpec> parse_training(const Node& node, TrainingRead* read)
 
 namespace detail {
 
+namespace {
+
+// devices_per_node lists this thread expanded over a machine without an error (parse_devices), the
+// last few: the machine (its identity, held so that no other takes its address), the entries as
+// written, and the devices they name.
+struct ExpandedDeviceList {
+  std::shared_ptr<const void> machine;
+  int nodes = 0;
+  std::vector<std::optional<std::string>> names;
+  std::vector<std::string> devices;
+};
+std::vector<ExpandedDeviceList>& expanded_device_lists() {
+  thread_local std::vector<ExpandedDeviceList> lists;
+  return lists;
+}
+const std::vector<std::string>* expanded_before(const std::shared_ptr<const void>& machine, int nodes,
+                                                const std::vector<std::optional<std::string>>& names) {
+  for (const auto& e : expanded_device_lists()) {
+    if (e.machine == machine && e.nodes == nodes && e.names == names) return &e.devices;
+  }
+  return nullptr;
+}
+void remember_expanded(ExpandedDeviceList list) {
+  constexpr std::size_t kKept = 8;
+  auto& lists = expanded_device_lists();
+  if (lists.size() == kKept) lists.erase(lists.begin());
+  lists.push_back(std::move(list));
+}
+
+}  // namespace
+
 // The ranks' devices: `devices` (explicit), or `devices_per_node`, the same local order on every
 // node of the machine (named n<k>.<device> when it has several nodes), nodes in order. nullopt
 // when neither key is given (an error too when `required`).
@@ -272,6 +304,11 @@ std::optional<std::vector<std::string>> parse_devices(MapReader& r, const Node& 
   }
   std::vector<std::optional<std::string>> names;  // read once: a non-string entry is one error
   for (const auto& item : items) names.push_back(item.as<std::string>());
+  // A list expanded over this machine before on this thread, without an error, gives the same
+  // devices: a search's strategies name the same node GPUs for every point (1,024 checked names).
+  const std::shared_ptr<const void> machine = topology != nullptr ? topology->identity() : nullptr;
+  if (const auto* devices = expanded_before(machine, nodes, names)) return *devices;
+  const std::size_t errors_before = ctx.error_count();
   std::vector<bool> reported(items.size(), false);
   for (int n = 0; n < nodes; ++n) {
     // "n<k>." by hand: fmt::format per name was a quarter of this function in a sweep's points.
@@ -292,6 +329,8 @@ std::optional<std::vector<std::string>> parse_devices(MapReader& r, const Node& 
       out.push_back(full);
     }
   }
+  if (ctx.error_count() == errors_before && machine != nullptr)
+    remember_expanded({machine, nodes, std::move(names), out});
   return out;
 }
 

@@ -119,6 +119,36 @@ TEST(ConfigErrors, GoldenMessagesThroughASweepsCaches) {
   EXPECT_GT(cache.size(), 0u);
 }
 
+TEST(ConfigErrors, ADevicesPerNodeListReadAgainNamesTheSameDevicesOfItsOwnMachine) {
+  // A worker expands a devices_per_node list it read without an error once per machine and list
+  // (sections.cpp): a search's strategies list the same node GPUs on 128 nodes for every point.
+  const sim::config::ScopedFileCache files;
+  const fs::path job = fs::path(OFFSIM_SOURCE_DIR) / "configs/experiments/scale/gpt3-175b-a100-1024.yaml";
+  const auto devices = [&](const std::vector<std::string>& overrides) {
+    return std::get<MegatronSpec>(load_experiment(job, overrides).strategy).devices;
+  };
+  const std::vector<std::string> first = devices({});
+  ASSERT_EQ(first.size(), 1024u);  // tp 8 x pp 8 x dp 16, node by node
+  EXPECT_EQ(first.front(), "n0.gpu0");
+  EXPECT_EQ(first[9], "n1.gpu1");
+  EXPECT_EQ(first.back(), "n127.gpu7");
+  EXPECT_EQ(devices({"strategy.zero_stage=0"}), first);  // another strategy, the same list: the same devices
+  // Another machine (2 nodes), the same list: its own 16 devices, not the 1,024 of the first.
+  const std::vector<std::string> two_nodes = devices({"hardware.nodes=2", "strategy.pp=2", "strategy.dp=1"});
+  ASSERT_EQ(two_nodes.size(), 16u);
+  EXPECT_EQ(two_nodes.back(), "n1.gpu7");
+  // A list with an error is reported each time it is read.
+  for (int time = 0; time < 2; ++time) {
+    SCOPED_TRACE(time);
+    try {
+      (void)devices({"strategy.devices_per_node=[gpu0, gpu1, gpu2, gpu3, gpu4, gpu5, gpu6, gpu6]"});
+      ADD_FAILURE() << "expected a configuration error";
+    } catch (const sim::config::ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("device \"n0.gpu6\" is listed twice"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(ConfigErrors, GoldenModelMessages) {
   // As `offsim model` reads a model: an offsim model or a Hugging Face config.json.
   const std::size_t cases = check_golden("tests/config_errors/models", {".yaml", ".json"}, [](const fs::path& file) {
