@@ -2,7 +2,8 @@
 # Every figure of issue 35's "done when", in one run (Release build; run from anywhere):
 #   - offsim search over the Megatron tp 8 space of GPT-3 175B on 1,024 A100
 #     (configs/experiments/scale/gpt3-175b-a100-1024.yaml --kind megatron --tp 8): configs/s with
-#     1 and 2 jobs, and whether `mpirun -np 2 offsim search` writes the single-process files;
+#     1 and 2 jobs, two --jobs 1 searches side by side (what the two cores give two searches that
+#     share nothing), and whether `mpirun -np 2 offsim search` writes the single-process files;
 #   - that job in one run with flow fidelity (the documented default): time and peak RSS;
 #   - GPT-1T Megatron on all 9,408 Frontier nodes: time and peak RSS, without and with --out (the
 #     compact trace, and --trace full), and the size of the --out files;
@@ -74,6 +75,26 @@ for jobs in 1 2; do
       j, n, t, n / t, c, n / c, m / 1024 }'
 done
 awk -v a="${rate[1]}" -v b="${rate[2]}" 'BEGIN {printf "  2 jobs / 1 job (wall clock): %.2fx\n", b / a}'
+# What the two cores give two searches that share nothing: two --jobs 1 processes side by side,
+# against one alone (the median of 5 pairs, each started together). Each runs slower than alone
+# (caches, memory, the hypervisor), and a --jobs 2 search's workers pay that too, on top of its
+# serial part (the start, the base's YAML and plan, the outputs) and each worker's first point. Two
+# such processes answer 2 x points / (the pair's time) configs/s together: what two independent
+# searches get from this machine, an upper bound for --jobs 2 on it.
+pair() {
+  local start end
+  rm -rf "$tmp/pair1" "$tmp/pair2"
+  start=$(date +%s%N)
+  "$offsim" search "$job" --kind megatron --tp 8 --out "$tmp/pair1" --jobs 1 >/dev/null 2>&1 &
+  "$offsim" search "$job" --kind megatron --tp 8 --out "$tmp/pair2" --jobs 1 >/dev/null 2>&1 || true
+  wait || true
+  end=$(date +%s%N)
+  awk -v s="$start" -v e="$end" 'BEGIN {printf "%.4f\n", (e - s) / 1e9}'
+}
+pair_wall=$(for _ in 1 2 3 4 5; do pair; done | sort -n | sed -n 3p)
+awk -v a="${rate[1]}" -v n="$points" -v p="$pair_wall" 'BEGIN {
+  printf "  two --jobs 1 searches side by side: %.3f s for both (each %.0f%% slower than alone): %.1f configs/s together, %.2fx one\n",
+    p, 100 * (p * a / n - 1), 2 * n / p, 2 * n / a / p }'
 if cmp -s "$tmp/search1/search.csv" "$tmp/search2/search.csv" && cmp -s "$tmp/search1/pareto.csv" "$tmp/search2/pareto.csv"; then
   echo "  --jobs 2 gives the --jobs 1 files: yes"
 else
