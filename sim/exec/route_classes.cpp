@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cstddef>
 #include <cstring>
 #include <numeric>
@@ -47,6 +48,30 @@ bool same_constraints(std::span<const ConstraintId> a, std::span<const Constrain
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size_bytes()) == 0;
 }
 
+// The classes this thread worked out last, with what they were worked out from: the platform's
+// capacities and the distinct routes as met. The classes follow from those alone, so a run that
+// meets the same ones, bit for bit, takes them (a sweep point's two simulations, the steady
+// state's, route the same transfers over the same machine, and so do points on one layout).
+struct Classified {
+  std::vector<std::uint64_t> capacity_bits;  // per platform constraint
+  std::vector<ConstraintId> routes;          // over the platform's constraints
+  std::vector<std::uint32_t> begin;
+  RouteClasses::Classes classes;
+};
+constexpr std::size_t kClassifiedKept = 4;
+std::vector<Classified>& classified() {
+  thread_local std::vector<Classified> kept;
+  return kept;
+}
+
+bool same_capacities(const Platform& platform, const std::vector<std::uint64_t>& bits) {
+  if (platform.constraints.size() != bits.size()) return false;
+  for (std::size_t c = 0; c < bits.size(); ++c) {
+    if (std::bit_cast<std::uint64_t>(platform.constraints[c].capacity.bytes_per_s) != bits[c]) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 RouteClasses::RouteClasses(const Platform& platform, const TaskGraph& graph) {
@@ -68,8 +93,32 @@ RouteClasses::RouteClasses(const Platform& platform, const TaskGraph& graph) {
     if (known.first != list) known = {list, intern(x->route, hashes, next_same_hash, buckets)};
     route_of_task_[i] = known.second;
   }
+  if (routes_.empty()) return;  // no routed transfer (a data-parallel sweep point's): no class
+  if (take_known_classes(platform)) return;
   find_classes(platform);
   rewrite_routes();
+  keep_classes(platform);
+}
+
+bool RouteClasses::take_known_classes(const Platform& platform) {
+  for (const auto& k : classified()) {
+    if (k.routes == routes_ && k.begin == begin_ && same_capacities(platform, k.capacity_bits)) {
+      classes_ = k.classes;
+      return true;
+    }
+  }
+  return false;
+}
+
+void RouteClasses::keep_classes(const Platform& platform) const {
+  Classified made{{}, routes_, begin_, classes_};
+  made.capacity_bits.reserve(platform.constraints.size());
+  for (const auto& c : platform.constraints) {
+    made.capacity_bits.push_back(std::bit_cast<std::uint64_t>(c.capacity.bytes_per_s));
+  }
+  auto& kept = classified();
+  if (kept.size() == kClassifiedKept) kept.erase(kept.begin());
+  kept.push_back(std::move(made));
 }
 
 std::uint32_t RouteClasses::intern(std::span<const ConstraintId> route, std::vector<std::uint64_t>& hashes,
@@ -101,7 +150,6 @@ std::uint32_t RouteClasses::intern(std::span<const ConstraintId> route, std::vec
 }
 
 void RouteClasses::find_classes(const Platform& platform) {
-  if (routes_.empty()) return;  // no routed transfer (a data-parallel sweep point's): no class
   const std::size_t constraints = platform.constraints.size();
   const auto routes = static_cast<std::uint32_t>(begin_.size() - 1);
   // Each constraint's signature: the distinct routes that list it, once per listing, ascending
@@ -140,54 +188,52 @@ void RouteClasses::find_classes(const Platform& platform) {
     if (table[at].second == kNone) {
       table[at] = {h, static_cast<std::uint32_t>(first_member.size())};
       first_member.push_back(c);
-      representatives_.push_back(c);
-    } else if (capacity(c) < capacity(representatives_[table[at].second])) {
-      representatives_[table[at].second] = c;
+      classes_.representatives.push_back(c);
+    } else if (capacity(c) < capacity(classes_.representatives[table[at].second])) {
+      classes_.representatives[table[at].second] = c;
     }
     member_class[c] = table[at].second;
   }
   // The classes take their representatives' places in the order of constraints.
-  std::vector<std::uint32_t> order(representatives_.size());
+  std::vector<std::uint32_t> order(classes_.representatives.size());
   std::iota(order.begin(), order.end(), 0U);
-  std::sort(order.begin(), order.end(),
-            [&](std::uint32_t a, std::uint32_t b) { return representatives_[a] < representatives_[b]; });
+  std::sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) {
+    return classes_.representatives[a] < classes_.representatives[b];
+  });
   std::vector<std::uint32_t> place(order.size());
   std::vector<std::uint32_t> sorted(order.size());
   for (std::uint32_t k = 0; k < order.size(); ++k) {
     place[order[k]] = k;
-    sorted[k] = representatives_[order[k]];
+    sorted[k] = classes_.representatives[order[k]];
   }
-  representatives_ = std::move(sorted);
-  class_of_.assign(constraints, kNone);
+  classes_.representatives = std::move(sorted);
+  classes_.class_of.assign(constraints, kNone);
   for (std::uint32_t c = 0; c < constraints; ++c) {
-    if (member_class[c] != kNone) class_of_[c] = place[member_class[c]];
+    if (member_class[c] != kNone) classes_.class_of[c] = place[member_class[c]];
   }
-  capacities_.reserve(representatives_.size());
-  for (const auto c : representatives_) capacities_.push_back(capacity(c));
+  classes_.capacities.reserve(classes_.representatives.size());
+  for (const auto c : classes_.representatives) classes_.capacities.push_back(capacity(c));
 }
 
 void RouteClasses::rewrite_routes() {
   // A route lists its class as many times as it lists the representative (as many as any member).
-  std::vector<ConstraintId> rewritten;
+  auto& rewritten = classes_.routes;
   rewritten.reserve(routes_.size());
-  std::vector<std::uint32_t> begin{0};
-  begin.reserve(begin_.size());
+  classes_.begin.reserve(begin_.size());
   for (std::size_t r = 0; r + 1 < begin_.size(); ++r) {
     for (std::uint32_t k = begin_[r]; k < begin_[r + 1]; ++k) {
       const std::uint32_t c = routes_[k].index;
-      const std::uint32_t cls = class_of_[c];
-      if (representatives_[cls] == c) rewritten.push_back(ConstraintId{cls});
+      const std::uint32_t cls = classes_.class_of[c];
+      if (classes_.representatives[cls] == c) rewritten.push_back(ConstraintId{cls});
     }
-    begin.push_back(static_cast<std::uint32_t>(rewritten.size()));
+    classes_.begin.push_back(static_cast<std::uint32_t>(rewritten.size()));
   }
-  routes_ = std::move(rewritten);
-  begin_ = std::move(begin);
 }
 
 std::span<const ConstraintId> RouteClasses::route_of(std::uint32_t task) const {
   const std::uint32_t r = route_of_task_[task];
   if (r == kNone) return {};
-  return {routes_.data() + begin_[r], begin_[r + 1] - begin_[r]};
+  return {classes_.routes.data() + classes_.begin[r], classes_.begin[r + 1] - classes_.begin[r]};
 }
 
 }  // namespace offsim::sim

@@ -44,30 +44,43 @@ class RouteClasses {
 
   /// Per class, in order of the place each takes (see the header): its capacity and the platform
   /// constraint that stands for it.
-  [[nodiscard]] const std::vector<double>& capacities() const { return capacities_; }
-  [[nodiscard]] const std::vector<std::uint32_t>& representatives() const { return representatives_; }
+  [[nodiscard]] const std::vector<double>& capacities() const { return classes_.capacities; }
+  [[nodiscard]] const std::vector<std::uint32_t>& representatives() const { return classes_.representatives; }
   /// Task `task`'s route over the classes (empty for a task without one).
   [[nodiscard]] std::span<const ConstraintId> route_of(std::uint32_t task) const;
   /// The class of platform constraint `c`, kNone when no route crosses it.
   [[nodiscard]] std::uint32_t class_of(ConstraintId c) const {
-    return c.index < class_of_.size() ? class_of_[c.index] : kNone;
+    return c.index < classes_.class_of.size() ? classes_.class_of[c.index] : kNone;
   }
 
+  /// What the classes are: they follow from the platform's capacities and the distinct routes
+  /// alone, so that a run meeting the same ones takes them as they were worked out (the last few
+  /// of a thread are kept: route_classes.cpp).
+  struct Classes {
+    std::vector<ConstraintId> routes;  // distinct route i over the classes: routes[begin[i], begin[i + 1])
+    std::vector<std::uint32_t> begin{0};
+    std::vector<std::uint32_t> class_of;  // per platform constraint (empty: no route at all)
+    std::vector<double> capacities;
+    std::vector<std::uint32_t> representatives;
+  };
+
  private:
-  // Each distinct route once: the platform's constraints while classes are worked out, the
-  // classes' after; route i is routes_[begin_[i], begin_[i + 1]).
+  // Each distinct route once, over the platform's constraints: route i is
+  // routes_[begin_[i], begin_[i + 1]).
   std::vector<ConstraintId> routes_;
   std::vector<std::uint32_t> begin_{0};
   std::vector<std::uint32_t> route_of_task_;  // distinct route index per task, kNone without one
-  std::vector<std::uint32_t> class_of_;       // per platform constraint (empty: no route at all)
-  std::vector<double> capacities_;
-  std::vector<std::uint32_t> representatives_;
+  Classes classes_;
 
   // The distinct route index of `route`, added when new.
   std::uint32_t intern(std::span<const ConstraintId> route, std::vector<std::uint64_t>& hashes,
                        std::vector<std::uint32_t>& next_same_hash, std::vector<std::uint32_t>& buckets);
   void find_classes(const Platform& platform);
   void rewrite_routes();
+  // The classes of the same capacities and routes, from the last few this thread worked out
+  // (classified() in route_classes.cpp), if it has them; keep_classes adds these.
+  bool take_known_classes(const Platform& platform);
+  void keep_classes(const Platform& platform) const;
 };
 
 }  // namespace offsim::sim

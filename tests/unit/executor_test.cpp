@@ -324,6 +324,35 @@ TEST(RouteClasses, AlikeConstraintsAreOneClassOfTheLeastCapacityInTheRepresentat
   EXPECT_EQ(classes.class_of(unused), RouteClasses::kNone);
 }
 
+// The classes follow from the capacities and the routes alone, so a thread keeps its last few and
+// takes them for the same ones (a sweep point's two simulations): the same graph on the platform of
+// the test above, twice, gives its classes each time; with B's capacity 5 instead of 20, B stands
+// for {A, B} (5 < 10): classes B, C, D, E with capacities 5, 5, 7, 9, and r1 over them still [0, 2].
+TEST(RouteClasses, ClassesWorkedOutBeforeAreTakenOnlyForTheSameCapacitiesAndRoutes) {
+  const auto classes_of = [](double capacity_of_b) {
+    Platform p;
+    const auto c = [&p](const char* name, double capacity) { return p.add_constraint(link_spec(name, capacity)); };
+    const auto a = c("A", 10), b = c("B", capacity_of_b), cc = c("C", 5), d = c("D", 7), e = c("E", 9);
+    (void)c("F", 1);
+    TaskGraph g;
+    const auto t1 = g.add("t1", "comm", TransferTask{{a, b, d}, Bytes{1}, TimePs{0}, {}, {}});
+    (void)g.add("t2", "comm", TransferTask{{cc, cc, d}, Bytes{1}, TimePs{0}, {}, {}});
+    (void)g.add("t3", "comm", TransferTask{{e}, Bytes{1}, TimePs{0}, {}, {}});
+    const RouteClasses classes(p, g);
+    std::vector<std::uint32_t> r1;
+    for (const auto k : classes.route_of(t1.index)) r1.push_back(k.index);
+    return std::make_tuple(classes.capacities(), classes.representatives(), r1, classes.class_of(a));
+  };
+  using Figures =
+      std::tuple<std::vector<double>, std::vector<std::uint32_t>, std::vector<std::uint32_t>, std::uint32_t>;
+  const Figures first{{10, 5, 7, 9}, {0, 2, 3, 4}, {0, 2}, 0};
+  const Figures narrower_b{{5, 5, 7, 9}, {1, 2, 3, 4}, {0, 2}, 0};
+  EXPECT_EQ(classes_of(20), first);
+  EXPECT_EQ(classes_of(20), first);      // taken from the thread's
+  EXPECT_EQ(classes_of(5), narrower_b);  // another capacity: worked out again
+  EXPECT_EQ(classes_of(20), first);
+}
+
 // Without link statistics the executor runs the flows over the classes; with them, over every
 // constraint. The rates are the same doubles (route_classes.hpp), so every task's times must be:
 // 60 transfers on routes drawn from twelve constraints of a few capacities (ties between classes
