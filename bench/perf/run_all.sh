@@ -76,25 +76,28 @@ for jobs in 1 2; do
 done
 awk -v a="${rate[1]}" -v b="${rate[2]}" 'BEGIN {printf "  2 jobs / 1 job (wall clock): %.2fx\n", b / a}'
 # What the two cores give two searches that share nothing: two --jobs 1 processes side by side,
-# against one alone (the median of 5 pairs, each started together). Each runs slower than alone
-# (caches, memory, the hypervisor), and a --jobs 2 search's workers pay that too, on top of its
-# serial part (the start, the base's YAML and plan, the outputs) and each worker's first point. Two
-# such processes answer 2 x points / (the pair's time) configs/s together: what two independent
-# searches get from this machine, an upper bound for --jobs 2 on it.
-pair() {
+# against one alone, alternated (5 rounds: this machine's speed drifts between minutes). Each runs
+# slower than alone (caches, memory, the hypervisor), and a --jobs 2 search's workers pay that too,
+# on top of its serial part (the start, the base's YAML and plan, the outputs) and each worker's
+# first point. Two such processes answer 2 x points / (the pair's time) configs/s together: what
+# two independent searches get from this machine, an upper bound for --jobs 2 on it.
+side_by_side() {
   local start end
   rm -rf "$tmp/pair1" "$tmp/pair2"
   start=$(date +%s%N)
-  "$offsim" search "$job" --kind megatron --tp 8 --out "$tmp/pair1" --jobs 1 >/dev/null 2>&1 &
+  if [ "$1" = pair ]; then
+    "$offsim" search "$job" --kind megatron --tp 8 --out "$tmp/pair1" --jobs 1 >/dev/null 2>&1 &
+  fi
   "$offsim" search "$job" --kind megatron --tp 8 --out "$tmp/pair2" --jobs 1 >/dev/null 2>&1 || true
   wait || true
   end=$(date +%s%N)
-  awk -v s="$start" -v e="$end" 'BEGIN {printf "%.4f\n", (e - s) / 1e9}'
+  awk -v s="$start" -v e="$end" -v w="$1" 'BEGIN {printf "%s %.4f\n", w, (e - s) / 1e9}'
 }
-pair_wall=$(for _ in 1 2 3 4 5; do pair; done | sort -n | sed -n 3p)
-awk -v a="${rate[1]}" -v n="$points" -v p="$pair_wall" 'BEGIN {
-  printf "  two --jobs 1 searches side by side: %.3f s for both (each %.0f%% slower than alone): %.1f configs/s together, %.2fx one\n",
-    p, 100 * (p * a / n - 1), 2 * n / p, 2 * n / a / p }'
+for _ in 1 2 3 4 5; do side_by_side alone; side_by_side pair; done | sort -k1,1 -k2n |
+  awk -v n="$points" '{t[$1] = t[$1] " " $2} END {
+    split(t["alone"], a, " "); split(t["pair"], p, " ")
+    printf "  two --jobs 1 searches side by side: %.3f s for both, one alone %.3f s (each %.0f%% slower): %.1f configs/s together, %.2fx one\n",
+      p[3], a[3], 100 * (p[3] / a[3] - 1), 2 * n / p[3], 2 * a[3] / p[3] }'
 if cmp -s "$tmp/search1/search.csv" "$tmp/search2/search.csv" && cmp -s "$tmp/search1/pareto.csv" "$tmp/search2/pareto.csv"; then
   echo "  --jobs 2 gives the --jobs 1 files: yes"
 else
