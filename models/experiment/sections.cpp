@@ -213,18 +213,21 @@ std::vector<ExpandedDeviceList>& expanded_device_lists() {
   thread_local std::vector<ExpandedDeviceList> lists;
   return lists;
 }
-const std::vector<std::string>* expanded_before(const std::shared_ptr<const void>& machine, int nodes,
+const std::vector<std::string>* expanded_before(const topo::Topology* topology, int nodes,
                                                 const std::vector<std::optional<std::string>>& names) {
+  if (topology == nullptr || !topology->identity()) return nullptr;
   for (const auto& e : expanded_device_lists()) {
-    if (e.machine == machine && e.nodes == nodes && e.names == names) return &e.devices;
+    if (e.machine == topology->identity() && e.nodes == nodes && e.names == names) return &e.devices;
   }
   return nullptr;
 }
-void remember_expanded(ExpandedDeviceList list) {
+void remember_expanded(const topo::Topology* topology, int nodes, std::vector<std::optional<std::string>> names,
+                       const std::vector<std::string>& devices) {
   constexpr std::size_t kKept = 8;
+  if (topology == nullptr || !topology->identity()) return;
   auto& lists = expanded_device_lists();
   if (lists.size() == kKept) lists.erase(lists.begin());
-  lists.push_back(std::move(list));
+  lists.push_back({topology->identity(), nodes, std::move(names), devices});
 }
 
 }  // namespace
@@ -306,8 +309,7 @@ std::optional<std::vector<std::string>> parse_devices(MapReader& r, const Node& 
   for (const auto& item : items) names.push_back(item.as<std::string>());
   // A list expanded over this machine before on this thread, without an error, gives the same
   // devices: a search's strategies name the same node GPUs for every point (1,024 checked names).
-  const std::shared_ptr<const void> machine = topology != nullptr ? topology->identity() : nullptr;
-  if (const auto* devices = expanded_before(machine, nodes, names)) return *devices;
+  if (const auto* devices = expanded_before(topology, nodes, names)) return *devices;
   const std::size_t errors_before = ctx.error_count();
   std::vector<bool> reported(items.size(), false);
   for (int n = 0; n < nodes; ++n) {
@@ -329,8 +331,7 @@ std::optional<std::vector<std::string>> parse_devices(MapReader& r, const Node& 
       out.push_back(full);
     }
   }
-  if (ctx.error_count() == errors_before && machine != nullptr)
-    remember_expanded({machine, nodes, std::move(names), out});
+  if (ctx.error_count() == errors_before) remember_expanded(topology, nodes, std::move(names), out);
   return out;
 }
 
