@@ -954,20 +954,35 @@ class MegatronBuilder {
   // Point-to-point: each operation's input comes from the same TP rank of the neighbouring virtual
   // stage (forward: the previous one's activations; backward: the next one's gradients).
   virtual void point_to_point() {
+    // The sending rank depends on the operation only through the sender's stage: it is looked up
+    // (simulated index and route) once a stage, not once an operation.
+    struct Sender {
+      bool looked_up = false;
+      int simulated = -1;  // its simulated index; -1: not simulated (nothing is sent)
+      const sim::Route* route = nullptr;
+    };
+    std::vector<Sender> senders;
     for (int s = 0; s < sims; ++s) {
       const RankState& rs = rank_state[s];
       const int replica = rs.rank / (tp * cp * pp);
+      senders.assign(static_cast<std::size_t>(pp), Sender{});
       entry[s].for_each(rs.stage, [&](const OpKey& key, TaskId start) {
         const auto [forward, vs, mb] = key;
         const int from_vs = forward ? vs - 1 : vs + 1;
         if (from_vs < 0 || from_vs > last_virtual) return;
         const int from_rank = rank_of(spec, rs.t, rs.c, from_vs % pp, replica);
-        const auto found = sim_of_rank.find(from_rank);
-        if (found == sim_of_rank.end()) return;
-        const int from = found->second;
-        const TaskId sent = exit[from].at({forward, from_vs, mb});
+        Sender& sender = senders[static_cast<std::size_t>(from_vs % pp)];
+        if (!sender.looked_up) {
+          sender.looked_up = true;
+          if (const auto found = sim_of_rank.find(from_rank); found != sim_of_rank.end()) {
+            sender.simulated = found->second;
+            sender.route = &stage_route(from_rank, rs.rank);
+          }
+        }
+        if (sender.simulated < 0) return;
+        const TaskId sent = exit[sender.simulated].at({forward, from_vs, mb});
         TransferTask transfer{};
-        transfer.route = stage_route(from_rank, rs.rank);
+        transfer.route = *sender.route;
         transfer.bytes = exchange.bytes_per_rank;
         const auto name =
             g.name_from([&, forward = forward, mb = mb] {  // bindings copied: clang 15 cannot name them in a lambda
