@@ -144,6 +144,13 @@ void Topology::seal() {
   // part in a collective or an offload copy. Checked with one forward and one backward search
   // from the first GPU, so sealing a 9,408-node machine stays linear in its size.
   const auto gpus = devices_of(DeviceKind::kGpu);
+  gpu_device_kinds_.clear();
+  for (const auto g : gpus) {
+    const std::string& kind = devices_[g].device_kind;
+    if (std::find(gpu_device_kinds_.begin(), gpu_device_kinds_.end(), kind) == gpu_device_kinds_.end()) {
+      gpu_device_kinds_.push_back(kind);
+    }
+  }
   std::vector<std::string> problems;
   if (!gpus.empty()) {
     std::vector<std::pair<std::size_t, std::size_t>> reversed;

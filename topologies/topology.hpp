@@ -130,6 +130,9 @@ class Topology {
   [[nodiscard]] const Device& device(std::size_t i) const { return devices_.at(i); }
   /// Devices of one kind, in declaration order.
   [[nodiscard]] std::vector<std::size_t> devices_of(DeviceKind kind) const;
+  /// The distinct cost-table keys of the GPUs (Device::device_kind), in order of first appearance;
+  /// made by seal(). A reader checking its table against every GPU checks these instead.
+  [[nodiscard]] const std::vector<std::string>& gpu_device_kinds() const { return gpu_device_kinds_; }
 
   /// The route from `src` to `dst` (device indices). Throws TopologyError when unreachable.
   [[nodiscard]] const Route& route(std::size_t src, std::size_t dst) const;
@@ -149,7 +152,8 @@ class Topology {
   // Device indices of each link's ends, 32-bit (add_device checks the limit): 555k links on the full
   // Frontier, 4.4 MB less than two size_t.
   std::vector<std::pair<std::uint32_t, std::uint32_t>> link_ends_;
-  std::vector<std::string> link_classes_;  // the distinct classes, in order of first use
+  std::vector<std::string> link_classes_;      // the distinct classes, in order of first use
+  std::vector<std::string> gpu_device_kinds_;  // gpu_device_kinds()
   // Device index by name: open addressing (linear probing) over 32-bit device indices, the names
   // themselves read from devices_. A node-based map cost 56 B a device (7.4 MB on the full
   // Frontier); this costs 4 B a slot at most 3/4 full. Lookups do not depend on insertion order.

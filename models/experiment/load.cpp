@@ -242,7 +242,11 @@ sim::config::Location read_calibration(MapReader& r, const Node& root, const std
     if (d) {
       if (auto costs = read_through<DeviceCosts>(*d, cache, parse_device_costs)) {
         spec.device = *costs;
-        if (hw) {
+        // The machine's distinct GPU kinds first; its GPUs one by one only when one differs (the
+        // first such GPU is named).
+        const auto differs = [&](const std::string& kind) { return kind != costs->device_kind; };
+        if (hw &&
+            std::any_of(hw->topology.gpu_device_kinds().begin(), hw->topology.gpu_device_kinds().end(), differs)) {
           for (const auto g : hw->topology.devices_of(topo::DeviceKind::kGpu)) {
             const auto& dev = hw->topology.device(g);
             if (dev.device_kind != costs->device_kind) {

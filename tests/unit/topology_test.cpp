@@ -230,6 +230,22 @@ TEST(Topology, ARouteOverrideWinsOverTheShortestPath) {
   EXPECT_THROW(t.add_link({"g0", "g1", sim::Bandwidth{1e9}, sim::TimePs{0}, "x"}), TopologyError);  // sealed
 }
 
+TEST(Topology, TheGpusDistinctKindsInOrderOfFirstAppearance) {
+  // GPUs of kinds b, a, b and a CPU of kind c: the GPUs' kinds are b then a (the CPU's is not one).
+  Topology t;
+  const auto hbm = std::make_shared<const MemorySpec>(MemorySpec{"hbm", sim::Bytes{1}, {}});
+  const std::vector<std::pair<const char*, const char*>> devices{{"g0", "b"}, {"g1", "a"}, {"g2", "b"}};
+  for (const auto& [name, kind] : devices) t.add_device({name, 0, DeviceKind::kGpu, kind, 0, hbm});
+  t.add_device({"cpu", 0, DeviceKind::kCpu, "c", 4, hbm});
+  for (const char* a : {"g0", "g1", "g2"}) {
+    t.add_link({a, "cpu", sim::Bandwidth{1e9}, sim::TimePs{0}, "x"});
+    t.add_link({"cpu", a, sim::Bandwidth{1e9}, sim::TimePs{0}, "x"});
+  }
+  EXPECT_TRUE(t.gpu_device_kinds().empty());  // made by seal()
+  t.seal();
+  EXPECT_EQ(t.gpu_device_kinds(), (std::vector<std::string>{"b", "a"}));
+}
+
 TEST(Topology, CopiesOfASealedMachineShareTheRoutesFound) {
   // A sweep's points each take a copy of one machine: a route searched on one copy is the same
   // route object on the others (searched once), from any thread; a machine sealed afresh has its own.
