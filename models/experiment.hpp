@@ -244,6 +244,9 @@ struct RunExperimentOptions {
   /// result's link lists empty; the analytic transfers are then built without the links they
   /// stand for (CollectiveOptions::link_statistics). Times are the same either way.
   bool link_statistics = true;
+  /// Rank 0's compute intervals, memory timeline and host-link rates (ExperimentResult::rank0_*):
+  /// sweeps, whose rows hold none, leave them out (the lists empty, the capacities 0).
+  bool rank0_views = true;
   /// Whether flow-level collectives that repeat may be simulated once and replayed, their
   /// preconditions checked with the full simulation as the fallback
   /// (models/strategies/phases/collective_replay.hpp). Every figure is the same either way; a run

@@ -362,8 +362,9 @@ std::string run_sweep_point(const Sweep& sweep, const SweepPoint& point, ReadCac
                                       *sweep.collective_fidelity == Fidelity::kAnalytic ? "analytic" : "flow"));
     }
     const ExperimentSpec spec = load_experiment(point.experiment, overrides, cache);
-    // The rows hold no link activity: the run leaves it out (the same times, less work).
-    const RunExperimentOptions options{.link_statistics = false};
+    // The rows hold no link activity and no rank 0 views: the run leaves them out (the same
+    // times, less work).
+    const RunExperimentOptions options{.link_statistics = false, .rank0_views = false};
     const ExperimentResult r = run_unnamed(spec, options);
     if (!r.feasible) {
       status = "infeasible";

@@ -325,7 +325,7 @@ ExperimentResult simulate_iteration(const ExperimentSpec& spec, const RunExperim
   if (spec.model.moe()) add_moe_approximations(spec.model, r.approximations);
   if (options.outputs_over_time) add_outputs_over_time(spec, built, run, options, r);
   add_phases(built, run, r);
-  add_rank0_views(spec, built, run, r);
+  if (options.rank0_views) add_rank0_views(spec, built, run, r);
   add_rates(spec, built, run, r);
   add_memory(run, r);
   if (!link_statistics) return r;
@@ -403,10 +403,12 @@ ExperimentResult run_experiment(const ExperimentSpec& spec, const RunExperimentO
   if (!plan) return simulate_iteration(spec, options);
   ExperimentSpec shorter = spec;
   shorter.training.grad_accum = plan->m1;
-  // The shorter run reports link activity only if the result does (its times are the same).
+  // The shorter run reports link activity only if the result does (its times are the same), and
+  // no rank 0 views (the result's are the longer run's).
   ReplayedChains replayed;  // recorded by the first build, replayed by the second
   const ExperimentResult r1 = simulate_iteration(shorter,
                                                  RunExperimentOptions{.link_statistics = options.link_statistics,
+                                                                      .rank0_views = false,
                                                                       .replay_collectives = options.replay_collectives,
                                                                       .on_simulated = options.on_simulated},
                                                  &replayed);

@@ -301,6 +301,32 @@ TEST(Sweep, ReplayedMegatronOperationsGiveTheFullBuildsFigures) {
   }
 }
 
+TEST(Sweep, PointsWithoutRank0ViewsGiveTheSameFigures) {
+  // A sweep's rows hold no rank 0 views (its compute intervals, memory timeline, host-link rates):
+  // its points leave them out (RunExperimentOptions::rank0_views), as the steady state's shorter
+  // run always does. Every figure must be the same, the views empty; with them, a ZeRO-Offload
+  // run's rank 0 has compute, memory and both host links.
+  for (const std::string name : {"scale/gpt3-175b-a100-1024.yaml", "llama-13b-offload-polaris.yaml"}) {
+    SCOPED_TRACE(name);
+    const ExperimentSpec spec = load_experiment(fmt::format("{}/configs/experiments/{}", OFFSIM_SOURCE_DIR, name), {});
+    const ExperimentResult with = run_experiment(spec, RunExperimentOptions{.link_statistics = false});
+    const ExperimentResult without =
+        run_experiment(spec, RunExperimentOptions{.link_statistics = false, .rank0_views = false});
+    expect_same_results(without, with);
+    EXPECT_FALSE(with.rank0_compute.empty());
+    EXPECT_FALSE(with.rank0_memory.empty());
+    EXPECT_TRUE(without.rank0_compute.empty());
+    EXPECT_TRUE(without.rank0_memory.empty());
+    EXPECT_TRUE(without.rank0_h2d.empty() && without.rank0_d2h.empty());
+    EXPECT_EQ(without.rank0_h2d_capacity, 0.0);
+    EXPECT_EQ(without.rank0_d2h_capacity, 0.0);
+    if (name.starts_with("llama")) {
+      EXPECT_GT(with.rank0_h2d_capacity, 0.0);
+      EXPECT_GT(with.rank0_d2h_capacity, 0.0);
+    }
+  }
+}
+
 TEST(Sweep, GraphsWithoutTaskNamesGiveTheSameFigures) {
   // A sweep builds its points' graphs without task names (sim::ScopedUnnamedTasks; names feed
   // only outputs and error messages). The graph's tasks, their order and every figure must be
