@@ -12,6 +12,7 @@
 #include "models/collectives/plan.hpp"
 #include "models/cost/cost_model.hpp"
 #include "models/platform/machine_resources.hpp"
+#include "models/strategies/device_names.hpp"
 #include "models/strategies/phases/fsdp2.hpp"
 #include "models/strategies/phases/host_offload.hpp"
 #include "models/strategies/phases/iteration.hpp"
@@ -31,7 +32,7 @@ class ZeroPolicy;   // models/strategies/phases/zero_policy.hpp
 /// (overlapping backward when overlap_comm); states are partitioned according to the stage.
 struct DataParallelSpec {
   int zero_stage = 0;
-  std::vector<std::string> devices;  // rank r runs on devices[r]; the ring follows this order
+  DeviceNames devices;  // rank r runs on devices[r]; the ring follows this order
   // Tensor parallelism inside groups of `tp` consecutive ranks (Megatron-DeepSpeed's layers under
   // ZeRO): rank r = t + tp x d for tensor rank t of replica d; ZeRO works across the replicas.
   int tp = 1;
@@ -86,9 +87,9 @@ struct DataParallelSpec {
 /// data was measured with, for validating the collective model against it.
 struct CollectiveSpec {
   CollectiveKind operation = CollectiveKind::kAllGather;
-  sim::Bytes bytes{0};               // the buffer S (all-gather output, reduce-scatter input)
-  std::vector<std::string> devices;  // rank r runs on devices[r]; the ring follows this order
-  CollectivePlan plan;               // empty stages: one flat ring
+  sim::Bytes bytes{0};  // the buffer S (all-gather output, reduce-scatter input)
+  DeviceNames devices;  // rank r runs on devices[r]; the ring follows this order
+  CollectivePlan plan;  // empty stages: one flat ring
   CollectiveOptions options;
   bool all_ranks = false;
 };
@@ -154,7 +155,7 @@ struct MegatronSpec {
   // Transformer Engine's userbuffers overlap of the TP collectives with the GEMMs
   // (tp_comm_overlap, with sequence parallelism; models/strategies/tp_overlap.hpp). nullopt: off.
   std::optional<TpCommOverlap> tp_comm_overlap;
-  std::vector<std::string> devices;
+  DeviceNames devices;
   CollectiveOptions collectives;
   bool all_ranks = false;
   // `simulate_micro_batches: all`: every micro-batch of a long schedule is simulated instead of

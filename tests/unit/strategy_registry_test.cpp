@@ -54,5 +54,27 @@ TEST(StrategyRegistry, PropertiesTheCallSitesAsk) {
   EXPECT_FALSE(c.simulate_all_micro_batches(collective));
 }
 
+TEST(DeviceNames, CopiesShareTheListUntilOneChanges) {
+  // A spec's copies share its names (the same vector, not equal ones); a push_back gives the
+  // changed copy a list of its own and leaves the others as they were.
+  MegatronSpec a;
+  a.devices = std::vector<std::string>{"g0", "g1"};
+  MegatronSpec b = a;
+  EXPECT_EQ(&a.devices.list(), &b.devices.list());
+  b.devices.push_back("g2");
+  EXPECT_NE(&a.devices.list(), &b.devices.list());
+  EXPECT_EQ(a.devices.list(), (std::vector<std::string>{"g0", "g1"}));
+  EXPECT_EQ(b.devices.list(), (std::vector<std::string>{"g0", "g1", "g2"}));
+  // The only owner appends in place; an empty list reads as empty and takes names.
+  const std::vector<std::string>* before = &b.devices.list();
+  b.devices.push_back("g3");
+  EXPECT_EQ(&b.devices.list(), before);
+  DeviceNames none;
+  EXPECT_TRUE(none.empty());
+  none.push_back("x");
+  EXPECT_EQ(none.size(), 1u);
+  EXPECT_EQ(none[0], "x");
+}
+
 }  // namespace
 }  // namespace offsim::models
