@@ -121,9 +121,6 @@ const std::map<std::size_t, std::size_t>& Communicator::entry_links() const {
 }
 
 CollectiveFit Communicator::fit(const std::string& collective, int g, bool spans_nodes) {
-  const auto note_once = [this](const std::string& note) {
-    if (!note.empty() && std::find(notes_.begin(), notes_.end(), note) == notes_.end()) notes_.push_back(note);
-  };
   // When nothing measured applies, the links alone limit the ring (an upper bound on its speed).
   const bool measured = measured_.collectives.contains(collective);
   std::string link_limited;
@@ -337,14 +334,70 @@ std::vector<TaskId> Communicator::add_stage(const std::string& name, const std::
         active_};
     auto found = analytic_stages_.find(key);
     if (found == analytic_stages_.end()) {
-      const StageShape st = stage_shape(collective, band, plan, per_peer);
-      found = analytic_stages_.emplace(AnalyticKey{key.numbers, collective, active_}, analytic_stage(st, band)).first;
+      found = analytic_stages_
+                  .emplace(AnalyticKey{key.numbers, collective, active_}, priced_stage(key, band, plan, per_peer))
+                  .first;
     }
     return emit_analytic(name, *found->second, first);
   }
   const StageShape st = stage_shape(collective, band, plan, per_peer);
   if (st.ring) return add_ring_flows(name, st.fit, band.group(), st.bytes_per_flow, *st.flows, first);
   return add_one_step_flows(name, st.fit.step_latency, st.bytes_per_flow, st.flows->front(), first);
+}
+
+std::shared_ptr<const Communicator::AnalyticStage> Communicator::priced_stage(const AnalyticKeyView& key,
+                                                                              const Band& band,
+                                                                              const CollectivePlan& plan,
+                                                                              std::int64_t per_peer) {
+  SharedStages* shared = shared_stages();
+  if (shared != nullptr) {
+    std::optional<SharedStage> taken;
+    {
+      const std::lock_guard lock(shared->mutex);
+      if (const auto it = shared->stages.find(key); it != shared->stages.end()) taken = it->second;
+    }
+    if (taken) {
+      for (const auto& note : taken->notes) note_once(note);
+      return taken->stage;
+    }
+  }
+  const std::string collective(key.collective);
+  std::vector<std::string> notes;
+  note_log_ = &notes;
+  std::shared_ptr<const AnalyticStage> stage;
+  try {
+    stage = analytic_stage(stage_shape(collective, band, plan, per_peer), band);
+  } catch (...) {
+    note_log_ = nullptr;
+    throw;
+  }
+  note_log_ = nullptr;
+  if (shared != nullptr) {
+    // (Two workers pricing one stage at once price it alike: the first kept is the one shared.)
+    const std::lock_guard lock(shared->mutex);
+    if (shared->stages.size() < kSharedStagesPerContext) {
+      shared->stages.try_emplace(AnalyticKey{key.numbers, collective, active_}, SharedStage{stage, std::move(notes)});
+    }
+  }
+  return stage;
+}
+
+Communicator::SharedStages* Communicator::shared_stages() {
+  if (!shared_stages_looked_up_) {
+    shared_stages_looked_up_ = true;
+    if (shares_flows()) {
+      shared_stages_ = std::static_pointer_cast<SharedStages>(
+          stage_flow_cache::context_value({shared_machine_, topology_.identity(), &layout_, &measured_, options_},
+                                          [] { return std::make_shared<SharedStages>(); }));
+    }
+  }
+  return shared_stages_.get();
+}
+
+void Communicator::note_once(const std::string& note) {
+  if (note.empty()) return;
+  if (note_log_ != nullptr) note_log_->push_back(note);
+  if (std::find(notes_.begin(), notes_.end(), note) == notes_.end()) notes_.push_back(note);
 }
 
 std::shared_ptr<const Communicator::AnalyticStage> Communicator::analytic_stage(const StageShape& st,

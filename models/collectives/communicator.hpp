@@ -40,6 +40,7 @@
 #include <array>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -203,6 +204,32 @@ class Communicator {
     }
   };
   std::map<AnalyticKey, std::shared_ptr<const AnalyticStage>, AnalyticKeyLess> analytic_stages_;
+  // The analytic stage of `key`: taken from the communicators of the same context
+  // (stage_flow_cache::Context) when one priced it, else priced here (stage_shape, analytic_stage)
+  // and handed to them.
+  std::shared_ptr<const AnalyticStage> priced_stage(const AnalyticKeyView& key, const Band& band,
+                                                    const CollectivePlan& plan, std::int64_t per_peer);
+  // What the communicators of one context priced (stage_flow_cache::context_value), with the notes
+  // each stage's pricing gave (fit's): a communicator taking a stage gives them again, so that its
+  // iteration says what it would have said pricing the stage itself.
+  struct SharedStage {
+    std::shared_ptr<const AnalyticStage> stage;
+    std::vector<std::string> notes;
+  };
+  struct SharedStages {
+    std::mutex mutex;
+    std::map<AnalyticKey, SharedStage, AnalyticKeyLess> stages;
+  };
+  // At most this many stages a context (a sweep of ever-different buffer sizes would grow it).
+  static constexpr std::size_t kSharedStagesPerContext = 4096;
+  // This communicator's context's stages: looked up at its first analytic stage; null when it
+  // shares nothing (shares_flows).
+  SharedStages* shared_stages();
+  std::shared_ptr<SharedStages> shared_stages_;
+  bool shared_stages_looked_up_ = false;
+  // Adds a note to the iteration's unless it holds it; every note also goes to note_log_ while set.
+  void note_once(const std::string& note);
+  std::vector<std::string>* note_log_ = nullptr;
   // A stage's flows by (algorithm, band lo, band hi, participants): the same for every buffer size.
   std::map<std::tuple<int, int, int, std::vector<bool>>, std::shared_ptr<const StageFlows>> stage_flows_;
   // The flows of a stage of `algorithm` over `band` with active_ taking part: built by `build`, or

@@ -3,7 +3,9 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <string>
 #include <tuple>
+#include <vector>
 
 namespace offsim::models {
 
@@ -93,11 +95,40 @@ struct AnalyticKeyLess {
   }
 };
 
+// A kept context (stage_flow_cache::Context): its parts copied, its value held.
+struct HeldContext {
+  std::shared_ptr<const void> machine;
+  std::shared_ptr<const void> topology;
+  RankLayout layout;
+  std::map<std::string, std::vector<CollectiveFit>> collectives;
+  bool roofline = false;
+  CollectiveOptions options;
+  std::shared_ptr<void> value;
+};
+
+// Equal layouts as KeyLess compares them (the mirrors only under rank symmetry).
+bool same_layout(const RankLayout& a, const RankLayout& b) {
+  return a.class_size == b.class_size && a.symmetric == b.symmetric && a.devices == b.devices &&
+         a.simulated == b.simulated && a.simulated_index == b.simulated_index &&
+         (!a.symmetric || a.mirror_of == b.mirror_of);
+}
+
+bool same_context(const HeldContext& held, const stage_flow_cache::Context& c) {
+  const auto options = [](const CollectiveOptions& o) {
+    return std::make_tuple(static_cast<int>(o.fidelity), o.max_ring_steps, o.channels, o.link_statistics);
+  };
+  return held.machine == c.machine && held.topology == c.topology && options(held.options) == options(c.options) &&
+         held.roofline == c.measured->roofline_collectives && same_layout(held.layout, *c.layout) &&
+         held.collectives == c.measured->collectives;
+}
+
 struct Cache {
   std::mutex mutex;
   int scopes = 0;
   std::map<HeldKey, std::shared_ptr<const StageFlows>, KeyLess> entries;
   std::map<stage_flow_cache::AnalyticKey, std::shared_ptr<const AnalyticStage>, AnalyticKeyLess> analytic;
+  std::map<std::uint64_t, std::vector<HeldContext>> contexts;  // by their layout's digest
+  std::size_t context_count = 0;
 };
 
 Cache& cache() {
@@ -119,6 +150,8 @@ StageFlowCacheScope::~StageFlowCacheScope() {
   if (--c.scopes == 0) {
     c.analytic.clear();  // (first: its keys hold flows)
     c.entries.clear();
+    c.contexts.clear();
+    c.context_count = 0;
   }
 }
 
@@ -177,6 +210,31 @@ std::size_t analytic_size() {
   Cache& c = cache();
   const std::lock_guard lock(c.mutex);
   return c.analytic.size();
+}
+
+std::shared_ptr<void> context_value(const Context& context, const std::function<std::shared_ptr<void>()>& make) {
+  if (!shareable(*context.layout)) return nullptr;
+  const std::uint64_t layout_digest = digest(*context.layout);  // (outside the lock)
+  Cache& c = cache();
+  const std::lock_guard lock(c.mutex);
+  if (c.scopes == 0) return nullptr;
+  auto& alike = c.contexts[layout_digest];
+  for (const auto& held : alike) {
+    if (same_context(held, context)) return held.value;
+  }
+  std::shared_ptr<void> value = make();
+  if (c.context_count < kMaxContexts) {
+    alike.push_back(HeldContext{context.machine, context.topology, *context.layout, context.measured->collectives,
+                                context.measured->roofline_collectives, context.options, value});
+    ++c.context_count;
+  }
+  return value;
+}
+
+std::size_t context_count() {
+  Cache& c = cache();
+  const std::lock_guard lock(c.mutex);
+  return c.context_count;
 }
 
 }  // namespace stage_flow_cache

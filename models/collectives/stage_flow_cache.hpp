@@ -15,12 +15,20 @@
 // band and channels and who takes part. A value is the one the first point built, so a point gets
 // the same flows whether it found them or not. Layouts of more than kMaxLayoutEntries devices and
 // mirrors are not shared (the key copies and compares them whole).
+//
+// The analytic stages priced over those flows are kept too (find_analytic), and a communicator's
+// whole context (Context: machine, topology, layout, measured collectives, options) names the
+// stages its communicators priced, so that the next communicator of an equal context takes a
+// stage without working out its shape again (Communicator::priced_stage).
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
 
+#include "models/collectives/plan.hpp"
+#include "models/cost/cost_model.hpp"
 #include "models/platform/rank_layout.hpp"
 #include "sim/exec/task_graph.hpp"
 
@@ -117,6 +125,30 @@ struct AnalyticKey {
 std::shared_ptr<const AnalyticStage> insert_analytic(AnalyticKey key, AnalyticStage stage);
 /// The analytic stages held (tests).
 [[nodiscard]] std::size_t analytic_size();
+
+/// What a communicator's analytic stages depend on besides each stage's own key (its band, plan,
+/// bytes per peer, collective and participants: Communicator::AnalyticKey): the machine resources
+/// and the topology (held, as in Key), the whole layout, the measured collectives (their fits and
+/// the roofline flag: Communicator::fit reads nothing else of the table) and the collective
+/// options. Communicators of equal contexts price every stage alike, so they share what they
+/// priced: a search's points on one layout, and a point's two builds of the steady state.
+struct Context {
+  std::shared_ptr<const void> machine;
+  std::shared_ptr<const void> topology;
+  const RankLayout* layout = nullptr;       // copied when kept
+  const MeasuredCosts* measured = nullptr;  // its collectives and roofline flag copied when kept
+  CollectiveOptions options;
+};
+/// At most this many contexts are kept (a search over 128 nodes holds a few hundred TP groups and
+/// data-parallel layouts); past it, a new context's communicators share nothing.
+inline constexpr std::size_t kMaxContexts = 1024;
+/// The value the communicators of `context` share (the communicator's own type, opaque here): the
+/// one kept for an equal context, else make()'s, kept when there is room. Null when no scope is
+/// live or the layout is too large to share (shareable).
+[[nodiscard]] std::shared_ptr<void> context_value(const Context& context,
+                                                  const std::function<std::shared_ptr<void>()>& make);
+/// The contexts held (tests).
+[[nodiscard]] std::size_t context_count();
 
 }  // namespace stage_flow_cache
 

@@ -125,6 +125,7 @@ struct CollectiveFit {
   // Measured bus bandwidth by buffer size (bytes, bytes/s), ascending: the collective
   // implementation's efficiency, pathologies included. Empty: only the alpha-beta fit is known.
   std::vector<std::pair<double, double>> measured;
+  friend bool operator==(const CollectiveFit&, const CollectiveFit&) = default;
 };
 
 struct CopyFit {

@@ -4,6 +4,8 @@
 // misses), and a point's figures are the same either way.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "models/collectives/stage_flow_cache.hpp"
 #include "models/experiment.hpp"
 #include "models/strategies/layout_cache.hpp"
@@ -199,6 +201,43 @@ TEST(StageFlowCache, AnalyticStagesArePricedOnceAcrossPointsWithTheSameFigures) 
     }
     EXPECT_EQ(stage_flow_cache::analytic_size(), 0u);  // dropped with the scope
   }
+}
+
+// Communicators of one context (stage_flow_cache::Context: machine, topology, layout, measured
+// collectives, options) share the analytic stages they priced, across a point's two builds and
+// across points, and give again the notes each stage's pricing gave (here the roofline ring's, one
+// per collective): every figure and note as each communicator pricing its own. Another table
+// (measured) is another context.
+TEST(StageFlowCache, CommunicatorsOfOneContextShareTheirStagesAndTheirNotes) {
+  const ExperimentSpec roofline =
+      load_experiment(kGpt3, {"strategy.collectives.fidelity=analytic", "calibration.collectives=roofline"});
+  const ExperimentSpec measured = load_experiment(kGpt3, {"strategy.collectives.fidelity=analytic"});
+  const RunExperimentOptions options{.link_statistics = false};
+  const ExperimentResult plain = run_experiment(roofline, options);
+  const auto roofline_notes = [](const ExperimentResult& r) {
+    return std::count_if(r.approximations.begin(), r.approximations.end(), [](const std::string& a) {
+      return a.find("(calibration.collectives: roofline)") != std::string::npos;
+    });
+  };
+  EXPECT_EQ(roofline_notes(plain), 2);               // reduce_scatter's and all_gather's
+  EXPECT_EQ(stage_flow_cache::context_count(), 0u);  // nothing kept without a scope
+  {
+    const LayoutCacheScope scope;
+    const ExperimentResult first = run_experiment(roofline, options);
+    const std::size_t contexts = stage_flow_cache::context_count();
+    EXPECT_GT(contexts, 0u);
+    const ExperimentResult next = run_experiment(roofline, options);
+    EXPECT_EQ(stage_flow_cache::context_count(), contexts);  // every communicator's context found
+    for (const ExperimentResult* r : {&first, &next}) {
+      expect_same_figures(*r, plain);
+      EXPECT_EQ(r->approximations, plain.approximations);
+    }
+    const ExperimentResult other = run_experiment(measured, options);
+    EXPECT_GT(stage_flow_cache::context_count(), contexts);
+    EXPECT_EQ(roofline_notes(other), 0);
+    expect_same_figures(other, run_experiment(measured, options));
+  }
+  EXPECT_EQ(stage_flow_cache::context_count(), 0u);  // dropped with the scope
 }
 
 // A layout is shared only when copying and comparing it costs less than building its flows: its
