@@ -46,6 +46,7 @@ struct CollectiveOptions {
   // Analytic transfers list the links their flows cross (TransferTask::accounted), for link
   // statistics only; off when the run reports none (a sweep: IterationInputs::link_statistics).
   bool link_statistics = true;
+  friend bool operator==(const CollectiveOptions&, const CollectiveOptions&) = default;
 };
 
 }  // namespace offsim::models

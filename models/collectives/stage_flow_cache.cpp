@@ -114,10 +114,7 @@ bool same_layout(const RankLayout& a, const RankLayout& b) {
 }
 
 bool same_context(const HeldContext& held, const stage_flow_cache::Context& c) {
-  const auto options = [](const CollectiveOptions& o) {
-    return std::make_tuple(static_cast<int>(o.fidelity), o.max_ring_steps, o.channels, o.link_statistics);
-  };
-  return held.machine == c.machine && held.topology == c.topology && options(held.options) == options(c.options) &&
+  return held.machine == c.machine && held.topology == c.topology && held.options == c.options &&
          held.roofline == c.measured->roofline_collectives && same_layout(held.layout, *c.layout) &&
          held.collectives == c.measured->collectives;
 }
