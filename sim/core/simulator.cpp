@@ -21,7 +21,13 @@ Simulator::~Simulator() {
     }
   };
   for (auto& f : now_fifo_) destroy(f);
-  for (auto& b : buckets_) destroy(b);
+  for (std::size_t d = 0; d < kDigits; ++d) {
+    for (std::size_t w = 0; w < kWords; ++w) {
+      for (std::uint64_t bits = occupied_[d][w]; bits != 0; bits &= bits - 1) {
+        destroy(buckets_[d * kValues + w * 64 + static_cast<std::size_t>(std::countr_zero(bits))]);
+      }
+    }
+  }
 }
 
 void Simulator::schedule_at(TimePs at, EventPhase phase, Callback callback) {
@@ -98,10 +104,13 @@ void Simulator::push(Entry&& e) {
   const auto d = static_cast<unsigned>(std::bit_width(time ^ last_) - 1) / kDigitBits;
   const auto v = static_cast<unsigned>(time >> (d * kDigitBits)) & (kValues - 1);
   Chain& bucket = buckets_[d * kValues + v];
+  std::uint64_t& word = occupied_[d][v / 64];
+  const std::uint64_t bit = std::uint64_t{1} << (v % 64);
+  if ((word & bit) == 0) bucket = kEmptyChain;
   bucket.min = std::min(bucket.min, time);
   bucket.phases |= 1U << e.phase();
   append(bucket, std::move(e));
-  occupied_[d][v / 64] |= std::uint64_t{1} << (v % 64);
+  word |= bit;
   digits_occupied_ |= 1U << d;
 }
 
@@ -119,8 +128,7 @@ bool Simulator::refill() {
   if (std::all_of(occupied_[d].begin(), occupied_[d].end(), [](std::uint64_t w) { return w == 0; })) {
     digits_occupied_ &= ~(1U << d);
   }
-  Chain moving = buckets_[d * kValues + v];
-  buckets_[d * kValues + v] = Chain{};
+  const Chain moving = buckets_[d * kValues + v];  // (no longer occupied: the bucket holds nothing now)
   last_ = moving.min;
   if (d == 0 && std::has_single_bit(moving.phases)) {
     // Every entry of a lowest-digit bucket has the same time: the bucket becomes the FIFO of its

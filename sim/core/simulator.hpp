@@ -84,14 +84,16 @@ class Simulator {
   static_assert(sizeof(Block) == kBlockBytes);
   // A bucket also keeps its smallest time and the phases it holds (bit p: phase p), kept up as
   // entries are appended, so emptying it needs no pass to find them.
+  // (No member initialisers: the buckets are left unwritten until used, kEmptyChain starts one.)
   struct Chain {
-    Block* head = nullptr;
-    Block* tail = nullptr;
-    std::uint32_t read = 0;                 // entries of head already taken out (FIFOs only)
-    std::uint32_t phases = 0;               // buckets only
-    std::uint64_t min = ~std::uint64_t{0};  // buckets only
+    Block* head;
+    Block* tail;
+    std::uint32_t read;    // entries of head already taken out (FIFOs only)
+    std::uint32_t phases;  // buckets only
+    std::uint64_t min;     // buckets only
     [[nodiscard]] bool empty() const { return head == nullptr; }
   };
+  static constexpr Chain kEmptyChain{nullptr, nullptr, 0, 0, ~std::uint64_t{0}};
 
   void append(Chain& chain, Entry&& e);
   void push(Entry&& e);
@@ -100,8 +102,11 @@ class Simulator {
   // Moves the lowest non-empty bucket into lower ones (or the FIFOs); false when no event is left.
   bool refill();
 
-  std::array<Chain, kPhases> now_fifo_;  // events at time last_, one FIFO per phase
-  std::array<Chain, kDigits * kValues> buckets_;
+  std::array<Chain, kPhases> now_fifo_{kEmptyChain, kEmptyChain};  // events at time last_, one FIFO per phase
+  // A bucket holds a chain only while occupied_ marks it (push starts it with kEmptyChain): a run
+  // makes its own simulator, which then neither writes 64 KB of empty buckets when it is made nor
+  // reads them when it is destroyed.
+  std::array<Chain, kDigits * kValues> buckets_;                       // NOLINT(cppcoreguidelines-pro-type-member-init)
   std::array<std::array<std::uint64_t, kWords>, kDigits> occupied_{};  // bit v of digit d: bucket (d, v)
   std::uint32_t digits_occupied_ = 0;                                  // bit d: some bucket of digit d
   // Every block, in slabs that double in size up to kMaxSlabBlocks (a small simulation allocates

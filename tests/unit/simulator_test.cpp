@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <set>
 #include <string>
 #include <tuple>
@@ -58,6 +59,28 @@ TEST(Simulator, TwoSimulationsDoNotInterfere) {
   EXPECT_EQ(in_a, 1);
   EXPECT_EQ(in_b, 2);
   EXPECT_EQ(b.now().ps, 11);
+}
+
+// A simulator destroyed with events still queued (a run that threw, or one never run) destroys
+// each of their callbacks once: events in buckets of several digits (times 2^8 to 2^40 ps apart),
+// in a bucket used, emptied and used again, and in the current time's FIFO. Each callback holds a
+// copy of `token`; after the simulator is gone, only the test's own copy is left.
+TEST(Simulator, QueuedEventsCallbacksAreDestroyedWithTheSimulator) {
+  const auto token = std::make_shared<int>(0);
+  {
+    Simulator sim;
+    std::int64_t ran = 0;
+    sim.schedule_at(TimePs{300}, EventPhase::kStart, [&ran, token] { ++ran; });
+    sim.run();  // the bucket of 300 emptied; now = 300
+    EXPECT_EQ(ran, 1);
+    for (const std::int64_t at : {300LL, 301LL, 600LL, 300LL + (1LL << 20), 300LL + (1LL << 40)}) {
+      sim.schedule_at(TimePs{at}, EventPhase::kCompletion, [&ran, token] { ++ran; });
+    }
+    sim.schedule_at(TimePs{301}, EventPhase::kStart, [&ran, token] { ++ran; });  // the 301 bucket again
+    EXPECT_EQ(token.use_count(), 7);
+    EXPECT_EQ(sim.pending_events(), 6u);
+  }
+  EXPECT_EQ(token.use_count(), 1);
 }
 
 // The queue against its definition: events come out by (time, phase, insertion). 60,000 events
