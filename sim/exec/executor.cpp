@@ -41,10 +41,13 @@ class Run {
     }
     for (std::size_t i = 0; i < n; ++i) dependents_begin_[i + 1] += dependents_begin_[i];
     dependents_.resize(dependents_begin_[n]);
-    std::vector<std::size_t> filled(dependents_begin_.begin(), dependents_begin_.end() - 1);
+    // Filled in task order with each row's begin as its cursor (no copy of the offsets): a row's
+    // cursor ends where the next row begins, so the offsets are then shifted back by one row.
     for (const auto& t : graph.tasks()) {
-      for (const auto d : graph.deps(t)) dependents_[filled[d.index]++] = t.id.index;
+      for (const auto d : graph.deps(t)) dependents_[dependents_begin_[d.index]++] = t.id.index;
     }
+    for (std::size_t i = n; i > 0; --i) dependents_begin_[i] = dependents_begin_[i - 1];
+    dependents_begin_[0] = 0;
   }
 
   // Every constraint of the platform; or, for a run that keeps no link statistics, one per class
@@ -212,7 +215,8 @@ class Run {
   std::vector<MemoryPool> pools_;
   std::vector<TaskRecord> records_;
   std::vector<std::uint32_t> waiting_on_;
-  std::vector<std::size_t> dependents_begin_;  // task i's dependents: [begin[i], begin[i + 1])
+  // Task i's dependents: [begin[i], begin[i + 1]) (32-bit, as the graph's dependency lists are).
+  std::vector<std::uint32_t> dependents_begin_;
   std::vector<std::uint32_t> dependents_;
   std::vector<bool> done_;
   std::size_t finished_ = 0;
