@@ -63,8 +63,16 @@ int compare(const T& a, const T& b) {
   return a < b ? -1 : 1;
 }
 
-// Keys in the order of their digests, then their small fields, then the layout's vectors. The
-// mirrors count only under rank symmetry (shareable).
+// Two layouts' vectors in order (devices, simulated ranks, their indices, then the mirrors, which
+// count only under rank symmetry: shareable); their class size and symmetry are the callers'.
+int compare_layout_vectors(const RankLayout& a, const RankLayout& b) {
+  if (const int c = compare(a.devices, b.devices); c != 0) return c;
+  if (const int c = compare(a.simulated, b.simulated); c != 0) return c;
+  if (const int c = compare(a.simulated_index, b.simulated_index); c != 0) return c;
+  return a.symmetric ? compare(a.mirror_of, b.mirror_of) : 0;
+}
+
+// Keys in the order of their digests, then their small fields, then the layout's vectors.
 struct KeyLess {
   using is_transparent = void;
   template <typename A, typename B>
@@ -77,10 +85,7 @@ struct KeyLess {
     };
     if (const int c = compare(small(x), small(y)); c != 0) return c < 0;
     if (const int c = compare(x.participants, y.participants); c != 0) return c < 0;
-    if (const int c = compare(x.layout.devices, y.layout.devices); c != 0) return c < 0;
-    if (const int c = compare(x.layout.simulated, y.layout.simulated); c != 0) return c < 0;
-    if (const int c = compare(x.layout.simulated_index, y.layout.simulated_index); c != 0) return c < 0;
-    return x.layout.symmetric && compare(x.layout.mirror_of, y.layout.mirror_of) < 0;
+    return compare_layout_vectors(x.layout, y.layout) < 0;
   }
 };
 
@@ -106,11 +111,9 @@ struct HeldContext {
   std::shared_ptr<void> value;
 };
 
-// Equal layouts as KeyLess compares them (the mirrors only under rank symmetry).
+// Equal layouts as KeyLess compares them.
 bool same_layout(const RankLayout& a, const RankLayout& b) {
-  return a.class_size == b.class_size && a.symmetric == b.symmetric && a.devices == b.devices &&
-         a.simulated == b.simulated && a.simulated_index == b.simulated_index &&
-         (!a.symmetric || a.mirror_of == b.mirror_of);
+  return a.class_size == b.class_size && a.symmetric == b.symmetric && compare_layout_vectors(a, b) == 0;
 }
 
 bool same_context(const HeldContext& held, const stage_flow_cache::Context& c) {
