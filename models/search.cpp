@@ -352,12 +352,17 @@ std::vector<SearchResult> read_search_results(const SearchPlan& plan, const std:
                                               const SearchLimits& limits) {
   std::ifstream in(csv);
   if (!in) throw std::runtime_error(fmt::format("cannot read {}", csv.string()));
+  return read_search_results(plan, in, csv.string(), limits);
+}
+
+std::vector<SearchResult> read_search_results(const SearchPlan& plan, std::istream& in, const std::string& csv_name,
+                                              const SearchLimits& limits) {
   std::string line;
   std::getline(in, line);
   const auto header = parse_csv_line(line);
   const auto column = [&](const std::string& name) {
     const auto it = std::find(header.begin(), header.end(), name);
-    if (it == header.end()) throw std::runtime_error(fmt::format("{}: no column '{}'", csv.string(), name));
+    if (it == header.end()) throw std::runtime_error(fmt::format("{}: no column '{}'", csv_name, name));
     return static_cast<std::size_t>(it - header.begin());
   };
   const std::size_t index = column("index"), status = column("status"), tokens = column("tokens_per_s"),

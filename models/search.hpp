@@ -14,6 +14,7 @@
 // front is over throughput (higher is better), cost per token and peak HBM (lower is better).
 #include <cstdint>
 #include <filesystem>
+#include <iosfwd>
 #include <optional>
 #include <string>
 #include <vector>
@@ -89,6 +90,9 @@ struct SearchResult {
 /// Reads the sweep CSV of a finished search (rows by point index) and applies the limits.
 [[nodiscard]] std::vector<SearchResult> read_search_results(const SearchPlan& plan, const std::filesystem::path& csv,
                                                             const SearchLimits& limits);
+/// The same from the CSV's text (`csv_name` for errors).
+[[nodiscard]] std::vector<SearchResult> read_search_results(const SearchPlan& plan, std::istream& csv,
+                                                            const std::string& csv_name, const SearchLimits& limits);
 
 /// Indices (into `results`) of the Pareto front of the results within limits: no other point is at
 /// least as good in throughput, cost per token and peak HBM and better in one. Sorted by

@@ -428,11 +428,15 @@ bool by_index(const std::string& a, const std::string& b) {
 }
 }  // namespace
 
-void write_sorted(const Sweep& sweep, const std::filesystem::path& out, std::vector<std::string> rows) {
+std::string sorted_csv(const Sweep& sweep, std::vector<std::string> rows) {
   std::sort(rows.begin(), rows.end(), by_index);
   std::string content = sweep_header(sweep);
   for (const auto& r : rows) content += r;
-  sim::report::write_file_atomically(out, content);
+  return content;
+}
+
+void write_sorted(const Sweep& sweep, const std::filesystem::path& out, std::vector<std::string> rows) {
+  sim::report::write_file_atomically(out, sorted_csv(sweep, std::move(rows)));
 }
 
 namespace {
@@ -467,8 +471,13 @@ SweepSummary run_sweep(const Sweep& sweep, const SweepOptions& options) {
   std::vector<bool> done(sweep.points.size(), false);
   for (const auto& r : rows) done[index_of(r)] = true;
   summary.skipped = rows.size();
-  // Start the file again from its complete rows (drops a torn line), then append.
-  write_sorted(sweep, options.out, rows);
+  // Start the file again from its complete rows (drops a torn line), then append. With no rows
+  // there is nothing to lose to a power cut: the header is written without waiting for the disk.
+  if (rows.empty()) {
+    sim::report::write_file_atomically(options.out, sweep_header(sweep), sim::report::Sync::os_cache);
+  } else {
+    write_sorted(sweep, options.out, rows);
+  }
   std::vector<const SweepPoint*> todo;
   for (const auto& p : sweep.points) {
     if (!done[p.index]) todo.push_back(&p);
@@ -541,7 +550,7 @@ SweepSummary run_sweep(const Sweep& sweep, const SweepOptions& options) {
   if (!append) throw sim::report::OutputError(fmt::format("cannot write {}", options.out.string()));
   summary.ran = todo.size();
   // Rows appended in point order after no earlier ones are already the final file.
-  if (summary.skipped > 0 || !std::is_sorted(rows.begin(), rows.end(), by_index)) {
+  if (!options.out_is_journal && (summary.skipped > 0 || !std::is_sorted(rows.begin(), rows.end(), by_index))) {
     write_sorted(sweep, options.out, std::move(rows));
   }
   return summary;

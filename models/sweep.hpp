@@ -70,6 +70,10 @@ struct SweepOptions {
   // What the caller already read through a ReadCache (the search's base experiment: its machine and
   // tables are every point's), shared with the points; null: the sweep reads through its own.
   ReadCache* reads = nullptr;
+  // `out` is the caller's journal, which it turns into files of its own and removes (the search's
+  // search.partial.csv): left in the order its rows finished, not rewritten sorted at the end
+  // (the caller sorts them: sorted_csv).
+  bool out_is_journal = false;
 };
 
 struct SweepSummary {
@@ -78,17 +82,20 @@ struct SweepSummary {
   std::size_t ran = 0;
 };
 
-/// Runs the points not yet in `out` (when resuming), appending the rows in point order (a row
-/// finished early waits for those before it) and flushing them; when rows were already there,
-/// rewrites `out` atomically at the end with all of them sorted by index. Without --resume an
-/// existing `out` is an error (nothing a user produced is overwritten by accident).
+/// Runs the points not yet in `out` (when resuming), appending each row as its point finishes and
+/// flushing it; when the rows did not arrive in index order or rows were already there, rewrites
+/// `out` atomically at the end with all of them sorted by index (unless out_is_journal). Without
+/// --resume an existing `out` is an error (nothing a user produced is overwritten by accident).
 SweepSummary run_sweep(const Sweep& sweep, const SweepOptions& options);
 
 /// Indices of the rows already complete in `out` (a torn last line is ignored); empty when the
 /// file does not exist. Throws std::runtime_error when the header differs from the sweep's.
 [[nodiscard]] std::vector<std::string> finished_rows(const Sweep& sweep, const std::filesystem::path& out);
 
-/// Rewrites `out` atomically: header, then `rows` sorted by their index.
+/// The sweep's CSV: its header, then `rows` (finished_rows) sorted by their index.
+[[nodiscard]] std::string sorted_csv(const Sweep& sweep, std::vector<std::string> rows);
+
+/// Rewrites `out` atomically (waiting for the disk): sorted_csv(sweep, rows).
 void write_sorted(const Sweep& sweep, const std::filesystem::path& out, std::vector<std::string> rows);
 
 /// The `top` feasible rows of a finished sweep CSV ranked by `metric` (a column; larger is better

@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <limits>
+#include <sstream>
 #include <stdexcept>
 #include <type_traits>
 
@@ -190,6 +190,7 @@ int search_or_throw(const SearchCliOptions& given) {
       const std::size_t already = rows_there().size();
       models::SweepOptions run;
       run.out = journal;
+      run.out_is_journal = true;  // search.csv is written from its rows, sorted, below
       run.jobs = options.jobs;
       run.resume = true;  // the journal was checked above
       Progress progress("search", already);
@@ -201,14 +202,15 @@ int search_or_throw(const SearchCliOptions& given) {
   } else if (!options.resume && fs::exists(csv)) {
     (void)rows_there();  // the same error as with points
   }
-  const auto results =
-      sweep.points.empty() ? std::vector<models::SearchResult>{} : models::read_search_results(plan, journal, limits);
+  // The journal's rows in the order they finished (threads, MPI ranks): search.csv sorts them.
+  const std::string rows_csv =
+      sweep.points.empty() ? std::string{} : models::sorted_csv(sweep, models::finished_rows(sweep, journal));
+  std::istringstream rows_in(rows_csv);
+  const auto results = sweep.points.empty() ? std::vector<models::SearchResult>{}
+                                            : models::read_search_results(plan, rows_in, journal.string(), limits);
   {
     sim::report::AtomicFileSet set(options.out);
-    if (!sweep.points.empty()) {
-      std::ifstream in(journal, std::ios::binary);
-      set.add("search.csv", std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()));
-    }
+    if (!sweep.points.empty()) set.add("search.csv", rows_csv);
     set.add("pareto.csv", pareto_csv(results));  // last: its presence means the set is complete
     set.commit();
   }

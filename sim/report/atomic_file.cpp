@@ -90,7 +90,8 @@ extern "C" void on_interrupt(int sig) {
 
 // Writes what `write` puts into a sink on `tmp`, flushed; removes it and throws OutputError (naming
 // `path`) on failure, or rethrows what `write` threw.
-void write_temporary_with(const fs::path& tmp, const fs::path& path, const std::function<void(TextSink&)>& write) {
+void write_temporary_with(const fs::path& tmp, const fs::path& path, const std::function<void(TextSink&)>& write,
+                          Sync sync = Sync::disk) {
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   // Named by the file asked for: the temporary's name (with the process id) means nothing to a user.
   if (fd < 0) throw OutputError(fmt::format("cannot write {}: {}", path.string(), std::strerror(errno)));
@@ -104,7 +105,7 @@ void write_temporary_with(const fs::path& tmp, const fs::path& path, const std::
     fs::remove(tmp, ignored);
     throw;
   }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+  if ((sync == Sync::disk && ::fsync(fd) != 0) || ::close(fd) != 0) {
     const int err = errno;
     std::error_code ignored;
     fs::remove(tmp, ignored);
@@ -112,8 +113,9 @@ void write_temporary_with(const fs::path& tmp, const fs::path& path, const std::
   }
 }
 
-void write_temporary(const fs::path& tmp, const fs::path& path, std::string_view content) {
-  write_temporary_with(tmp, path, [&](TextSink& sink) { sink.append(content); });
+void write_temporary(const fs::path& tmp, const fs::path& path, std::string_view content, Sync sync = Sync::disk) {
+  write_temporary_with(
+      tmp, path, [&](TextSink& sink) { sink.append(content); }, sync);
 }
 
 fs::path temporary_of(const fs::path& path) {
@@ -160,11 +162,11 @@ void remove_stale_temporaries(const fs::path& dir) {
 
 }  // namespace
 
-void write_file_atomically(const fs::path& path, std::string_view content) {
+void write_file_atomically(const fs::path& path, std::string_view content, Sync sync) {
   const fs::path tmp = temporary_of(path);
   const int slot = take_slot(tmp, kUnlink);
   try {
-    write_temporary(tmp, path, content);
+    write_temporary(tmp, path, content, sync);
     rename_into_place(tmp, path);
   } catch (...) {
     release_slot(slot);

@@ -70,6 +70,14 @@ TEST(AtomicFile, ReplacesTheWholeFileAndLeavesNoTemporary) {
   EXPECT_EQ(ss.str(), "second\n");
   EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator{}), 1);
   EXPECT_THROW(write_file_atomically(dir / "no-such-dir" / "x.json", "x"), std::runtime_error);
+  // Without waiting for the disk: the same replacement, the same errors.
+  write_file_atomically(path, "third\n", Sync::os_cache);
+  std::ifstream third(path);
+  std::stringstream ss3;
+  ss3 << third.rdbuf();
+  EXPECT_EQ(ss3.str(), "third\n");
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator{}), 1);
+  EXPECT_THROW(write_file_atomically(dir / "no-such-dir" / "x.json", "x", Sync::os_cache), OutputError);
   std::filesystem::remove_all(dir);
 }
 

@@ -130,6 +130,28 @@ TEST(Sweep, ThreadsAndResumptionGiveTheSameFile) {
   EXPECT_EQ(read(two), expected);
 }
 
+// A caller's journal (the search's) is left in the order its rows finished, not rewritten sorted;
+// sorted_csv of its rows is the file a plain sweep writes. The points are given a cost that rises
+// with their index, so the costliest-first order is the reverse of the index order.
+TEST(Sweep, AJournalKeepsTheOrderItsRowsFinishedIn) {
+  Sweep s = load_sweep(tiny_sweep());
+  for (auto& p : s.points) p.relative_work = static_cast<double>(p.index + 1);
+  const fs::path plain = scratch() / "plain.csv";
+  const fs::path journal = scratch() / "journal.csv";
+  fs::remove(plain);
+  fs::remove(journal);
+  (void)run_sweep(s, {plain, 1, false, {}, {}});
+  SweepOptions as_journal{journal, 1, false, {}, {}};
+  as_journal.out_is_journal = true;
+  (void)run_sweep(s, as_journal);
+  const std::vector<std::string> rows = finished_rows(s, journal);
+  ASSERT_EQ(rows.size(), 8u);
+  EXPECT_TRUE(rows.front().starts_with("7,")) << rows.front();  // the costliest point first
+  EXPECT_TRUE(rows.back().starts_with("0,")) << rows.back();
+  EXPECT_EQ(sorted_csv(s, rows), read(plain));
+  EXPECT_TRUE(finished_rows(s, plain).front().starts_with("0,"));  // the plain file was sorted
+}
+
 TEST(Sweep, AFidelityForEveryPointOverridesTheExperiments) {
   // The tiny machine's two-rank all-reduce is uncontended, so analytic and flow collectives give
   // the same iteration times (to rounding); the override reaches every point.
