@@ -19,6 +19,10 @@ namespace offsim::app {
 
 namespace {
 
+// The block that covers the main heap's part below its first huge page (back_heap_with_huge_pages),
+// kept to the end. Volatile: the compiler may drop an allocation whose pointer nobody reads.
+void* volatile below_first_huge_page = nullptr;
+
 bool huge_pages_off() {
   const char* choice = std::getenv("OFFSIM_HUGE_PAGES");
   return choice != nullptr && std::string_view(choice) == "0";
@@ -76,10 +80,7 @@ void back_heap_with_huge_pages() {
   if (last > first) (void)madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);
   // The free top of the heap starts keepcost bytes below the program break.
   const std::uintptr_t free_from = reinterpret_cast<std::uintptr_t>(sbrk(0)) - mallinfo2().keepcost;
-  if (last > first && first > free_from) {
-    static void* const below_first_huge_page = std::malloc(first - free_from);  // kept to the end
-    (void)below_first_huge_page;
-  }
+  if (last > first && first > free_from) below_first_huge_page = std::malloc(first - free_from);
 #endif
 }
 
