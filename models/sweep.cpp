@@ -458,77 +458,7 @@ std::vector<std::size_t> alike_runs(const std::vector<const SweepPoint*>& todo, 
   return ends;
 }
 
-// Runs `worker` on this thread and on the sweep's other workers: the threads started ahead
-// (options.workers), or jobs - 1 threads started now (no more than there are runs of points).
-void run_on_workers(const SweepOptions& options, std::size_t runs, const std::function<void()>& worker) {
-  if (options.workers != nullptr) {
-    // The threads started ahead run the loop beside this one (and are waited for, as threads
-    // would be joined, before what they use goes).
-    struct Waited {
-      SweepWorkers& workers;
-      ~Waited() { workers.wait(); }
-    } waited{*options.workers};
-    options.workers->start(worker);
-    worker();
-    return;
-  }
-  const int jobs = std::max(1, std::min(options.jobs, static_cast<int>(runs)));
-  std::vector<std::thread> threads;
-  for (int j = 1; j < jobs; ++j) {
-    threads.emplace_back([&] {
-      if (options.on_worker_start) options.on_worker_start();
-      worker();
-    });
-  }
-  worker();
-  for (auto& t : threads) t.join();
-}
-
 }  // namespace
-
-SweepWorkers::SweepWorkers(int threads, const std::function<void()>& on_start, std::function<void()> warm_up)
-    : warm_up_(std::move(warm_up)) {
-  for (int t = 0; t < threads; ++t) {
-    threads_.emplace_back([this, on_start] {
-      const sim::config::ScopedFileCache files;  // the warm-up's parsed files serve the points
-      if (on_start) on_start();
-      try {
-        warm_up_();
-      } catch (...) {  // NOLINT(bugprone-empty-catch): the caller's own read of the same files reports it
-      }
-      std::unique_lock held(lock_);
-      changed_.wait(held, [&] { return work_ || closing_; });
-      if (!work_) return;
-      held.unlock();
-      work_();  // not changed once set: the threads share it unlocked
-      held.lock();
-      if (--working_ == 0) changed_.notify_all();
-    });
-  }
-}
-
-SweepWorkers::~SweepWorkers() {
-  {
-    const std::lock_guard held(lock_);
-    closing_ = true;
-  }
-  changed_.notify_all();
-  for (auto& t : threads_) t.join();
-}
-
-void SweepWorkers::start(std::function<void()> work) {
-  {
-    const std::lock_guard held(lock_);
-    work_ = std::move(work);
-    working_ = size();
-  }
-  changed_.notify_all();
-}
-
-void SweepWorkers::wait() {
-  std::unique_lock held(lock_);
-  changed_.wait(held, [&] { return working_ == 0; });
-}
 
 SweepSummary run_sweep(const Sweep& sweep, const SweepOptions& options) {
   SweepSummary summary;
@@ -606,7 +536,16 @@ SweepSummary run_sweep(const Sweep& sweep, const SweepOptions& options) {
       for (std::size_t n = r == 0 ? 0 : run_ends[r - 1]; n < run_ends[r]; ++n) run_point(*todo[order[n]]);
     }
   };
-  run_on_workers(options, run_ends.size(), worker);
+  const int jobs = std::max(1, std::min(options.jobs, static_cast<int>(run_ends.size())));
+  std::vector<std::thread> threads;
+  for (int j = 1; j < jobs; ++j) {
+    threads.emplace_back([&] {
+      if (options.on_worker_start) options.on_worker_start();
+      worker();
+    });
+  }
+  worker();
+  for (auto& t : threads) t.join();
   append.close();
   if (!append) throw sim::report::OutputError(fmt::format("cannot write {}", options.out.string()));
   summary.ran = todo.size();

@@ -14,13 +14,10 @@
 // Points are the grid (cartesian product) of the axes, a zip counting as one axis, in order with
 // the last axis varying fastest; `where` filters them. Point indices never change with --jobs,
 // ranks or resumption, so the final CSV (rows sorted by index) is always the same.
-#include <condition_variable>
 #include <filesystem>
 #include <functional>
-#include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "models/collectives/plan.hpp"
@@ -61,35 +58,6 @@ struct Sweep {
 /// `cache`: machines and calibration tables shared by the points (ReadCache).
 [[nodiscard]] std::string run_sweep_point(const Sweep& sweep, const SweepPoint& point, ReadCache* cache = nullptr);
 
-/// A sweep's worker threads, started before the sweep is known: while the caller reads and plans
-/// (a search reads its base experiment, about 4 ms), each worker does what it would otherwise do
-/// before its first point: it runs `on_start` (its heap), then `warm_up` under a file cache of its
-/// own that its points then read through (a worker parses the experiments' YAML once, and the
-/// points of a search read the base's files: `warm_up` reads the base). Exceptions from `warm_up`
-/// are dropped: the caller's own read reports them. Handed to run_sweep (SweepOptions::workers),
-/// the threads run the sweep's worker loop beside the caller's thread; never handed, they end
-/// after the warm-up when destroyed.
-class SweepWorkers {
- public:
-  SweepWorkers(int threads, const std::function<void()>& on_start, std::function<void()> warm_up);
-  ~SweepWorkers();
-  SweepWorkers(const SweepWorkers&) = delete;
-  SweepWorkers& operator=(const SweepWorkers&) = delete;
-  [[nodiscard]] int size() const { return static_cast<int>(threads_.size()); }
-  /// Has every thread run `work` once (called once); wait() returns when all have finished it.
-  void start(std::function<void()> work);
-  void wait();
-
- private:
-  std::mutex lock_;
-  std::condition_variable changed_;
-  std::function<void()> work_;  // set by start(); empty until then
-  bool closing_ = false;        // destroyed without start()
-  int working_ = 0;             // threads still in `work_`
-  std::function<void()> warm_up_;
-  std::vector<std::thread> threads_;
-};
-
 struct SweepOptions {
   std::filesystem::path out;
   int jobs = 1;
@@ -106,9 +74,6 @@ struct SweepOptions {
   // search.partial.csv): left in the order its rows finished, not rewritten sorted at the end
   // (the caller sorts them: sorted_csv).
   bool out_is_journal = false;
-  // Threads started ahead (SweepWorkers): they are the sweep's workers beside the calling thread,
-  // whatever `jobs` says; null: the sweep starts jobs - 1 threads itself.
-  SweepWorkers* workers = nullptr;
 };
 
 struct SweepSummary {

@@ -145,9 +145,6 @@ struct Sweep;
 }
 
 namespace offsim::app {
-/// Whether this process was started by an MPI launcher (Open MPI's mpirun, or a PMI/PMIx one such
-/// as srun): run_distributed_sweep then spreads the points over the ranks.
-[[nodiscard]] bool under_mpi_launcher();
 /// Under mpirun (built with OFFSIM_WITH_MPI, more than one rank): runs the sweep across ranks,
 /// rank 0 appending each round's rows and writing the merged file; returns this process's rank.
 /// nullopt when not distributed. `hooks`: members left empty take the sweep's own (the rows of

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <filesystem>
 #include <limits>
-#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <type_traits>
@@ -121,15 +120,6 @@ int search_or_throw(const SearchCliOptions& given) {
   // that --gpus or --max-nodes changes): the points read through the same cache, where the first
   // point read them again (21 M instructions, about 2.5 ms: bench/perf's 128-node machine and GEMM table).
   models::ReadCache reads;
-  // With --jobs N, the other N - 1 workers start now and read the base experiment too, beside this
-  // thread's read: their own parse of its files (which their points read), their heaps. A worker
-  // started with the sweep did that before its first point, about 3 ms of a 2-job search's 35 ms
-  // (issue 35). Not under MPI, whose ranks run their points on one thread each.
-  std::optional<models::SweepWorkers> workers;
-  if (options.jobs > 1 && !under_mpi_launcher()) {
-    workers.emplace(options.jobs - 1, back_thread_heap_with_huge_pages,
-                    [&] { (void)models::load_experiment(options.experiment, options.overrides, &reads); });
-  }
   const models::ExperimentSpec base = models::load_experiment(options.experiment, options.overrides, &reads);
   models::SearchLimits limits;
   if (!options.max_hbm.empty()) limits.max_hbm_bytes = sim::parse_bytes(options.max_hbm).count;
@@ -206,7 +196,6 @@ int search_or_throw(const SearchCliOptions& given) {
       Progress progress("search", already);
       run.progress = [&](std::size_t done, std::size_t total) { progress(done, total); };
       run.on_worker_start = back_thread_heap_with_huge_pages;
-      run.workers = workers ? &*workers : nullptr;
       run.reads = &reads;
       (void)models::run_sweep(sweep, run);
     }

@@ -16,13 +16,13 @@
 
 namespace offsim::app {
 
+namespace {
+
 bool under_mpi_launcher() {
   // Open MPI's mpirun, or a PMI/PMIx launcher such as srun: a plain `offsim sweep` never starts MPI.
   return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr ||
          std::getenv("PMIX_RANK") != nullptr;
 }
-
-namespace {
 
 #ifdef OFFSIM_MPI_MODULE
 // The module lies next to the executable (the build writes both into build/).

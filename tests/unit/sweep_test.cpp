@@ -9,8 +9,6 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <mutex>
-#include <set>
 #include <sstream>
 #include <thread>
 
@@ -152,64 +150,6 @@ TEST(Sweep, AJournalKeepsTheOrderItsRowsFinishedIn) {
   EXPECT_TRUE(rows.back().starts_with("0,")) << rows.back();
   EXPECT_EQ(sorted_csv(s, rows), read(plain));
   EXPECT_TRUE(finished_rows(s, plain).front().starts_with("0,"));  // the plain file was sorted
-}
-
-// Threads started ahead run their start hook and warm-up, each on its own thread, then the work
-// handed to them once on that same thread (so the warm-up's file cache serves it); a warm-up that
-// throws is dropped; wait() returns once every thread has finished the work. Destroyed without
-// work, the threads end after their warm-up.
-TEST(SweepWorkers, EachThreadWarmsUpThenRunsTheWorkOnce) {
-  std::mutex lock;
-  std::set<std::thread::id> warmed, started, worked;
-  std::atomic<int> runs{0};
-  {
-    SweepWorkers workers(
-        3,
-        [&] {
-          const std::lock_guard held(lock);
-          started.insert(std::this_thread::get_id());
-        },
-        [&] {
-          {
-            const std::lock_guard held(lock);
-            warmed.insert(std::this_thread::get_id());
-          }
-          throw std::runtime_error("a bad base: reported by the caller's own read");
-        });
-    EXPECT_EQ(workers.size(), 3);
-    workers.start([&] {
-      ++runs;
-      const std::lock_guard held(lock);
-      worked.insert(std::this_thread::get_id());
-    });
-    workers.wait();
-    EXPECT_EQ(runs.load(), 3);
-  }
-  EXPECT_EQ(warmed.size(), 3u);
-  EXPECT_EQ(started, warmed);
-  EXPECT_EQ(worked, warmed);
-  EXPECT_EQ(worked.count(std::this_thread::get_id()), 0u);
-
-  std::atomic<int> warm_ups{0};
-  {
-    SweepWorkers unused(2, {}, [&] { ++warm_ups; });
-  }
-  EXPECT_EQ(warm_ups.load(), 2);
-}
-
-// A sweep on threads started ahead writes the file a sweep on its own threads writes.
-TEST(Sweep, WorkersStartedAheadGiveTheSameFile) {
-  const Sweep s = load_sweep(tiny_sweep());
-  const fs::path own = scratch() / "own-threads.csv";
-  const fs::path ahead = scratch() / "ahead.csv";
-  fs::remove(own);
-  fs::remove(ahead);
-  (void)run_sweep(s, {own, 2, false, {}, {}});
-  SweepWorkers workers(1, {}, [&] { (void)load_experiment(s.points.front().experiment, {}); });
-  SweepOptions with_workers{ahead, 2, false, {}, {}};
-  with_workers.workers = &workers;
-  (void)run_sweep(s, with_workers);
-  EXPECT_EQ(read(ahead), read(own));
 }
 
 TEST(Sweep, AFidelityForEveryPointOverridesTheExperiments) {
