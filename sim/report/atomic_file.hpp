@@ -37,7 +37,7 @@ class OutputError : public std::runtime_error {
 /// and an interrupted process see the old file or the new one; without the wait a power cut just
 /// after may leave neither (an empty file), so `os_cache` is for files that hold nothing to lose
 /// yet: a sweep's CSV started with its header alone, whose rows are appended without a wait anyway.
-/// The wait is 0.2-0.4 ms on this project's machines, the time of several search points.
+/// The wait is 0.2-0.5 ms on this project's machines, a third of a search point.
 enum class Sync { disk, os_cache };
 
 /// Writes `content` to `path` atomically: into a temporary file in the same directory, flushed
