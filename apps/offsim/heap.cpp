@@ -23,6 +23,9 @@ namespace {
 // kept to the end. Volatile: the compiler may drop an allocation whose pointer nobody reads.
 void* volatile below_first_huge_page = nullptr;
 
+// A transparent huge page on x86-64: 2 MiB.
+constexpr std::uintptr_t kHugePage = std::uintptr_t{2} << 20;
+
 bool huge_pages_off() {
   const char* choice = std::getenv("OFFSIM_HUGE_PAGES");
   return choice != nullptr && std::string_view(choice) == "0";
@@ -74,9 +77,8 @@ void back_heap_with_huge_pages() {
   for (auto& b : blocks) b = std::malloc(kBlock);
   const auto end = reinterpret_cast<std::uintptr_t>(sbrk(0));
   for (void* b : blocks) std::free(b);
-  constexpr std::uintptr_t kHuge = std::uintptr_t{2} << 20;
-  const std::uintptr_t first = (start + kHuge - 1) & ~(kHuge - 1);
-  const std::uintptr_t last = end & ~(kHuge - 1);
+  const std::uintptr_t first = (start + kHugePage - 1) & ~(kHugePage - 1);
+  const std::uintptr_t last = end & ~(kHugePage - 1);
   if (last > first) (void)madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);
   // The free top of the heap starts keepcost bytes below the program break.
   const std::uintptr_t free_from = reinterpret_cast<std::uintptr_t>(sbrk(0)) - mallinfo2().keepcost;
@@ -105,7 +107,7 @@ void back_thread_heap_with_huge_pages() {
   if (probe == nullptr || at < reinterpret_cast<std::uintptr_t>(sbrk(0))) return;
   void* const heap = reinterpret_cast<void*>(at & ~(kHeapMax - 1));
   (void)madvise(heap, kHeapMax, MADV_HUGEPAGE);
-  (void)madvise(heap, std::size_t{2} << 20, MADV_COLLAPSE);
+  (void)madvise(heap, kHugePage, MADV_COLLAPSE);
 #endif
 }
 
