@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <fstream>
+#include <istream>
 #include <map>
 #include <optional>
 #include <stdexcept>
@@ -346,13 +346,6 @@ Sweep search_sweep(const std::filesystem::path& base_file, const SearchPlan& pla
     sweep.points.push_back(std::move(p));
   }
   return sweep;
-}
-
-std::vector<SearchResult> read_search_results(const SearchPlan& plan, const std::filesystem::path& csv,
-                                              const SearchLimits& limits) {
-  std::ifstream in(csv);
-  if (!in) throw std::runtime_error(fmt::format("cannot read {}", csv.string()));
-  return read_search_results(plan, in, csv.string(), limits);
 }
 
 std::vector<SearchResult> read_search_results(const SearchPlan& plan, std::istream& in, const std::string& csv_name,

@@ -87,10 +87,8 @@ struct SearchResult {
   bool within_limits = false;
 };
 
-/// Reads the sweep CSV of a finished search (rows by point index) and applies the limits.
-[[nodiscard]] std::vector<SearchResult> read_search_results(const SearchPlan& plan, const std::filesystem::path& csv,
-                                                            const SearchLimits& limits);
-/// The same from the CSV's text (`csv_name` for errors).
+/// Reads the sweep CSV of a finished search (rows by point index; `csv_name` for errors) and
+/// applies the limits.
 [[nodiscard]] std::vector<SearchResult> read_search_results(const SearchPlan& plan, std::istream& csv,
                                                             const std::string& csv_name, const SearchLimits& limits);
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 
 #include "models/search.hpp"
 #include "models/strategies/layer_kernels.hpp"
@@ -53,7 +54,8 @@ TEST(Search, EnumeratesTheStrategiesThatDivideAndPrunesByModelStates) {
   SweepOptions run;
   run.out = dir / "search.csv";
   (void)run_sweep(search_sweep(kTiny, plan), run);
-  const auto results = read_search_results(plan, run.out, limits);
+  std::ifstream csv(run.out);
+  const auto results = read_search_results(plan, csv, run.out.string(), limits);
   ASSERT_EQ(results.size(), plan.simulated.size());
   for (const auto& r : results) EXPECT_EQ(r.status, "ok") << r.candidate.label() << ": " << r.reason;
   // Each point carries its iteration time's 80% interval, and the report says which of the
