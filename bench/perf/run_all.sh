@@ -2,8 +2,9 @@
 # Every figure of issue 35's "done when", in one run (Release build; run from anywhere):
 #   - offsim search over the Megatron tp 8 space of GPT-3 175B on 1,024 A100
 #     (configs/experiments/scale/gpt3-175b-a100-1024.yaml --kind megatron --tp 8): configs/s with
-#     1 and 2 jobs, two --jobs 1 searches side by side (what the two cores give two searches that
-#     share nothing), and whether `mpirun -np 2 offsim search` writes the single-process files;
+#     1 and 2 jobs, its serial part and the bound that puts on 2 jobs / 1 job, two --jobs 1
+#     searches side by side (what the two cores give two searches that share nothing), and
+#     whether `mpirun -np 2 offsim search` writes the single-process files;
 #   - that job in one run with flow fidelity (the documented default): time and peak RSS;
 #   - GPT-1T Megatron on all 9,408 Frontier nodes: time and peak RSS, without and with --out (the
 #     compact trace, and --trace full), and the size of the --out files;
@@ -75,6 +76,17 @@ for jobs in 1 2; do
       j, n, t, n / t, c, n / c, m / 1024 }'
 done
 awk -v a="${rate[1]}" -v b="${rate[2]}" 'BEGIN {printf "  2 jobs / 1 job (wall clock): %.2fx\n", b / a}'
+# The serial part no --jobs can share: the same search with no point to simulate (micro-batch 3:
+# 1,024 sequences do not divide by it), i.e. the process's start and exit, the base's YAML, the
+# plan and the files. Were the points' time exactly halved by two jobs, two jobs would take
+# serial + (one job - serial) / 2: the most this search's 2 jobs / 1 job can be on this machine.
+search_out=$tmp/search0
+read -r serial _ < <(median5 clear_search "$offsim" search "$job" --kind megatron --tp 8 --micro-batch 3 \
+  --out "$tmp/search0" --jobs 1)
+awk -v s="$serial" -v n="$points" -v r="${rate[1]}" 'BEGIN {
+  t = n / r
+  printf "  serial part (the search with no point to simulate): %.4f s of %.4f s; were the points exactly halved, 2 jobs would be %.2fx 1 job\n",
+    s, t, t / (s + (t - s) / 2) }'
 # What the two cores give two searches that share nothing: two --jobs 1 processes side by side,
 # against one alone, alternated (5 rounds: this machine's speed drifts between minutes). Each runs
 # slower than alone (caches, memory, the hypervisor), and a --jobs 2 search's workers pay that too,
