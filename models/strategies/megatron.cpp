@@ -382,18 +382,21 @@ std::string tp_name(const sim::TaskGraph& g, int first, const std::string& tag, 
 // a forward and a backward operation (barrier, allocations, transfer in) and per layer its compute
 // pieces, each with its TP all-reduce when tp > 1 (two analytic stages; flow-level ones add more,
 // and the graph then grows past the reserve as it would without one), and with cp > 1 its ring.
+// With replays (phases/operation_replay.hpp) an operation is one delay but for the first of each
+// kind (simulated rank, direction, chunk), built in full before its replay replaces it.
 [[nodiscard]] std::size_t estimated_tasks(const MegatronSpec& spec, std::int64_t layers, int sims, int micro_batches,
                                           bool full_recompute, bool replayed) {
   constexpr std::size_t kTasksPerOperationPair = 8;
   constexpr std::size_t kTasksPerAllReduce = 2;
   const std::size_t pieces = static_cast<std::size_t>(2 + (full_recompute ? 4 : 2));
-  // A replayed operation (phases/operation_replay.hpp) has no kernel task of its own.
-  const std::size_t per_layer = spec.tp > 1 ? pieces * ((replayed ? 0 : 1) + kTasksPerAllReduce) : 0;
+  const std::size_t per_layer = spec.tp > 1 ? pieces * (1 + kTasksPerAllReduce) : 0;
   const std::size_t ring_tasks = spec.cp > 1 ? static_cast<std::size_t>(4 * spec.cp) : 0;
   const auto layers_per_chunk = static_cast<std::size_t>(layers / (spec.pp * spec.virtual_stages));
-  const std::size_t per_pair = kTasksPerOperationPair + layers_per_chunk * (per_layer + ring_tasks);
-  return static_cast<std::size_t>(sims) * static_cast<std::size_t>(micro_batches) *
-         static_cast<std::size_t>(spec.virtual_stages) * per_pair;
+  const std::size_t per_operation_pair = kTasksPerOperationPair + layers_per_chunk * (per_layer + ring_tasks);
+  const auto chunks = static_cast<std::size_t>(sims) * static_cast<std::size_t>(spec.virtual_stages);
+  const auto pairs = chunks * static_cast<std::size_t>(micro_batches);
+  if (!replayed) return pairs * per_operation_pair;
+  return pairs * kTasksPerOperationPair + chunks * per_operation_pair;
 }
 
 // Megatron-Core's overlapped DDP (OverlappedDataParallel) of a rank of `stage` holding `params`:
